@@ -1,0 +1,1216 @@
+#!/usr/bin/env python3
+"""s08: context compact. A coding agent that keeps working when its context fills up.
+
+Before every model call the history goes through a pipeline, cheapest layer first:
+
+    history ──▶ tool_result_budget   newest results too big?  → full text to disk, preview stays
+            ──▶ snip_compact         too many messages?       → middle messages to a transcript
+            ──▶ micro_compact        old results still there? → pointer to the saved copy
+            ──▶ compact_history      still over the threshold → LLM summary replaces history
+            ──▶ model call ── 400 "prompt is too long" ──▶ reactive_compact, retry once
+
+Nothing is thrown away: every layer writes what it removes to .task_outputs/tool-results/
+or .transcripts/ before it removes it.
+
+Run it from the folder you want the agent to work in:
+
+    python s08_context_compact/code.py
+"""
+
+import argparse
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import anthropic
+
+# ---------------------------------------------------------------------------- constants
+# Sizes in tokens are derived from the context window (see Settings); the numbers here
+# are the chapter's defaults and the ceilings those derived values never exceed.
+DEFAULT_CONTEXT_WINDOW = 200_000    # tokens, when neither CONTEXT_WINDOW nor the Models API says
+MIN_CONTEXT_WINDOW = 4_000          # below this the system prompt and tools alone fill the window
+MAX_OUTPUT_TOKENS = 8_192           # asked for on every call, so reserved out of the window
+AUTOCOMPACT_BUFFER_TOKENS = 13_000  # headroom for the estimate's error before the API's hard wall
+TOOL_RESULT_BUDGET_CHARS = 200_000  # chapter: tool output allowed in one message
+TOOL_RESULT_BUDGET_SHARE = 0.3      # ...and never more than this share of the usable context
+PREVIEW_CHARS = 2_000               # what stays in context of a result that went to disk
+SNIP_KEEP_HEAD = 3                  # the first request and its setup stay visible
+SNIP_KEEP_TAIL = 47                 # current work; head + tail = 50 messages before snipping
+KEEP_RECENT_TOOL_RESULTS = 3        # micro_compact leaves the newest results alone
+MICRO_COMPACT_MIN_CHARS = 120       # a placeholder is no shorter than this, so skip smaller results
+SUMMARY_MAX_TOKENS = 20_000         # ceiling for the summary's own output
+MAX_CONSECUTIVE_SUMMARY_FAILURES = 3  # circuit breaker: stop paying for summaries that fail
+MAX_REACTIVE_RETRIES = 1            # per turn; a second "too long" is reported, not looped on
+REACTIVE_TAIL_SHARE = 0.25          # reactive_compact keeps recent messages up to this share
+CHARS_PER_TOKEN = 4                 # for ASCII text; other characters count one token each
+
+BASH_TIMEOUT = 120                  # seconds, unless the call asks for another (max 600)
+BASH_OUTPUT_HEAD = 200_000          # characters of command output kept in memory...
+BASH_OUTPUT_TAIL = 20_000           # ...plus the last ones, so errors at the end survive
+READ_DEFAULT_LINES = 2_000
+READ_MAX_CHARS = 200_000            # one read_file call returns at most this much
+READ_MAX_LINE_CHARS = 2_000         # minified files: cut single lines, not whole reads
+GLOB_MAX_RESULTS = 200
+MAX_STEPS_PER_TURN = 100            # model calls in one user turn before we stop and ask
+SUBAGENT_MAX_STEPS = 30
+
+COMPACT_MARKER = "[Compacted"       # text our own messages start with, so they are
+SNIP_MARKER = "[Snipped"            # never mistaken for the user's request
+REACTIVE_MARKER = "[Reactive compact"
+PERSISTED_TAG = "<persisted-output"
+PLACEHOLDER_PREFIX = "[Earlier tool result"
+OUR_MARKERS = (COMPACT_MARKER, SNIP_MARKER, REACTIVE_MARKER)
+TRANSCRIPT_DIR = ".transcripts"
+TOOL_RESULTS_DIR = ".task_outputs/tool-results"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Every "too big" threshold, derived from one number: the context window in tokens."""
+    model: str
+    window: int
+    max_output: int
+    threshold: int              # auto-compact above this: window − max output − buffer
+    budget_chars: int           # tool_result_budget per message
+    preview_chars: int
+    summary_max_tokens: int
+
+    @classmethod
+    def for_window(cls, model: str, window: int) -> "Settings":
+        max_output = min(MAX_OUTPUT_TOKENS, window // 4)
+        buffer = min(AUTOCOMPACT_BUFFER_TOKENS, window // 10)
+        threshold = window - max_output - buffer
+        budget = min(TOOL_RESULT_BUDGET_CHARS, int(threshold * TOOL_RESULT_BUDGET_SHARE * CHARS_PER_TOKEN))
+        return cls(model=model, window=window, max_output=max_output, threshold=threshold,
+                   budget_chars=budget, preview_chars=min(PREVIEW_CHARS, budget // 8),
+                   summary_max_tokens=min(SUMMARY_MAX_TOKENS, max_output))
+
+
+# ---------------------------------------------------------------------------- saving to disk
+# The only writes the compaction layers cause. Names carry a random part and files are
+# opened with "x", so two saves never collide and nothing is ever overwritten.
+
+def save_tool_output(folder: Path, tool_use_id: str, text: str) -> Path:
+    """Write one full tool result, byte for byte, and return its path."""
+    folder.mkdir(parents=True, exist_ok=True)
+    stem = re.sub(r"[^A-Za-z0-9_-]", "_", tool_use_id)[:80] or "result"
+    data = text.encode("utf-8", "surrogatepass")
+    for attempt in range(1000):
+        path = folder / (f"{stem}.txt" if attempt == 0 else f"{stem}-{attempt}.txt")
+        if path.exists() and path.read_bytes() == data:
+            return path  # the same content saved before: point at it again
+        try:
+            with open(path, "xb") as f:
+                f.write(data)
+            return path
+        except FileExistsError:
+            continue
+    raise OSError(f"could not find a free file name for {stem} in {folder}")
+
+
+def save_transcript(folder: Path, messages: list, kind: str) -> Path:
+    """Write messages as JSON lines, one message a line, and return the path."""
+    folder.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    path = folder / f"{kind}-{stamp}-{uuid.uuid4().hex[:8]}.jsonl"
+    with open(path, "x", encoding="utf-8") as f:
+        for message in messages:
+            f.write(json.dumps(message, ensure_ascii=False) + "\n")
+    return path
+
+
+# ---------------------------------------------------------------------------- tools
+
+class ToolError(Exception):
+    """A tool failure the model can act on; the message says what to try next."""
+
+
+TODO_ITEM_SCHEMA = {"type": "object", "properties": {
+    "content": {"type": "string"},
+    "status": {"type": "string", "enum": ["pending", "in_progress", "completed"]}},
+    "required": ["content", "status"]}
+
+TOOLS = [
+    {"name": "bash", "description": "Run a shell command in the workspace. Output is capped; "
+     "redirect large output to a file and read parts of it.",
+     "input_schema": {"type": "object", "properties": {
+         "command": {"type": "string"},
+         "timeout": {"type": "integer", "description": f"seconds, default {BASH_TIMEOUT}, max 600"}},
+         "required": ["command"]}},
+    {"name": "read_file", "description": "Read a text file, with line numbers. offset is the first "
+     f"line (1-based), limit the number of lines (default {READ_DEFAULT_LINES}).",
+     "input_schema": {"type": "object", "properties": {
+         "path": {"type": "string"}, "offset": {"type": "integer"}, "limit": {"type": "integer"}},
+         "required": ["path"]}},
+    {"name": "write_file", "description": "Create or overwrite a file with the given content.",
+     "input_schema": {"type": "object", "properties": {
+         "path": {"type": "string"}, "content": {"type": "string"}}, "required": ["path", "content"]}},
+    {"name": "edit_file", "description": "Replace old_text with new_text in a file. old_text must "
+     "occur exactly once.",
+     "input_schema": {"type": "object", "properties": {
+         "path": {"type": "string"}, "old_text": {"type": "string"}, "new_text": {"type": "string"}},
+         "required": ["path", "old_text", "new_text"]}},
+    {"name": "glob", "description": "List files matching a pattern such as '**/*.py', relative "
+     "to the workspace (or to path inside it).",
+     "input_schema": {"type": "object", "properties": {
+         "pattern": {"type": "string"}, "path": {"type": "string"}}, "required": ["pattern"]}},
+    {"name": "todo_write", "description": "Replace the todo list. Each item has content and a status: "
+     "pending, in_progress or completed; at most one item is in_progress.",
+     "input_schema": {"type": "object", "properties": {"items": {"type": "array", "items": TODO_ITEM_SCHEMA}},
+                      "required": ["items"]}},
+    {"name": "task", "description": "Hand a self-contained job to a subagent with a fresh context. "
+     "It has the same tools except task, and returns its final answer.",
+     "input_schema": {"type": "object", "properties": {
+         "prompt": {"type": "string"}, "description": {"type": "string"}}, "required": ["prompt"]}},
+    {"name": "load_skill", "description": "Load the full instructions of a skill listed in the "
+     "system prompt.",
+     "input_schema": {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}},
+    {"name": "compact", "description": "Summarize the conversation so far to free context. Runs after "
+     "the current tool calls; focus says what the summary must keep.",
+     "input_schema": {"type": "object", "properties": {"focus": {"type": "string"}}}},
+]
+
+JSON_TYPES = {"string": str, "integer": int, "array": list, "object": dict, "boolean": bool}
+
+
+def check_tool_input(schema: dict, args) -> str | None:
+    """Return what is wrong with a tool call's input, or None when it fits the schema."""
+    if not isinstance(args, dict):
+        return "the input must be a JSON object"
+    missing = [key for key in schema.get("required", []) if key not in args]
+    if missing:
+        return f"missing required argument(s): {', '.join(missing)}"
+    unknown = [key for key in args if key not in schema.get("properties", {})]
+    if unknown:
+        return f"unknown argument(s): {', '.join(unknown)}"
+    for key, value in args.items():
+        expected = schema["properties"][key].get("type")
+        python_type = JSON_TYPES.get(expected)
+        wrong_bool = python_type is int and isinstance(value, bool)
+        if python_type and (not isinstance(value, python_type) or wrong_bool):
+            return f"argument '{key}' must be of type {expected}, got {type(value).__name__}"
+    return None
+
+
+def inside_workspace(workdir: Path, path: str) -> Path | None:
+    """Resolve a path (symlinks included); None when it lands outside the workspace."""
+    root = workdir.resolve()
+    target = (root / path).resolve()
+    return target if target == root or target.is_relative_to(root) else None
+
+
+def workspace_path(agent, path: str) -> Path:
+    target = inside_workspace(agent.workdir, path)
+    if target is None:
+        raise ToolError(f"{path} is outside the workspace {agent.workdir}. Use a path inside it.")
+    return target
+
+
+def run_bash(agent, command: str, timeout: int = BASH_TIMEOUT) -> str:
+    # A new session makes the command its own process group, so a timeout (or Ctrl-C)
+    # kills everything it started, not just the shell.
+    timeout = max(1, min(timeout, 600))
+    proc = subprocess.Popen(["bash", "-c", command], cwd=agent.workdir, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    captured = {"head": bytearray(), "tail": bytearray(), "total": 0}
+    reader = threading.Thread(target=_drain, args=(proc.stdout, captured), daemon=True)
+    reader.start()
+    try:
+        code = proc.wait(timeout=timeout)
+        timed_out = False
+    except subprocess.TimeoutExpired:
+        _kill_group(proc)
+        code, timed_out = proc.wait(), True
+    except KeyboardInterrupt:
+        _kill_group(proc)
+        raise
+    reader.join(timeout=2)  # a background child may keep the pipe open; do not wait for it
+    output = _captured_text(dict(captured, head=bytes(captured["head"]), tail=bytes(captured["tail"])))
+    if timed_out:
+        output += f"\n[timed out after {timeout}s; the command and its children were killed]"
+    elif code != 0:
+        output += f"\n[exit code {code}]"
+    return output.strip("\n") or "(no output)"
+
+
+def _drain(pipe, captured: dict) -> None:
+    while chunk := pipe.read1(65536):
+        captured["total"] += len(chunk)
+        room = BASH_OUTPUT_HEAD - len(captured["head"])
+        captured["head"] += chunk[:max(room, 0)]
+        if room < len(chunk):
+            captured["tail"] = (captured["tail"] + chunk[max(room, 0):])[-BASH_OUTPUT_TAIL:]
+
+
+def _captured_text(captured: dict) -> str:
+    head = captured["head"].decode("utf-8", "replace")
+    if not captured["tail"]:
+        return head
+    omitted = captured["total"] - len(captured["head"]) - len(captured["tail"])
+    tail = captured["tail"].decode("utf-8", "replace")
+    note = (f"\n[... {omitted:,} bytes of output omitted ({captured['total']:,} in all); "
+            "redirect the output to a file and read the part you need ...]\n")
+    return head + note + tail
+
+
+def _kill_group(proc) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def run_read_file(agent, path: str, offset: int = 1, limit: int = READ_DEFAULT_LINES) -> str:
+    target = workspace_path(agent, path)
+    if not target.is_file():
+        raise ToolError(f"{path} not found (or not a file). Call glob to list files.")
+    offset, limit = max(offset, 1), max(limit, 1)
+    with open(target, "rb") as f:
+        if b"\0" in f.read(8192):
+            raise ToolError(f"{path} is a binary file ({target.stat().st_size:,} bytes); read_file shows "
+                            "text only. Use bash (for example `file` or `xxd | head`) to inspect it.")
+        f.seek(0)
+        return _numbered_lines(f, path, offset, limit)
+
+
+def _numbered_lines(f, path: str, offset: int, limit: int) -> str:
+    # Reads line by line, so a 1 GB file costs only the lines asked for.
+    out, size, number = [], 0, 0
+    for number, raw in enumerate(f, start=1):
+        if number < offset:
+            continue
+        if number >= offset + limit or size > READ_MAX_CHARS:
+            out.append(f"[more lines follow; call read_file with offset={number} to continue]")
+            break
+        line = raw.decode("utf-8", "replace").rstrip("\r\n")
+        if len(line) > READ_MAX_LINE_CHARS:
+            line = line[:READ_MAX_LINE_CHARS] + f" [line cut at {READ_MAX_LINE_CHARS} chars]"
+        out.append(f"{number:>6}\t{line}")
+        size += len(line) + 8
+    if not out:
+        return f"(empty: {path} has {number} lines; offset {offset} is past the end)" if number \
+            else f"(empty file: {path})"
+    return "\n".join(out)
+
+
+def run_write_file(agent, path: str, content: str) -> str:
+    target = workspace_path(agent, path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(content, encoding="utf-8")
+    return f"Wrote {len(content.encode('utf-8')):,} bytes to {path}"
+
+
+def run_edit_file(agent, path: str, old_text: str, new_text: str) -> str:
+    target = workspace_path(agent, path)
+    if not target.is_file():
+        raise ToolError(f"{path} not found. Call glob to list files, or write_file to create it.")
+    try:
+        text = target.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise ToolError(f"{path} is not UTF-8 text; edit_file cannot change it safely. Use bash.")
+    count = text.count(old_text) if old_text else 0
+    if count != 1:
+        hint = "read the file again and copy the exact text (whitespace matters)" if count == 0 \
+            else "include more surrounding lines so it matches exactly once"
+        raise ToolError(f"old_text was found {count} times in {path}; it must occur exactly once: {hint}.")
+    target.write_text(text.replace(old_text, new_text, 1), encoding="utf-8")
+    return f"Edited {path}"
+
+
+def run_glob(agent, pattern: str, path: str = ".") -> str:
+    base = workspace_path(agent, path)
+    if Path(pattern).is_absolute() or ".." in Path(pattern).parts:
+        raise ToolError("glob patterns are relative to the workspace: drop the leading / and any '..'.")
+    root = agent.workdir.resolve()
+    matches = sorted(str(p.relative_to(root)) for p in base.glob(pattern)
+                     if p.resolve().is_relative_to(root) and ".git" not in p.relative_to(root).parts)
+    if not matches:
+        return f"No files match {pattern!r} under {path}."
+    shown = "\n".join(matches[:GLOB_MAX_RESULTS])
+    if len(matches) > GLOB_MAX_RESULTS:
+        shown += f"\n[showing {GLOB_MAX_RESULTS} of {len(matches)} matches; use a narrower pattern]"
+    return shown
+
+
+def run_todo_write(agent, items: list) -> str:
+    for n, item in enumerate(items):
+        problem = check_tool_input(TODO_ITEM_SCHEMA, item)
+        if problem or item["status"] not in ("pending", "in_progress", "completed"):
+            raise ToolError(f"item {n}: {problem or 'status must be pending, in_progress or completed'}")
+    if sum(item["status"] == "in_progress" for item in items) > 1:
+        raise ToolError("only one item may be in_progress at a time; mark the others pending or completed.")
+    todos = [{"content": i["content"], "status": i["status"]} for i in items]
+    changed = todos != agent.todos
+    agent.todos = todos
+    rendered = render_todos(todos)
+    if changed:
+        agent.say(rendered)
+    return rendered
+
+
+def render_todos(todos: list) -> str:
+    marks = {"pending": "[ ]", "in_progress": "[>]", "completed": "[x]"}
+    return "\n".join(f"{marks[t['status']]} {t['content']}" for t in todos) or "(todo list is empty)"
+
+
+def run_task(agent, prompt: str, description: str = "") -> str:
+    child = agent.subagent()
+    agent.say(f"[task] subagent started: {description or prompt[:60]}")
+    final = agent_loop(child, [{"role": "user", "content": [{"type": "text", "text": prompt}]}])
+    agent.say("[task] subagent finished")
+    return final or "(the subagent stopped without a final answer)"
+
+
+def run_load_skill(agent, name: str) -> str:
+    skill = agent.skills.get(name)
+    if skill is None:
+        raise ToolError(f"no skill named {name!r}. Available: {', '.join(agent.skills) or 'none'}.")
+    return f"<skill name=\"{name}\">\n{skill['body']}\n</skill>"
+
+
+def run_compact(agent, focus: str = "") -> str:
+    agent.pending_compact = focus or ""
+    return "Compaction will run after this batch of tool calls; the conversation continues from the summary."
+
+
+TOOL_HANDLERS = {"bash": run_bash, "read_file": run_read_file, "write_file": run_write_file,
+                 "edit_file": run_edit_file, "glob": run_glob, "todo_write": run_todo_write,
+                 "task": run_task, "load_skill": run_load_skill, "compact": run_compact}
+
+
+def discover_skills(folders: list) -> dict:
+    """Find skills/<name>/SKILL.md files; front matter gives name and description."""
+    skills = {}
+    for folder in folders:
+        for path in sorted(Path(folder).glob("*/SKILL.md")):
+            text = path.read_text(encoding="utf-8", errors="replace")
+            match = re.match(r"^---\s*\n(.*?)\n---\s*\n?(.*)$", text, re.S)
+            meta = dict(re.findall(r"^(\w+):\s*(.+?)\s*$", match.group(1), re.M)) if match else {}
+            name = meta.get("name", path.parent.name)
+            skills.setdefault(name, {"description": meta.get("description", ""),
+                                     "body": (match.group(2) if match else text).strip(), "path": path})
+    return skills
+
+
+# ---------------------------------------------------------------------------- hooks and permission
+
+HOOK_EVENTS = ("UserPromptSubmit", "PreToolUse", "PostToolUse", "Stop", "PreCompact", "PostCompact")
+
+DENY_PATTERNS = [r"\brm\s+-[a-zA-Z]*r[a-zA-Z]*f?\s+(/|~|\$HOME)(\s|$)", r"\bsudo\b", r"\bmkfs",
+                 r"\bdd\b.*\bof=/dev/", r"\b(shutdown|reboot|halt|poweroff)\b", r":\(\)\s*\{",
+                 r">\s*/dev/sd", r"\bchmod\s+-R\s+777\s+/(\s|$)"]
+CONFIRM_PATTERNS = [r"\brm\b", r"\bgit\s+push\b", r"\bgit\s+reset\s+--hard", r"\bgit\s+clean\b",
+                    r"\bgit\s+checkout\s+--\s", r"\bchmod\b", r"\bchown\b", r"\bkill(all)?\b",
+                    r"\btruncate\b", r"\bmv\b"]
+FILE_TOOLS = ("read_file", "write_file", "edit_file", "glob")
+
+
+def check_permission(name: str, args: dict, workdir: Path) -> tuple:
+    """Decide "allow", "deny" or "ask" for one tool call, with the reason."""
+    if name == "bash":
+        command = str(args.get("command", ""))
+        if any(re.search(p, command) for p in DENY_PATTERNS):
+            return "deny", f"`{command}` is on the deny list"
+        if any(re.search(p, command) for p in CONFIRM_PATTERNS):
+            return "ask", f"`{command}` can destroy work"
+    if name in FILE_TOOLS:
+        path = str(args.get("path", "."))
+        if inside_workspace(workdir, path) is None:
+            return "deny", f"{path} is outside the workspace {workdir}"
+    return "allow", ""
+
+
+def permission_hook(agent):
+    """The PreToolUse hook that asks check_permission and, for "ask", the person."""
+    def hook(event: dict):
+        decision, reason = check_permission(event["name"], event["input"], agent.workdir)
+        if decision == "allow":
+            return None
+        if decision == "ask":
+            allowed, why = agent.confirm(f"{event['name']}: {reason}. Allow?")
+            if allowed:
+                return None
+            reason = f"{reason} and {why}"
+        return {"deny": f"Permission denied: {reason}. Ask the user, or find a safer way."}
+    return hook
+
+
+def fire(agent, event: str, **payload) -> list:
+    """Run every hook for an event; return what they returned (None dropped)."""
+    return [r for hook in agent.hooks.get(event, []) if (r := hook(payload)) is not None]
+
+
+# ---------------------------------------------------------------------------- message helpers
+# History is a list of plain dicts in the API's wire format. These helpers read it.
+
+def blocks_of(message: dict) -> list:
+    content = message["content"]
+    return [{"type": "text", "text": content}] if isinstance(content, str) else content
+
+
+def has_tool_use(message: dict) -> bool:
+    return message["role"] == "assistant" and any(b.get("type") == "tool_use" for b in blocks_of(message))
+
+
+def is_tool_result_message(message: dict) -> bool:
+    return message["role"] == "user" and any(b.get("type") == "tool_result" for b in blocks_of(message))
+
+
+def result_text(block: dict) -> str:
+    content = block.get("content", "")
+    if isinstance(content, str):
+        return content
+    return "\n".join(part.get("text", "") for part in content if part.get("type") == "text")
+
+
+def is_request_block(block: dict) -> bool:
+    return block.get("type") == "text" and not block["text"].startswith(OUR_MARKERS)
+
+
+def current_request(messages: list) -> dict | None:
+    """The newest text block the user typed (our own markers are not requests)."""
+    for message in reversed(messages):
+        if message["role"] == "user":
+            for block in reversed(blocks_of(message)):
+                if is_request_block(block):
+                    return {"type": "text", "text": block["text"]}
+    return None
+
+
+def tool_names(messages: list) -> dict:
+    return {b["id"]: b["name"] for m in messages if m["role"] == "assistant"
+            for b in blocks_of(m) if b.get("type") == "tool_use"}
+
+
+def with_text(message: dict, *texts: str) -> dict:
+    """A copy of a user message with text blocks appended after its tool results."""
+    return {**message, "content": blocks_of(message) + [{"type": "text", "text": t} for t in texts]}
+
+
+def group_starts(messages: list) -> list:
+    """Indexes where the history may be cut: each assistant message starts a group with its results."""
+    return [i for i, m in enumerate(messages) if m["role"] == "assistant"]
+
+
+def estimate_text_tokens(text: str) -> int:
+    ascii_chars = len(text.encode("ascii", "ignore"))
+    return ascii_chars // CHARS_PER_TOKEN + (len(text) - ascii_chars) + 1
+
+
+def estimate_tokens(messages: list) -> int:
+    """A character-based estimate: ASCII at 4 characters a token, anything else one each."""
+    return sum(estimate_text_tokens(json.dumps(m, ensure_ascii=False)) for m in messages)
+
+
+def persisted_preview(path: Path, text: str, preview_chars: int) -> str:
+    # Fixed wording, so clearing the same content twice produces the same bytes.
+    return (f"{PERSISTED_TAG} path=\"{path}\" chars=\"{len(text)}\">\n"
+            f"This result was too large to keep in context. The full output is saved at {path}; "
+            f"read it (read_file with offset/limit) if you need more than this preview.\n"
+            f"Preview (first {preview_chars} characters):\n{text[:preview_chars]}\n</persisted-output>")
+
+
+def replace_result(block: dict, content: str) -> dict:
+    return {**block, "content": content}
+
+
+def preview_results(message: dict, preview_chars: int, save_output) -> dict:
+    """Persist every result in a message that is longer than a preview, keeping the preview."""
+    content = []
+    for block in blocks_of(message):
+        text = result_text(block) if block.get("type") == "tool_result" else ""
+        if len(text) > preview_chars and not text.startswith(PERSISTED_TAG):
+            block = replace_result(block, persisted_preview(save_output(block["tool_use_id"], text), text,
+                                                            preview_chars))
+        content.append(block)
+    return {**message, "content": content}
+
+
+# ---------------------------------------------------------------------------- the compaction layers
+
+def tool_result_budget(messages: list, *, max_chars: int, preview_chars: int, save_output) -> list:
+    """Keep the newest message's tool results under max_chars; the largest go to disk first."""
+    if not messages or not is_tool_result_message(messages[-1]):
+        return messages
+    last = messages[-1]
+    blocks = list(blocks_of(last))
+    sizes = {k: len(result_text(b)) for k, b in enumerate(blocks) if b.get("type") == "tool_result"}
+    total = sum(sizes.values())
+    if total <= max_chars:
+        return messages
+    for k in sorted(sizes, key=sizes.get, reverse=True):
+        text = result_text(blocks[k])
+        if total <= max_chars or text.startswith(PERSISTED_TAG):
+            continue
+        preview = persisted_preview(save_output(blocks[k]["tool_use_id"], text), text, preview_chars)
+        blocks[k] = replace_result(blocks[k], preview)
+        total -= sizes[k] - len(preview)
+    return messages[:-1] + [{**last, "content": blocks}]
+
+
+def snip_compact(messages: list, *, keep_head: int, keep_tail: int, save_messages) -> list:
+    """Drop the middle of a long history, never splitting a tool_use from its tool_result."""
+    if len(messages) <= keep_head + keep_tail:
+        return messages
+    starts = group_starts(messages)
+    # The head ends just before an assistant message, the tail begins with one: both
+    # cut points fall between a tool_result message and the next call, never inside a pair.
+    head_end = next((i for i in starts if i >= keep_head), None)
+    tail_start = next((i for i in reversed(starts) if i <= len(messages) - keep_tail), None)
+    if head_end is None or tail_start is None or tail_start <= head_end:
+        return messages
+    removed = messages[head_end:tail_start]
+    path = save_messages(removed, "snip")
+    head_last = messages[head_end - 1]
+    earlier = 0
+    kept_blocks = []
+    for block in blocks_of(head_last):
+        if block.get("type") == "text" and block["text"].startswith(SNIP_MARKER):
+            earlier += int(re.search(r"\d+", block["text"]).group())  # fold earlier snips into one marker
+        else:
+            kept_blocks.append(block)
+    marker = (f"{SNIP_MARKER} {earlier + len(removed)} messages from the middle of the conversation; "
+              f"the latest ones are saved in {path}]")
+    texts = [marker]
+    request = current_request(messages)
+    if request and current_request(messages[:head_end] + messages[tail_start:]) != request:
+        texts.append(request["text"])  # the user's current request stays visible verbatim
+    new_head_last = with_text({**head_last, "content": kept_blocks}, *texts)
+    return messages[:head_end - 1] + [new_head_last] + messages[tail_start:]
+
+
+def micro_compact(messages: list, *, keep_recent: int, min_chars: int, save_output) -> list:
+    """Replace all but the newest tool results with a pointer to their saved copy."""
+    positions = [(i, k) for i, m in enumerate(messages) if is_tool_result_message(m)
+                 for k, b in enumerate(blocks_of(m)) if b.get("type") == "tool_result"]
+    protected = set(positions[-keep_recent:]) if keep_recent else set()
+    if messages and is_tool_result_message(messages[-1]):
+        # results in the last message have not been seen by the model yet
+        protected |= {(i, k) for i, k in positions if i == len(messages) - 1}
+    names = None
+    changed = {}
+    for i, k in positions:
+        block = blocks_of(changed.get(i, messages[i]))[k]
+        text = result_text(block)
+        if (i, k) in protected or len(text) <= min_chars or text.startswith(PLACEHOLDER_PREFIX):
+            continue
+        names = names or tool_names(messages)
+        saved = re.match(rf'{PERSISTED_TAG} path="([^"]+)"', text)
+        path = saved.group(1) if saved else save_output(block["tool_use_id"], text)
+        placeholder = (f"{PLACEHOLDER_PREFIX} ({names.get(block['tool_use_id'], 'tool')}) cleared to save "
+                       f"context. Full output: {path}. Read that file if you need it again.]")
+        blocks = list(blocks_of(changed.get(i, messages[i])))
+        blocks[k] = replace_result(block, placeholder)
+        changed[i] = {**messages[i], "content": blocks}
+    if not changed:
+        return messages
+    return [changed.get(i, m) for i, m in enumerate(messages)]
+
+
+def compact_history(messages: list, *, summarize, save_messages, save_output, preview_chars: int) -> list:
+    """Replace the history with an LLM summary; keep the tool calls in flight and the request."""
+    summary = summarize(messages)
+    path = save_messages(messages, "compact")
+    tail = []
+    if messages and is_tool_result_message(messages[-1]) and len(messages) >= 2:
+        # mid-turn: keep the last call and its results, so the model carries on from there
+        tail = [messages[-2], preview_results(messages[-1], preview_chars, save_output)]
+    return rebuild_after_summary(COMPACT_MARKER, summary, path, messages, tail)
+
+
+def rebuild_after_summary(marker: str, summary: str, path: Path, messages: list, tail: list) -> list:
+    """Summary first, then the request still being worked on (verbatim), then the kept tail."""
+    header = (f"{marker}: the earlier conversation was summarized to free context. "
+              f"The full transcript is saved at {path}.]\n\n{summary}")
+    first = {"role": "user", "content": [{"type": "text", "text": header}]}
+    request = current_request(messages)
+    in_flight = messages and messages[-1]["role"] == "user"  # a finished turn has no pending request
+    if request and in_flight and current_request(tail) != request:
+        first["content"].append(request)
+    return [first] + tail
+
+
+def reactive_compact(messages: list, *, summarize, save_messages, save_output, preview_chars: int,
+                     tail_tokens: int) -> list:
+    """After "prompt is too long": summary plus only as many recent groups as fit in tail_tokens."""
+    path = save_messages(messages, "reactive")
+    summary = summarize(messages) or ("(No summary could be made. Ask the user what to continue "
+                                      "with, or read the transcript file.)")
+    starts = group_starts(messages)
+    tail_start = len(messages)
+    size = 0
+    for start in reversed(starts):
+        size += estimate_tokens(messages[start:tail_start])
+        if size > tail_tokens and tail_start < len(messages):
+            break
+        tail_start = start
+    tail = [preview_results(m, preview_chars, save_output) if m["role"] == "user" else m
+            for m in messages[tail_start:]]
+    return rebuild_after_summary(REACTIVE_MARKER, summary, path, messages, tail)
+
+
+# ---------------------------------------------------------------------------- the summary call
+
+SUMMARY_SYSTEM = ("You write the working summary that will replace an agent's conversation history. "
+                  "Answer with text only; do not call any tools.")
+SUMMARY_INSTRUCTIONS = """Summarize the conversation below so that the agent can continue the work with
+nothing but your summary. Keep:
+- the user's goal, and every explicit constraint or preference, in their words where short;
+- decisions made and why;
+- files read, created or changed, with their paths, and the code that matters;
+- commands that mattered and what they showed; errors and how they were fixed;
+- what is finished, what remains, and the next step.
+Be specific; leave out chatter. Write the summary inside <summary></summary>."""
+
+
+class SummaryError(Exception):
+    """The summary call failed or returned nothing usable."""
+
+
+def render_for_summary(messages: list, max_tokens: int) -> str:
+    """The conversation as plain text, newest kept when it has to be cut to fit."""
+    names = tool_names(messages)
+    lines = []
+    for message in messages:
+        for block in blocks_of(message):
+            kind = block.get("type")
+            if kind == "text":
+                lines.append(f"{message['role'].upper()}: {block['text']}")
+            elif kind == "tool_use":
+                lines.append(f"TOOL CALL {block['name']}: {json.dumps(block['input'], ensure_ascii=False)[:1500]}")
+            elif kind == "tool_result":
+                flag = " (error)" if block.get("is_error") else ""
+                name = names.get(block["tool_use_id"], "tool")
+                lines.append(f"TOOL RESULT {name}{flag}: {result_text(block)[:PREVIEW_CHARS]}")
+    kept, used = [], 0
+    for line in reversed(lines):
+        used += estimate_text_tokens(line)
+        if used > max_tokens:
+            kept.append(f"[... {len(lines) - len(kept)} earlier entries omitted to fit ...]")
+            break
+        kept.append(line)
+    return "\n\n".join(reversed(kept))
+
+
+def extract_summary(text: str) -> str:
+    text = re.sub(r"<analysis>.*?</analysis>", "", text, flags=re.S)
+    match = re.search(r"<summary>(.*?)(</summary>|$)", text, re.S)
+    return (match.group(1) if match else text).strip()
+
+
+def summarize_with_model(agent, messages: list, focus: str = "") -> str:
+    """One model call that turns the history into a summary; raises SummaryError."""
+    settings = agent.settings
+    budget = settings.window - settings.summary_max_tokens - estimate_text_tokens(SUMMARY_INSTRUCTIONS) - 500
+    for attempt in range(3):  # each retry after "too long" halves the conversation it sends
+        prompt = SUMMARY_INSTRUCTIONS + (f"\n\nFocus especially on: {focus}" if focus else "")
+        prompt += f"\n\n<conversation>\n{render_for_summary(messages, budget >> attempt)}\n</conversation>"
+        try:
+            reply = agent.client.messages.create(
+                model=settings.model, max_tokens=settings.summary_max_tokens, system=SUMMARY_SYSTEM,
+                messages=[{"role": "user", "content": prompt}])
+        except anthropic.BadRequestError as err:
+            if is_prompt_too_long(err):
+                continue
+            raise SummaryError(api_error_text(err)) from err
+        except anthropic.APIError as err:
+            raise SummaryError(api_error_text(err)) from err
+        summary = extract_summary("".join(b.text for b in reply.content if b.type == "text"))
+        if not summary:
+            raise SummaryError("the model returned an empty summary")
+        return summary
+    raise SummaryError("the conversation is too long to summarize even after cutting it down")
+
+
+def is_prompt_too_long(err: Exception) -> bool:
+    body = getattr(err, "body", None)
+    message = body.get("error", {}).get("message", "") if isinstance(body, dict) else ""
+    return getattr(err, "status_code", None) == 400 and message.startswith("prompt is too long")
+
+
+def api_error_text(err: Exception) -> str:
+    body = getattr(err, "body", None)
+    if isinstance(body, dict) and isinstance(body.get("error"), dict):
+        return f"{getattr(err, 'status_code', '')} {body['error'].get('type')}: {body['error'].get('message')}"
+    if isinstance(err, anthropic.APIConnectionError):
+        return f"cannot reach the API ({err.__cause__ or err}); check ANTHROPIC_BASE_URL and the network"
+    return str(err)
+
+
+# ---------------------------------------------------------------------------- the agent
+
+@dataclass
+class Agent:
+    """What one agent loop needs: the client, the settings, the workspace, and session state."""
+    client: object
+    settings: Settings
+    workdir: Path
+    system: str
+    tools: list
+    skills: dict = field(default_factory=dict)
+    hooks: dict = field(default_factory=dict)
+    confirm: object = None          # confirm(question) -> (allowed, reason)
+    out: object = print
+    label: str = ""
+    max_steps: int = MAX_STEPS_PER_TURN
+    todos: list = field(default_factory=list)
+    pending_compact: str | None = None
+    summary_failures: int = 0
+    breaker_announced: bool = False
+    disk_warned: bool = False
+    stats: dict = field(default_factory=dict)
+    last_usage: dict = field(default_factory=dict)
+
+    @property
+    def transcripts(self) -> Path:
+        return self.workdir / TRANSCRIPT_DIR
+
+    @property
+    def outputs(self) -> Path:
+        return self.workdir / TOOL_RESULTS_DIR
+
+    def say(self, text: str) -> None:
+        prefix = f"  [{self.label}] " if self.label else ""
+        self.out(prefix + text.replace("\n", "\n" + prefix) if prefix else text)
+
+    def subagent(self) -> "Agent":
+        tools = [t for t in self.tools if t["name"] != "task"]
+        return replace(self, tools=tools, label="task", max_steps=SUBAGENT_MAX_STEPS, todos=[],
+                       pending_compact=None, stats=self.stats, last_usage={})
+
+    def overhead_tokens(self) -> int:
+        return estimate_text_tokens(self.system + json.dumps(self.tools))
+
+
+def build_system_prompt(workdir: Path, skills: dict) -> str:
+    listed = "\n".join(f"- {name}: {s['description']}" for name, s in skills.items()) or "(none)"
+    return (f"You are a coding agent working in {workdir}. Use the tools to inspect and change files "
+            "and to run commands; keep going until the user's request is done, then answer briefly.\n"
+            "Long conversations are compacted: old tool results become pointers to files under "
+            f"{TOOL_RESULTS_DIR}/ and old messages are summarized. Read those files again when you "
+            "need the details. Call compact yourself when you finish a phase of work.\n"
+            f"Skills (load one with load_skill before using it):\n{listed}")
+
+
+# ---------------------------------------------------------------------------- running the pipeline
+
+LAYER_VERBS = {"tool_result_budget": "large results → disk + preview",
+               "snip_compact": "middle messages snipped",
+               "micro_compact": "old results → placeholders",
+               "compact_history": "messages → summary",
+               "reactive_compact": "messages → summary + recent tail"}
+
+
+def count_changes(name: str, before: list, after: list) -> int:
+    if name in ("compact_history", "reactive_compact"):
+        return len(before)
+    if name == "snip_compact":
+        return len(before) - len(after) + 1
+    return sum(1 for b, a in zip(before, after) if b is not a for x, y in zip(blocks_of(b), blocks_of(a))
+               if x is not y)
+
+
+def run_layer(agent, name: str, layer, messages: list) -> list:
+    """Run one layer with savers that write into the workspace; report what it did."""
+    written = []
+
+    def save_output(tool_use_id: str, text: str) -> Path:
+        path = save_tool_output(agent.outputs, tool_use_id, text).relative_to(agent.workdir)
+        written.append(str(path.parent) + "/")
+        return path
+
+    def save_messages(removed: list, kind: str) -> Path:
+        path = save_transcript(agent.transcripts, removed, kind).relative_to(agent.workdir)
+        written.append(str(path))
+        return path
+
+    try:
+        result = layer(messages, save_output, save_messages)
+    except OSError as err:
+        # nothing may be removed unless it is on disk: keep the history as it is
+        if not agent.disk_warned:
+            agent.say(f"[{name}] cannot save to disk ({err}); keeping content in context instead.")
+            agent.disk_warned = True
+        return messages
+    if result is messages:
+        return messages
+    saved = estimate_tokens(messages) - estimate_tokens(result)
+    agent.stats[name] = agent.stats.get(name, 0) + 1
+    where = f" (saved to {', '.join(dict.fromkeys(written))})" if written else ""
+    agent.say(f"[{name}] {count_changes(name, messages, result)} {LAYER_VERBS[name]}, "
+              f"−{format_tokens(saved)} tokens{where}")
+    return result
+
+
+def format_tokens(n: int) -> str:
+    return f"{n / 1000:.1f}k" if abs(n) >= 1000 else str(n)
+
+
+def summarizer(agent, focus: str = ""):
+    return lambda messages: summarize_with_model(agent, messages, focus)
+
+
+def run_compact_history(agent, messages: list, focus: str = "") -> list:
+    """compact_history with its hooks and the circuit breaker's bookkeeping."""
+    for extra in fire(agent, "PreCompact", messages=messages, focus=focus):
+        focus = " ".join(filter(None, [focus, extra.get("instructions", "")]))
+    s = agent.settings
+    try:
+        result = run_layer(agent, "compact_history", lambda m, save_output, save_messages: compact_history(
+            m, summarize=summarizer(agent, focus), save_messages=save_messages, save_output=save_output,
+            preview_chars=s.preview_chars), messages)
+    except SummaryError as err:
+        agent.summary_failures += 1
+        agent.say(f"[compact_history] summary failed ({agent.summary_failures}/"
+                  f"{MAX_CONSECUTIVE_SUMMARY_FAILURES}): {err}")
+        return messages
+    if result is not messages:
+        agent.summary_failures = 0
+        agent.breaker_announced = False
+        fire(agent, "PostCompact", messages=result, summary=blocks_of(result[0])[0]["text"])
+    return result
+
+
+def breaker_open(agent) -> bool:
+    if agent.summary_failures < MAX_CONSECUTIVE_SUMMARY_FAILURES:
+        return False
+    if not agent.breaker_announced:
+        agent.say(f"[compact_history] {MAX_CONSECUTIVE_SUMMARY_FAILURES} summaries failed in a row; "
+                  "not trying again this session (/compact still can). Cheap layers continue.")
+        agent.breaker_announced = True
+    return True
+
+
+def compact_pipeline(agent, messages: list) -> list:
+    """The four layers in order: cheap ones always, the summary only when still over the threshold."""
+    s = agent.settings
+    # Budget runs first: micro_compact would otherwise replace a huge new result before it was saved.
+    messages = run_layer(agent, "tool_result_budget", lambda m, save_output, _: tool_result_budget(
+        m, max_chars=s.budget_chars, preview_chars=s.preview_chars, save_output=save_output), messages)
+    messages = run_layer(agent, "snip_compact", lambda m, _, save_messages: snip_compact(
+        m, keep_head=SNIP_KEEP_HEAD, keep_tail=SNIP_KEEP_TAIL, save_messages=save_messages), messages)
+    messages = run_layer(agent, "micro_compact", lambda m, save_output, _: micro_compact(
+        m, keep_recent=KEEP_RECENT_TOOL_RESULTS, min_chars=MICRO_COMPACT_MIN_CHARS,
+        save_output=save_output), messages)
+    if context_tokens(agent, messages) > s.threshold and not breaker_open(agent):
+        messages = run_compact_history(agent, messages)
+    return messages
+
+
+def run_reactive_compact(agent, messages: list) -> list:
+    s = agent.settings
+
+    def summarize_or_none(m):
+        if breaker_open(agent):
+            return None
+        try:
+            return summarize_with_model(agent, m)
+        except SummaryError as err:
+            agent.summary_failures += 1
+            agent.say(f"[reactive_compact] summary failed ({err}); keeping recent messages only")
+            return None
+
+    return run_layer(agent, "reactive_compact", lambda m, save_output, save_messages: reactive_compact(
+        m, summarize=summarize_or_none, save_messages=save_messages, save_output=save_output,
+        preview_chars=s.preview_chars, tail_tokens=int(s.threshold * REACTIVE_TAIL_SHARE)), messages)
+
+
+def context_tokens(agent, messages: list) -> int:
+    return agent.overhead_tokens() + estimate_tokens(messages)
+
+
+# ---------------------------------------------------------------------------- the agent loop
+
+def call_model(agent, messages: list) -> dict:
+    """One streamed model call; text is printed as it arrives; returns the assistant message."""
+    printed = False
+    with agent.client.messages.stream(model=agent.settings.model, max_tokens=agent.settings.max_output,
+                                      system=agent.system, tools=agent.tools, messages=messages) as stream:
+        for chunk in stream.text_stream:
+            if not agent.label:
+                agent.out(chunk, end="", flush=True)
+                printed = True
+        final = stream.get_final_message()
+    if printed:
+        agent.out()
+    agent.last_usage = final.usage.model_dump(exclude_none=True)
+    return {"role": "assistant", "content": plain_blocks(final.content)}
+
+
+def plain_blocks(content) -> list:
+    """SDK blocks → the wire format's dicts; empty text blocks are dropped (the API rejects them)."""
+    blocks = []
+    for block in content:
+        if block.type == "text":
+            if block.text.strip():
+                blocks.append({"type": "text", "text": block.text})
+        elif block.type == "tool_use":
+            blocks.append({"type": "tool_use", "id": block.id, "name": block.name, "input": block.input})
+        else:
+            blocks.append(block.model_dump(mode="json", exclude_none=True))
+    return blocks or [{"type": "text", "text": "(no reply)"}]
+
+
+def preview(text: str, width: int = 100) -> str:
+    line = " ".join(str(text).split())
+    return line if len(line) <= width else line[:width - 1] + "…"
+
+
+def run_tool(agent, block: dict) -> dict:
+    """Run one tool call through the hooks; always returns a tool_result block."""
+    name, args = block["name"], block["input"]
+    agent.say(f"> {name}: {preview(json.dumps(args, ensure_ascii=False), 90)}")
+    schema = next((t["input_schema"] for t in agent.tools if t["name"] == name), None)
+    if schema is None:
+        output, failed = (f"Error: unknown tool '{name}'. Available tools: "
+                          f"{', '.join(t['name'] for t in agent.tools)}."), True
+    elif problem := check_tool_input(schema, args):
+        output, failed = f"Error: {name} was called wrongly: {problem}. Call it again with valid input.", True
+    elif denied := [r["deny"] for r in fire(agent, "PreToolUse", name=name, input=args) if "deny" in r]:
+        output, failed = denied[0], True
+    else:
+        try:
+            output, failed = TOOL_HANDLERS[name](agent, **args), False
+        except ToolError as err:
+            output, failed = f"Error: {err}", True
+        except (OSError, ValueError, anthropic.APIError) as err:
+            output, failed = f"Error: {name} failed: {type(err).__name__}: {err}", True
+        fire(agent, "PostToolUse", name=name, input=args, output=output, is_error=failed)
+    agent.say(f"  {'✗' if failed else '<'} {preview(output)}")
+    result = {"type": "tool_result", "tool_use_id": block["id"], "content": output}
+    return {**result, "is_error": True} if failed else result
+
+
+def run_tool_batch(agent, tool_uses: list) -> tuple:
+    """Run every call in order. On Ctrl-C the rest are answered as interrupted."""
+    results = []
+    try:
+        for block in tool_uses:
+            results.append(run_tool(agent, block))
+        return results, False
+    except KeyboardInterrupt:
+        for block in tool_uses[len(results):]:
+            results.append({"type": "tool_result", "tool_use_id": block["id"], "is_error": True,
+                            "content": "Interrupted by the user before this finished."})
+        return results, True
+
+
+def agent_loop(agent, messages: list) -> str | None:
+    """One user turn: compact, call the model, run its tools, repeat until it stops calling tools."""
+    reactive_retries = 0
+    for _ in range(agent.max_steps):
+        messages[:] = compact_pipeline(agent, messages)
+        try:
+            reply = call_model(agent, messages)
+        except anthropic.BadRequestError as err:
+            if not is_prompt_too_long(err) or reactive_retries >= MAX_REACTIVE_RETRIES:
+                raise
+            reactive_retries += 1
+            messages[:] = run_reactive_compact(agent, messages)
+            continue
+        messages.append(reply)
+        tool_uses = [b for b in reply["content"] if b.get("type") == "tool_use"]
+        if not tool_uses:
+            final = "\n".join(b["text"] for b in reply["content"] if b.get("type") == "text")
+            fire(agent, "Stop", messages=messages, final=final)
+            return final
+        results, interrupted = run_tool_batch(agent, tool_uses)
+        messages.append({"role": "user", "content": results})
+        if interrupted:
+            raise KeyboardInterrupt
+        if agent.pending_compact is not None:
+            focus, agent.pending_compact = agent.pending_compact, None
+            messages[:] = run_compact_history(agent, messages, focus)
+    agent.say(f"[stopped after {agent.max_steps} model calls in one turn; send a message to continue]")
+    return None
+
+
+# ---------------------------------------------------------------------------- the REPL
+
+HELP = """Commands:
+  /compact [focus]  summarize the conversation now; the focus text steers the summary
+  /context          what fills the context, and how close it is to auto-compact
+  /help             this text
+  q, exit, quit     leave (so does end of input)"""
+
+
+def add_user_text(messages: list, text: str) -> None:
+    """Append the user's words; after an interruption they join the pending user message."""
+    if messages and messages[-1]["role"] == "user":
+        messages[-1] = with_text(messages[-1], text)
+    else:
+        messages.append({"role": "user", "content": [{"type": "text", "text": text}]})
+
+
+def context_report(agent, messages: list) -> str:
+    s = agent.settings
+    parts = {"system prompt + tools": agent.overhead_tokens(), "user text": 0, "assistant text": 0,
+             "tool calls": 0, "tool results": 0}
+    for message in messages:
+        for block in blocks_of(message):
+            kind = {"text": f"{message['role']} text", "tool_use": "tool calls",
+                    "tool_result": "tool results"}.get(block.get("type"), "tool results")
+            parts[kind] += estimate_text_tokens(json.dumps(block, ensure_ascii=False))
+    total = sum(parts.values())
+    lines = [f"Context: {len(messages)} messages, ~{format_tokens(total)} tokens of a "
+             f"{format_tokens(s.window)} window ({100 * total // s.window}%)"]
+    lines += [f"  {name:<22}{format_tokens(n):>8}" for name, n in parts.items()]
+    lines.append(f"Auto-compact above {format_tokens(s.threshold)} tokens (window − {format_tokens(s.max_output)} "
+                 f"output − {format_tokens(s.window - s.max_output - s.threshold)} buffer): "
+                 f"{format_tokens(max(s.threshold - total, 0))} to go")
+    lines.append(f"Tool results per message: {s.budget_chars:,} chars; snip above "
+                 f"{SNIP_KEEP_HEAD + SNIP_KEEP_TAIL} messages; micro_compact keeps the newest "
+                 f"{KEEP_RECENT_TOOL_RESULTS} results")
+    done = ", ".join(f"{name} {agent.stats.get(name, 0)}" for name in LAYER_VERBS)
+    lines.append(f"Compactions so far: {done}")
+    if agent.last_usage:
+        lines.append(f"Last API usage: {agent.last_usage.get('input_tokens', 0)} input tokens, "
+                     f"{agent.last_usage.get('output_tokens', 0)} output tokens")
+    return "\n".join(lines)
+
+
+def handle_command(agent, messages: list, line: str) -> None:
+    command, _, argument = line.partition(" ")
+    if command == "/help":
+        agent.say(HELP)
+    elif command == "/context":
+        agent.say(context_report(agent, messages))
+    elif command == "/compact":
+        if not messages:
+            agent.say("Nothing to compact yet.")
+            return
+        messages[:] = run_compact_history(agent, messages, argument.strip())
+    else:
+        agent.say(f"Unknown command {command}. Type /help for the list.")
+
+
+def run_turn(agent, messages: list, prompt: str) -> None:
+    blocked = [r["block"] for r in fire(agent, "UserPromptSubmit", prompt=prompt) if "block" in r]
+    if blocked:
+        agent.say(f"(prompt blocked by a hook: {blocked[0]})")
+        return
+    add_user_text(messages, prompt)
+    try:
+        agent_loop(agent, messages)
+    except KeyboardInterrupt:
+        agent.say("\n(interrupted; the conversation is kept, type your next message)")
+    except anthropic.APIError as err:
+        hint = " The context is still too long: try /compact." if is_prompt_too_long(err) else ""
+        agent.say(f"API error: {api_error_text(err)}.{hint}")
+
+
+def read_line(interactive: bool) -> str | None:
+    if interactive:
+        return input("s08 >> ")
+    line = sys.stdin.readline()
+    return line if line else None
+
+
+def repl(agent, interactive: bool) -> int:
+    messages: list = []
+    interrupts = 0
+    while True:
+        try:
+            line = read_line(interactive)
+        except EOFError:
+            line = None
+        except KeyboardInterrupt:
+            interrupts += 1
+            if interrupts >= 2:
+                return 0
+            agent.say("\n(press Ctrl-C again, or type q, to quit)")
+            continue
+        if line is None:
+            return 0
+        interrupts = 0
+        line = line.strip()
+        if line in ("q", "exit", "quit"):
+            return 0
+        if not line:
+            continue
+        if line.startswith("/"):
+            handle_command(agent, messages, line)
+        else:
+            run_turn(agent, messages, line)
+
+
+def terminal_confirm(interactive: bool):
+    def confirm(question: str) -> tuple:
+        if not interactive:
+            return False, "no one could confirm it (standard input is not a terminal)"
+        try:
+            answer = input(f"{question} [y/N] ").strip().lower()
+        except (EOFError, KeyboardInterrupt):
+            answer = ""
+        return (True, "") if answer in ("y", "yes") else (False, "the user said no")
+    return confirm
+
+
+SETUP_HELP = """{problem}
+Copy .env.example to .env and fill in ANTHROPIC_API_KEY and MODEL_ID (and
+ANTHROPIC_BASE_URL for an Anthropic-compatible endpoint), or export them in
+your shell. See README.md, section "Set up"."""
+
+
+def load_configuration() -> None:
+    from dotenv import load_dotenv  # imported here so that importing this file does no work
+    load_dotenv(Path.cwd() / ".env")
+    load_dotenv(Path(__file__).resolve().parent.parent / ".env")
+
+
+def context_window(client, model: str) -> int:
+    """CONTEXT_WINDOW if set, else the Models API's max_input_tokens, else the default."""
+    configured = os.getenv("CONTEXT_WINDOW", "").strip()
+    if configured:
+        if not configured.isdigit() or int(configured) < MIN_CONTEXT_WINDOW:
+            raise ValueError(f"CONTEXT_WINDOW={configured!r} must be a whole number of tokens, "
+                             f"at least {MIN_CONTEXT_WINDOW}.")
+        return int(configured)
+    try:
+        info = client.with_options(max_retries=0, timeout=10).models.retrieve(model)
+        return int(getattr(info, "max_input_tokens", None) or DEFAULT_CONTEXT_WINDOW)
+    except anthropic.APIError:
+        return DEFAULT_CONTEXT_WINDOW
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description="s08: a coding agent with context compaction. "
+                                     "Run it in the folder the agent should work in.")
+    parser.parse_args(argv)
+    load_configuration()
+    missing = [name for name in ("ANTHROPIC_API_KEY", "MODEL_ID") if not os.getenv(name)]
+    if missing:
+        print(SETUP_HELP.format(problem=f"{' and '.join(missing)} not set."), file=sys.stderr)
+        return 2
+    model = os.environ["MODEL_ID"]
+    client = anthropic.Anthropic()
+    try:
+        settings = Settings.for_window(model, context_window(client, model))
+    except ValueError as err:
+        print(SETUP_HELP.format(problem=str(err)), file=sys.stderr)
+        return 2
+    workdir = Path.cwd()
+    skills = discover_skills([workdir / "skills", Path(__file__).resolve().parent / "skills"])
+    interactive = sys.stdin.isatty()
+    sys.stdout.reconfigure(line_buffering=True)  # piped output appears line by line
+    agent = Agent(client=client, settings=settings, workdir=workdir, tools=TOOLS, skills=skills,
+                  system=build_system_prompt(workdir, skills), confirm=terminal_confirm(interactive))
+    agent.hooks = {event: [] for event in HOOK_EVENTS}
+    agent.hooks["PreToolUse"].append(permission_hook(agent))
+    if interactive:
+        import readline  # noqa: F401  (arrow keys and history at the prompt)
+        print(f"s08 context compact · {model} · window {format_tokens(settings.window)} tokens · "
+              f"workspace {workdir}\nType /help for commands, q to quit.")
+    return repl(agent, interactive)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
