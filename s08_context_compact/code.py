@@ -233,7 +233,7 @@ def run_bash(agent, command: str, timeout: int = BASH_TIMEOUT) -> str:
         _kill_group(proc)
         raise
     reader.join(timeout=2)  # a background child may keep the pipe open; do not wait for it
-    output = _captured_text(dict(captured, head=bytes(captured["head"]), tail=bytes(captured["tail"])))
+    output = _captured_text(dict(captured, head=bytes(captured["head"]), tail=bytes(captured["tail"]))).rstrip("\n")
     if timed_out:
         output += f"\n[timed out after {timeout}s; the command and its children were killed]"
     elif code != 0:

@@ -1,0 +1,164 @@
+"""Shared fixtures: no network but loopback, code.py loaded by path, a fake API, an agent."""
+
+import importlib.util
+import ipaddress
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import anthropic
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+from fake_anthropic import FakeAnthropic  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+CODE = ROOT / "s08_context_compact" / "code.py"
+
+
+# ---------------------------------------------------------------- no network
+
+_real_connect = socket.socket.connect
+
+
+def _loopback_only(self, address):
+    host = address[0] if isinstance(address, tuple) else address
+    try:
+        allowed = self.family == socket.AF_UNIX or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        allowed = host == "localhost"
+    if not allowed:
+        raise OSError(f"tests may not reach the network ({host})")
+    return _real_connect(self, address)
+
+
+socket.socket.connect = _loopback_only
+
+
+# ---------------------------------------------------------------- the module under test
+
+def load_code():
+    spec = importlib.util.spec_from_file_location("s08_code", CODE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="session")
+def s08():
+    return load_code()
+
+
+@pytest.fixture
+def fake():
+    with FakeAnthropic() as server:
+        yield server
+
+
+@pytest.fixture
+def workspace(tmp_path):
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    return ws
+
+
+class Printed(list):
+    """Collects what the agent prints, as one string per call."""
+
+    def __call__(self, *parts, end="\n", flush=False):
+        self.append(" ".join(str(p) for p in parts) + end)
+
+    @property
+    def text(self) -> str:
+        return "".join(self)
+
+
+@pytest.fixture
+def make_agent(s08, fake, workspace):
+    """Build an Agent wired to the fake server, as main() would, with printing captured."""
+    def build(window=200_000, confirm=None, server=None, **overrides):
+        server = server or fake
+        client = anthropic.Anthropic(api_key="test", base_url=server.url, max_retries=0)
+        skills = s08.discover_skills([workspace / "skills", CODE.parent / "skills"])
+        agent = s08.Agent(client=client, settings=s08.Settings.for_window("claude-test", window),
+                          workdir=workspace, system=s08.build_system_prompt(workspace, skills),
+                          tools=s08.TOOLS, skills=skills, out=Printed(),
+                          confirm=confirm or (lambda q: (False, "no one could confirm it (test)")),
+                          **overrides)
+        agent.hooks = {event: [] for event in s08.HOOK_EVENTS}
+        agent.hooks["PreToolUse"].append(s08.permission_hook(agent))
+        return agent
+    return build
+
+
+# ---------------------------------------------------------------- running the CLI
+
+def cli_env(fake, **extra):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ANTHROPIC_")}
+    env.update(ANTHROPIC_API_KEY="test", ANTHROPIC_BASE_URL=fake.url if fake else "http://127.0.0.1:9",
+               MODEL_ID="claude-test", PYTHONUNBUFFERED="1")
+    env.pop("CONTEXT_WINDOW", None)
+    env.update({k: str(v) for k, v in extra.items()})
+    return env
+
+
+def run_cli(fake, workspace, stdin: str, timeout=60, **env):
+    return subprocess.run([sys.executable, str(CODE)], input=stdin, text=True, capture_output=True,
+                          cwd=workspace, env=cli_env(fake, **env), timeout=timeout)
+
+
+# ---------------------------------------------------------------- invariants
+
+def blocks(message):
+    content = message["content"]
+    return [{"type": "text", "text": content}] if isinstance(content, str) else content
+
+
+def invariant_problems(messages, request_text=None):
+    """Everything wrong with a history, as the real API and this chapter's rules see it."""
+    problems = []
+    if not messages:
+        return ["history is empty"]
+    if messages[0]["role"] != "user":
+        problems.append("first message is not a user message")
+    for i, message in enumerate(messages):
+        if i and message["role"] == messages[i - 1]["role"]:
+            problems.append(f"messages {i - 1} and {i} have the same role")
+        content = blocks(message)
+        kinds = [b.get("type") for b in content]
+        if "tool_result" in kinds:
+            last_result = max(k for k, kind in enumerate(kinds) if kind == "tool_result")
+            if any(kind != "tool_result" for kind in kinds[:last_result]):
+                problems.append(f"message {i}: a block comes before a tool_result")
+        results = [b["tool_use_id"] for b in content if b.get("type") == "tool_result"]
+        previous = blocks(messages[i - 1]) if i else []
+        offered = [b["id"] for b in previous if b.get("type") == "tool_use"] if i and messages[i - 1]["role"] == "assistant" else []
+        if message["role"] == "user" and sorted(results) != sorted(offered):
+            problems.append(f"message {i}: results {results} do not answer calls {offered}")
+        for b in content:
+            if b.get("type") == "text" and not b["text"].strip():
+                problems.append(f"message {i}: empty text block")
+        json.loads(json.dumps(message))
+    if messages[-1]["role"] == "assistant" and any(b.get("type") == "tool_use" for b in blocks(messages[-1])):
+        problems.append("last message has unanswered tool calls")
+    if request_text is not None:
+        texts = [b["text"] for m in messages if m["role"] == "user" for b in blocks(m) if b.get("type") == "text"]
+        if request_text not in texts:
+            problems.append("the current request is not visible verbatim")
+    return problems
+
+
+def assert_valid(messages, request_text=None):
+    problems = invariant_problems(messages, request_text)
+    assert not problems, problems
+
+
+def assert_requests_valid(fake):
+    """Nothing the program sent was rejected, and every request alternates roles."""
+    assert fake.rejections == [] or all(r.startswith("prompt is too long") for r in fake.rejections), fake.rejections
+    for body in fake.valid_requests:
+        roles = [m["role"] for m in body["messages"]]
+        assert all(a != b for a, b in zip(roles, roles[1:])), roles

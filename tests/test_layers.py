@@ -1,0 +1,267 @@
+"""The compaction layers called directly with literal histories: no fakes needed."""
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import assert_valid, blocks
+
+
+def user(text):
+    return {"role": "user", "content": [{"type": "text", "text": text}]}
+
+
+def call(*ids, name="read_file"):
+    return {"role": "assistant", "content": [{"type": "tool_use", "id": i, "name": name, "input": {"path": f"{i}.txt"}}
+                                             for i in ids]}
+
+
+def results(*pairs):
+    return {"role": "user", "content": [{"type": "tool_result", "tool_use_id": i, "content": text} for i, text in pairs]}
+
+
+def answer(text="ok"):
+    return {"role": "assistant", "content": [{"type": "text", "text": text}]}
+
+
+def pairs(count, size=500, start=0):
+    history = []
+    for n in range(start, start + count):
+        history += [call(f"t{n}"), results((f"t{n}", f"{n}:" + "x" * size))]
+    return history
+
+
+@pytest.fixture
+def savers(s08, tmp_path):
+    class Savers:
+        outputs = tmp_path / "tool-results"
+        transcripts = tmp_path / "transcripts"
+
+        def save_output(self, tool_use_id, text):
+            return s08.save_tool_output(self.outputs, tool_use_id, text)
+
+        def save_messages(self, messages, kind):
+            return s08.save_transcript(self.transcripts, messages, kind)
+    return Savers()
+
+
+def read_transcript(path):
+    return [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines()]
+
+
+def result_contents(messages):
+    return {b["tool_use_id"]: b["content"] for m in messages for b in blocks(m) if b.get("type") == "tool_result"}
+
+
+# ---------------------------------------------------------------- tool_result_budget
+
+def test_budget_persists_largest_results_first_and_keeps_a_preview(s08, savers):
+    big, medium, small = "B" * 150_000, "M" * 100_000, "s" * 10_000
+    history = [user("read them"), call("a", "b", "c"), results(("a", medium), ("b", big), ("c", small))]
+    before = copy.deepcopy(history)
+    out = s08.tool_result_budget(history, max_chars=200_000, preview_chars=2_000, save_output=savers.save_output)
+    assert history == before, "the layer must not edit its input"
+    contents = result_contents(out)
+    assert contents["a"] == medium and contents["c"] == small
+    assert contents["b"].startswith("<persisted-output") and "B" * 2000 in contents["b"]
+    saved = list(savers.outputs.iterdir())
+    assert [p.read_bytes() for p in saved] == [big.encode()]
+    assert str(saved[0]) in contents["b"]
+    assert sum(len(c) for c in contents.values()) <= 200_000
+    assert_valid(out, "read them")
+
+
+def test_budget_leaves_results_under_the_limit_alone(s08, savers):
+    history = [user("go"), call("a"), results(("a", "x" * 1000))]
+    assert s08.tool_result_budget(history, max_chars=5000, preview_chars=100, save_output=savers.save_output) is history
+    assert not savers.outputs.exists()
+
+
+def test_budget_keeps_non_ascii_output_byte_identical_on_disk(s08, savers):
+    text = "上下文压缩 " * 5000 + "\udcff"  # a lone surrogate, as a decoded binary file may carry
+    history = [user("go"), call("a"), results(("a", text))]
+    out = s08.tool_result_budget(history, max_chars=1000, preview_chars=100, save_output=savers.save_output)
+    path = next(savers.outputs.iterdir())
+    assert path.read_bytes() == text.encode("utf-8", "surrogatepass")
+    assert result_contents(out)["a"].count("上下文") > 0
+
+
+# ---------------------------------------------------------------- snip_compact
+
+def test_snip_keeps_tool_pairs_and_saves_what_it_removes(s08, savers):
+    history = [user("build it")] + pairs(40) + [answer("done"), user("now test it")] + pairs(5, start=40)
+    out = s08.snip_compact(history, keep_head=3, keep_tail=47, save_messages=savers.save_messages)
+    assert_valid(out, "now test it")
+    assert len(out) <= 51
+    assert out[0] == history[0]
+    removed = read_transcript(next(savers.transcripts.iterdir()))
+    kept_ids = set(result_contents(out))
+    assert kept_ids.isdisjoint(result_contents(removed))
+    assert kept_ids | set(result_contents(removed)) == set(result_contents(history))
+    marker = [b["text"] for m in out for b in blocks(m) if b.get("type") == "text" and b["text"].startswith("[Snipped")]
+    assert len(marker) == 1 and f"{len(removed)} messages" in marker[0]
+
+
+def test_snip_keeps_the_current_request_when_it_falls_in_the_middle(s08, savers):
+    history = [user("first"), answer(), user("the real task: rename foo to bar everywhere")] + pairs(60)
+    out = s08.snip_compact(history, keep_head=3, keep_tail=47, save_messages=savers.save_messages)
+    assert len(out) < len(history)
+    assert_valid(out, "the real task: rename foo to bar everywhere")
+
+
+def test_snip_folds_repeated_snips_into_one_marker(s08, savers):
+    history = [user("go")] + pairs(30)
+    once = s08.snip_compact(history, keep_head=3, keep_tail=47, save_messages=savers.save_messages)
+    twice = s08.snip_compact(once + pairs(10, start=30), keep_head=3, keep_tail=47,
+                             save_messages=savers.save_messages)
+    markers = [b["text"] for m in twice for b in blocks(m) if b.get("type") == "text" and b["text"].startswith("[Snipped")]
+    assert len(markers) == 1
+    removed = sum(len(read_transcript(p)) for p in savers.transcripts.iterdir())
+    assert f"[Snipped {removed} messages" in markers[0]
+    assert_valid(twice, "go")
+
+
+def test_snip_does_nothing_below_the_limit(s08, savers):
+    history = [user("go")] + pairs(20)
+    assert s08.snip_compact(history, keep_head=3, keep_tail=47, save_messages=savers.save_messages) is history
+
+
+# ---------------------------------------------------------------- micro_compact
+
+def test_micro_compact_keeps_newest_results_and_saves_old_ones(s08, savers):
+    history = [user("read")] + pairs(6) + [answer(), user("and now?")]
+    before = copy.deepcopy(history)
+    out = s08.micro_compact(history, keep_recent=3, min_chars=120, save_output=savers.save_output)
+    assert history == before
+    contents = result_contents(out)
+    for n in range(3):
+        assert contents[f"t{n}"].startswith("[Earlier tool result (read_file)")
+        saved = Path(contents[f"t{n}"].split("Full output: ")[1].split(". Read")[0])
+        assert saved.read_text() == result_contents(history)[f"t{n}"]
+    for n in range(3, 6):
+        assert contents[f"t{n}"] == result_contents(history)[f"t{n}"]
+    assert_valid(out, "and now?")
+
+
+def test_micro_compact_skips_results_shorter_than_a_placeholder(s08, savers):
+    history = [user("go")] + pairs(6, size=50)
+    assert s08.micro_compact(history, keep_recent=3, min_chars=120, save_output=savers.save_output) is history
+
+
+def test_micro_compact_never_blanks_results_the_model_has_not_seen(s08, savers):
+    parallel = [(f"p{n}", "y" * 800) for n in range(6)]
+    history = [user("read all six"), call(*[i for i, _ in parallel]), results(*parallel)]
+    out = s08.micro_compact(history, keep_recent=3, min_chars=120, save_output=savers.save_output)
+    assert out is history
+
+
+def test_micro_compact_points_at_an_already_persisted_copy(s08, savers):
+    history = [user("go"), call("a"), results(("a", "z" * 50_000))] + pairs(4, start=1)
+    budgeted = [history[0], history[1], s08.tool_result_budget(
+        history[:3], max_chars=1000, preview_chars=200, save_output=savers.save_output)[-1]] + history[3:]
+    out = s08.micro_compact(budgeted, keep_recent=3, min_chars=120, save_output=savers.save_output)
+    assert len(list(savers.outputs.iterdir())) == 2  # the big one once, plus t1
+    placeholder = result_contents(out)["a"]
+    assert str(savers.outputs / "a.txt") in placeholder
+
+
+def test_micro_compact_is_stable_when_run_again(s08, savers):
+    history = [user("go")] + pairs(8)
+    once = s08.micro_compact(history, keep_recent=3, min_chars=120, save_output=savers.save_output)
+    twice = s08.micro_compact(once, keep_recent=3, min_chars=120, save_output=savers.save_output)
+    assert twice is once
+    assert json.dumps(once) == json.dumps(s08.micro_compact(history, keep_recent=3, min_chars=120,
+                                                            save_output=savers.save_output))
+
+
+# ---------------------------------------------------------------- compact_history
+
+def test_compact_history_mid_turn_keeps_the_calls_in_flight_and_the_request(s08, savers):
+    history = [user("old task"), answer(), user("fix the parser")] + pairs(4)
+    out = s08.compact_history(history, summarize=lambda m: "SUMMARY TEXT", save_messages=savers.save_messages,
+                              save_output=savers.save_output, preview_chars=2000)
+    assert_valid(out, "fix the parser")
+    assert out[0]["content"][0]["text"].startswith("[Compacted") and "SUMMARY TEXT" in out[0]["content"][0]["text"]
+    assert out[1:] == history[-2:]
+    assert read_transcript(next(savers.transcripts.iterdir())) == history
+
+
+def test_compact_history_at_turn_start_ends_with_the_request(s08, savers):
+    history = [user("a")] + pairs(3) + [answer(), user("next: add tests")]
+    out = s08.compact_history(history, summarize=lambda m: "S", save_messages=savers.save_messages,
+                              save_output=savers.save_output, preview_chars=2000)
+    assert len(out) == 1
+    assert out[0]["content"][-1] == {"type": "text", "text": "next: add tests"}
+
+
+def test_compact_history_persists_big_unseen_results_before_shortening_them(s08, savers):
+    history = [user("go"), call("a"), results(("a", "q" * 30_000))]
+    out = s08.compact_history(history, summarize=lambda m: "S", save_messages=savers.save_messages,
+                              save_output=savers.save_output, preview_chars=500)
+    assert result_contents(out)["a"].startswith("<persisted-output")
+    assert (savers.outputs / "a.txt").read_text() == "q" * 30_000
+    assert_valid(out, "go")
+
+
+def test_compact_history_saves_nothing_when_the_summary_fails(s08, savers):
+    def failing(messages):
+        raise s08.SummaryError("boom")
+    with pytest.raises(s08.SummaryError):
+        s08.compact_history([user("go")] + pairs(2), summarize=failing, save_messages=savers.save_messages,
+                            save_output=savers.save_output, preview_chars=500)
+    assert not savers.transcripts.exists()
+
+
+# ---------------------------------------------------------------- reactive_compact
+
+def test_reactive_compact_keeps_only_recent_groups_that_fit(s08, savers):
+    history = [user("refactor")] + pairs(30, size=4000)
+    out = s08.reactive_compact(history, summarize=lambda m: "S", save_messages=savers.save_messages,
+                               save_output=savers.save_output, preview_chars=500, tail_tokens=3000)
+    assert_valid(out, "refactor")
+    assert s08.estimate_tokens(out) < s08.estimate_tokens(history) // 10
+    assert out[0]["content"][0]["text"].startswith("[Reactive compact")
+    assert read_transcript(next(savers.transcripts.iterdir())) == history
+
+
+def test_reactive_compact_without_a_summary_still_gives_a_valid_history(s08, savers):
+    history = [user("refactor")] + pairs(5, size=4000)
+    out = s08.reactive_compact(history, summarize=lambda m: None, save_messages=savers.save_messages,
+                               save_output=savers.save_output, preview_chars=500, tail_tokens=100)
+    assert_valid(out, "refactor")
+    assert "No summary could be made" in out[0]["content"][0]["text"]
+
+
+# ---------------------------------------------------------------- saving
+
+def test_saved_outputs_never_overwrite_each_other(s08, tmp_path):
+    first = s08.save_tool_output(tmp_path, "toolu_1", "one")
+    again = s08.save_tool_output(tmp_path, "toolu_1", "one")
+    other = s08.save_tool_output(tmp_path, "toolu_1", "two")
+    assert first == again and other != first
+    assert first.read_text() == "one" and other.read_text() == "two"
+    weird = s08.save_tool_output(tmp_path, "../../etc/passwd", "x")
+    assert weird.parent == tmp_path
+
+
+def test_transcript_round_trips_as_json(s08, tmp_path):
+    history = [user("中文 request"), call("a"), results(("a", "line\nwith \"quotes\""))]
+    path = s08.save_transcript(tmp_path, history, "compact")
+    assert read_transcript(path) == history
+    assert s08.save_transcript(tmp_path, history, "compact") != path
+
+
+def test_estimate_counts_cjk_as_one_token_per_character(s08):
+    assert s08.estimate_text_tokens("a" * 400) == 101
+    assert s08.estimate_text_tokens("压" * 400) == 401
+
+
+def test_thresholds_are_derived_from_the_window(s08):
+    big = s08.Settings.for_window("m", 200_000)
+    assert big.threshold == 200_000 - 8_192 - 13_000
+    assert big.budget_chars == 200_000 and big.preview_chars == 2_000
+    small = s08.Settings.for_window("m", 20_000)
+    assert small.threshold == 20_000 - 5_000 - 2_000
+    assert small.budget_chars < 20_000 and small.summary_max_tokens <= small.max_output
