@@ -710,15 +710,18 @@ def summarize_with_model(agent, messages: list, focus: str = "") -> str:
     """One model call that turns the history into a summary; raises SummaryError."""
     settings = agent.settings
     budget = settings.window - settings.summary_max_tokens - estimate_text_tokens(SUMMARY_INSTRUCTIONS) - 500
-    for attempt in range(3):  # each retry after "too long" halves the conversation it sends
+    for attempt in range(3):  # bounded: each retry sends a shorter conversation
         prompt = SUMMARY_INSTRUCTIONS + (f"\n\nFocus especially on: {focus}" if focus else "")
-        prompt += f"\n\n<conversation>\n{render_for_summary(messages, budget >> attempt)}\n</conversation>"
+        conversation = render_for_summary(messages, budget)
+        prompt += f"\n\n<conversation>\n{conversation}\n</conversation>"
         try:
             reply = agent.client.messages.create(
                 model=settings.model, max_tokens=settings.summary_max_tokens, system=SUMMARY_SYSTEM,
                 messages=[{"role": "user", "content": prompt}])
         except anthropic.BadRequestError as err:
             if is_prompt_too_long(err):
+                # the error says by how much we were over: send that much less next time
+                budget = int(min(budget, estimate_text_tokens(conversation)) / overshoot(err, 2.0) * 0.9)
                 continue
             raise SummaryError(api_error_text(err)) from err
         except anthropic.APIError as err:
@@ -734,6 +737,18 @@ def is_prompt_too_long(err: Exception) -> bool:
     body = getattr(err, "body", None)
     message = body.get("error", {}).get("message", "") if isinstance(body, dict) else ""
     return getattr(err, "status_code", None) == 400 and message.startswith("prompt is too long")
+
+
+def reported_tokens(err: Exception) -> tuple:
+    """From "prompt is too long: 210000 tokens > 200000 maximum": (210000, 200000), or (None, None)."""
+    found = re.search(r"(\d+) tokens > (\d+) maximum", str(getattr(err, "body", "")))
+    return (int(found.group(1)), int(found.group(2))) if found else (None, None)
+
+
+def overshoot(err: Exception, default: float) -> float:
+    """How far over the window the rejected prompt was (1.05 for 210000 > 200000)."""
+    sent, maximum = reported_tokens(err)
+    return sent / maximum if sent else default
 
 
 def api_error_text(err: Exception) -> str:
@@ -905,8 +920,10 @@ def compact_pipeline(agent, messages: list) -> list:
     return messages
 
 
-def run_reactive_compact(agent, messages: list) -> list:
+def run_reactive_compact(agent, messages: list, undercount: float) -> list:
     s = agent.settings
+    # The API counted `undercount` times more tokens than we estimated: keep a tail that small.
+    tail_tokens = int(s.threshold * REACTIVE_TAIL_SHARE / max(undercount, 1.0))
 
     def summarize_or_none(m):
         if breaker_open(agent):
@@ -920,7 +937,7 @@ def run_reactive_compact(agent, messages: list) -> list:
 
     return run_layer(agent, "reactive_compact", lambda m, save_output, save_messages: reactive_compact(
         m, summarize=summarize_or_none, save_messages=save_messages, save_output=save_output,
-        preview_chars=s.preview_chars, tail_tokens=int(s.threshold * REACTIVE_TAIL_SHARE)), messages)
+        preview_chars=s.preview_chars, tail_tokens=tail_tokens), messages)
 
 
 def context_tokens(agent, messages: list) -> int:
@@ -1014,7 +1031,9 @@ def agent_loop(agent, messages: list) -> str | None:
             if not is_prompt_too_long(err) or reactive_retries >= MAX_REACTIVE_RETRIES:
                 raise
             reactive_retries += 1
-            messages[:] = run_reactive_compact(agent, messages)
+            sent, _ = reported_tokens(err)
+            undercount = sent / context_tokens(agent, messages) if sent else 1.0
+            messages[:] = run_reactive_compact(agent, messages, undercount)
             continue
         messages.append(reply)
         tool_uses = [b for b in reply["content"] if b.get("type") == "tool_use"]

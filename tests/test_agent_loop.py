@@ -1,0 +1,265 @@
+"""agent_loop driven in-process with the real SDK against the fake Messages API."""
+
+import json
+
+import anthropic
+import pytest
+
+from conftest import assert_requests_valid, assert_valid, blocks
+from fake_anthropic import FakeAnthropic, error, server_error, text, tool_use, tool_uses
+
+
+def user(words):
+    return {"role": "user", "content": [{"type": "text", "text": words}]}
+
+
+def chat_history(turns, size):
+    """A history of plain text turns: nothing for the cheap layers to clear."""
+    history = []
+    for n in range(turns):
+        history += [user(f"question {n} " + "q" * size), {"role": "assistant", "content": [
+            {"type": "text", "text": f"answer {n} " + "a" * size}]}]
+    return history
+
+
+def first_text(body, index=0):
+    return blocks(body["messages"][index])[0].get("text", "")
+
+
+def test_every_tool_result_goes_back_in_one_message_in_call_order(s08, fake, make_agent, workspace):
+    (workspace / "a.txt").write_text("alpha")
+    fake.reply(tool_uses([("read_file", {"path": "a.txt"}, "toolu_1"), ("bash", {"command": "echo two"}, "toolu_2"),
+                          ("glob", {"pattern": "*.txt"}, "toolu_3")]), text("Read all three."))
+    agent = make_agent()
+    messages = [user("look around")]
+    final = s08.agent_loop(agent, messages)
+    assert final == "Read all three."
+    sent = fake.main_requests[1]["messages"][-1]["content"]
+    assert [b["tool_use_id"] for b in sent] == ["toolu_1", "toolu_2", "toolu_3"]
+    assert "alpha" in sent[0]["content"] and sent[1]["content"] == "two" and sent[2]["content"] == "a.txt"
+    assert_requests_valid(fake)
+    assert_valid(messages, "look around")
+
+
+def test_history_holds_plain_json_dicts(s08, fake, make_agent):
+    fake.reply(tool_use("bash", {"command": "echo hi"}, preface="Checking."), text("Done."))
+    messages = [user("go")]
+    s08.agent_loop(make_agent(), messages)
+    assert json.loads(json.dumps(messages)) == messages
+    assert messages[1]["content"][0] == {"type": "text", "text": "Checking."}
+
+
+def test_empty_text_blocks_from_the_model_are_not_sent_back(s08, fake, make_agent):
+    fake.reply({"content": [{"type": "text", "text": ""}, {"type": "tool_use", "id": "toolu_e", "name": "bash",
+                                                          "input": {"command": "true"}}]}, text("ok"))
+    s08.agent_loop(make_agent(), [user("go")])
+    assert fake.rejections == []
+    assert fake.main_requests[1]["messages"][1]["content"] == [
+        {"type": "tool_use", "id": "toolu_e", "name": "bash", "input": {"command": "true"}}]
+
+
+def test_a_huge_new_result_reaches_the_model_as_a_preview_with_the_full_text_on_disk(s08, fake, make_agent, workspace):
+    big = "".join(f"row {n}\n" for n in range(10_000))  # over the budget, under bash's memory cap
+    (workspace / "big.log").write_text(big)
+    fake.reply(tool_use("bash", {"command": "cat big.log"}, "toolu_big"), text("Seen it."))
+    agent = make_agent(window=30_000)
+    s08.agent_loop(agent, [user("show the log")])
+    sent = fake.main_requests[1]["messages"][-1]["content"][0]["content"]
+    assert sent.startswith("<persisted-output") and "row 0\nrow 1\n" in sent
+    saved = workspace / ".task_outputs" / "tool-results" / "toolu_big.txt"
+    assert saved.read_text() == big.rstrip("\n")
+    assert "[tool_result_budget] 1 large results → disk + preview" in agent.out.text
+    assert_requests_valid(fake)
+
+
+def test_auto_compact_summarizes_when_still_over_the_threshold(s08, fake, make_agent, workspace):
+    agent = make_agent(window=20_000)
+    messages = chat_history(12, 2_000) + [user("now write the release notes")]
+    fake.summary(text("<analysis>thinking</analysis><summary>We discussed twelve questions.</summary>"))
+    fake.reply(text("Here are the notes."))
+    s08.agent_loop(agent, messages)
+    assert len(fake.summary_requests) == 1
+    summary_request = fake.summary_requests[0]
+    assert "tools" not in summary_request and "question 11" in summary_request["messages"][0]["content"]
+    sent = fake.main_requests[0]["messages"]
+    assert first_text(fake.main_requests[0]).startswith("[Compacted")
+    assert "We discussed twelve questions." in first_text(fake.main_requests[0])
+    assert "thinking" not in json.dumps(sent)
+    assert blocks(sent[0])[-1]["text"] == "now write the release notes"
+    transcript = next((workspace / ".transcripts").glob("compact-*.jsonl"))
+    assert [json.loads(line) for line in transcript.read_text().splitlines()] == \
+        chat_history(12, 2_000) + [user("now write the release notes")]
+    assert "[compact_history] 25 messages → summary" in agent.out.text
+    assert_requests_valid(fake)
+
+
+def test_reactive_compact_retries_once_after_prompt_too_long(s08, make_agent, workspace):
+    # The server's tokenizer counts four times what the estimate says, so the
+    # estimate stays under the threshold while the real count is over the window.
+    with FakeAnthropic(context_window=20_000, chars_per_token=1.0) as fake:
+        agent = make_agent(window=20_000, server=fake)
+        messages = chat_history(10, 1_500) + [user("continue please")]
+        fake.reply(text("Continuing."))
+        s08.agent_loop(agent, messages)
+        rejected_main = [r for r in fake.requests if not r.get("_valid") and r.get("tools")]
+        assert len(rejected_main) == 1 and fake.rejections[0].startswith("prompt is too long: ")
+        assert len(fake.rejections) <= 2, "the summary call learns the real size from the first error"
+        retried = fake.main_requests[0]
+        assert first_text(retried).startswith("[Reactive compact")
+        assert blocks(retried["messages"][0])[-1]["text"] == "continue please" or \
+            retried["messages"][-1]["content"][-1]["text"] == "continue please"
+        assert list((workspace / ".transcripts").glob("reactive-*.jsonl"))
+        assert "[reactive_compact]" in agent.out.text
+        assert_valid(messages, "continue please")
+
+
+def test_reactive_compact_is_tried_once_then_the_error_is_reported(s08, make_agent):
+    with FakeAnthropic(context_window=500) as fake:  # smaller than the system prompt alone
+        agent = make_agent(window=20_000, server=fake)
+        messages = []
+        s08.run_turn(agent, messages, "hello")
+        assert len([r for r in fake.requests if r.get("tools")]) == 2
+        assert "API error: 400 invalid_request_error: prompt is too long" in agent.out.text
+        assert "try /compact" in agent.out.text
+        assert_valid(messages, "hello")
+
+
+def test_circuit_breaker_stops_summaries_after_three_failures(s08, fake, make_agent):
+    agent = make_agent(window=20_000)
+    messages = chat_history(12, 2_000)
+    fake.summary(*[server_error() for _ in range(5)])
+    for n in range(5):
+        s08.run_turn(agent, messages, f"turn {n}")
+    assert len(fake.summary_requests) == 3
+    assert agent.out.text.count("summaries failed in a row") == 1
+    assert len(fake.main_requests) == 5, "the session goes on without the summary"
+    assert_valid(messages, "turn 4")
+
+
+def test_a_successful_summary_resets_the_failure_count(s08, fake, make_agent):
+    agent = make_agent(window=20_000)
+    messages = chat_history(12, 2_000)
+    fake.summary(server_error(), server_error())
+    s08.run_turn(agent, messages, "one")
+    s08.run_turn(agent, messages, "two")
+    assert agent.summary_failures == 2
+    s08.run_turn(agent, messages, "three")
+    assert agent.summary_failures == 0 and first_text(fake.main_requests[-1]).startswith("[Compacted")
+
+
+def test_compact_tool_runs_after_the_batch_and_the_turn_continues(s08, fake, make_agent):
+    fake.reply(tool_uses([("bash", {"command": "echo built"}, "toolu_b"),
+                          ("compact", {"focus": "keep the API design"}, "toolu_c")]),
+               text("Continuing from the summary."))
+    fake.summary(text("<summary>Built the thing.</summary>"))
+    agent = make_agent()
+    messages = [user("build, then tidy up")]
+    final = s08.agent_loop(agent, messages)
+    assert final == "Continuing from the summary."
+    assert "keep the API design" in fake.summary_requests[0]["messages"][0]["content"]
+    second = fake.main_requests[1]["messages"]
+    assert first_text(fake.main_requests[1]).startswith("[Compacted")
+    assert blocks(second[0])[-1]["text"] == "build, then tidy up"
+    assert [b["tool_use_id"] for b in second[-1]["content"]] == ["toolu_b", "toolu_c"]
+    assert_requests_valid(fake)
+
+
+def test_task_runs_a_subagent_with_fresh_history_and_no_task_tool(s08, fake, make_agent, workspace):
+    (workspace / "x.py").write_text("")
+    fake.reply(tool_use("task", {"prompt": "count the python files", "description": "count"}, "toolu_task"),
+               tool_use("glob", {"pattern": "*.py"}),
+               text("There is 1 python file."),
+               text("The subagent found one file."))
+    agent = make_agent()
+    s08.agent_loop(agent, [user("how many python files?")])
+    sub_first = fake.main_requests[1]
+    assert sub_first["messages"] == [user("count the python files")]
+    assert "task" not in [t["name"] for t in sub_first["tools"]]
+    parent_result = fake.main_requests[3]["messages"][-1]["content"][0]
+    assert parent_result == {"type": "tool_result", "tool_use_id": "toolu_task", "content": "There is 1 python file."}
+    assert_requests_valid(fake)
+
+
+def test_hooks_see_every_event(s08, fake, make_agent):
+    seen = []
+    agent = make_agent()
+    for event in s08.HOOK_EVENTS:
+        agent.hooks[event].append(lambda payload, event=event: seen.append(event))
+    agent.hooks["PreCompact"].append(lambda payload: {"instructions": "mention the hook"})
+    agent.hooks["PreToolUse"].append(
+        lambda payload: {"deny": "no writing today"} if payload["name"] == "write_file" else None)
+    fake.reply(tool_uses([("write_file", {"path": "a.txt", "content": "x"}), ("bash", {"command": "true"})]),
+               tool_use("compact", {}), text("done"))
+    messages = []
+    s08.run_turn(agent, messages, "go")
+    assert seen == ["UserPromptSubmit", "PreToolUse", "PreToolUse", "PostToolUse", "PreToolUse", "PostToolUse",
+                    "PreCompact", "PostCompact", "Stop"]
+    denied = fake.main_requests[1]["messages"][-1]["content"][0]
+    assert denied["is_error"] and denied["content"] == "no writing today"
+    assert "mention the hook" in fake.summary_requests[0]["messages"][0]["content"]
+
+
+def test_a_user_prompt_hook_can_block_a_prompt(s08, fake, make_agent):
+    agent = make_agent()
+    agent.hooks["UserPromptSubmit"].append(lambda p: {"block": "no secrets"} if "password" in p["prompt"] else None)
+    messages = []
+    s08.run_turn(agent, messages, "my password is hunter2")
+    assert messages == [] and fake.requests == [] and "no secrets" in agent.out.text
+
+
+def test_api_errors_print_one_line_and_the_session_goes_on(s08, fake, make_agent):
+    fake.reply(error(529, "overloaded_error", "Overloaded"), text("Back again."))
+    agent = make_agent()
+    messages = []
+    s08.run_turn(agent, messages, "first")
+    assert "API error: 529 overloaded_error: Overloaded" in agent.out.text
+    s08.run_turn(agent, messages, "second")
+    assert messages[0]["content"] == [{"type": "text", "text": "first"}, {"type": "text", "text": "second"}]
+    assert messages[-1]["content"] == [{"type": "text", "text": "Back again."}]
+    assert_requests_valid(fake)
+
+
+def test_unreachable_endpoint_is_reported_clearly(s08, make_agent):
+    with FakeAnthropic() as dead:
+        pass  # closed: nothing listens on its port any more
+    agent = make_agent(server=dead)
+    s08.run_turn(agent, [], "hello")
+    assert "cannot reach the API" in agent.out.text and "ANTHROPIC_BASE_URL" in agent.out.text
+
+
+def test_a_disk_that_cannot_be_written_keeps_content_in_context(s08, fake, make_agent, workspace):
+    (workspace / ".task_outputs").write_text("a file where the folder should be")
+    fake.reply(tool_use("bash", {"command": "head -c 300000 /dev/zero | tr '\\0' z"}), text("ok"))
+    agent = make_agent(window=30_000)
+    s08.agent_loop(agent, [user("go")])
+    sent = fake.main_requests[1]["messages"][-1]["content"][0]["content"]
+    assert not sent.startswith("<persisted-output") and len(sent) >= 200_000
+    assert agent.out.text.count("cannot save to disk") == 1
+
+
+def test_step_limit_ends_a_runaway_turn(s08, fake, make_agent):
+    agent = make_agent(max_steps=3)
+    fake.reply(*[tool_use("bash", {"command": "true"}) for _ in range(5)])
+    messages = [user("loop forever")]
+    assert s08.agent_loop(agent, messages) is None
+    assert len(fake.main_requests) == 3 and "stopped after 3 model calls" in agent.out.text
+    assert_valid(messages, "loop forever")
+
+
+@pytest.mark.parametrize("window", [8_000, 20_000, 60_000])
+def test_a_long_session_never_sends_an_invalid_request(s08, make_agent, workspace, window):
+    """Reads of mixed sizes, parallel calls and chat, at several windows: the server rejects nothing."""
+    for n in range(12):
+        (workspace / f"f{n}.txt").write_text(f"file {n}\n" + "数据 data " * (300 * (n % 4 + 1)))
+    with FakeAnthropic(context_window=window) as fake:
+        agent = make_agent(window=window, server=fake)
+        messages = []
+        for turn in range(8):
+            fake.reply(tool_uses([("read_file", {"path": f"f{(turn + k) % 12}.txt"}) for k in range(3)]),
+                       tool_use("bash", {"command": f"cat f{turn}.txt f{turn + 1}.txt"}),
+                       text(f"turn {turn} done"))
+            s08.run_turn(agent, messages, f"turn {turn}: read some files")
+            assert_valid(messages, f"turn {turn}: read some files")
+        assert fake.rejections == [] or all(r.startswith("prompt is too long") for r in fake.rejections)
+        assert "API error" not in agent.out.text
+        assert_requests_valid(fake)
