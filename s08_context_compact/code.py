@@ -828,7 +828,7 @@ def count_changes(name: str, before: list, after: list) -> int:
     if name in ("compact_history", "reactive_compact"):
         return len(before)
     if name == "snip_compact":
-        return len(before) - len(after) + 1
+        return len(before) - len(after)  # the marker joins an existing message
     return sum(1 for b, a in zip(before, after) if b is not a for x, y in zip(blocks_of(b), blocks_of(a))
                if x is not y)
 
@@ -859,9 +859,12 @@ def run_layer(agent, name: str, layer, messages: list) -> list:
         return messages
     saved = estimate_tokens(messages) - estimate_tokens(result)
     agent.stats[name] = agent.stats.get(name, 0) + 1
+    if name in ("tool_result_budget", "micro_compact"):
+        written = [TOOL_RESULTS_DIR + "/"]  # also true when it points at a copy saved earlier
     where = f" (saved to {', '.join(dict.fromkeys(written))})" if written else ""
+    change = f"−{format_tokens(saved)}" if saved >= 0 else f"+{format_tokens(-saved)}"
     agent.say(f"[{name}] {count_changes(name, messages, result)} {LAYER_VERBS[name]}, "
-              f"−{format_tokens(saved)} tokens{where}")
+              f"{change} tokens{where}")
     return result
 
 

@@ -344,7 +344,7 @@ class FakeAnthropic:
         class Handler(_Handler):
             owner = fake
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server = _QuietServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
         threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
         return self
@@ -381,6 +381,11 @@ class FakeAnthropic:
         return {"id": f"msg_fake{next(self._ids):06d}", "type": "message", "role": "assistant",
                 "model": body["model"], "content": content, "stop_reason": stop,
                 "stop_sequence": None, "usage": usage}
+
+
+class _QuietServer(ThreadingHTTPServer):
+    def handle_error(self, request, client_address) -> None:
+        pass  # a client that hung up mid-reply (Ctrl-C tests) is expected, not news
 
 
 class _Handler(BaseHTTPRequestHandler):

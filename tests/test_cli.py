@@ -1,0 +1,181 @@
+"""code.py as a user runs it: a subprocess with piped stdin, talking to the fake API."""
+
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import CODE, assert_requests_valid, blocks, cli_env, run_cli
+from fake_anthropic import FakeAnthropic, error, text, tool_use, tool_uses
+
+
+def test_import_without_api_key(tmp_path):
+    script = ("import importlib.util, sys\n"
+              f"spec = importlib.util.spec_from_file_location('s08', {str(CODE)!r})\n"
+              "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)\n"
+              "print(len(m.TOOLS), [t['name'] for t in m.TOOLS])")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=tmp_path,
+                          env={"PATH": "/usr/bin:/bin"}, timeout=30)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("9 ['bash', 'read_file', 'write_file', 'edit_file', 'glob', 'todo_write', "
+                                  "'task', 'load_skill', 'compact']")
+
+
+@pytest.mark.parametrize("missing", ["ANTHROPIC_API_KEY", "MODEL_ID"])
+def test_missing_configuration_exits_2_with_a_pointer_to_env_example(workspace, missing):
+    done = run_cli(None, workspace, "hello\n", **{missing: ""})
+    assert done.returncode == 2
+    assert f"{missing} not set" in done.stderr and ".env.example" in done.stderr
+    assert "Traceback" not in done.stderr + done.stdout
+
+
+def test_bad_context_window_exits_2(fake, workspace):
+    done = run_cli(fake, workspace, "", CONTEXT_WINDOW="lots")
+    assert done.returncode == 2 and "CONTEXT_WINDOW='lots'" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_configuration_is_read_from_a_dotenv_file_in_the_working_directory(fake, workspace):
+    (workspace / ".env").write_text(f"ANTHROPIC_API_KEY=from-dotenv\nMODEL_ID=claude-dotenv\n"
+                                    f"ANTHROPIC_BASE_URL={fake.url}\nCONTEXT_WINDOW=50000\n")
+    env = cli_env(fake)
+    for name in ("ANTHROPIC_API_KEY", "MODEL_ID", "ANTHROPIC_BASE_URL"):
+        env.pop(name)
+    done = subprocess.run([sys.executable, str(CODE)], input="hi\n/context\n", text=True, capture_output=True,
+                          cwd=workspace, env=env, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert fake.requests[0]["model"] == "claude-dotenv" and "50.0k window" in done.stdout
+
+
+@pytest.mark.parametrize("ending", ["q\n", "exit\n", "quit\n", ""])
+def test_the_repl_ends_with_exit_code_0(fake, workspace, ending):
+    done = run_cli(fake, workspace, "hello\n" + ending + "never sent\n" * (ending != ""))
+    assert done.returncode == 0, done.stderr
+    assert len(fake.requests) == 1 and "Done." in done.stdout
+
+
+def test_help_and_unknown_commands(fake, workspace):
+    done = run_cli(fake, workspace, "/help\n/frobnicate\n")
+    assert "/compact [focus]" in done.stdout and "/context" in done.stdout
+    assert "Unknown command /frobnicate" in done.stdout and fake.requests == []
+
+
+def test_window_comes_from_the_models_api_when_not_configured(workspace):
+    with FakeAnthropic(max_input_tokens=64_000) as fake:
+        done = run_cli(fake, workspace, "/context\n")
+    assert fake.model_lookups == ["claude-test"]
+    assert "64.0k window" in done.stdout
+
+
+def test_window_falls_back_to_200k_when_the_models_api_does_not_answer(fake, workspace):
+    done = run_cli(fake, workspace, "/context\n")
+    assert fake.model_lookups == ["claude-test"] and "200.0k window" in done.stdout
+
+
+def test_piped_input_answers_permission_questions_with_no(fake, workspace):
+    (workspace / "notes.txt").write_text("precious")
+    fake.reply(tool_use("bash", {"command": "rm notes.txt"}, "toolu_rm"), text("Could not delete it."))
+    done = run_cli(fake, workspace, "delete notes.txt\n", timeout=30)
+    assert done.returncode == 0 and (workspace / "notes.txt").read_text() == "precious"
+    result = fake.main_requests[1]["messages"][-1]["content"][0]
+    assert result["is_error"] and "no one could confirm it (standard input is not a terminal)" in result["content"]
+
+
+def test_context_command_shows_sizes_and_threshold(fake, workspace):
+    fake.reply(tool_use("bash", {"command": "seq 1 500"}), text("Counted."))
+    done = run_cli(fake, workspace, "count\n/context\n", CONTEXT_WINDOW=30_000)
+    report = done.stdout[done.stdout.index("Context:"):]
+    assert "Context: 4 messages" in report and "of a 30.0k window" in report
+    assert "tool results" in report and "Auto-compact above 19.5k tokens" in report
+    assert "Compactions so far: tool_result_budget 0" in report
+
+
+def test_every_layer_fires_in_one_session_at_a_small_window(workspace):
+    """The chapter's promise, end to end: each layer acts, and nothing sent is ever invalid."""
+    (workspace / "big.txt").write_text("big line\n" * 3_000)
+    for n in range(6):
+        (workspace / f"doc{n}.md").write_text(f"# doc {n}\n" + "words " * 200)
+    with FakeAnthropic(context_window=12_000) as fake:
+        fake.reply(tool_use("bash", {"command": "cat big.txt"}), text("That file is big."))          # budget
+        fake.reply(*[tool_use("read_file", {"path": f"doc{n}.md"}) for n in range(6)], text("Read."))  # micro
+        fake.reply(*[tool_use("bash", {"command": f"echo step {n}"}) for n in range(26)], text("Stepped."))  # snip
+        fake.reply(text("Compacted and ready."))
+        fake.reply(*[text(f"Explanation {n}: " + "detail " * 1_400) for n in range(4)])            # auto summary
+        fake.reply(error(400, "invalid_request_error", "prompt is too long: 13000 tokens > 12000 maximum"),
+                   text("Recovered."))                                                           # reactive
+        prompts = ["show big.txt", "read the docs", "run the steps", "/compact keep the file names", "hello",
+                   "explain 1", "explain 2", "explain 3", "explain 4", "one more", "/context"]
+        done = run_cli(fake, workspace, "\n".join(prompts) + "\n", timeout=90, CONTEXT_WINDOW=12_000)
+    out = done.stdout
+    assert done.returncode == 0, done.stderr
+    for layer in ("tool_result_budget", "snip_compact", "micro_compact", "compact_history", "reactive_compact"):
+        assert f"[{layer}] " in out, f"{layer} did not fire:\n{out}"
+    assert "keep the file names" in fake.summary_requests[0]["messages"][0]["content"]
+    assert fake.rejections == ["prompt is too long: 13000 tokens > 12000 maximum"] or not fake.rejections
+    assert_requests_valid(fake)
+    assert "Recovered." in out and "Traceback" not in done.stderr
+    assert any((workspace / ".task_outputs" / "tool-results").iterdir())
+    for transcript in (workspace / ".transcripts").iterdir():
+        for line in transcript.read_text().splitlines():
+            assert json.loads(line)["role"] in ("user", "assistant")
+    for body in fake.main_requests:
+        texts = [b["text"] for m in body["messages"] if m["role"] == "user" for b in blocks(m) if b["type"] == "text"]
+        asked = [p for p in prompts if p in texts]
+        assert asked, "every request carries the user's current request verbatim"
+
+
+def _start(fake, workspace, **env):
+    return subprocess.Popen([sys.executable, str(CODE)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, cwd=workspace, env=cli_env(fake, **env))
+
+
+def _wait_for(condition, timeout=20):
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out waiting"
+        time.sleep(0.05)
+
+
+def test_ctrl_c_during_a_model_call_returns_to_the_prompt(fake, workspace):
+    fake.reply(dict(text("too late"), delay=5), text("second answer"))
+    proc = _start(fake, workspace)
+    proc.stdin.write("first\n")
+    proc.stdin.flush()
+    _wait_for(lambda: len(fake.requests) == 1)
+    time.sleep(0.3)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate("second\n", timeout=30)
+    assert proc.returncode == 0, err
+    assert "interrupted" in out and "second answer" in out and "Traceback" not in err
+    assert fake.requests[-1]["messages"] == [{"role": "user", "content": [
+        {"type": "text", "text": "first"}, {"type": "text", "text": "second"}]}]
+
+
+def test_ctrl_c_during_a_tool_run_answers_the_call_as_interrupted(fake, workspace):
+    fake.reply(tool_uses([("bash", {"command": "touch started; sleep 30"}, "toolu_slow"),
+                          ("bash", {"command": "echo never"}, "toolu_next")]), text("ok, stopped"))
+    proc = _start(fake, workspace)
+    proc.stdin.write("run the slow thing\n")
+    proc.stdin.flush()
+    _wait_for(lambda: (workspace / "started").exists())
+    proc.send_signal(signal.SIGINT)
+    started = time.monotonic()
+    out, err = proc.communicate("what happened?\n", timeout=30)
+    assert time.monotonic() - started < 10, "the sleep was not killed"
+    assert proc.returncode == 0, err
+    last = fake.main_requests[-1]["messages"]
+    results = last[-1]["content"]
+    assert [b.get("tool_use_id") for b in results[:2]] == ["toolu_slow", "toolu_next"]
+    assert all(b["is_error"] and "Interrupted" in b["content"] for b in results[:2])
+    assert results[2] == {"type": "text", "text": "what happened?"}
+    assert_requests_valid(fake)
+
+
+def test_outputs_are_written_inside_the_working_directory(fake, workspace):
+    (workspace / "huge.txt").write_text(("h" * 99 + "\n") * 1_200)
+    fake.reply(tool_use("read_file", {"path": "huge.txt"}, "toolu_huge"), text("ok"))
+    run_cli(fake, workspace, "read it\n/compact\n", CONTEXT_WINDOW=30_000)
+    assert (workspace / ".task_outputs" / "tool-results" / "toolu_huge.txt").exists()
+    assert list((workspace / ".transcripts").glob("compact-*.jsonl"))
