@@ -949,6 +949,10 @@ def context_tokens(agent, messages: list) -> int:
 
 # ---------------------------------------------------------------------------- the agent loop
 
+class IncompleteResponse(Exception):
+    """The stream ended before the message did (the connection dropped)."""
+
+
 def call_model(agent, messages: list) -> dict:
     """One streamed model call; text is printed as it arrives; returns the assistant message."""
     printed = False
@@ -961,6 +965,10 @@ def call_model(agent, messages: list) -> dict:
         final = stream.get_final_message()
     if printed:
         agent.out()
+    if final.stop_reason is None:
+        # The SDK ends quietly when the connection closes mid-stream; a partial reply
+        # (perhaps a tool call with half its input) must not enter the history.
+        raise IncompleteResponse("the response stream ended before the message was complete")
     agent.last_usage = final.usage.model_dump(exclude_none=True)
     return {"role": "assistant", "content": plain_blocks(final.content)}
 
@@ -1127,6 +1135,8 @@ def run_turn(agent, messages: list, prompt: str) -> None:
     except anthropic.APIError as err:
         hint = " The context is still too long: try /compact." if is_prompt_too_long(err) else ""
         agent.say(f"API error: {api_error_text(err)}.{hint}")
+    except IncompleteResponse as err:
+        agent.say(f"API error: {err} (connection dropped). Nothing was lost; send your message again.")
 
 
 def read_line(interactive: bool) -> str | None:

@@ -219,6 +219,19 @@ def test_api_errors_print_one_line_and_the_session_goes_on(s08, fake, make_agent
     assert_requests_valid(fake)
 
 
+def test_a_stream_cut_mid_reply_is_reported_and_not_kept(s08, fake, make_agent):
+    fake.reply(dict(tool_uses([("bash", {"command": "echo a"}), ("bash", {"command": "echo b"})], preface="Two calls."),
+                    drop_after_block=1), text("Complete this time."))
+    agent = make_agent()
+    messages = []
+    s08.run_turn(agent, messages, "go")
+    assert "stream ended before the message was complete" in agent.out.text
+    assert messages == [user("go")] and "> bash" not in agent.out.text
+    s08.run_turn(agent, messages, "again")
+    assert messages[-1]["content"] == [{"type": "text", "text": "Complete this time."}]
+    assert_requests_valid(fake)
+
+
 def test_unreachable_endpoint_is_reported_clearly(s08, make_agent):
     with FakeAnthropic() as dead:
         pass  # closed: nothing listens on its port any more
