@@ -95,8 +95,8 @@ class Settings:
 
 
 # ---------------------------------------------------------------------------- saving to disk
-# The only writes the compaction layers cause. Names carry a random part and files are
-# opened with "x", so two saves never collide and nothing is ever overwritten.
+# The only writes the compaction layers cause. Files are opened with "x" (create, never
+# replace) under names that are new each time, so nothing is ever overwritten.
 
 def save_tool_output(folder: Path, tool_use_id: str, text: str) -> Path:
     """Write one full tool result, byte for byte, and return its path."""
@@ -233,12 +233,13 @@ def run_bash(agent, command: str, timeout: int = BASH_TIMEOUT) -> str:
         _kill_group(proc)
         raise
     reader.join(timeout=2)  # a background child may keep the pipe open; do not wait for it
-    output = _captured_text(dict(captured, head=bytes(captured["head"]), tail=bytes(captured["tail"]))).rstrip("\n")
+    snapshot = dict(captured, head=bytes(captured["head"]), tail=bytes(captured["tail"]))
+    parts = [_captured_text(snapshot).strip("\n")]
     if timed_out:
-        output += f"\n[timed out after {timeout}s; the command and its children were killed]"
+        parts.append(f"[timed out after {timeout}s; the command and its children were killed]")
     elif code != 0:
-        output += f"\n[exit code {code}]"
-    return output.strip("\n") or "(no output)"
+        parts.append(f"[exit code {code}]")
+    return "\n".join(p for p in parts if p) or "(no output)"
 
 
 def _drain(pipe, captured: dict) -> None:
@@ -825,26 +826,28 @@ LAYER_VERBS = {"tool_result_budget": "large results → disk + preview",
 
 
 def count_changes(name: str, before: list, after: list) -> int:
+    """How many messages (or, for the result layers, tool results) a layer changed."""
     if name in ("compact_history", "reactive_compact"):
         return len(before)
     if name == "snip_compact":
         return len(before) - len(after)  # the marker joins an existing message
-    return sum(1 for b, a in zip(before, after) if b is not a for x, y in zip(blocks_of(b), blocks_of(a))
-               if x is not y)
+    changed = 0
+    for old, new in zip(before, after):
+        if old is not new:  # layers copy only what they change
+            changed += sum(x is not y for x, y in zip(blocks_of(old), blocks_of(new)))
+    return changed
 
 
 def run_layer(agent, name: str, layer, messages: list) -> list:
     """Run one layer with savers that write into the workspace; report what it did."""
-    written = []
+    transcripts = []
 
     def save_output(tool_use_id: str, text: str) -> Path:
-        path = save_tool_output(agent.outputs, tool_use_id, text).relative_to(agent.workdir)
-        written.append(str(path.parent) + "/")
-        return path
+        return save_tool_output(agent.outputs, tool_use_id, text).relative_to(agent.workdir)
 
     def save_messages(removed: list, kind: str) -> Path:
         path = save_transcript(agent.transcripts, removed, kind).relative_to(agent.workdir)
-        written.append(str(path))
+        transcripts.append(str(path))
         return path
 
     try:
@@ -859,12 +862,11 @@ def run_layer(agent, name: str, layer, messages: list) -> list:
         return messages
     saved = estimate_tokens(messages) - estimate_tokens(result)
     agent.stats[name] = agent.stats.get(name, 0) + 1
-    if name in ("tool_result_budget", "micro_compact"):
-        written = [TOOL_RESULTS_DIR + "/"]  # also true when it points at a copy saved earlier
-    where = f" (saved to {', '.join(dict.fromkeys(written))})" if written else ""
+    # The result layers may point at a copy saved earlier, so name the folder, not new files.
+    where = transcripts or [TOOL_RESULTS_DIR + "/"]
     change = f"−{format_tokens(saved)}" if saved >= 0 else f"+{format_tokens(-saved)}"
     agent.say(f"[{name}] {count_changes(name, messages, result)} {LAYER_VERBS[name]}, "
-              f"{change} tokens{where}")
+              f"{change} tokens (saved to {', '.join(where)})")
     return result
 
 
@@ -1233,6 +1235,7 @@ def main(argv=None) -> int:
     skills = discover_skills([workdir / "skills", Path(__file__).resolve().parent / "skills"])
     interactive = sys.stdin.isatty()
     sys.stdout.reconfigure(line_buffering=True)  # piped output appears line by line
+    sys.stdin.reconfigure(errors="replace")  # bytes that are not UTF-8 must not end the session
     agent = Agent(client=client, settings=settings, workdir=workdir, tools=TOOLS, skills=skills,
                   system=build_system_prompt(workdir, skills), confirm=terminal_confirm(interactive))
     agent.hooks = {event: [] for event in HOOK_EVENTS}

@@ -179,3 +179,10 @@ def test_outputs_are_written_inside_the_working_directory(fake, workspace):
     run_cli(fake, workspace, "read it\n/compact\n", CONTEXT_WINDOW=30_000)
     assert (workspace / ".task_outputs" / "tool-results" / "toolu_huge.txt").exists()
     assert list((workspace / ".transcripts").glob("compact-*.jsonl"))
+
+
+def test_input_that_is_not_utf8_is_read_not_fatal(fake, workspace):
+    done = subprocess.run([sys.executable, str(CODE)], input=b"caf\xe9 \xff please\n", capture_output=True,
+                          cwd=workspace, env=cli_env(fake), timeout=60)
+    assert done.returncode == 0 and b"Traceback" not in done.stderr
+    assert fake.requests[0]["messages"][0]["content"][0]["text"] == "caf\ufffd \ufffd please"
