@@ -1132,8 +1132,6 @@ def run_turn(agent, messages: list, prompt: str) -> None:
     add_user_text(messages, prompt)
     try:
         agent_loop(agent, messages)
-    except KeyboardInterrupt:
-        agent.say("\n(interrupted; the conversation is kept, type your next message)")
     except anthropic.APIError as err:
         hint = " The context is still too long: try /compact." if is_prompt_too_long(err) else ""
         agent.say(f"API error: {api_error_text(err)}.{hint}")
@@ -1170,10 +1168,13 @@ def repl(agent, interactive: bool) -> int:
             return 0
         if not line:
             continue
-        if line.startswith("/"):
-            handle_command(agent, messages, line)
-        else:
-            run_turn(agent, messages, line)
+        try:
+            if line.startswith("/"):
+                handle_command(agent, messages, line)
+            else:
+                run_turn(agent, messages, line)
+        except KeyboardInterrupt:  # a layer only replaces history when done, so it is intact
+            agent.say("\n(interrupted; the conversation is kept, type your next message)")
 
 
 def terminal_confirm(interactive: bool):

@@ -186,3 +186,19 @@ def test_input_that_is_not_utf8_is_read_not_fatal(fake, workspace):
                           cwd=workspace, env=cli_env(fake), timeout=60)
     assert done.returncode == 0 and b"Traceback" not in done.stderr
     assert fake.requests[0]["messages"][0]["content"][0]["text"] == "caf\ufffd \ufffd please"
+
+
+def test_ctrl_c_during_compact_keeps_the_history(fake, workspace):
+    fake.reply(text("first answer"), text("after the interrupt"))
+    fake.summary(dict(text("<summary>late</summary>"), delay=5))
+    proc = _start(fake, workspace)
+    proc.stdin.write("hello\n/compact\n")
+    proc.stdin.flush()
+    _wait_for(lambda: len(fake.requests) == 2)
+    time.sleep(0.3)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate("still there?\n", timeout=30)
+    assert proc.returncode == 0 and "Traceback" not in err, err
+    assert "interrupted" in out and "after the interrupt" in out
+    assert [m["role"] for m in fake.requests[-1]["messages"]] == ["user", "assistant", "user"]
+    assert fake.requests[-1]["messages"][0]["content"][0]["text"] == "hello"
