@@ -28,6 +28,7 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from pathlib import Path
 
 import anthropic
@@ -44,8 +45,12 @@ TOOL_RESULT_BUDGET_SHARE = 0.3      # ...and never more than this share of the u
 PREVIEW_CHARS = 2_000               # what stays in context of a result that went to disk
 SNIP_KEEP_HEAD = 3                  # the first request and its setup stay visible
 SNIP_KEEP_TAIL = 47                 # current work; head + tail = 50 messages before snipping
+SNIP_AT_LEAST = 20                  # a snip rewrites the cache after the head: make it worth it
 KEEP_RECENT_TOOL_RESULTS = 3        # micro_compact leaves the newest results alone
 MICRO_COMPACT_MIN_CHARS = 120       # a placeholder is no shorter than this, so skip smaller results
+MICRO_TRIGGER_SHARE = 0.5           # micro_compact acts only above this share of the threshold...
+CLEAR_AT_LEAST_SHARE = 0.1          # ...and only if it frees at least this share (cache-aware)
+COUNT_TOKENS_MARGIN = 0.1           # this close to the threshold, ask the API for the exact count
 SUMMARY_MAX_TOKENS = 20_000         # ceiling for the summary's own output
 MAX_CONSECUTIVE_SUMMARY_FAILURES = 3  # circuit breaker: stop paying for summaries that fail
 MAX_REACTIVE_RETRIES = 1            # per turn; a second "too long" is reported, not looped on
@@ -67,6 +72,7 @@ SNIP_MARKER = "[Snipped"            # never mistaken for the user's request
 REACTIVE_MARKER = "[Reactive compact"
 PERSISTED_TAG = "<persisted-output"
 PLACEHOLDER_PREFIX = "[Earlier tool result"
+PLACEHOLDER_TOKENS = 60             # a placeholder, long path included (over, not under)
 OUR_MARKERS = (COMPACT_MARKER, SNIP_MARKER, REACTIVE_MARKER)
 TRANSCRIPT_DIR = ".transcripts"
 TOOL_RESULTS_DIR = ".task_outputs/tool-results"
@@ -82,6 +88,11 @@ class Settings:
     budget_chars: int           # tool_result_budget per message
     preview_chars: int
     summary_max_tokens: int
+    micro_trigger: int          # micro_compact acts above this many tokens...
+    clear_at_least: int         # ...and frees at least this many, or does nothing
+    snip_keep_tail: int = SNIP_KEEP_TAIL
+    prompt_caching: bool = True  # cache_control breakpoints on tools + system and the newest message
+    cheap_layers: bool = True    # off: only the summary layers run (for the benchmark)
 
     @classmethod
     def for_window(cls, model: str, window: int) -> "Settings":
@@ -91,7 +102,9 @@ class Settings:
         budget = min(TOOL_RESULT_BUDGET_CHARS, int(threshold * TOOL_RESULT_BUDGET_SHARE * CHARS_PER_TOKEN))
         return cls(model=model, window=window, max_output=max_output, threshold=threshold,
                    budget_chars=budget, preview_chars=min(PREVIEW_CHARS, budget // 8),
-                   summary_max_tokens=min(SUMMARY_MAX_TOKENS, max_output))
+                   summary_max_tokens=min(SUMMARY_MAX_TOKENS, max_output),
+                   micro_trigger=int(threshold * MICRO_TRIGGER_SHARE),
+                   clear_at_least=int(threshold * CLEAR_AT_LEAST_SHARE))
 
 
 # ---------------------------------------------------------------------------- saving to disk
@@ -511,6 +524,41 @@ def estimate_tokens(messages: list) -> int:
     return sum(estimate_text_tokens(json.dumps(m, ensure_ascii=False)) for m in messages)
 
 
+class TokenCounter:
+    """The context's size, anchored to the API: the last response's usage is exact, and
+    only messages added or changed since are estimated."""
+
+    def __init__(self):
+        self.sizes = {}              # id(message) -> (message, estimate): each message measured once
+        self.anchor_tokens = None
+        self.anchor_messages = []
+
+    def size(self, message: dict) -> int:
+        entry = self.sizes.get(id(message))
+        if entry is None or entry[0] is not message:
+            entry = self.sizes[id(message)] = (message, estimate_tokens([message]))
+        return entry[1]
+
+    def estimate(self, messages: list) -> int:
+        return sum(self.size(m) for m in messages)
+
+    def anchor(self, tokens: int, messages: list) -> None:
+        self.anchor_tokens, self.anchor_messages = tokens, list(messages)
+        if len(self.sizes) > 4 * len(messages) + 100:  # forget messages no longer in history
+            self.sizes = {id(m): (m, self.size(m)) for m in messages}
+
+    def count(self, messages: list, overhead: int) -> int:
+        if self.anchor_tokens is None:
+            return overhead + self.estimate(messages)
+        same = 0  # layers copy only what they change, so identity marks what is unchanged
+        for old, new in zip(self.anchor_messages, messages):
+            if old is not new:
+                break
+            same += 1
+        return (self.anchor_tokens - self.estimate(self.anchor_messages[same:])
+                + self.estimate(messages[same:]))
+
+
 def persisted_preview(path: Path, text: str, preview_chars: int) -> str:
     # Fixed wording, so clearing the same content twice produces the same bytes.
     return (f"{PERSISTED_TAG} path=\"{path}\" chars=\"{len(text)}\">\n"
@@ -557,10 +605,13 @@ def tool_result_budget(messages: list, *, max_chars: int, preview_chars: int, sa
     return messages[:-1] + [{**last, "content": blocks}]
 
 
-def snip_compact(messages: list, *, keep_head: int, keep_tail: int, save_messages) -> list:
+def snip_compact(messages: list, *, keep_head: int, keep_tail: int, at_least: int, save_messages) -> list:
     """Drop the middle of a long history, never splitting a tool_use from its tool_result."""
     if len(messages) <= keep_head + keep_tail:
         return messages
+    # Every snip changes the head, so the cache is rewritten after it: cut at least
+    # `at_least` messages at once, and the next snip is that many messages away.
+    keep_tail = max(1, min(keep_tail, len(messages) - keep_head - at_least))
     starts = group_starts(messages)
     # The head ends just before an assistant message, the tail begins with one: both
     # cut points fall between a tool_result message and the next call, never inside a pair.
@@ -588,7 +639,7 @@ def snip_compact(messages: list, *, keep_head: int, keep_tail: int, save_message
     return messages[:head_end - 1] + [new_head_last] + messages[tail_start:]
 
 
-def micro_compact(messages: list, *, keep_recent: int, min_chars: int, save_output) -> list:
+def micro_compact(messages: list, *, keep_recent: int, min_chars: int, clear_at_least: int, save_output) -> list:
     """Replace all but the newest tool results with a pointer to their saved copy."""
     positions = [(i, k) for i, m in enumerate(messages) if is_tool_result_message(m)
                  for k, b in enumerate(blocks_of(m)) if b.get("type") == "tool_result"]
@@ -596,14 +647,19 @@ def micro_compact(messages: list, *, keep_recent: int, min_chars: int, save_outp
     if messages and is_tool_result_message(messages[-1]):
         # results in the last message have not been seen by the model yet
         protected |= {(i, k) for i, k in positions if i == len(messages) - 1}
-    names = None
+    stale = [(i, k) for i, k in positions if (i, k) not in protected
+             and len(text := result_text(blocks_of(messages[i])[k])) > min_chars
+             and not text.startswith(PLACEHOLDER_PREFIX)]
+    # Clearing rewrites the cache from the first cleared result on; below the minimum
+    # the rewrite costs more than the tokens it frees, so clear nothing.
+    freed = sum(estimate_text_tokens(result_text(blocks_of(messages[i])[k])) - PLACEHOLDER_TOKENS for i, k in stale)
+    if not stale or freed < clear_at_least:
+        return messages
+    names = tool_names(messages)
     changed = {}
-    for i, k in positions:
+    for i, k in stale:
         block = blocks_of(changed.get(i, messages[i]))[k]
         text = result_text(block)
-        if (i, k) in protected or len(text) <= min_chars or text.startswith(PLACEHOLDER_PREFIX):
-            continue
-        names = names or tool_names(messages)
         saved = re.match(rf'{PERSISTED_TAG} path="([^"]+)"', text)
         path = saved.group(1) if saved else save_output(block["tool_use_id"], text)
         placeholder = (f"{PLACEHOLDER_PREFIX} ({names.get(block['tool_use_id'], 'tool')}) cleared to save "
@@ -611,8 +667,6 @@ def micro_compact(messages: list, *, keep_recent: int, min_chars: int, save_outp
         blocks = list(blocks_of(changed.get(i, messages[i])))
         blocks[k] = replace_result(block, placeholder)
         changed[i] = {**messages[i], "content": blocks}
-    if not changed:
-        return messages
     return [changed.get(i, m) for i, m in enumerate(messages)]
 
 
@@ -658,12 +712,79 @@ def reactive_compact(messages: list, *, summarize, save_messages, save_output, p
     return rebuild_after_summary(REACTIVE_MARKER, summary, path, messages, tail)
 
 
+# ---------------------------------------------------------------------------- requests, caching, accounting
+# The API caches the prompt prefix up to each block marked with cache_control (tools,
+# then system, then messages). A cache read costs 0.1× an input token, a cache write 1.25×.
+# Marks go on copies: the history itself never holds them.
+EPHEMERAL = {"type": "ephemeral"}
+
+
+def mark_last_block(message: dict) -> dict:
+    content = blocks_of(message)
+    return {**message, "content": content[:-1] + [{**content[-1], "cache_control": EPHEMERAL}]}
+
+
+def with_cache_breakpoints(messages: list) -> list:
+    """Mark the newest message, and the one the previous request ended on (two back),
+    so the next request reads everything up to here from the cache."""
+    marked = list(messages)
+    for index in {len(messages) - 1, len(messages) - 3} - {-1, -2, -3}:
+        marked[index] = mark_last_block(marked[index])
+    return marked
+
+
+def build_request(agent, messages: list, extra_text: str | None = None) -> dict:
+    """The Messages API request for a history: tools and system first, cache marks added."""
+    s = agent.settings
+    system = [{"type": "text", "text": agent.system}]
+    sent = list(messages)
+    if s.prompt_caching:
+        system[0]["cache_control"] = EPHEMERAL  # one mark caches the tools and the system prompt
+        sent = with_cache_breakpoints(sent)
+    if extra_text:
+        extra = {"type": "text", "text": extra_text}
+        if sent and sent[-1]["role"] == "user":
+            sent[-1] = {**sent[-1], "content": blocks_of(sent[-1]) + [extra]}
+        else:
+            sent.append({"role": "user", "content": [extra]})
+    return {"model": s.model, "max_tokens": s.max_output, "system": system, "tools": agent.tools,
+            "messages": sent}
+
+
+def record_usage(agent, usage) -> dict:
+    """Keep the last call's usage and the session's totals; return the usage as a dict."""
+    figures = {key: getattr(usage, key, 0) or 0 for key in
+               ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens", "output_tokens")}
+    agent.last_usage = figures
+    for key, value in figures.items():
+        agent.usage_totals[key] = agent.usage_totals.get(key, 0) + value
+    return figures
+
+
+def context_tokens(agent, messages: list) -> int:
+    """Tokens the next request will carry: exact up to the last response, estimated after."""
+    return agent.tokens.count(messages, agent.overhead)
+
+
+def exact_context_tokens(agent, messages: list) -> int:
+    """Ask count_tokens when the endpoint offers it; otherwise fall back to the estimate."""
+    if agent.can_count_tokens:
+        request = build_request(agent, messages)
+        request.pop("max_tokens")
+        try:
+            counted = agent.client.messages.count_tokens(**request).input_tokens
+            agent.tokens.anchor(counted, messages)
+            return counted
+        except anthropic.APIError:
+            agent.can_count_tokens = False  # not offered here (or failing): stop asking
+    return context_tokens(agent, messages)
+
+
 # ---------------------------------------------------------------------------- the summary call
 
-SUMMARY_SYSTEM = ("You write the working summary that will replace an agent's conversation history. "
-                  "Answer with text only; do not call any tools.")
-SUMMARY_INSTRUCTIONS = """Summarize the conversation below so that the agent can continue the work with
-nothing but your summary. Keep:
+SUMMARY_INSTRUCTIONS = """Stop working on the task for a moment and call no tools: answer with text only.
+Write a summary of this conversation that lets the work continue with nothing but the summary.
+Keep:
 - the user's goal, and every explicit constraint or preference, in their words where short;
 - decisions made and why;
 - files read, created or changed, with their paths, and the code that matters;
@@ -707,31 +828,55 @@ def extract_summary(text: str) -> str:
     return (match.group(1) if match else text).strip()
 
 
-def summarize_with_model(agent, messages: list, focus: str = "") -> str:
-    """One model call that turns the history into a summary; raises SummaryError."""
-    settings = agent.settings
-    budget = settings.window - settings.summary_max_tokens - estimate_text_tokens(SUMMARY_INSTRUCTIONS) - 500
-    for attempt in range(3):  # bounded: each retry sends a shorter conversation
-        prompt = SUMMARY_INSTRUCTIONS + (f"\n\nFocus especially on: {focus}" if focus else "")
-        conversation = render_for_summary(messages, budget)
-        prompt += f"\n\n<conversation>\n{conversation}\n</conversation>"
-        try:
-            reply = agent.client.messages.create(
-                model=settings.model, max_tokens=settings.summary_max_tokens, system=SUMMARY_SYSTEM,
-                messages=[{"role": "user", "content": prompt}])
-        except anthropic.BadRequestError as err:
-            if is_prompt_too_long(err):
+def summary_request(agent, messages: list, instruction: str, text_budget: int | None) -> tuple:
+    """The request for a summary, and its estimated size.
+
+    With no text_budget it continues the cached conversation: same system, tools and
+    messages plus the instruction, so almost all of it is a cache read. With a budget,
+    the conversation is sent as plain text cut to that many tokens."""
+    if text_budget is None:
+        request = build_request(agent, messages, extra_text=instruction)
+        size = context_tokens(agent, messages)
+    else:
+        conversation = render_for_summary(messages, text_budget)
+        request = build_request(agent, [{"role": "user", "content": [{"type": "text", "text":
+                                f"<conversation>\n{conversation}\n</conversation>\n\n{instruction}"}]}])
+        size = estimate_text_tokens(conversation)
+    request.update(max_tokens=agent.settings.summary_max_tokens, tool_choice={"type": "none"})
+    return request, size
+
+
+def summarize_with_model(agent, messages: list, focus: str = "", undercount: float = 1.0) -> str:
+    """One model call that turns the history into a summary; raises SummaryError.
+
+    undercount > 1 says the API counted that many times more tokens than we estimated."""
+    s = agent.settings
+    instruction = SUMMARY_INSTRUCTIONS + (f"\nFocus especially on: {focus}" if focus else "")
+    room = int((s.window - s.summary_max_tokens - agent.overhead) / undercount) - estimate_text_tokens(instruction)
+    needed = context_tokens(agent, messages) * undercount + estimate_text_tokens(instruction) + s.summary_max_tokens
+    budget = None if needed <= s.window else room
+    started = time.perf_counter()
+    try:
+        for _ in range(3):  # bounded: each retry sends a shorter conversation
+            request, size = summary_request(agent, messages, instruction, budget)
+            try:
+                reply = agent.client.messages.create(**request)
+            except anthropic.BadRequestError as err:
+                if not is_prompt_too_long(err):
+                    raise SummaryError(api_error_text(err)) from err
                 # the error says by how much we were over: send that much less next time
-                budget = int(min(budget, estimate_text_tokens(conversation)) / overshoot(err, 2.0) * 0.9)
+                budget = int(min(budget or room, size) / overshoot(err, 2.0) * 0.9)
                 continue
-            raise SummaryError(api_error_text(err)) from err
-        except anthropic.APIError as err:
-            raise SummaryError(api_error_text(err)) from err
-        summary = extract_summary("".join(b.text for b in reply.content if b.type == "text"))
-        if not summary:
-            raise SummaryError("the model returned an empty summary")
-        return summary
-    raise SummaryError("the conversation is too long to summarize even after cutting it down")
+            except anthropic.APIError as err:
+                raise SummaryError(api_error_text(err)) from err
+            record_usage(agent, reply.usage)
+            summary = extract_summary("".join(b.text for b in reply.content if b.type == "text"))
+            if not summary:
+                raise SummaryError("the model returned an empty summary")
+            return summary
+        raise SummaryError("the conversation is too long to summarize even after cutting it down")
+    finally:
+        agent.api_seconds += time.perf_counter() - started
 
 
 def is_prompt_too_long(err: Exception) -> bool:
@@ -782,8 +927,12 @@ class Agent:
     summary_failures: int = 0
     breaker_announced: bool = False
     disk_warned: bool = False
-    stats: dict = field(default_factory=dict)
+    stats: dict = field(default_factory=dict)       # layer -> {"runs": n, "saved": tokens}
     last_usage: dict = field(default_factory=dict)
+    usage_totals: dict = field(default_factory=dict)  # all calls of the session, summed
+    tokens: TokenCounter = field(default_factory=TokenCounter)
+    can_count_tokens: bool = True
+    api_seconds: float = 0.0                          # time inside summary calls, for the benchmark
 
     @property
     def transcripts(self) -> Path:
@@ -800,9 +949,11 @@ class Agent:
     def subagent(self) -> "Agent":
         tools = [t for t in self.tools if t["name"] != "task"]
         return replace(self, tools=tools, label="task", max_steps=SUBAGENT_MAX_STEPS, todos=[],
-                       pending_compact=None, stats=self.stats, last_usage={})
+                       pending_compact=None, last_usage={}, tokens=TokenCounter())
 
-    def overhead_tokens(self) -> int:
+    @cached_property
+    def overhead(self) -> int:
+        """Tokens of the system prompt and tool definitions, sent with every request."""
         return estimate_text_tokens(self.system + json.dumps(self.tools))
 
 
@@ -860,8 +1011,10 @@ def run_layer(agent, name: str, layer, messages: list) -> list:
         return messages
     if result is messages:
         return messages
-    saved = estimate_tokens(messages) - estimate_tokens(result)
-    agent.stats[name] = agent.stats.get(name, 0) + 1
+    saved = agent.tokens.estimate(messages) - agent.tokens.estimate(result)
+    record = agent.stats.setdefault(name, {"runs": 0, "saved": 0})
+    record["runs"] += 1
+    record["saved"] += saved
     # The result layers may point at a copy saved earlier, so name the folder, not new files.
     where = transcripts or [TOOL_RESULTS_DIR + "/"]
     change = f"−{format_tokens(saved)}" if saved >= 0 else f"+{format_tokens(-saved)}"
@@ -910,19 +1063,32 @@ def breaker_open(agent) -> bool:
 
 
 def compact_pipeline(agent, messages: list) -> list:
-    """The four layers in order: cheap ones always, the summary only when still over the threshold."""
+    """The four layers in order: cheap ones first, the summary only when still over the threshold."""
     s = agent.settings
-    # Budget runs first: micro_compact would otherwise replace a huge new result before it was saved.
-    messages = run_layer(agent, "tool_result_budget", lambda m, save_output, _: tool_result_budget(
-        m, max_chars=s.budget_chars, preview_chars=s.preview_chars, save_output=save_output), messages)
-    messages = run_layer(agent, "snip_compact", lambda m, _, save_messages: snip_compact(
-        m, keep_head=SNIP_KEEP_HEAD, keep_tail=SNIP_KEEP_TAIL, save_messages=save_messages), messages)
-    messages = run_layer(agent, "micro_compact", lambda m, save_output, _: micro_compact(
-        m, keep_recent=KEEP_RECENT_TOOL_RESULTS, min_chars=MICRO_COMPACT_MIN_CHARS,
-        save_output=save_output), messages)
-    if context_tokens(agent, messages) > s.threshold and not breaker_open(agent):
+    if s.cheap_layers:
+        # Budget runs first: it saves big new results before anything else could shorten them.
+        messages = run_layer(agent, "tool_result_budget", lambda m, save_output, _: tool_result_budget(
+            m, max_chars=s.budget_chars, preview_chars=s.preview_chars, save_output=save_output), messages)
+        messages = run_layer(agent, "snip_compact", lambda m, _, save_messages: snip_compact(
+            m, keep_head=SNIP_KEEP_HEAD, keep_tail=s.snip_keep_tail, at_least=SNIP_AT_LEAST,
+            save_messages=save_messages), messages)
+        # micro_compact waits for a trigger, so it does not rewrite the cached prefix every turn.
+        if context_tokens(agent, messages) > s.micro_trigger:
+            messages = run_layer(agent, "micro_compact", lambda m, save_output, _: micro_compact(
+                m, keep_recent=KEEP_RECENT_TOOL_RESULTS, min_chars=MICRO_COMPACT_MIN_CHARS,
+                clear_at_least=s.clear_at_least, save_output=save_output), messages)
+    if over_threshold(agent, messages) and not breaker_open(agent):
         messages = run_compact_history(agent, messages)
     return messages
+
+
+def over_threshold(agent, messages: list) -> bool:
+    """Compare with the threshold; near it, an exact count decides rather than an estimate."""
+    s = agent.settings
+    tokens = context_tokens(agent, messages)
+    if abs(tokens - s.threshold) <= s.threshold * COUNT_TOKENS_MARGIN:
+        tokens = exact_context_tokens(agent, messages)
+    return tokens > s.threshold
 
 
 def run_reactive_compact(agent, messages: list, undercount: float) -> list:
@@ -934,7 +1100,7 @@ def run_reactive_compact(agent, messages: list, undercount: float) -> list:
         if breaker_open(agent):
             return None
         try:
-            return summarize_with_model(agent, m)
+            return summarize_with_model(agent, m, undercount=undercount)
         except SummaryError as err:
             agent.summary_failures += 1
             agent.say(f"[reactive_compact] summary failed ({err}); keeping recent messages only")
@@ -943,10 +1109,6 @@ def run_reactive_compact(agent, messages: list, undercount: float) -> list:
     return run_layer(agent, "reactive_compact", lambda m, save_output, save_messages: reactive_compact(
         m, summarize=summarize_or_none, save_messages=save_messages, save_output=save_output,
         preview_chars=s.preview_chars, tail_tokens=tail_tokens), messages)
-
-
-def context_tokens(agent, messages: list) -> int:
-    return agent.overhead_tokens() + estimate_tokens(messages)
 
 
 # ---------------------------------------------------------------------------- the agent loop
@@ -958,8 +1120,7 @@ class IncompleteResponse(Exception):
 def call_model(agent, messages: list) -> dict:
     """One streamed model call; text is printed as it arrives; returns the assistant message."""
     printed = False
-    with agent.client.messages.stream(model=agent.settings.model, max_tokens=agent.settings.max_output,
-                                      system=agent.system, tools=agent.tools, messages=messages) as stream:
+    with agent.client.messages.stream(**build_request(agent, messages)) as stream:
         for chunk in stream.text_stream:
             if not agent.label:
                 agent.out(chunk, end="", flush=True)
@@ -971,8 +1132,11 @@ def call_model(agent, messages: list) -> dict:
         # The SDK ends quietly when the connection closes mid-stream; a partial reply
         # (perhaps a tool call with half its input) must not enter the history.
         raise IncompleteResponse("the response stream ended before the message was complete")
-    agent.last_usage = final.usage.model_dump(exclude_none=True)
-    return {"role": "assistant", "content": plain_blocks(final.content)}
+    usage = record_usage(agent, final.usage)
+    reply = {"role": "assistant", "content": plain_blocks(final.content)}
+    # usage counts everything sent plus the reply: the exact size of history + reply
+    agent.tokens.anchor(sum(usage.values()), messages + [reply])
+    return reply
 
 
 def plain_blocks(content) -> list:
@@ -1084,7 +1248,7 @@ def add_user_text(messages: list, text: str) -> None:
 
 def context_report(agent, messages: list) -> str:
     s = agent.settings
-    parts = {"system prompt + tools": agent.overhead_tokens(), "user text": 0, "assistant text": 0,
+    parts = {"system prompt + tools": agent.overhead, "user text": 0, "assistant text": 0,
              "tool calls": 0, "tool results": 0}
     for message in messages:
         for block in blocks_of(message):

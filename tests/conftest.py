@@ -162,3 +162,12 @@ def assert_requests_valid(fake):
     for body in fake.valid_requests:
         roles = [m["role"] for m in body["messages"]]
         assert all(a != b for a, b in zip(roles, roles[1:])), roles
+
+
+def plain(value):
+    """A request (or part of one) with the cache_control marks removed, for comparisons."""
+    if isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items() if k not in ("cache_control", "_valid")}
+    if isinstance(value, list):
+        return [plain(v) for v in value]
+    return value

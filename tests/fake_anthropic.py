@@ -73,7 +73,7 @@ class InvalidRequest(Exception):
     """A request the real API would answer with 400 invalid_request_error."""
 
 
-def _is_summary_request(body: dict) -> bool:
+def is_summary_request(body: dict) -> bool:
     choice = body.get("tool_choice") or {}
     return not body.get("tools") or choice.get("type") == "none"
 
@@ -331,11 +331,11 @@ class FakeAnthropic:
 
     @property
     def main_requests(self) -> list[dict]:
-        return [r for r in self.valid_requests if not _is_summary_request(r)]
+        return [r for r in self.valid_requests if not is_summary_request(r)]
 
     @property
     def summary_requests(self) -> list[dict]:
-        return [r for r in self.valid_requests if _is_summary_request(r)]
+        return [r for r in self.valid_requests if is_summary_request(r)]
 
     # lifecycle ---------------------------------------------------------------
     def __enter__(self) -> "FakeAnthropic":
@@ -356,12 +356,12 @@ class FakeAnthropic:
     # answering ---------------------------------------------------------------
     def next_reply(self, body: dict) -> dict:
         with self._lock:
-            queue = self.summaries if _is_summary_request(body) else self.replies
+            queue = self.summaries if is_summary_request(body) else self.replies
             item = queue.popleft() if queue else None
         if callable(item):
             item = item(body)
         if item is None:
-            item = text("<summary>Fake summary of the conversation.</summary>") if _is_summary_request(body) \
+            item = text("<summary>Fake summary of the conversation.</summary>") if is_summary_request(body) \
                 else text("Done.")
         return item
 

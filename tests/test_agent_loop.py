@@ -5,8 +5,8 @@ import json
 import anthropic
 import pytest
 
-from conftest import assert_requests_valid, assert_valid, blocks
-from fake_anthropic import FakeAnthropic, error, server_error, text, tool_use, tool_uses
+from conftest import assert_requests_valid, assert_valid, blocks, plain
+from fake_anthropic import FakeAnthropic, error, is_summary_request, server_error, text, tool_use, tool_uses
 
 
 def user(words):
@@ -24,6 +24,15 @@ def chat_history(turns, size):
 
 def first_text(body, index=0):
     return blocks(body["messages"][index])[0].get("text", "")
+
+
+def instruction(body):
+    """The summary instruction: the last text of a summary request."""
+    return blocks(body["messages"][-1])[-1]["text"]
+
+
+def rejected_main_requests(fake):
+    return [r for r in fake.requests if not r.get("_valid") and not is_summary_request(r)]
 
 
 def test_every_tool_result_goes_back_in_one_message_in_call_order(s08, fake, make_agent, workspace):
@@ -80,7 +89,12 @@ def test_auto_compact_summarizes_when_still_over_the_threshold(s08, fake, make_a
     s08.agent_loop(agent, messages)
     assert len(fake.summary_requests) == 1
     summary_request = fake.summary_requests[0]
-    assert "tools" not in summary_request and "question 11" in summary_request["messages"][0]["content"]
+    assert summary_request["tool_choice"] == {"type": "none"}
+    assert "call no tools" in instruction(summary_request) and "<summary>" in instruction(summary_request)
+    # the summary continues the conversation as it was, so its prefix is a cache read
+    history = chat_history(12, 2_000) + [user("now write the release notes")]
+    sent = plain(summary_request["messages"])
+    assert sent[:-1] == history[:-1] and sent[-1]["content"][:-1] == history[-1]["content"]
     sent = fake.main_requests[0]["messages"]
     assert first_text(fake.main_requests[0]).startswith("[Compacted")
     assert "We discussed twelve questions." in first_text(fake.main_requests[0])
@@ -101,8 +115,7 @@ def test_reactive_compact_retries_once_after_prompt_too_long(s08, make_agent, wo
         messages = chat_history(10, 1_500) + [user("continue please")]
         fake.reply(text("Continuing."))
         s08.agent_loop(agent, messages)
-        rejected_main = [r for r in fake.requests if not r.get("_valid") and r.get("tools")]
-        assert len(rejected_main) == 1 and fake.rejections[0].startswith("prompt is too long: ")
+        assert len(rejected_main_requests(fake)) == 1 and fake.rejections[0].startswith("prompt is too long: ")
         assert len(fake.rejections) <= 2, "the summary call learns the real size from the first error"
         retried = fake.main_requests[0]
         assert first_text(retried).startswith("[Reactive compact")
@@ -118,7 +131,7 @@ def test_reactive_compact_is_tried_once_then_the_error_is_reported(s08, make_age
         agent = make_agent(window=20_000, server=fake)
         messages = []
         s08.run_turn(agent, messages, "hello")
-        assert len([r for r in fake.requests if r.get("tools")]) == 2
+        assert len(rejected_main_requests(fake)) == 2
         assert "API error: 400 invalid_request_error: prompt is too long" in agent.out.text
         assert "try /compact" in agent.out.text
         assert_valid(messages, "hello")
@@ -156,7 +169,7 @@ def test_compact_tool_runs_after_the_batch_and_the_turn_continues(s08, fake, mak
     messages = [user("build, then tidy up")]
     final = s08.agent_loop(agent, messages)
     assert final == "Continuing from the summary."
-    assert "keep the API design" in fake.summary_requests[0]["messages"][0]["content"]
+    assert "keep the API design" in instruction(fake.summary_requests[0])
     second = fake.main_requests[1]["messages"]
     assert first_text(fake.main_requests[1]).startswith("[Compacted")
     assert blocks(second[0])[-1]["text"] == "build, then tidy up"
@@ -173,10 +186,11 @@ def test_task_runs_a_subagent_with_fresh_history_and_no_task_tool(s08, fake, mak
     agent = make_agent()
     s08.agent_loop(agent, [user("how many python files?")])
     sub_first = fake.main_requests[1]
-    assert sub_first["messages"] == [user("count the python files")]
+    assert plain(sub_first["messages"]) == [user("count the python files")]
     assert "task" not in [t["name"] for t in sub_first["tools"]]
     parent_result = fake.main_requests[3]["messages"][-1]["content"][0]
-    assert parent_result == {"type": "tool_result", "tool_use_id": "toolu_task", "content": "There is 1 python file."}
+    assert plain(parent_result) == {"type": "tool_result", "tool_use_id": "toolu_task",
+                                    "content": "There is 1 python file."}
     assert_requests_valid(fake)
 
 
@@ -196,7 +210,7 @@ def test_hooks_see_every_event(s08, fake, make_agent):
                     "PreCompact", "PostCompact", "Stop"]
     denied = fake.main_requests[1]["messages"][-1]["content"][0]
     assert denied["is_error"] and denied["content"] == "no writing today"
-    assert "mention the hook" in fake.summary_requests[0]["messages"][0]["content"]
+    assert "mention the hook" in instruction(fake.summary_requests[0])
 
 
 def test_a_user_prompt_hook_can_block_a_prompt(s08, fake, make_agent):

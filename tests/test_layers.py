@@ -92,7 +92,7 @@ def test_budget_keeps_non_ascii_output_byte_identical_on_disk(s08, savers):
 
 def test_snip_keeps_tool_pairs_and_saves_what_it_removes(s08, savers):
     history = [user("build it")] + pairs(40) + [answer("done"), user("now test it")] + pairs(5, start=40)
-    out = s08.snip_compact(history, keep_head=3, keep_tail=47, save_messages=savers.save_messages)
+    out = s08.snip_compact(history, keep_head=3, keep_tail=47, at_least=0, save_messages=savers.save_messages)
     assert_valid(out, "now test it")
     assert len(out) <= 51
     assert out[0] == history[0]
@@ -106,16 +106,16 @@ def test_snip_keeps_tool_pairs_and_saves_what_it_removes(s08, savers):
 
 def test_snip_keeps_the_current_request_when_it_falls_in_the_middle(s08, savers):
     history = [user("first"), answer(), user("the real task: rename foo to bar everywhere")] + pairs(60)
-    out = s08.snip_compact(history, keep_head=3, keep_tail=47, save_messages=savers.save_messages)
+    out = s08.snip_compact(history, keep_head=3, keep_tail=47, at_least=0, save_messages=savers.save_messages)
     assert len(out) < len(history)
     assert_valid(out, "the real task: rename foo to bar everywhere")
 
 
 def test_snip_folds_repeated_snips_into_one_marker(s08, savers):
     history = [user("go")] + pairs(30)
-    once = s08.snip_compact(history, keep_head=3, keep_tail=47, save_messages=savers.save_messages)
+    once = s08.snip_compact(history, keep_head=3, keep_tail=47, at_least=0, save_messages=savers.save_messages)
     twice = s08.snip_compact(once + pairs(10, start=30), keep_head=3, keep_tail=47,
-                             save_messages=savers.save_messages)
+                             at_least=0, save_messages=savers.save_messages)
     markers = [b["text"] for m in twice for b in blocks(m) if b.get("type") == "text" and b["text"].startswith("[Snipped")]
     assert len(markers) == 1
     removed = sum(len(read_transcript(p)) for p in savers.transcripts.iterdir())
@@ -125,7 +125,7 @@ def test_snip_folds_repeated_snips_into_one_marker(s08, savers):
 
 def test_snip_does_nothing_below_the_limit(s08, savers):
     history = [user("go")] + pairs(20)
-    assert s08.snip_compact(history, keep_head=3, keep_tail=47, save_messages=savers.save_messages) is history
+    assert s08.snip_compact(history, keep_head=3, keep_tail=47, at_least=0, save_messages=savers.save_messages) is history
 
 
 # ---------------------------------------------------------------- micro_compact
@@ -133,7 +133,7 @@ def test_snip_does_nothing_below_the_limit(s08, savers):
 def test_micro_compact_keeps_newest_results_and_saves_old_ones(s08, savers):
     history = [user("read")] + pairs(6) + [answer(), user("and now?")]
     before = copy.deepcopy(history)
-    out = s08.micro_compact(history, keep_recent=3, min_chars=120, save_output=savers.save_output)
+    out = s08.micro_compact(history, keep_recent=3, min_chars=120, clear_at_least=0, save_output=savers.save_output)
     assert history == before
     contents = result_contents(out)
     for n in range(3):
@@ -147,13 +147,13 @@ def test_micro_compact_keeps_newest_results_and_saves_old_ones(s08, savers):
 
 def test_micro_compact_skips_results_shorter_than_a_placeholder(s08, savers):
     history = [user("go")] + pairs(6, size=50)
-    assert s08.micro_compact(history, keep_recent=3, min_chars=120, save_output=savers.save_output) is history
+    assert s08.micro_compact(history, keep_recent=3, min_chars=120, clear_at_least=0, save_output=savers.save_output) is history
 
 
 def test_micro_compact_never_blanks_results_the_model_has_not_seen(s08, savers):
     parallel = [(f"p{n}", "y" * 800) for n in range(6)]
     history = [user("read all six"), call(*[i for i, _ in parallel]), results(*parallel)]
-    out = s08.micro_compact(history, keep_recent=3, min_chars=120, save_output=savers.save_output)
+    out = s08.micro_compact(history, keep_recent=3, min_chars=120, clear_at_least=0, save_output=savers.save_output)
     assert out is history
 
 
@@ -161,7 +161,7 @@ def test_micro_compact_points_at_an_already_persisted_copy(s08, savers):
     history = [user("go"), call("a"), results(("a", "z" * 50_000))] + pairs(4, start=1)
     budgeted = [history[0], history[1], s08.tool_result_budget(
         history[:3], max_chars=1000, preview_chars=200, save_output=savers.save_output)[-1]] + history[3:]
-    out = s08.micro_compact(budgeted, keep_recent=3, min_chars=120, save_output=savers.save_output)
+    out = s08.micro_compact(budgeted, keep_recent=3, min_chars=120, clear_at_least=0, save_output=savers.save_output)
     assert len(list(savers.outputs.iterdir())) == 2  # the big one once, plus t1
     placeholder = result_contents(out)["a"]
     assert str(savers.outputs / "a.txt") in placeholder
@@ -169,11 +169,11 @@ def test_micro_compact_points_at_an_already_persisted_copy(s08, savers):
 
 def test_micro_compact_is_stable_when_run_again(s08, savers):
     history = [user("go")] + pairs(8)
-    once = s08.micro_compact(history, keep_recent=3, min_chars=120, save_output=savers.save_output)
-    twice = s08.micro_compact(once, keep_recent=3, min_chars=120, save_output=savers.save_output)
+    once = s08.micro_compact(history, keep_recent=3, min_chars=120, clear_at_least=0, save_output=savers.save_output)
+    twice = s08.micro_compact(once, keep_recent=3, min_chars=120, clear_at_least=0, save_output=savers.save_output)
     assert twice is once
     assert json.dumps(once) == json.dumps(s08.micro_compact(history, keep_recent=3, min_chars=120,
-                                                            save_output=savers.save_output))
+                                                            clear_at_least=0, save_output=savers.save_output))
 
 
 # ---------------------------------------------------------------- compact_history
@@ -265,3 +265,28 @@ def test_thresholds_are_derived_from_the_window(s08):
     small = s08.Settings.for_window("m", 20_000)
     assert small.threshold == 20_000 - 5_000 - 2_000
     assert small.budget_chars < 20_000 and small.summary_max_tokens <= small.max_output
+
+
+# ---------------------------------------------------------------- cache-aware clearing
+
+def test_micro_compact_clears_nothing_below_the_minimum(s08, savers):
+    history = [user("go")] + pairs(5, size=400) + [answer(), user("next")]
+    freed = sum(s08.estimate_text_tokens(f"{n}:" + "x" * 400) - s08.PLACEHOLDER_TOKENS for n in range(2))
+    assert s08.micro_compact(history, keep_recent=3, min_chars=120, clear_at_least=freed + 1,
+                             save_output=savers.save_output) is history
+    assert not savers.outputs.exists(), "nothing is saved when nothing is cleared"
+    out = s08.micro_compact(history, keep_recent=3, min_chars=120, clear_at_least=freed,
+                            save_output=savers.save_output)
+    cleared = [i for i, c in result_contents(out).items() if c.startswith("[Earlier tool result")]
+    assert cleared == ["t0", "t1"]
+    assert s08.estimate_tokens(history) - s08.estimate_tokens(out) >= freed
+
+
+def test_snip_cuts_at_least_the_minimum_so_it_does_not_fire_every_turn(s08, savers):
+    history = [user("go")] + pairs(26)  # 53 messages: just over head 3 + tail 47
+    out = s08.snip_compact(history, keep_head=3, keep_tail=47, at_least=20, save_messages=savers.save_messages)
+    assert len(history) - len(out) >= 20
+    assert_valid(out, "go")
+    again = out + pairs(5, start=26)
+    assert s08.snip_compact(again, keep_head=3, keep_tail=47, at_least=20,
+                            save_messages=savers.save_messages) is again
