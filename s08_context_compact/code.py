@@ -933,6 +933,7 @@ class Agent:
     tokens: TokenCounter = field(default_factory=TokenCounter)
     can_count_tokens: bool = True
     api_seconds: float = 0.0                          # time inside summary calls, for the benchmark
+    show_status: bool = False                         # a status line after each turn (terminals only)
 
     @property
     def transcripts(self) -> Path:
@@ -1246,31 +1247,53 @@ def add_user_text(messages: list, text: str) -> None:
         messages.append({"role": "user", "content": [{"type": "text", "text": text}]})
 
 
+def billed_input(usage: dict) -> float:
+    """Input tokens as the price list sees them: cache reads 0.1×, cache writes 1.25×."""
+    return (usage.get("input_tokens", 0) + 1.25 * usage.get("cache_creation_input_tokens", 0)
+            + 0.1 * usage.get("cache_read_input_tokens", 0))
+
+
 def context_report(agent, messages: list) -> str:
+    """What /context prints: the size, what fills it, the thresholds, the cache, the savings."""
     s = agent.settings
     parts = {"system prompt + tools": agent.overhead, "user text": 0, "assistant text": 0,
              "tool calls": 0, "tool results": 0}
     for message in messages:
         for block in blocks_of(message):
-            kind = {"text": f"{message['role']} text", "tool_use": "tool calls",
-                    "tool_result": "tool results"}.get(block.get("type"), "tool results")
+            kind = {"text": f"{message['role']} text", "tool_use": "tool calls"}.get(block.get("type"), "tool results")
             parts[kind] += estimate_text_tokens(json.dumps(block, ensure_ascii=False))
-    total = sum(parts.values())
-    lines = [f"Context: {len(messages)} messages, ~{format_tokens(total)} tokens of a "
-             f"{format_tokens(s.window)} window ({100 * total // s.window}%)"]
+    total = context_tokens(agent, messages)
+    how = "exact up to the last response, estimated after" if agent.tokens.anchor_tokens else "estimated"
+    lines = [f"Context: {len(messages)} messages, {format_tokens(total)} tokens of a "
+             f"{format_tokens(s.window)} window ({100 * total // s.window}%; {how})"]
     lines += [f"  {name:<22}{format_tokens(n):>8}" for name, n in parts.items()]
     lines.append(f"Auto-compact above {format_tokens(s.threshold)} tokens (window − {format_tokens(s.max_output)} "
                  f"output − {format_tokens(s.window - s.max_output - s.threshold)} buffer): "
                  f"{format_tokens(max(s.threshold - total, 0))} to go")
-    lines.append(f"Tool results per message: {s.budget_chars:,} chars; snip above "
-                 f"{SNIP_KEEP_HEAD + SNIP_KEEP_TAIL} messages; micro_compact keeps the newest "
-                 f"{KEEP_RECENT_TOOL_RESULTS} results")
-    done = ", ".join(f"{name} {agent.stats.get(name, 0)}" for name in LAYER_VERBS)
-    lines.append(f"Compactions so far: {done}")
-    if agent.last_usage:
-        lines.append(f"Last API usage: {agent.last_usage.get('input_tokens', 0)} input tokens, "
-                     f"{agent.last_usage.get('output_tokens', 0)} output tokens")
+    lines.append(f"Cheap layers: tool results ≤ {s.budget_chars:,} chars a message; snip above "
+                 f"{SNIP_KEEP_HEAD + s.snip_keep_tail} messages, {SNIP_AT_LEAST}+ at a time; micro_compact above "
+                 f"{format_tokens(s.micro_trigger)} tokens, clearing {format_tokens(s.clear_at_least)}+ at a time")
+    last = agent.last_usage
+    if last:
+        sent = last["input_tokens"] + last["cache_read_input_tokens"] + last["cache_creation_input_tokens"]
+        lines.append(f"Prompt cache, last request: {100 * last['cache_read_input_tokens'] // max(sent, 1)}% read "
+                     f"({format_tokens(last['cache_read_input_tokens'])} read, "
+                     f"{format_tokens(last['cache_creation_input_tokens'])} written, "
+                     f"{format_tokens(last['input_tokens'])} uncached)")
+        totals = agent.usage_totals
+        raw = totals["input_tokens"] + totals["cache_read_input_tokens"] + totals["cache_creation_input_tokens"]
+        lines.append(f"Session input: {format_tokens(raw)} tokens sent, billed as {format_tokens(int(billed_input(totals)))}")
+    saved = ", ".join(f"{name} {agent.stats.get(name, {}).get('runs', 0)}× "
+                      f"−{format_tokens(agent.stats.get(name, {}).get('saved', 0))}" for name in LAYER_VERBS)
+    lines.append(f"Saved so far: {saved}")
     return "\n".join(lines)
+
+
+def status_line(agent, messages: list) -> str:
+    s = agent.settings
+    used = context_tokens(agent, messages)
+    return (f"context {format_tokens(used)}/{format_tokens(s.window)} tokens ({100 * used // s.window}%) · "
+            f"auto-compact in {format_tokens(max(s.threshold - used, 0))}")
 
 
 def handle_command(agent, messages: list, line: str) -> None:
@@ -1296,6 +1319,9 @@ def run_turn(agent, messages: list, prompt: str) -> None:
     add_user_text(messages, prompt)
     try:
         agent_loop(agent, messages)
+        if agent.show_status:
+            line = status_line(agent, messages)
+            agent.say(line if os.getenv("NO_COLOR") else f"\033[2m{line}\033[0m")
     except anthropic.APIError as err:
         hint = " The context is still too long: try /compact." if is_prompt_too_long(err) else ""
         agent.say(f"API error: {api_error_text(err)}.{hint}")
@@ -1402,7 +1428,8 @@ def main(argv=None) -> int:
     sys.stdout.reconfigure(line_buffering=True)  # piped output appears line by line
     sys.stdin.reconfigure(errors="replace")  # bytes that are not UTF-8 must not end the session
     agent = Agent(client=client, settings=settings, workdir=workdir, tools=TOOLS, skills=skills,
-                  system=build_system_prompt(workdir, skills), confirm=terminal_confirm(interactive))
+                  system=build_system_prompt(workdir, skills), confirm=terminal_confirm(interactive),
+                  show_status=sys.stdout.isatty())
     agent.hooks = {event: [] for event in HOOK_EVENTS}
     agent.hooks["PreToolUse"].append(permission_hook(agent))
     if interactive:

@@ -19,6 +19,7 @@ the request body and returns one.
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
 import math
@@ -30,6 +31,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 TOOL_NAME_RE = re.compile(r"^[a-zA-Z0-9_-]{1,128}$")
 MAX_CACHE_BREAKPOINTS = 4
+CACHE_LOOKBACK_BLOCKS = 20   # the API looks this many blocks back from a breakpoint for a hit
+MIN_CACHEABLE_TOKENS = 1024  # shorter prefixes are not cached
 
 
 # ---------------------------------------------------------------- reply builders
@@ -274,19 +277,75 @@ def _strings(value):
             yield from _strings(item)
 
 
+def _piece_tokens(value, chars_per_token: float) -> int:
+    total = 0
+    for piece in _strings(value):
+        ascii_chars = len(piece.encode("ascii", "ignore"))
+        total += math.ceil(ascii_chars / chars_per_token) + (len(piece) - ascii_chars)
+    return total
+
+
+def prompt_blocks(body: dict, chars_per_token: float = 3.5) -> list:
+    """The prompt in cache order (tools, system, messages) as (key, tokens, is_breakpoint)."""
+    out = []
+    for tool in body.get("tools") or []:
+        out.append(("tool", tool))
+    system = body.get("system")
+    for block in ([{"type": "text", "text": system}] if isinstance(system, str) else system or []):
+        out.append(("system", block))
+    for message in body.get("messages") or []:
+        for k, block in enumerate(_blocks(message)):
+            out.append((message["role"] if k == 0 else "", block))
+    blocks = []
+    for n, (where, block) in enumerate(out):
+        plain = {k: v for k, v in block.items() if k != "cache_control"}
+        tokens = _piece_tokens(plain, chars_per_token) + (3 if n == 0 else 0) + (4 if where in ("user", "assistant") else 0)
+        key = where + json.dumps(plain, sort_keys=True)
+        blocks.append((key, tokens, "cache_control" in block))
+    return blocks
+
+
 def count_tokens(body: dict, chars_per_token: float = 3.5) -> int:
     """A deterministic stand-in for the tokenizer.
 
     ASCII text costs 1/chars_per_token tokens a character; any other character costs
     one token (close to the real tokenizer for Chinese, Japanese and Korean).
     """
-    total = 3
-    for part in ("system", "tools", "messages"):
-        for piece in _strings(body.get(part)):
-            ascii_chars = len(piece.encode("ascii", "ignore"))
-            total += math.ceil(ascii_chars / chars_per_token) + (len(piece) - ascii_chars)
-    total += 4 * len(body.get("messages") or [])
-    return total
+    return sum(tokens for _, tokens, _ in prompt_blocks(body, chars_per_token))
+
+
+class PromptCache:
+    """The API's prefix cache: a prefix up to a breakpoint is written; a later request
+    reads the longest cached prefix found at, or up to 20 blocks before, its breakpoints."""
+
+    def __init__(self, min_tokens: int = MIN_CACHEABLE_TOKENS):
+        self.min_tokens = min_tokens
+        self.prefixes: set = set()
+        self.lock = threading.Lock()
+
+    def use(self, blocks: list) -> dict:
+        hashes, cumulative, digest, total = [], [], hashlib.sha256(), 0
+        for key, tokens, _ in blocks:
+            digest.update(key.encode("utf-8", "surrogatepass"))
+            hashes.append(digest.copy().hexdigest())
+            total += tokens
+            cumulative.append(total)
+        breakpoints = [i for i, (_, _, marked) in enumerate(blocks) if marked]
+        with self.lock:
+            read = 0
+            for b in breakpoints:
+                for p in range(b, max(b - CACHE_LOOKBACK_BLOCKS, -1), -1):
+                    if hashes[p] in self.prefixes:
+                        read = max(read, cumulative[p])
+                        break
+            written = 0
+            for b in breakpoints:
+                if cumulative[b] >= self.min_tokens:
+                    self.prefixes.add(hashes[b])
+                    written = max(written, cumulative[b])
+        creation = max(0, written - read)
+        return {"input_tokens": total - read - creation, "cache_read_input_tokens": read,
+                "cache_creation_input_tokens": creation}
 
 
 # ---------------------------------------------------------------- the server
@@ -295,13 +354,15 @@ class FakeAnthropic:
     """A scripted Messages API. Use as a context manager; `url` goes into base_url."""
 
     def __init__(self, *, context_window: int = 200_000, max_input_tokens: int | None = None,
-                 max_output_tokens: int = 64_000, chars_per_token: float = 3.5):
+                 max_output_tokens: int = 64_000, chars_per_token: float = 3.5, min_cache_tokens: int = 1024):
         self.context_window = context_window
         self.max_input_tokens = max_input_tokens
         self.max_output_tokens = max_output_tokens
         self.chars_per_token = chars_per_token
         self.replies: deque = deque()
         self.summaries: deque = deque()
+        self.cache = PromptCache(min_cache_tokens)
+        self.usage_log: list[dict] = []      # the usage of every answered request, summary or not
         self.requests: list[dict] = []       # every POST /v1/messages body, in order, valid or not
         self.rejections: list[str] = []      # error messages of the 400s it answered
         self.count_token_calls = 0
@@ -375,9 +436,9 @@ class FakeAnthropic:
         has_tool = any(b["type"] == "tool_use" for b in content)
         stop = reply.get("stop_reason") or ("tool_use" if has_tool else "end_turn")
         output = sum(math.ceil(len(json.dumps(b)) / self.chars_per_token) for b in content)
-        usage = {"input_tokens": count_tokens(body, self.chars_per_token),
-                 "output_tokens": output, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
+        usage = dict(self.cache.use(prompt_blocks(body, self.chars_per_token)), output_tokens=output)
         usage.update(reply.get("usage") or {})
+        self.usage_log.append(dict(usage, summary=is_summary_request(body)))
         return {"id": f"msg_fake{next(self._ids):06d}", "type": "message", "role": "assistant",
                 "model": body["model"], "content": content, "stop_reason": stop,
                 "stop_sequence": None, "usage": usage}

@@ -89,7 +89,8 @@ def test_context_command_shows_sizes_and_threshold(fake, workspace):
     report = done.stdout[done.stdout.index("Context:"):]
     assert "Context: 4 messages" in report and "of a 30.0k window" in report
     assert "tool results" in report and "Auto-compact above 19.5k tokens" in report
-    assert "Compactions so far: tool_result_budget 0" in report
+    assert "Saved so far: tool_result_budget 0× −0, snip_compact 0× −0" in report
+    assert "Prompt cache, last request: " in report and "Session input: " in report
 
 
 def test_every_layer_fires_in_one_session_at_a_small_window(workspace):

@@ -1,0 +1,173 @@
+"""Token accounting anchored to usage, prompt caching, and cache-aware compaction."""
+
+import json
+
+from conftest import assert_requests_valid, assert_valid, blocks, plain
+from fake_anthropic import FakeAnthropic, count_tokens, text, tool_use, tool_uses
+
+
+def user(words):
+    return {"role": "user", "content": [{"type": "text", "text": words}]}
+
+
+def chat(turns, size, word="talk "):
+    history = []
+    for n in range(turns):
+        history += [user(f"q{n} " + word * size), {"role": "assistant", "content": [
+            {"type": "text", "text": f"a{n} " + word * size}]}]
+    return history
+
+
+def marked_prefix(body):
+    """Everything in a request up to (and including) its last cache_control mark, unmarked."""
+    flat = [["tools", t] for t in body["tools"]] + [["system", b] for b in body["system"]]
+    for i, message in enumerate(body["messages"]):
+        flat += [[f"{i}:{message['role']}", b] for b in blocks(message)]
+    last = max(n for n, (_, b) in enumerate(flat) if "cache_control" in b)
+    return json.dumps(plain(flat[:last + 1]), sort_keys=True)
+
+
+def test_context_size_comes_from_usage_not_the_character_estimate(s08, make_agent):
+    # This server's tokenizer counts ASCII at 1.5 characters a token: far more than the estimate.
+    with FakeAnthropic(context_window=20_000, chars_per_token=1.5) as fake:
+        agent = make_agent(window=20_000, server=fake)
+        size = 100
+        while count_tokens(s08.build_request(agent, chat(6, size)), 1.5) < agent.settings.threshold + 1_000:
+            size += 20
+        messages = chat(6, size) + [user("first question")]
+        fake.reply(text("first answer"), text("second answer"))
+        s08.agent_loop(agent, messages)
+        usage = fake.usage_log[0]
+        measured = sum(usage[k] for k in ("input_tokens", "cache_read_input_tokens",
+                                          "cache_creation_input_tokens", "output_tokens"))
+        assert s08.context_tokens(agent, messages) == measured
+        estimate = agent.overhead + s08.estimate_tokens(messages)
+        assert estimate < agent.settings.threshold < measured < 20_000, "the estimate alone would not compact"
+        s08.add_user_text(messages, "second question")
+        s08.agent_loop(agent, messages)
+        assert len(fake.summary_requests) == 1, "the measured size triggers compact_history"
+        assert fake.rejections == []
+
+
+def test_only_what_changed_since_the_last_response_is_estimated(s08, make_agent, fake):
+    agent = make_agent()
+    messages = [user("hello")]
+    fake.reply(text("hi"))
+    s08.agent_loop(agent, messages)
+    anchored = s08.context_tokens(agent, messages)
+    added = user("a follow-up " * 50)
+    assert s08.context_tokens(agent, messages + [added]) == anchored + s08.estimate_tokens([added])
+    rewritten = [user("hello, changed")] + messages[1:]
+    delta = s08.estimate_tokens(rewritten[:1]) - s08.estimate_tokens(messages[:1])
+    assert s08.context_tokens(agent, rewritten) == anchored + delta
+
+
+def test_near_the_threshold_count_tokens_decides(s08, make_agent):
+    # At 3.5 characters a token the server counts a little more than the estimate.
+    with FakeAnthropic(context_window=20_000) as fake:
+        agent = make_agent(window=20_000, server=fake)
+        threshold = agent.settings.threshold
+        size = 1
+        while agent.overhead + s08.estimate_tokens(chat(1, size)[:1]) < threshold * 0.95:
+            size += 50
+        messages = chat(1, size)[:1]  # estimate within the margin below the threshold
+        assert count_tokens(s08.build_request(agent, messages)) > threshold
+        fake.reply(text("ok"))
+        s08.agent_loop(agent, messages)
+        assert fake.count_token_calls == 1
+        assert len(fake.summary_requests) == 1, "the exact count is over the threshold"
+
+
+def test_count_tokens_missing_is_remembered(s08, make_agent, fake):
+    agent = make_agent(window=20_000)
+    agent.client = agent.client.with_options(base_url=fake.url + "/nothing-here")
+    assert s08.exact_context_tokens(agent, [user("x")]) > 0
+    assert agent.can_count_tokens is False
+
+
+def test_cjk_heavy_history_does_not_overflow(s08, make_agent, workspace):
+    for n in range(10):
+        (workspace / f"笔记{n}.md").write_text("上下文压缩的中文笔记。" * (250 + 40 * n))
+    with FakeAnthropic(context_window=12_000) as fake:
+        agent = make_agent(window=12_000, server=fake)
+        messages = []
+        for n in range(10):
+            fake.reply(tool_use("read_file", {"path": f"笔记{n}.md"}), text(f"第{n}个文件读完了。"))
+            s08.run_turn(agent, messages, f"请读第{n}个文件")
+            assert_valid(messages, f"请读第{n}个文件")
+        assert fake.rejections == [], "a 4-characters-a-token estimate would have overflowed here"
+        assert "API error" not in agent.out.text
+        assert max(count_tokens(r) for r in fake.valid_requests) <= 12_000
+
+
+def test_cache_breakpoints_are_stable_across_two_ordinary_turns(s08, make_agent, fake, workspace):
+    (workspace / "notes.md").write_text("setup notes\n" * 600)
+    fake.reply(tool_use("read_file", {"path": "notes.md"}), text("Read it."), text("Second answer."))
+    agent = make_agent()
+    messages = []
+    s08.run_turn(agent, messages, "read notes.md")
+    s08.run_turn(agent, messages, "thanks")
+    first, second, third = fake.main_requests
+    assert first["system"][-1]["cache_control"] == {"type": "ephemeral"}
+    assert "cache_control" in blocks(third["messages"][-1])[-1]
+    for earlier, later in ((first, second), (second, third)):
+        # the bytes up to the earlier request's last mark are repeated exactly
+        prefix = marked_prefix(earlier)
+        assert marked_prefix(later).startswith(prefix[:-1])
+    # the first prefix is under the 1,024-token minimum, as with the real API; after that,
+    # each request reads everything the previous one sent
+    second, third_usage = fake.usage_log[1], fake.usage_log[2]
+    assert second["cache_creation_input_tokens"] > 1_024
+    sent_before = second["input_tokens"] + second["cache_read_input_tokens"] + second["cache_creation_input_tokens"]
+    assert third_usage["cache_read_input_tokens"] >= sent_before - 50
+    assert json.dumps(messages).count("cache_control") == 0, "marks never enter the history"
+    assert_requests_valid(fake)
+
+
+def test_a_session_reads_most_of_its_prompt_from_the_cache(s08, make_agent, workspace):
+    for n in range(8):
+        (workspace / f"m{n}.py").write_text(f"# module {n}\n" + "def f(): return 1\n" * 150)
+    with FakeAnthropic() as fake:
+        agent = make_agent(server=fake)
+        messages = []
+        for n in range(8):
+            fake.reply(tool_uses([("read_file", {"path": f"m{n}.py"}), ("glob", {"pattern": "*.py"})]),
+                       text(f"module {n} read"))
+            s08.run_turn(agent, messages, f"read m{n}.py")
+        later = fake.usage_log[2:]
+        read = sum(u["cache_read_input_tokens"] for u in later)
+        sent = sum(u["cache_read_input_tokens"] + u["cache_creation_input_tokens"] + u["input_tokens"] for u in later)
+        assert read / sent > 0.8
+
+
+def test_micro_compaction_waits_for_its_trigger_and_clears_at_least_the_minimum(s08, make_agent, workspace):
+    for n in range(30):
+        (workspace / f"f{n}.txt").write_text(f"file {n}\n" + "content line\n" * 240)
+    with FakeAnthropic(context_window=40_000) as fake:
+        agent = make_agent(window=40_000, server=fake)
+        messages = []
+        for n in range(30):
+            fake.reply(tool_use("read_file", {"path": f"f{n}.txt"}), text(f"read {n}"))
+            s08.run_turn(agent, messages, f"read f{n}.txt")
+        runs = agent.stats["micro_compact"]["runs"]
+        assert 1 <= runs <= 5, f"micro_compact ran {runs} times in 30 turns"
+        assert agent.stats["micro_compact"]["saved"] / runs >= agent.settings.clear_at_least
+        assert fake.rejections == []
+
+
+def test_the_summary_request_continues_the_cached_conversation(s08, make_agent, workspace):
+    (workspace / "spec.md").write_text("requirement\n" * 800)
+    with FakeAnthropic() as fake:
+        agent = make_agent(server=fake)
+        messages = []
+        fake.reply(tool_use("read_file", {"path": "spec.md"}), text("Read the spec."))
+        s08.run_turn(agent, messages, "read the spec")
+        fake.summary(text("<summary>Read the spec.</summary>"))
+        messages[:] = s08.run_compact_history(agent, messages, "keep the requirements")
+        summary = fake.summary_requests[0]
+        assert summary["tool_choice"] == {"type": "none"} and summary["tools"] == fake.main_requests[0]["tools"]
+        assert plain(summary["system"]) == plain(fake.main_requests[-1]["system"])
+        usage = [u for u in fake.usage_log if u["summary"]][0]
+        sent = usage["cache_read_input_tokens"] + usage["cache_creation_input_tokens"] + usage["input_tokens"]
+        assert usage["cache_read_input_tokens"] / sent > 0.8
+        assert_valid(messages)
