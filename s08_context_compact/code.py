@@ -48,8 +48,8 @@ SNIP_KEEP_TAIL = 47                 # current work; head + tail = 50 messages be
 SNIP_AT_LEAST = 20                  # a snip rewrites the cache after the head: make it worth it
 KEEP_RECENT_TOOL_RESULTS = 3        # micro_compact leaves the newest results alone
 MICRO_COMPACT_MIN_CHARS = 120       # a placeholder is no shorter than this, so skip smaller results
-MICRO_TRIGGER_SHARE = 0.5           # micro_compact acts only above this share of the threshold...
-CLEAR_AT_LEAST_SHARE = 0.1          # ...and only if it frees at least this share (cache-aware)
+MICRO_TRIGGER_SHARE = 0.7           # micro_compact acts only above this share of the threshold...
+CLEAR_AT_LEAST_SHARE = 0.25          # ...and only if it frees at least this share (cache-aware)
 COUNT_TOKENS_MARGIN = 0.1           # this close to the threshold, ask the API for the exact count
 SUMMARY_MAX_TOKENS = 20_000         # ceiling for the summary's own output
 MAX_CONSECUTIVE_SUMMARY_FAILURES = 3  # circuit breaker: stop paying for summaries that fail
@@ -605,7 +605,8 @@ def tool_result_budget(messages: list, *, max_chars: int, preview_chars: int, sa
     return messages[:-1] + [{**last, "content": blocks}]
 
 
-def snip_compact(messages: list, *, keep_head: int, keep_tail: int, at_least: int, save_messages) -> list:
+def snip_compact(messages: list, *, keep_head: int, keep_tail: int, at_least: int, min_tokens: int = 0,
+                 save_messages) -> list:
     """Drop the middle of a long history, never splitting a tool_use from its tool_result."""
     if len(messages) <= keep_head + keep_tail:
         return messages
@@ -620,6 +621,8 @@ def snip_compact(messages: list, *, keep_head: int, keep_tail: int, at_least: in
     if head_end is None or tail_start is None or tail_start <= head_end:
         return messages
     removed = messages[head_end:tail_start]
+    if estimate_tokens(removed) < min_tokens:
+        return messages  # too little to pay for rewriting the cache after the head
     path = save_messages(removed, "snip")
     head_last = messages[head_end - 1]
     earlier = 0
@@ -771,12 +774,15 @@ def exact_context_tokens(agent, messages: list) -> int:
     if agent.can_count_tokens:
         request = build_request(agent, messages)
         request.pop("max_tokens")
+        started = time.perf_counter()
         try:
             counted = agent.client.messages.count_tokens(**request).input_tokens
             agent.tokens.anchor(counted, messages)
             return counted
         except anthropic.APIError:
             agent.can_count_tokens = False  # not offered here (or failing): stop asking
+        finally:
+            agent.api_seconds += time.perf_counter() - started
     return context_tokens(agent, messages)
 
 
@@ -933,6 +939,8 @@ class Agent:
     tokens: TokenCounter = field(default_factory=TokenCounter)
     can_count_tokens: bool = True
     api_seconds: float = 0.0                          # time inside summary calls, for the benchmark
+    pipeline_seconds: list = field(default_factory=list)  # the pipeline's own time, per model call
+    handlers: dict = field(default_factory=lambda: dict(TOOL_HANDLERS))  # a replay swaps these
     show_status: bool = False                         # a status line after each turn (terminals only)
 
     @property
@@ -1072,7 +1080,7 @@ def compact_pipeline(agent, messages: list) -> list:
             m, max_chars=s.budget_chars, preview_chars=s.preview_chars, save_output=save_output), messages)
         messages = run_layer(agent, "snip_compact", lambda m, _, save_messages: snip_compact(
             m, keep_head=SNIP_KEEP_HEAD, keep_tail=s.snip_keep_tail, at_least=SNIP_AT_LEAST,
-            save_messages=save_messages), messages)
+            min_tokens=s.clear_at_least, save_messages=save_messages), messages)
         # micro_compact waits for a trigger, so it does not rewrite the cached prefix every turn.
         if context_tokens(agent, messages) > s.micro_trigger:
             messages = run_layer(agent, "micro_compact", lambda m, save_output, _: micro_compact(
@@ -1173,7 +1181,7 @@ def run_tool(agent, block: dict) -> dict:
         output, failed = denied[0], True
     else:
         try:
-            output, failed = TOOL_HANDLERS[name](agent, **args), False
+            output, failed = agent.handlers[name](agent, **args), False
         except ToolError as err:
             output, failed = f"Error: {err}", True
         except (OSError, ValueError, anthropic.APIError) as err:
@@ -1202,7 +1210,10 @@ def agent_loop(agent, messages: list) -> str | None:
     """One user turn: compact, call the model, run its tools, repeat until it stops calling tools."""
     reactive_retries = 0
     for _ in range(agent.max_steps):
+        started, api_before = time.perf_counter(), agent.api_seconds
         messages[:] = compact_pipeline(agent, messages)
+        # the pipeline's own cost: what it spent minus time waiting for a summary
+        agent.pipeline_seconds.append(time.perf_counter() - started - (agent.api_seconds - api_before))
         try:
             reply = call_model(agent, messages)
         except anthropic.BadRequestError as err:

@@ -371,6 +371,8 @@ class FakeAnthropic:
         self._lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
         self.received = threading.Event()    # set on every /v1/messages request
+        self.default_reply = text("Done.")   # answers when the script has run out
+        self.default_summary = text("<summary>Fake summary of the conversation.</summary>")
 
     # scripting -------------------------------------------------------------
     def reply(self, *items) -> "FakeAnthropic":
@@ -422,8 +424,7 @@ class FakeAnthropic:
         if callable(item):
             item = item(body)
         if item is None:
-            item = text("<summary>Fake summary of the conversation.</summary>") if is_summary_request(body) \
-                else text("Done.")
+            item = self.default_summary if is_summary_request(body) else self.default_reply
         return item
 
     def build_message(self, body: dict, reply: dict) -> dict:

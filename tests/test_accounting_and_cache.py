@@ -141,16 +141,18 @@ def test_a_session_reads_most_of_its_prompt_from_the_cache(s08, make_agent, work
 
 
 def test_micro_compaction_waits_for_its_trigger_and_clears_at_least_the_minimum(s08, make_agent, workspace):
-    for n in range(30):
+    for n in range(36):
         (workspace / f"f{n}.txt").write_text(f"file {n}\n" + "content line\n" * 240)
     with FakeAnthropic(context_window=40_000) as fake:
         agent = make_agent(window=40_000, server=fake)
         messages = []
-        for n in range(30):
-            fake.reply(tool_use("read_file", {"path": f"f{n}.txt"}), text(f"read {n}"))
-            s08.run_turn(agent, messages, f"read f{n}.txt")
+        for turn in range(12):  # 48 messages: snip_compact stays out of it
+            fake.reply(tool_uses([("read_file", {"path": f"f{3 * turn + k}.txt"}) for k in range(3)]),
+                       text(f"read batch {turn}"))
+            s08.run_turn(agent, messages, f"read batch {turn}")
+        assert "snip_compact" not in agent.stats
         runs = agent.stats["micro_compact"]["runs"]
-        assert 1 <= runs <= 5, f"micro_compact ran {runs} times in 30 turns"
+        assert 1 <= runs <= 3, f"micro_compact ran {runs} times in 12 turns"
         assert agent.stats["micro_compact"]["saved"] / runs >= agent.settings.clear_at_least
         assert fake.rejections == []
 

@@ -97,7 +97,7 @@ def test_every_layer_fires_in_one_session_at_a_small_window(workspace):
     """The chapter's promise, end to end: each layer acts, and nothing sent is ever invalid."""
     (workspace / "big.txt").write_text("big line\n" * 3_000)
     for n in range(6):
-        (workspace / f"doc{n}.md").write_text(f"# doc {n}\n" + "words " * 600)
+        (workspace / f"doc{n}.md").write_text(f"# doc {n}\n" + ("words " * 12 + "\n") * 45)
     with FakeAnthropic(context_window=12_000) as fake:
         fake.reply(tool_use("bash", {"command": "cat big.txt"}), text("That file is big."))          # budget
         fake.reply(*[tool_use("read_file", {"path": f"doc{n}.md"}) for n in range(6)], text("Read."))  # micro

@@ -290,3 +290,14 @@ def test_snip_cuts_at_least_the_minimum_so_it_does_not_fire_every_turn(s08, save
     again = out + pairs(5, start=26)
     assert s08.snip_compact(again, keep_head=3, keep_tail=47, at_least=20,
                             save_messages=savers.save_messages) is again
+
+
+def test_snip_skips_a_cut_too_small_to_pay_for_the_cache_rewrite(s08, savers):
+    history = [user("go")] + pairs(30, size=20)
+    middle = s08.estimate_tokens(history[3:23])
+    assert s08.snip_compact(history, keep_head=3, keep_tail=47, at_least=20, min_tokens=middle * 2,
+                            save_messages=savers.save_messages) is history
+    assert not savers.transcripts.exists()
+    out = s08.snip_compact(history, keep_head=3, keep_tail=47, at_least=20, min_tokens=middle // 2,
+                           save_messages=savers.save_messages)
+    assert len(out) < len(history)

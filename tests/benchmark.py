@@ -1,0 +1,275 @@
+"""What compaction costs and saves, in figures.
+
+Runs one session through the real agent loop and the fake Messages API, once for each
+combination of layers, and prints the figures side by side:
+
+    python tests/benchmark.py                          # the built-in scripted session
+    python tests/benchmark.py --replay .transcripts/compact-20261121-101500-1a2b3c4d.jsonl
+    python tests/benchmark.py --window 100000 --seed 3
+
+The built-in session has 40 user turns and more than 200 model calls: file reads of mixed
+sizes, a few huge command outputs, parallel tool calls and Chinese text. A replay takes any
+transcript the program wrote: its user prompts are sent again, its assistant messages are
+the model's replies, and its tool results are answered from the transcript instead of
+running the tools.
+
+The fake API simulates prefix caching and the prices: uncached input 1×, cache writes
+1.25×, cache reads 0.1×. "Billed" is input tokens weighted that way; "raw" is the same
+requests' input at 1×, as if nothing were cached.
+"""
+
+import argparse
+import importlib.util
+import json
+import random
+import statistics
+import sys
+import tempfile
+import time
+from collections import defaultdict, deque
+from dataclasses import replace
+from pathlib import Path
+
+import anthropic
+
+sys.path.insert(0, str(Path(__file__).parent))
+from fake_anthropic import FakeAnthropic, text  # noqa: E402
+
+CODE = Path(__file__).resolve().parent.parent / "s08_context_compact" / "code.py"
+CONFIGS = {"full pipeline": {}, "caching off": {"prompt_caching": False},
+           "cheap layers off": {"cheap_layers": False}}
+TARGETS = "never over the window; 0 prompt-too-long after the first usage; cache reads >= 85%; " \
+          "billed <= 25% of raw; pipeline median <= 2 ms at 1,000 messages"
+
+
+def load_code():
+    spec = importlib.util.spec_from_file_location("s08_code", CODE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# ---------------------------------------------------------------- sessions
+
+class Session:
+    """A session to play: user prompts, the model's replies per turn, recorded tool outputs."""
+
+    def __init__(self):
+        self.turns = []                      # [(prompt, [assistant content, ...])]
+        self.outputs = defaultdict(list)     # (tool name, input as JSON) -> [output, ...]
+
+    @property
+    def model_calls(self) -> int:
+        return sum(len(replies) for _, replies in self.turns)
+
+    def handlers(self, code) -> dict:
+        """Tool handlers that answer from the recording; compact still really compacts."""
+        queues = {key: deque(values) for key, values in self.outputs.items()}
+
+        def recorded(name):
+            def handler(agent, **args):
+                queue = queues.get((name, json.dumps(args, sort_keys=True, ensure_ascii=False)))
+                return queue.popleft() if queue else "(no recorded output for this call)"
+            return handler
+        handlers = {name: recorded(name) for name in code.TOOL_HANDLERS}
+        handlers["compact"] = code.TOOL_HANDLERS["compact"]
+        return handlers
+
+
+def lorem(rng, chars: int, chinese: bool = False) -> str:
+    words = (["上下文", "压缩", "模型", "工具", "结果", "文件", "摘要", "缓存", "窗口", "会话"] if chinese else
+             ["def", "return", "self", "value", "config", "parser", "token", "window", "cache", "result"])
+    out, size = [], 0
+    while size < chars:
+        line = ("" if chinese else "    ") + (" " if not chinese else "").join(rng.choice(words) for _ in range(12))
+        out.append(line)
+        size += len(line) + 1
+    return "\n".join(out)[:chars]
+
+
+def scripted_session(seed: int, turns: int = 40) -> Session:
+    """A long, varied coding session, the same every time for one seed."""
+    rng = random.Random(seed)
+    session = Session()
+    calls = 0
+
+    def call(name, args, output):
+        nonlocal calls
+        calls += 1
+        session.outputs[(name, json.dumps(args, sort_keys=True, ensure_ascii=False))].append(output)
+        return {"type": "tool_use", "id": f"toolu_bench{calls:05d}", "name": name, "input": args}
+
+    for t in range(turns):
+        prompt = (f"第{t}步：阅读相关文件并修复测试" if t % 5 == 0 else
+                  f"Step {t}: read the relevant modules, run the tests and fix what fails")
+        replies = []
+        for step in range(rng.randint(4, 6)):
+            roll = rng.random()
+            if roll < 0.15:   # parallel reads
+                blocks = [call("read_file", {"path": f"src/m{t}_{step}_{k}.py"}, lorem(rng, rng.randint(2_000, 12_000)))
+                          for k in range(rng.randint(2, 4))]
+            elif roll < 0.20:  # a huge command output
+                blocks = [call("bash", {"command": f"pytest -q tests/ -k case{t}_{step}"},
+                               lorem(rng, rng.randint(200_000, 300_000)))]
+            elif roll < 0.50:  # one read of mixed size
+                blocks = [call("read_file", {"path": f"src/big{t}_{step}.py"}, lorem(rng, rng.randint(500, 40_000)))]
+            elif roll < 0.60:  # Chinese notes
+                blocks = [call("read_file", {"path": f"docs/笔记{t}_{step}.md"},
+                               lorem(rng, rng.randint(2_000, 12_000), chinese=True))]
+            else:              # a short command
+                blocks = [call("bash", {"command": f"grep -rn token src | head -{20 + step}"},
+                               lorem(rng, rng.randint(200, 3_000)))]
+            replies.append([{"type": "text", "text": f"Working on step {t}.{step}."}] + blocks)
+        replies.append([{"type": "text", "text": f"Step {t} is done: " + lorem(rng, 300)}])
+        session.turns.append((prompt, replies))
+    return session
+
+
+def replayed_session(path: Path, code) -> Session:
+    """A session from a transcript the program wrote (.transcripts/*.jsonl)."""
+    messages = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    session = Session()
+    calls = {}
+    for message in messages:
+        blocks = code.blocks_of(message)
+        if message["role"] == "assistant":
+            if not session.turns:
+                session.turns.append(("(the session so far)", []))
+            session.turns[-1][1].append(blocks)
+            calls.update({b["id"]: b for b in blocks if b.get("type") == "tool_use"})
+            continue
+        for block in blocks:
+            if block.get("type") == "tool_result" and block["tool_use_id"] in calls:
+                use = calls[block["tool_use_id"]]
+                key = (use["name"], json.dumps(use["input"], sort_keys=True, ensure_ascii=False))
+                session.outputs[key].append(code.result_text(block))
+        prompt = "\n\n".join(b["text"] for b in blocks if b.get("type") == "text")
+        if prompt:
+            session.turns.append((prompt, []))
+    return session
+
+
+# ---------------------------------------------------------------- running
+
+def play(code, session: Session, settings, workdir: Path) -> dict:
+    """Play a session with one configuration; return its figures."""
+    with FakeAnthropic(context_window=settings.window) as fake:
+        fake.default_summary = text("<summary>" + "The work so far: " + "details kept. " * 500 + "</summary>")
+        client = anthropic.Anthropic(api_key="benchmark", base_url=fake.url, max_retries=0)
+        agent = code.Agent(client=client, settings=settings, workdir=workdir, tools=code.TOOLS,
+                           system=code.build_system_prompt(workdir, {}), out=lambda *a, **k: None)
+        agent.handlers = session.handlers(code)
+        messages = []
+        for prompt, replies in session.turns:
+            fake.replies.clear()
+            fake.reply(*[{"content": content} for content in replies])
+            code.run_turn(agent, messages, prompt)
+        return figures(agent, fake, settings)
+
+
+def figures(agent, fake, settings) -> dict:
+    usage = fake.usage_log
+    read = sum(u["cache_read_input_tokens"] for u in usage)
+    written = sum(u["cache_creation_input_tokens"] for u in usage)
+    uncached = sum(u["input_tokens"] for u in usage)
+    raw = read + written + uncached
+    peak = max(u["cache_read_input_tokens"] + u["cache_creation_input_tokens"] + u["input_tokens"] for u in usage)
+    too_long = [r for r in fake.rejections if r.startswith("prompt is too long")]
+    times = [t * 1000 for t in agent.pipeline_seconds]
+    summary_output = sum(u["output_tokens"] for u in usage if u["summary"])
+    return {"model calls": len(fake.main_requests), "summary calls": len(fake.summary_requests),
+            "summary output tokens": summary_output,
+            "raw input tokens": raw, "billed input tokens": uncached + 1.25 * written + 0.1 * read,
+            "billed / raw": (uncached + 1.25 * written + 0.1 * read) / max(raw, 1),
+            "cache-read share": read / max(raw, 1), "peak context": peak, "window": settings.window,
+            "compactions": {name: agent.stats.get(name, {}).get("runs", 0) for name in code_layers()},
+            "prompt-too-long errors": len(too_long),
+            "pipeline ms median": statistics.median(times), "pipeline ms max": max(times)}
+
+
+def code_layers():
+    return ("tool_result_budget", "snip_compact", "micro_compact", "compact_history", "reactive_compact")
+
+
+def pipeline_time_at(code, workdir: Path, size: int, turns: int = 200) -> tuple:
+    """The pipeline's own time per turn on a history of `size` messages (median, max in ms)."""
+    settings = replace(code.Settings.for_window("benchmark", 10_000_000), snip_keep_tail=10 * size)
+    agent = code.Agent(client=None, settings=settings, workdir=workdir, tools=code.TOOLS, system="benchmark",
+                       out=lambda *a, **k: None)
+    rng = random.Random(size)
+    messages = [{"role": "user", "content": [{"type": "text", "text": "start"}]}]
+    n = 0
+    while len(messages) < size:
+        n += 1
+        messages += [{"role": "assistant", "content": [{"type": "tool_use", "id": f"t{n}", "name": "bash",
+                                                         "input": {"command": "ls"}}]},
+                     {"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"t{n}",
+                                                   "content": lorem(rng, rng.randint(50, 4_000))}]}]
+    agent.tokens.anchor(code.estimate_tokens(messages), messages)  # as after a response
+    times = []
+    for _ in range(turns):
+        n += 1
+        messages += [{"role": "assistant", "content": [{"type": "tool_use", "id": f"t{n}", "name": "bash",
+                                                         "input": {"command": "ls"}}]},
+                     {"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"t{n}", "content": "ok"}]}]
+        started = time.perf_counter()
+        messages = code.compact_pipeline(agent, messages)
+        times.append((time.perf_counter() - started) * 1000)
+        agent.tokens.anchor(agent.tokens.count(messages, agent.overhead), messages)
+    return statistics.median(times), max(times)
+
+
+# ---------------------------------------------------------------- printing
+
+def show(results: dict, session: Session, scaling: dict, window: int) -> None:
+    names = list(results)
+    print(f"\nSession: {len(session.turns)} user turns, {session.model_calls} scripted model calls; "
+          f"window {window:,} tokens\n")
+    rows = [("model calls", "{:,}"), ("summary calls", "{:,}"), ("summary output tokens", "{:,}"),
+            ("raw input tokens", "{:,.0f}"),
+            ("billed input tokens", "{:,.0f}"), ("billed / raw", "{:.1%}"), ("cache-read share", "{:.1%}"),
+            ("peak context", "{:,}"), ("prompt-too-long errors", "{:,}"),
+            ("pipeline ms median", "{:.3f}"), ("pipeline ms max", "{:.3f}")]
+    print(f"{'':<26}" + "".join(f"{name:>20}" for name in names))
+    for key, fmt in rows:
+        print(f"{key:<26}" + "".join(f"{fmt.format(results[n][key]):>20}" for n in names))
+    for layer in code_layers():
+        print(f"{'  ' + layer:<26}" + "".join(f"{results[n]['compactions'][layer]:>20}" for n in names))
+    print("\nPipeline time per turn, steady state (no layer acting), by history length:")
+    for size, (median, worst) in scaling.items():
+        print(f"  {size:>6,} messages: median {median:.3f} ms, max {worst:.3f} ms")
+    full = results["full pipeline"]
+    checks = [("never over the window", full["peak context"] <= window),
+              ("no prompt-too-long errors", full["prompt-too-long errors"] == 0),
+              ("cache-read share >= 85%", full["cache-read share"] >= 0.85),
+              ("billed <= 25% of raw", full["billed / raw"] <= 0.25),
+              ("pipeline median <= 2 ms at 1,000 messages", scaling[1000][0] <= 2.0)]
+    print("\nTargets for the full pipeline:")
+    for label, ok in checks:
+        print(f"  [{'met' if ok else 'MISSED'}] {label}")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--replay", type=Path, help="a transcript (.jsonl) the program wrote")
+    parser.add_argument("--window", type=int, default=200_000, help="context window in tokens")
+    parser.add_argument("--seed", type=int, default=7, help="seed of the scripted session")
+    args = parser.parse_args(argv)
+    code = load_code()
+    session = replayed_session(args.replay, code) if args.replay else scripted_session(args.seed)
+    base = code.Settings.for_window("claude-benchmark", args.window)
+    results = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, changes in CONFIGS.items():
+            workdir = Path(tmp) / name.replace(" ", "-")
+            workdir.mkdir()
+            started = time.perf_counter()
+            results[name] = play(code, session, replace(base, **changes), workdir)
+            print(f"ran {name!r} in {time.perf_counter() - started:.1f}s", file=sys.stderr)
+        scaling = {size: pipeline_time_at(code, Path(tmp), size) for size in (100, 1000, 5000)}
+    show(results, session, scaling, args.window)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
