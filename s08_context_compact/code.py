@@ -18,6 +18,7 @@ Run it from the folder you want the agent to work in:
 """
 
 import argparse
+import hashlib
 import json
 import os
 import re
@@ -52,7 +53,16 @@ MICRO_TRIGGER_SHARE = 0.7           # micro_compact acts only above this share o
 CLEAR_AT_LEAST_SHARE = 0.25          # ...and only if it frees at least this share (cache-aware)
 COUNT_TOKENS_MARGIN = 0.1           # this close to the threshold, ask the API for the exact count
 SUMMARY_MAX_TOKENS = 20_000         # ceiling for the summary's own output
+SUMMARY_ATTEMPTS = 4                # "too long" retries, each dropping more of the oldest messages
 MAX_CONSECUTIVE_SUMMARY_FAILURES = 3  # circuit breaker: stop paying for summaries that fail
+POST_COMPACT_SHARE = 0.25           # the compacted context must come to less than this share
+POST_COMPACT_MAX_FILES = 5          # after compaction, re-read the most recently read files:
+POST_COMPACT_TOKENS_PER_FILE = 5_000  # at most this much of each...
+POST_COMPACT_FILES_TOKENS = 50_000  # ...and this much in all
+POST_COMPACT_USER_TOKENS = 5_000    # recent user messages restored verbatim, newest first
+LEDGER_TOKENS = 2_000               # the fact ledger re-injected after compaction
+CONSTRAINT_WORDS = re.compile(r"\b(must|mustn't|don't|do not|never|always)\b|必须|不要|不能|不许|禁止|务必|永远|总是",
+                              re.IGNORECASE)  # a user line with one of these is a constraint
 MAX_REACTIVE_RETRIES = 1            # per turn; a second "too long" is reported, not looped on
 REACTIVE_TAIL_SHARE = 0.25          # reactive_compact keeps recent messages up to this share
 CHARS_PER_TOKEN = 4                 # for ASCII text; other characters count one token each
@@ -90,6 +100,11 @@ class Settings:
     summary_max_tokens: int
     micro_trigger: int          # micro_compact acts above this many tokens...
     clear_at_least: int         # ...and frees at least this many, or does nothing
+    compacted_max: int          # tokens the compacted context must stay under
+    restore_file_tokens: int    # per re-read file after compaction
+    restore_files_tokens: int   # all re-read files together
+    restore_user_tokens: int    # recent user messages restored
+    ledger_tokens: int          # the fact ledger re-injected
     snip_keep_tail: int = SNIP_KEEP_TAIL
     prompt_caching: bool = True  # cache_control breakpoints on tools + system and the newest message
     cheap_layers: bool = True    # off: only the summary layers run (for the benchmark)
@@ -104,7 +119,13 @@ class Settings:
                    budget_chars=budget, preview_chars=min(PREVIEW_CHARS, budget // 8),
                    summary_max_tokens=min(SUMMARY_MAX_TOKENS, max_output),
                    micro_trigger=int(threshold * MICRO_TRIGGER_SHARE),
-                   clear_at_least=int(threshold * CLEAR_AT_LEAST_SHARE))
+                   clear_at_least=int(threshold * CLEAR_AT_LEAST_SHARE),
+                   compacted_max=int(window * POST_COMPACT_SHARE),
+                   # what comes back after a summary shares that quarter of the window
+                   restore_file_tokens=min(POST_COMPACT_TOKENS_PER_FILE, window // 40),
+                   restore_files_tokens=min(POST_COMPACT_FILES_TOKENS, window // 8),
+                   restore_user_tokens=min(POST_COMPACT_USER_TOKENS, window // 40),
+                   ledger_tokens=min(LEDGER_TOKENS, window // 100))
 
 
 # ---------------------------------------------------------------------------- saving to disk
@@ -287,12 +308,28 @@ def run_read_file(agent, path: str, offset: int = 1, limit: int = READ_DEFAULT_L
     if not target.is_file():
         raise ToolError(f"{path} not found (or not a file). Call glob to list files.")
     offset, limit = max(offset, 1), max(limit, 1)
+    key, stat = (str(target), offset, limit), target.stat()
+    seen = agent.read_state.get(key)
+    if seen and seen[:2] == (stat.st_size, stat.st_mtime_ns) and still_in_context(agent.history, seen[2]):
+        # the same bytes are already in the conversation: say so instead of sending them twice
+        return f"(unchanged: {path}, lines from {offset}, is exactly as in result {seen[2]} above)"
+    agent.read_state[key] = (stat.st_size, stat.st_mtime_ns, agent.current_call)
     with open(target, "rb") as f:
         if b"\0" in f.read(8192):
             raise ToolError(f"{path} is a binary file ({target.stat().st_size:,} bytes); read_file shows "
                             "text only. Use bash (for example `file` or `xxd | head`) to inspect it.")
         f.seek(0)
         return _numbered_lines(f, path, offset, limit)
+
+
+def still_in_context(messages: list, tool_use_id: str) -> bool:
+    """Whether a tool result is still in the history with its full text (not cleared or previewed)."""
+    for message in messages:
+        for block in message["content"] if isinstance(message["content"], list) else []:
+            if block.get("type") == "tool_result" and block.get("tool_use_id") == tool_use_id:
+                text = block.get("content")
+                return isinstance(text, str) and not text.startswith(("[Earlier tool result", "<persisted-output"))
+    return False
 
 
 def _numbered_lines(f, path: str, offset: int, limit: int) -> str:
@@ -387,6 +424,8 @@ def run_load_skill(agent, name: str) -> str:
     skill = agent.skills.get(name)
     if skill is None:
         raise ToolError(f"no skill named {name!r}. Available: {', '.join(agent.skills) or 'none'}.")
+    if name not in agent.loaded_skills:
+        agent.loaded_skills.append(name)
     return f"<skill name=\"{name}\">\n{skill['body']}\n</skill>"
 
 
@@ -581,6 +620,112 @@ def preview_results(message: dict, preview_chars: int, save_output) -> dict:
                                                             preview_chars))
         content.append(block)
     return {**message, "content": content}
+
+
+# ---------------------------------------------------------------------------- the fact ledger
+# A summary is the model's words. The ledger is what actually happened, recorded by hooks:
+# it is put back after every compaction and checked against the summary.
+
+def short_hash(path: Path) -> str:
+    size = path.stat().st_size
+    data = path.read_bytes() if size <= 8_000_000 else f"{size}:{path.stat().st_mtime_ns}".encode()
+    return hashlib.sha1(data).hexdigest()[:8]
+
+
+def mentioned(key: str, summary: str) -> bool:
+    """Whether a summary still carries a fact: most of its words (or CJK characters) appear."""
+    lowered = summary.lower()
+    parts = re.findall(r"[a-z0-9_./:-]{3,}", key.lower()) + sorted(set(re.findall(r"[\u3040-\u9fff]", key)))
+    return bool(parts) and sum(part in lowered for part in parts) >= 0.6 * len(parts)
+
+
+class Ledger:
+    """Files read and written, commands and exit codes, failing tests, and the user's constraints."""
+
+    def __init__(self):
+        self.reads = {}        # path -> (size, mtime_ns, hash), the most recent read last
+        self.writes = {}       # path -> (size, hash)
+        self.commands = []     # (command, exit code)
+        self.failing = {}      # test ids seen failing, in order
+        self.constraints = []  # the user's lines with must / never / 必须 ..., verbatim
+
+    def note_read(self, path: str, target: Path) -> None:
+        self.reads.pop(path, None)
+        self.reads[path] = (target.stat().st_size, target.stat().st_mtime_ns, short_hash(target))
+
+    def note_write(self, path: str, target: Path) -> None:
+        self.writes[path] = (target.stat().st_size, short_hash(target))
+
+    def note_command(self, command: str, output: str) -> None:
+        code = re.search(r"\[exit code (\d+)\]$", output)
+        timed_out = re.search(r"\[timed out after \d+s", output)
+        self.commands.append((command, "timeout" if timed_out else int(code.group(1)) if code else 0))
+        for test in re.findall(r"^(?:FAILED|ERROR) (\S+)|^--- FAIL: (\S+)", output, re.M):
+            self.failing[test[0] or test[1]] = True
+
+    def note_prompt(self, prompt: str) -> None:
+        for line in re.split(r"(?<=[.!?。！？])\s+|\n", prompt):
+            if CONSTRAINT_WORDS.search(line) and line.strip() not in self.constraints:
+                self.constraints = (self.constraints + [line.strip()[:300]])[-20:]
+
+    def facts(self, todos: list) -> list:
+        """Every fact as (what it is, the words a summary that kept it would contain)."""
+        facts = [("read", p) for p in self.reads] + [("wrote", p) for p in self.writes]
+        facts += [("failing test", t) for t in self.failing]
+        facts += [("failed command", c) for c, code in self.commands if code != 0]
+        facts += [("constraint", c) for c in self.constraints] + [("todo", t["content"]) for t in todos]
+        return list(dict.fromkeys(facts))
+
+    def check(self, summary: str, todos: list) -> tuple:
+        """(facts the summary kept, all facts, the ones it lost)."""
+        facts = self.facts(todos)
+        lost = [f for f in facts if not mentioned(f[1], summary)]
+        return len(facts) - len(lost), len(facts), lost
+
+    def render(self, max_tokens: int) -> str:
+        lines = [f"- read {p} ({size:,} bytes, {h})" for p, (size, _, h) in self.reads.items()]
+        lines += [f"- wrote {p} ({size:,} bytes, {h})" for p, (size, h) in self.writes.items()]
+        lines += [f"- ran `{c[:120]}` → exit {code}" for c, code in self.commands[-10:]]
+        lines += [f"- saw failing test {t}" for t in self.failing]
+        lines += [f"- the user said: \"{c}\"" for c in self.constraints]
+        kept, used = [], 0
+        for line in reversed(lines):  # the newest facts first when not all fit
+            used += estimate_text_tokens(line)
+            if used > max_tokens:
+                break
+            kept.append(line)
+        if not kept:
+            return ""
+        head = "Fact ledger (recorded from tool calls and the user's words, not from the summary):"
+        return "\n".join([head] + kept[::-1])
+
+
+def ledger_hooks(agent) -> dict:
+    """The hooks that feed the ledger: after each tool call, and on each user prompt."""
+    def after_tool(event: dict):
+        name, args = event["name"], event["input"]
+        if event["is_error"]:
+            return None
+        if name in ("read_file", "write_file", "edit_file"):
+            target = inside_workspace(agent.workdir, args["path"])
+            if target and target.is_file():
+                (agent.ledger.note_read if name == "read_file" else agent.ledger.note_write)(args["path"], target)
+        elif name == "bash":
+            agent.ledger.note_command(args["command"], event["output"])
+        return None
+
+    def on_prompt(event: dict):
+        agent.ledger.note_prompt(event["prompt"])
+        return None
+    return {"PostToolUse": after_tool, "UserPromptSubmit": on_prompt}
+
+
+def install_default_hooks(agent) -> None:
+    """Every hook event, with the permission check and the ledger's recorders installed."""
+    agent.hooks = {event: [] for event in HOOK_EVENTS}
+    agent.hooks["PreToolUse"].append(permission_hook(agent))
+    for event, hook in ledger_hooks(agent).items():
+        agent.hooks[event].append(hook)
 
 
 # ---------------------------------------------------------------------------- the compaction layers
@@ -942,6 +1087,13 @@ class Agent:
     pipeline_seconds: list = field(default_factory=list)  # the pipeline's own time, per model call
     handlers: dict = field(default_factory=lambda: dict(TOOL_HANDLERS))  # a replay swaps these
     show_status: bool = False                         # a status line after each turn (terminals only)
+    ledger: Ledger = field(default_factory=Ledger)
+    read_state: dict = field(default_factory=dict)    # (path, offset, limit) -> (size, mtime, call id)
+    loaded_skills: list = field(default_factory=list)
+    history: list = field(default_factory=list)       # the messages of the running loop, for read stubs
+    current_call: str = ""                            # the tool_use id being run
+    last_summary: tuple = ("", "")                    # (text, "model" or "fallback")
+    last_transcript: str = ""
 
     @property
     def transcripts(self) -> Path:
@@ -958,7 +1110,8 @@ class Agent:
     def subagent(self) -> "Agent":
         tools = [t for t in self.tools if t["name"] != "task"]
         return replace(self, tools=tools, label="task", max_steps=SUBAGENT_MAX_STEPS, todos=[],
-                       pending_compact=None, last_usage={}, tokens=TokenCounter())
+                       pending_compact=None, last_usage={}, tokens=TokenCounter(), read_state={},
+                       history=[], loaded_skills=[])
 
     @cached_property
     def overhead(self) -> int:
@@ -1180,6 +1333,7 @@ def run_tool(agent, block: dict) -> dict:
     elif denied := [r["deny"] for r in fire(agent, "PreToolUse", name=name, input=args) if "deny" in r]:
         output, failed = denied[0], True
     else:
+        agent.current_call = block["id"]
         try:
             output, failed = agent.handlers[name](agent, **args), False
         except ToolError as err:
@@ -1209,6 +1363,7 @@ def run_tool_batch(agent, tool_uses: list) -> tuple:
 def agent_loop(agent, messages: list) -> str | None:
     """One user turn: compact, call the model, run its tools, repeat until it stops calling tools."""
     reactive_retries = 0
+    agent.history = messages  # the same list object: read_file checks it for repeat reads
     for _ in range(agent.max_steps):
         started, api_before = time.perf_counter(), agent.api_seconds
         messages[:] = compact_pipeline(agent, messages)
@@ -1441,8 +1596,7 @@ def main(argv=None) -> int:
     agent = Agent(client=client, settings=settings, workdir=workdir, tools=TOOLS, skills=skills,
                   system=build_system_prompt(workdir, skills), confirm=terminal_confirm(interactive),
                   show_status=sys.stdout.isatty())
-    agent.hooks = {event: [] for event in HOOK_EVENTS}
-    agent.hooks["PreToolUse"].append(permission_hook(agent))
+    install_default_hooks(agent)
     if interactive:
         import readline  # noqa: F401  (arrow keys and history at the prompt)
         print(f"s08 context compact · {model} · window {format_tokens(settings.window)} tokens · "

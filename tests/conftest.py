@@ -88,8 +88,7 @@ def make_agent(s08, fake, workspace):
                           tools=s08.TOOLS, skills=skills, out=Printed(),
                           confirm=confirm or (lambda q: (False, "no one could confirm it (test)")),
                           **overrides)
-        agent.hooks = {event: [] for event in s08.HOOK_EVENTS}
-        agent.hooks["PreToolUse"].append(s08.permission_hook(agent))
+        s08.install_default_hooks(agent)
         return agent
     return build
 
