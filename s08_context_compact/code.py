@@ -80,10 +80,11 @@ SUBAGENT_MAX_STEPS = 30
 COMPACT_MARKER = "[Compacted"       # text our own messages start with, so they are
 SNIP_MARKER = "[Snipped"            # never mistaken for the user's request
 REACTIVE_MARKER = "[Reactive compact"
+RESTORED_MARKER = "[Restored after compaction"
 PERSISTED_TAG = "<persisted-output"
 PLACEHOLDER_PREFIX = "[Earlier tool result"
 PLACEHOLDER_TOKENS = 60             # a placeholder, long path included (over, not under)
-OUR_MARKERS = (COMPACT_MARKER, SNIP_MARKER, REACTIVE_MARKER)
+OUR_MARKERS = (COMPACT_MARKER, SNIP_MARKER, REACTIVE_MARKER, RESTORED_MARKER)
 TRANSCRIPT_DIR = ".transcripts"
 TOOL_RESULTS_DIR = ".task_outputs/tool-results"
 
@@ -818,22 +819,24 @@ def micro_compact(messages: list, *, keep_recent: int, min_chars: int, clear_at_
     return [changed.get(i, m) for i, m in enumerate(messages)]
 
 
-def compact_history(messages: list, *, summarize, save_messages, save_output, preview_chars: int) -> list:
-    """Replace the history with an LLM summary; keep the tool calls in flight and the request."""
+def compact_history(messages: list, *, summarize, restored: list, save_messages, save_output,
+                    preview_chars: int) -> list:
+    """Replace the history with a summary, then what the work needs back, then the request."""
     summary = summarize(messages)
     path = save_messages(messages, "compact")
     tail = []
     if messages and is_tool_result_message(messages[-1]) and len(messages) >= 2:
         # mid-turn: keep the last call and its results, so the model carries on from there
         tail = [messages[-2], preview_results(messages[-1], preview_chars, save_output)]
-    return rebuild_after_summary(COMPACT_MARKER, summary, path, messages, tail)
+    return rebuild_after_summary(COMPACT_MARKER, summary, path, messages, tail, restored)
 
 
-def rebuild_after_summary(marker: str, summary: str, path: Path, messages: list, tail: list) -> list:
-    """Summary first, then the request still being worked on (verbatim), then the kept tail."""
+def rebuild_after_summary(marker: str, summary: str, path: Path, messages: list, tail: list,
+                          restored: list) -> list:
+    """One user message: the summary, the restored context, and last the request being worked on."""
     header = (f"{marker}: the earlier conversation was summarized to free context. "
               f"The full transcript is saved at {path}.]\n\n{summary}")
-    first = {"role": "user", "content": [{"type": "text", "text": header}]}
+    first = {"role": "user", "content": [{"type": "text", "text": t} for t in [header, *restored]]}
     request = current_request(messages)
     in_flight = messages and messages[-1]["role"] == "user"  # a finished turn has no pending request
     if request and in_flight and current_request(tail) != request:
@@ -841,12 +844,11 @@ def rebuild_after_summary(marker: str, summary: str, path: Path, messages: list,
     return [first] + tail
 
 
-def reactive_compact(messages: list, *, summarize, save_messages, save_output, preview_chars: int,
-                     tail_tokens: int) -> list:
+def reactive_compact(messages: list, *, summarize, restored: list, save_messages, save_output,
+                     preview_chars: int, tail_tokens: int) -> list:
     """After "prompt is too long": summary plus only as many recent groups as fit in tail_tokens."""
+    summary = summarize(messages)
     path = save_messages(messages, "reactive")
-    summary = summarize(messages) or ("(No summary could be made. Ask the user what to continue "
-                                      "with, or read the transcript file.)")
     starts = group_starts(messages)
     tail_start = len(messages)
     size = 0
@@ -857,7 +859,7 @@ def reactive_compact(messages: list, *, summarize, save_messages, save_output, p
         tail_start = start
     tail = [preview_results(m, preview_chars, save_output) if m["role"] == "user" else m
             for m in messages[tail_start:]]
-    return rebuild_after_summary(REACTIVE_MARKER, summary, path, messages, tail)
+    return rebuild_after_summary(REACTIVE_MARKER, summary, path, messages, tail, restored)
 
 
 # ---------------------------------------------------------------------------- requests, caching, accounting
@@ -933,101 +935,137 @@ def exact_context_tokens(agent, messages: list) -> int:
 
 # ---------------------------------------------------------------------------- the summary call
 
-SUMMARY_INSTRUCTIONS = """Stop working on the task for a moment and call no tools: answer with text only.
-Write a summary of this conversation that lets the work continue with nothing but the summary.
-Keep:
-- the user's goal, and every explicit constraint or preference, in their words where short;
-- decisions made and why;
-- files read, created or changed, with their paths, and the code that matters;
-- commands that mattered and what they showed; errors and how they were fixed;
-- what is finished, what remains, and the next step.
-Be specific; leave out chatter. Write the summary inside <summary></summary>."""
+SUMMARY_INSTRUCTIONS = """TEXT ONLY, NO TOOLS. Do not call any tool in this answer: this turn only writes a
+summary, and a tool call here would be lost.
+
+The conversation above is about to be replaced by the summary you write now. The work will
+continue from your summary alone, so leave out nothing that matters and nothing vague.
+
+First think inside <analysis></analysis>: go through the conversation in order and note
+what the user asked each time, what was done, which files and code were involved, what
+went wrong and how it was fixed, and what was still open at the end.
+
+Then write the summary inside <summary></summary>, with these numbered sections:
+1. Primary request and intent: everything the user asked for, in detail.
+2. Key technical concepts: the technologies, libraries and conventions that matter.
+3. Files and code sections: each file read, changed or created, why it matters, and the
+   snippets that matter, verbatim.
+4. Errors and fixes: each error met, how it was fixed, and what the user said about it.
+5. Problem solving: what was solved, and what is still being worked out.
+6. All user messages: every message the user wrote (not tool results), verbatim where short.
+7. Pending tasks: what the user asked for that is not done yet.
+8. Current work: exactly what was being done just before this summary, with file names
+   and code.
+9. Next step: only if it follows from the latest request (quote it); leave it out if the
+   work was finished.
+{extra}Only the <summary> is kept; the <analysis> is thrown away.
+
+Reminder: answer with text only. Do not call any tools."""
 
 
 class SummaryError(Exception):
-    """The summary call failed or returned nothing usable."""
+    """The summary call failed, or returned nothing usable."""
 
 
-def render_for_summary(messages: list, max_tokens: int) -> str:
-    """The conversation as plain text, newest kept when it has to be cut to fit."""
-    names = tool_names(messages)
-    lines = []
-    for message in messages:
-        for block in blocks_of(message):
-            kind = block.get("type")
-            if kind == "text":
-                lines.append(f"{message['role'].upper()}: {block['text']}")
-            elif kind == "tool_use":
-                lines.append(f"TOOL CALL {block['name']}: {json.dumps(block['input'], ensure_ascii=False)[:1500]}")
-            elif kind == "tool_result":
-                flag = " (error)" if block.get("is_error") else ""
-                name = names.get(block["tool_use_id"], "tool")
-                lines.append(f"TOOL RESULT {name}{flag}: {result_text(block)[:PREVIEW_CHARS]}")
-    kept, used = [], 0
-    for line in reversed(lines):
-        used += estimate_text_tokens(line)
-        if used > max_tokens:
-            kept.append(f"[... {len(lines) - len(kept)} earlier entries omitted to fit ...]")
-            break
-        kept.append(line)
-    return "\n\n".join(reversed(kept))
+def summary_instructions(focus: str, limit_tokens: int) -> str:
+    extra = f"Focus especially on: {focus}\n" if focus else ""
+    extra += f"Keep the <summary> under {limit_tokens:,} tokens (about {limit_tokens * 3 // 4:,} words).\n"
+    return SUMMARY_INSTRUCTIONS.replace("{extra}", extra)
 
 
 def extract_summary(text: str) -> str:
-    text = re.sub(r"<analysis>.*?</analysis>", "", text, flags=re.S)
+    text = re.sub(r"<analysis>.*?(</analysis>|$)", "", text, flags=re.S)
     match = re.search(r"<summary>(.*?)(</summary>|$)", text, re.S)
     return (match.group(1) if match else text).strip()
 
 
-def summary_request(agent, messages: list, instruction: str, text_budget: int | None) -> tuple:
-    """The request for a summary, and its estimated size.
-
-    With no text_budget it continues the cached conversation: same system, tools and
-    messages plus the instruction, so almost all of it is a cache read. With a budget,
-    the conversation is sent as plain text cut to that many tokens."""
-    if text_budget is None:
-        request = build_request(agent, messages, extra_text=instruction)
-        size = context_tokens(agent, messages)
-    else:
-        conversation = render_for_summary(messages, text_budget)
-        request = build_request(agent, [{"role": "user", "content": [{"type": "text", "text":
-                                f"<conversation>\n{conversation}\n</conversation>\n\n{instruction}"}]}])
-        size = estimate_text_tokens(conversation)
-    request.update(max_tokens=agent.settings.summary_max_tokens, tool_choice={"type": "none"})
-    return request, size
+def shorten(message: dict, max_chars: int) -> dict:
+    """A copy with every long text and tool result cut to max_chars (for a summary request only)."""
+    def cut(text: str) -> str:
+        return text if len(text) <= max_chars else text[:max_chars] + " [... cut to fit ...]"
+    content = []
+    for block in blocks_of(message):
+        if block.get("type") == "text":
+            block = {**block, "text": cut(block["text"])}
+        elif block.get("type") == "tool_result":
+            block = replace_result(block, cut(result_text(block)))
+        content.append(block)
+    return {**message, "content": content}
 
 
-def summarize_with_model(agent, messages: list, focus: str = "", undercount: float = 1.0) -> str:
-    """One model call that turns the history into a summary; raises SummaryError.
+def fit_for_summary(messages: list, max_tokens: int) -> list:
+    """The newest whole message groups that fit in max_tokens; tool pairs are never split."""
+    if estimate_tokens(messages) <= max_tokens:
+        return messages
+    note = {"role": "user", "content": [{"type": "text", "text": "[The oldest messages were left out of "
+                                         "this request to fit the window; they are in the transcript.]"}]}
+    start, used = len(messages), estimate_tokens([note])
+    for group in reversed(group_starts(messages)):
+        size = estimate_tokens(messages[group:start])
+        if used + size > max_tokens:
+            break
+        start, used = group, used + size
+    if start == len(messages):  # not even the newest group fits: keep it, cut short
+        start = (group_starts(messages) or [0])[-1]
+        return [note] + [shorten(m, max_tokens) for m in messages[start:]] if start else \
+            [shorten(messages[0], max_tokens)]
+    return [note] + messages[start:]
 
-    undercount > 1 says the API counted that many times more tokens than we estimated."""
+
+def summarize_with_model(agent, messages: list, focus: str, limit_tokens: int, undercount: float = 1.0) -> str:
+    """One summary from the model (several calls only if it must drop old messages to fit).
+
+    The request continues the cached conversation when it fits: same system, tools and
+    messages, the instruction added at the end, and tool_choice "none". undercount > 1 says
+    the API counted that many times more tokens than we estimate. Raises SummaryError."""
     s = agent.settings
-    instruction = SUMMARY_INSTRUCTIONS + (f"\nFocus especially on: {focus}" if focus else "")
-    room = int((s.window - s.summary_max_tokens - agent.overhead) / undercount) - estimate_text_tokens(instruction)
-    needed = context_tokens(agent, messages) * undercount + estimate_text_tokens(instruction) + s.summary_max_tokens
-    budget = None if needed <= s.window else room
+    instruction = summary_instructions(focus, limit_tokens)
+    fixed = estimate_text_tokens(instruction) + s.summary_max_tokens
+    budget = int((s.window - fixed - agent.overhead) / undercount)
+    fits = context_tokens(agent, messages) * undercount + fixed <= s.window
+    sent = messages if fits else fit_for_summary(messages, budget)
     started = time.perf_counter()
     try:
-        for _ in range(3):  # bounded: each retry sends a shorter conversation
-            request, size = summary_request(agent, messages, instruction, budget)
+        for _ in range(SUMMARY_ATTEMPTS):
+            request = build_request(agent, sent, extra_text=instruction)
+            request.update(max_tokens=s.summary_max_tokens, tool_choice={"type": "none"})
             try:
                 reply = agent.client.messages.create(**request)
             except anthropic.BadRequestError as err:
                 if not is_prompt_too_long(err):
                     raise SummaryError(api_error_text(err)) from err
-                # the error says by how much we were over: send that much less next time
-                budget = int(min(budget or room, size) / overshoot(err, 2.0) * 0.9)
+                # the error says by how much we were over: leave out that much more
+                budget = int(min(budget, estimate_tokens(sent)) / overshoot(err, 2.0) * 0.9)
+                sent = fit_for_summary(messages, budget)
                 continue
             except anthropic.APIError as err:
                 raise SummaryError(api_error_text(err)) from err
             record_usage(agent, reply.usage)
-            summary = extract_summary("".join(b.text for b in reply.content if b.type == "text"))
-            if not summary:
-                raise SummaryError("the model returned an empty summary")
-            return summary
-        raise SummaryError("the conversation is too long to summarize even after cutting it down")
+            return extract_summary("".join(b.text for b in reply.content if b.type == "text"))
+        raise SummaryError("too long to summarize even after leaving out the oldest messages")
     finally:
         agent.api_seconds += time.perf_counter() - started
+
+
+def fallback_summary(messages: list, todos: list, limit_tokens: int) -> str:
+    """A summary assembled without the model, so compaction succeeds in every case."""
+    said = [b["text"] for m in messages if m["role"] == "user" for b in blocks_of(m) if is_request_block(b)]
+    paths = [b["input"]["path"] for m in messages if m["role"] == "assistant" for b in blocks_of(m)
+             if b.get("type") == "tool_use" and isinstance(b["input"].get("path"), str)]
+    last = next((b["text"] for m in reversed(messages) if m["role"] == "assistant"
+                 for b in blocks_of(m) if b.get("type") == "text"), "")
+    parts = ["(Assembled without the model, because the summary call failed: the user's messages, "
+             "the files touched, the todo list and the last reply. The transcript has the rest.)",
+             "User messages, oldest first:\n" + "\n".join(f"- {t[:500]}" for t in said[-20:]),
+             "Files touched: " + (", ".join(dict.fromkeys(paths)) or "none")]
+    if todos:
+        parts.append("Todo list:\n" + render_todos(todos))
+    if last:
+        parts.append(f"The assistant's last reply:\n{last[:1500]}")
+    text = "\n\n".join(parts)
+    while estimate_text_tokens(text) > limit_tokens:  # every character costs at most one token
+        text = text[:max(limit_tokens, len(text) * 3 // 4)]
+    return text
 
 
 def is_prompt_too_long(err: Exception) -> bool:
@@ -1151,7 +1189,7 @@ def count_changes(name: str, before: list, after: list) -> int:
     return changed
 
 
-def run_layer(agent, name: str, layer, messages: list) -> list:
+def run_layer(agent, name: str, layer, messages: list, note=None) -> list:
     """Run one layer with savers that write into the workspace; report what it did."""
     transcripts = []
 
@@ -1161,6 +1199,7 @@ def run_layer(agent, name: str, layer, messages: list) -> list:
     def save_messages(removed: list, kind: str) -> Path:
         path = save_transcript(agent.transcripts, removed, kind).relative_to(agent.workdir)
         transcripts.append(str(path))
+        agent.last_transcript = str(path)
         return path
 
     try:
@@ -1181,7 +1220,7 @@ def run_layer(agent, name: str, layer, messages: list) -> list:
     where = transcripts or [TOOL_RESULTS_DIR + "/"]
     change = f"−{format_tokens(saved)}" if saved >= 0 else f"+{format_tokens(-saved)}"
     agent.say(f"[{name}] {count_changes(name, messages, result)} {LAYER_VERBS[name]}, "
-              f"{change} tokens (saved to {', '.join(where)})")
+              f"{change} tokens (saved to {', '.join(where)}){note() if note else ''}")
     return result
 
 
@@ -1189,28 +1228,126 @@ def format_tokens(n: int) -> str:
     return f"{n / 1000:.1f}k" if abs(n) >= 1000 else str(n)
 
 
-def summarizer(agent, focus: str = ""):
-    return lambda messages: summarize_with_model(agent, messages, focus)
+def recent_user_messages(messages: list, max_tokens: int) -> str:
+    """The user's own words, newest first and verbatim, up to max_tokens (the request comes last anyway)."""
+    said = [b["text"] for m in reversed(messages) if m["role"] == "user"
+            for b in reversed(blocks_of(m)) if is_request_block(b)]
+    request = current_request(messages)
+    kept, used = [], 0
+    for text in said[1:] if request and said and said[0] == request["text"] else said:
+        used += estimate_text_tokens(text)
+        if used > max_tokens:
+            break
+        kept.append(f"- {text}")
+    return f"{RESTORED_MARKER}: recent user messages, newest first]\n" + "\n".join(kept) if kept else ""
+
+
+def restored_files(agent, max_tokens: int) -> list:
+    """The most recently read files, re-read from disk now; a changed or vanished file says so."""
+    blocks, used = [], 0
+    for path, (_, _, digest) in list(reversed(agent.ledger.reads.items()))[:POST_COMPACT_MAX_FILES]:
+        target = inside_workspace(agent.workdir, path)
+        if target is None or not target.is_file():
+            blocks.append(f"{RESTORED_MARKER}: {path}] This file was read earlier and has since vanished.")
+            continue
+        room = min(agent.settings.restore_file_tokens, max_tokens - used)
+        raw = target.read_bytes()[:room * CHARS_PER_TOKEN]
+        if room <= 50 or b"\0" in raw[:8192]:
+            continue
+        text = raw.decode("utf-8", "replace")
+        while estimate_text_tokens(text) > room:
+            text = text[:len(text) * 3 // 4]
+        state = "unchanged since it was read" if short_hash(target) == digest else \
+            "it CHANGED since it was last read; this is its content now"
+        cut = "" if len(text.encode()) >= target.stat().st_size else "\n[... cut here; read_file shows the rest]"
+        blocks.append(f"{RESTORED_MARKER}: {path}, re-read from disk, {state}]\n{text}{cut}")
+        used += estimate_text_tokens(blocks[-1])
+    return blocks
+
+
+def plan_restore(agent, messages: list, tail_tokens: int) -> tuple:
+    """What comes back after a summary, and how many tokens that leaves the summary.
+
+    Everything together stays under compacted_max (a quarter of the window); at least a
+    third of that is kept for the summary itself."""
+    s = agent.settings
+    request = current_request(messages)
+    fixed = agent.overhead + tail_tokens + (estimate_text_tokens(request["text"]) if request else 0) + 100
+    room = s.compacted_max - fixed - s.compacted_max // 3
+    parts = [agent.ledger.render(min(s.ledger_tokens, max(room, 0)))]
+    if parts[0]:
+        parts[0] = f"{RESTORED_MARKER}: fact ledger]\n{parts[0]}"
+    parts.append(recent_user_messages(messages, min(s.restore_user_tokens, room - estimate_text_tokens(parts[0]))))
+    used = sum(estimate_text_tokens(p) for p in parts)
+    parts += restored_files(agent, min(s.restore_files_tokens, room - used))
+    if agent.todos:
+        parts.append(f"{RESTORED_MARKER}: todo list]\n{render_todos(agent.todos)}")
+    if agent.loaded_skills:
+        parts.append(f"{RESTORED_MARKER}: skills loaded earlier] {', '.join(agent.loaded_skills)} "
+                     "(call load_skill again to see their instructions)")
+    restored = [p for p in parts if p]
+    limit = s.compacted_max - fixed - sum(estimate_text_tokens(p) for p in restored)
+    return restored, max(limit, s.window // 40)
+
+
+def make_summary(agent, messages: list, focus: str, limit: int, undercount: float = 1.0) -> str:
+    """A summary of at most `limit` tokens, in every case: the model's, else one built without it."""
+    if not breaker_open(agent):
+        try:
+            summary = summarize_with_model(agent, messages, focus, limit, undercount)
+            if not summary or estimate_text_tokens(summary) > limit:  # ask once for a shorter one
+                summary = summarize_with_model(agent, messages, f"{focus} Your last summary was too long "
+                                               f"or empty: stay well under {limit:,} tokens.".strip(), limit, undercount)
+            if not summary or estimate_text_tokens(summary) > limit:
+                raise SummaryError("empty" if not summary else
+                                   f"{estimate_text_tokens(summary):,} tokens, over the {limit:,} it must fit in")
+            agent.summary_failures = 0
+            agent.last_summary = (summary, "the model")
+            return summary
+        except SummaryError as err:
+            agent.summary_failures += 1
+            agent.say(f"[summary] failed ({agent.summary_failures}/{MAX_CONSECUTIVE_SUMMARY_FAILURES}): {err}; "
+                      "using one built without the model")
+    summary = fallback_summary(messages, agent.todos, limit)
+    agent.last_summary = (summary, "fallback")
+    return summary
+
+
+def ledger_note(agent) -> str:
+    kept, total, _ = agent.ledger.check(agent.last_summary[0], agent.todos)
+    return f"; summary by {agent.last_summary[1]}, retained {kept}/{total} ledger facts"
+
+
+def after_compaction(agent, name: str, result: list) -> None:
+    """Show the summary's first lines, record it with the ledger check, tell the hooks."""
+    summary, source = agent.last_summary
+    for line in [l for l in summary.splitlines() if l.strip()][:3]:
+        agent.say(f"    {line[:120]}")
+    kept, total, lost = agent.ledger.check(summary, agent.todos)
+    event = {"type": "compaction", "layer": name, "summary_by": source, "summary": summary,
+             "ledger": {"retained": kept, "total": total, "lost": [f"{kind}: {key}" for kind, key in lost]}}
+    try:
+        with open(agent.workdir / agent.last_transcript, "a", encoding="utf-8") as f:
+            f.write(json.dumps(event, ensure_ascii=False) + "\n")
+    except OSError:
+        pass  # the messages themselves are saved; only this note is lost
+    agent.read_state.clear()  # what was read is no longer in context as it was
+    fire(agent, "PostCompact", messages=result, summary=summary, source=source)
 
 
 def run_compact_history(agent, messages: list, focus: str = "") -> list:
-    """compact_history with its hooks and the circuit breaker's bookkeeping."""
+    """compact_history at the edges: hooks, what comes back, the summary, the ledger check."""
     for extra in fire(agent, "PreCompact", messages=messages, focus=focus):
         focus = " ".join(filter(None, [focus, extra.get("instructions", "")]))
     s = agent.settings
-    try:
-        result = run_layer(agent, "compact_history", lambda m, save_output, save_messages: compact_history(
-            m, summarize=summarizer(agent, focus), save_messages=save_messages, save_output=save_output,
-            preview_chars=s.preview_chars), messages)
-    except SummaryError as err:
-        agent.summary_failures += 1
-        agent.say(f"[compact_history] summary failed ({agent.summary_failures}/"
-                  f"{MAX_CONSECUTIVE_SUMMARY_FAILURES}): {err}")
-        return messages
+    mid_turn = len(messages) >= 2 and is_tool_result_message(messages[-1])
+    restored, limit = plan_restore(agent, messages, estimate_tokens(messages[-2:]) if mid_turn else 0)
+    result = run_layer(agent, "compact_history", lambda m, save_output, save_messages: compact_history(
+        m, summarize=lambda history: make_summary(agent, history, focus, limit), restored=restored,
+        save_messages=save_messages, save_output=save_output, preview_chars=s.preview_chars),
+        messages, note=lambda: ledger_note(agent))
     if result is not messages:
-        agent.summary_failures = 0
-        agent.breaker_announced = False
-        fire(agent, "PostCompact", messages=result, summary=blocks_of(result[0])[0]["text"])
+        after_compaction(agent, "compact_history", result)
     return result
 
 
@@ -1218,8 +1355,8 @@ def breaker_open(agent) -> bool:
     if agent.summary_failures < MAX_CONSECUTIVE_SUMMARY_FAILURES:
         return False
     if not agent.breaker_announced:
-        agent.say(f"[compact_history] {MAX_CONSECUTIVE_SUMMARY_FAILURES} summaries failed in a row; "
-                  "not trying again this session (/compact still can). Cheap layers continue.")
+        agent.say(f"[summary] {MAX_CONSECUTIVE_SUMMARY_FAILURES} summaries failed in a row; no more summary "
+                  "calls this session. Compaction goes on with summaries built without the model.")
         agent.breaker_announced = True
     return True
 
@@ -1239,7 +1376,7 @@ def compact_pipeline(agent, messages: list) -> list:
             messages = run_layer(agent, "micro_compact", lambda m, save_output, _: micro_compact(
                 m, keep_recent=KEEP_RECENT_TOOL_RESULTS, min_chars=MICRO_COMPACT_MIN_CHARS,
                 clear_at_least=s.clear_at_least, save_output=save_output), messages)
-    if over_threshold(agent, messages) and not breaker_open(agent):
+    if over_threshold(agent, messages):
         messages = run_compact_history(agent, messages)
     return messages
 
@@ -1254,23 +1391,17 @@ def over_threshold(agent, messages: list) -> bool:
 
 
 def run_reactive_compact(agent, messages: list, undercount: float) -> list:
+    """reactive_compact at the edges; undercount is how far the API's count exceeded our estimate."""
     s = agent.settings
-    # The API counted `undercount` times more tokens than we estimated: keep a tail that small.
     tail_tokens = int(s.threshold * REACTIVE_TAIL_SHARE / max(undercount, 1.0))
-
-    def summarize_or_none(m):
-        if breaker_open(agent):
-            return None
-        try:
-            return summarize_with_model(agent, m, undercount=undercount)
-        except SummaryError as err:
-            agent.summary_failures += 1
-            agent.say(f"[reactive_compact] summary failed ({err}); keeping recent messages only")
-            return None
-
-    return run_layer(agent, "reactive_compact", lambda m, save_output, save_messages: reactive_compact(
-        m, summarize=summarize_or_none, save_messages=save_messages, save_output=save_output,
-        preview_chars=s.preview_chars, tail_tokens=tail_tokens), messages)
+    restored, limit = plan_restore(agent, messages, tail_tokens)
+    result = run_layer(agent, "reactive_compact", lambda m, save_output, save_messages: reactive_compact(
+        m, summarize=lambda history: make_summary(agent, history, "", limit, undercount), restored=restored,
+        save_messages=save_messages, save_output=save_output, preview_chars=s.preview_chars,
+        tail_tokens=tail_tokens), messages, note=lambda: ledger_note(agent))
+    if result is not messages:
+        after_compaction(agent, "reactive_compact", result)
+    return result
 
 
 # ---------------------------------------------------------------------------- the agent loop

@@ -127,7 +127,8 @@ def scripted_session(seed: int, turns: int = 40) -> Session:
 
 def replayed_session(path: Path, code) -> Session:
     """A session from a transcript the program wrote (.transcripts/*.jsonl)."""
-    messages = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    records = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    messages = [r for r in records if "role" in r]  # compaction events sit between the messages
     session = Session()
     calls = {}
     for message in messages:

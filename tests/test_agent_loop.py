@@ -90,7 +90,11 @@ def test_auto_compact_summarizes_when_still_over_the_threshold(s08, fake, make_a
     assert len(fake.summary_requests) == 1
     summary_request = fake.summary_requests[0]
     assert summary_request["tool_choice"] == {"type": "none"}
-    assert "call no tools" in instruction(summary_request) and "<summary>" in instruction(summary_request)
+    said = instruction(summary_request)
+    assert said.startswith("TEXT ONLY, NO TOOLS.") and said.rstrip().endswith("Do not call any tools.")
+    for section in ("1. Primary request and intent", "3. Files and code sections", "6. All user messages",
+                    "8. Current work", "9. Next step", "<analysis>"):
+        assert section in said
     # the summary continues the conversation as it was, so its prefix is a cache read
     history = chat_history(12, 2_000) + [user("now write the release notes")]
     sent = plain(summary_request["messages"])
@@ -101,8 +105,10 @@ def test_auto_compact_summarizes_when_still_over_the_threshold(s08, fake, make_a
     assert "thinking" not in json.dumps(sent)
     assert blocks(sent[0])[-1]["text"] == "now write the release notes"
     transcript = next((workspace / ".transcripts").glob("compact-*.jsonl"))
-    assert [json.loads(line) for line in transcript.read_text().splitlines()] == \
-        chat_history(12, 2_000) + [user("now write the release notes")]
+    *replaced, event = [json.loads(line) for line in transcript.read_text().splitlines()]
+    assert replaced == chat_history(12, 2_000) + [user("now write the release notes")]
+    assert event["type"] == "compaction" and event["summary"] == "We discussed twelve questions."
+    assert event["summary_by"] == "the model" and event["ledger"]["total"] == 0
     assert "[compact_history] 25 messages → summary" in agent.out.text
     assert_requests_valid(fake)
 
@@ -137,27 +143,32 @@ def test_reactive_compact_is_tried_once_then_the_error_is_reported(s08, make_age
         assert_valid(messages, "hello")
 
 
-def test_circuit_breaker_stops_summaries_after_three_failures(s08, fake, make_agent):
+def test_repeated_500s_trip_the_breaker_and_the_session_still_finishes(s08, fake, make_agent):
     agent = make_agent(window=20_000)
     messages = chat_history(12, 2_000)
-    fake.summary(*[server_error() for _ in range(5)])
-    for n in range(5):
+    fake.summary(*[server_error() for _ in range(6)])
+    # every reply is long enough to push the next turn over the threshold again
+    fake.reply(*[text(f"answer {n} " + "long " * 11_000) for n in range(6)])
+    for n in range(6):
         s08.run_turn(agent, messages, f"turn {n}")
-    assert len(fake.summary_requests) == 3
+        assert_valid(messages, f"turn {n}")
+    assert len(fake.summary_requests) == 3, "no summary calls after the breaker trips"
     assert agent.out.text.count("summaries failed in a row") == 1
-    assert len(fake.main_requests) == 5, "the session goes on without the summary"
-    assert_valid(messages, "turn 4")
+    assert len(fake.main_requests) == 6 and "API error" not in agent.out.text
+    assert agent.stats["compact_history"]["runs"] == 6, "compaction goes on with summaries built without the model"
+    assert "summary by fallback" in agent.out.text
 
 
 def test_a_successful_summary_resets_the_failure_count(s08, fake, make_agent):
     agent = make_agent(window=20_000)
     messages = chat_history(12, 2_000)
-    fake.summary(server_error(), server_error())
+    fake.summary(server_error(), server_error(), text("<summary>fine</summary>"))
+    fake.reply(*[text("long " * 11_000) for _ in range(3)])
     s08.run_turn(agent, messages, "one")
     s08.run_turn(agent, messages, "two")
     assert agent.summary_failures == 2
     s08.run_turn(agent, messages, "three")
-    assert agent.summary_failures == 0 and first_text(fake.main_requests[-1]).startswith("[Compacted")
+    assert agent.summary_failures == 0 and "fine" in first_text(fake.main_requests[-1])
 
 
 def test_compact_tool_runs_after_the_batch_and_the_turn_continues(s08, fake, make_agent):

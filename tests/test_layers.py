@@ -180,7 +180,7 @@ def test_micro_compact_is_stable_when_run_again(s08, savers):
 
 def test_compact_history_mid_turn_keeps_the_calls_in_flight_and_the_request(s08, savers):
     history = [user("old task"), answer(), user("fix the parser")] + pairs(4)
-    out = s08.compact_history(history, summarize=lambda m: "SUMMARY TEXT", save_messages=savers.save_messages,
+    out = s08.compact_history(history, summarize=lambda m: "SUMMARY TEXT", restored=[], save_messages=savers.save_messages,
                               save_output=savers.save_output, preview_chars=2000)
     assert_valid(out, "fix the parser")
     assert out[0]["content"][0]["text"].startswith("[Compacted") and "SUMMARY TEXT" in out[0]["content"][0]["text"]
@@ -190,7 +190,7 @@ def test_compact_history_mid_turn_keeps_the_calls_in_flight_and_the_request(s08,
 
 def test_compact_history_at_turn_start_ends_with_the_request(s08, savers):
     history = [user("a")] + pairs(3) + [answer(), user("next: add tests")]
-    out = s08.compact_history(history, summarize=lambda m: "S", save_messages=savers.save_messages,
+    out = s08.compact_history(history, summarize=lambda m: "S", restored=[], save_messages=savers.save_messages,
                               save_output=savers.save_output, preview_chars=2000)
     assert len(out) == 1
     assert out[0]["content"][-1] == {"type": "text", "text": "next: add tests"}
@@ -198,7 +198,7 @@ def test_compact_history_at_turn_start_ends_with_the_request(s08, savers):
 
 def test_compact_history_persists_big_unseen_results_before_shortening_them(s08, savers):
     history = [user("go"), call("a"), results(("a", "q" * 30_000))]
-    out = s08.compact_history(history, summarize=lambda m: "S", save_messages=savers.save_messages,
+    out = s08.compact_history(history, summarize=lambda m: "S", restored=[], save_messages=savers.save_messages,
                               save_output=savers.save_output, preview_chars=500)
     assert result_contents(out)["a"].startswith("<persisted-output")
     assert (savers.outputs / "a.txt").read_text() == "q" * 30_000
@@ -209,7 +209,7 @@ def test_compact_history_saves_nothing_when_the_summary_fails(s08, savers):
     def failing(messages):
         raise s08.SummaryError("boom")
     with pytest.raises(s08.SummaryError):
-        s08.compact_history([user("go")] + pairs(2), summarize=failing, save_messages=savers.save_messages,
+        s08.compact_history([user("go")] + pairs(2), summarize=failing, restored=[], save_messages=savers.save_messages,
                             save_output=savers.save_output, preview_chars=500)
     assert not savers.transcripts.exists()
 
@@ -218,7 +218,7 @@ def test_compact_history_saves_nothing_when_the_summary_fails(s08, savers):
 
 def test_reactive_compact_keeps_only_recent_groups_that_fit(s08, savers):
     history = [user("refactor")] + pairs(30, size=4000)
-    out = s08.reactive_compact(history, summarize=lambda m: "S", save_messages=savers.save_messages,
+    out = s08.reactive_compact(history, summarize=lambda m: "S", restored=[], save_messages=savers.save_messages,
                                save_output=savers.save_output, preview_chars=500, tail_tokens=3000)
     assert_valid(out, "refactor")
     assert s08.estimate_tokens(out) < s08.estimate_tokens(history) // 10
@@ -226,12 +226,15 @@ def test_reactive_compact_keeps_only_recent_groups_that_fit(s08, savers):
     assert read_transcript(next(savers.transcripts.iterdir())) == history
 
 
-def test_reactive_compact_without_a_summary_still_gives_a_valid_history(s08, savers):
-    history = [user("refactor")] + pairs(5, size=4000)
-    out = s08.reactive_compact(history, summarize=lambda m: None, save_messages=savers.save_messages,
-                               save_output=savers.save_output, preview_chars=500, tail_tokens=100)
-    assert_valid(out, "refactor")
-    assert "No summary could be made" in out[0]["content"][0]["text"]
+def test_restored_context_sits_between_the_summary_and_the_request(s08, savers):
+    history = [user("old"), answer(), user("now fix parser.py")] + pairs(2)
+    restored = ["[Restored after compaction: todo list]\n[>] fix it", "[Restored after compaction: a.py, re-read]\nx"]
+    out = s08.compact_history(history, summarize=lambda m: "S", restored=restored, save_messages=savers.save_messages,
+                              save_output=savers.save_output, preview_chars=2000)
+    texts = [b["text"] for b in out[0]["content"]]
+    assert texts[0].startswith("[Compacted") and texts[1:3] == restored and texts[3] == "now fix parser.py"
+    assert_valid(out, "now fix parser.py")
+    assert s08.current_request(out)["text"] == "now fix parser.py", "restored blocks are never taken for requests"
 
 
 # ---------------------------------------------------------------- saving
