@@ -636,7 +636,9 @@ def short_hash(path: Path) -> str:
 def mentioned(key: str, summary: str) -> bool:
     """Whether a summary still carries a fact: most of its words (or CJK characters) appear."""
     lowered = summary.lower()
-    parts = re.findall(r"[a-z0-9_./:-]{3,}", key.lower()) + sorted(set(re.findall(r"[\u3040-\u9fff]", key)))
+    if " " not in key and ("/" in key or "::" in key):  # a path or test id: its last part is what counts
+        return re.split(r"/|::", key)[-1].lower() in lowered
+    parts = re.findall(r"[a-z0-9_.-]{3,}", key.lower()) + sorted(set(re.findall(r"[\u3040-\u9fff]", key)))
     return bool(parts) and sum(part in lowered for part in parts) >= 0.6 * len(parts)
 
 

@@ -1,0 +1,177 @@
+"""Summaries that always succeed, what comes back after compaction, the ledger, read stubs."""
+
+import json
+
+from conftest import assert_requests_valid, assert_valid, blocks, plain
+from fake_anthropic import FakeAnthropic, text, tool_use, tool_uses
+
+
+def user(words):
+    return {"role": "user", "content": [{"type": "text", "text": words}]}
+
+
+def chat(turns, size):
+    history = []
+    for n in range(turns):
+        history += [user(f"question {n} " + "q" * size), {"role": "assistant", "content": [
+            {"type": "text", "text": f"answer {n} " + "a" * size}]}]
+    return history
+
+
+def first_texts(body):
+    return [b["text"] for b in blocks(body["messages"][0]) if b.get("type") == "text"]
+
+
+def instruction(body):
+    return blocks(body["messages"][-1])[-1]["text"]
+
+
+def test_a_history_twice_the_window_still_compacts(s08, make_agent):
+    with FakeAnthropic(context_window=20_000) as fake:
+        agent = make_agent(window=20_000, server=fake)
+        messages = chat(20, 4_000) + [user("and now the release notes")]
+        assert s08.estimate_tokens(messages) > 2 * 20_000
+        fake.summary(text("<summary>Twenty questions were answered.</summary>"))
+        fake.reply(text("Notes written."))
+        s08.agent_loop(agent, messages)
+        assert fake.rejections == []
+        sent = fake.summary_requests[0]["messages"]
+        assert first_texts({"messages": sent})[0].startswith("[The oldest messages were left out")
+        assert plain(sent[-1])["content"][0] == {"type": "text", "text": "and now the release notes"}
+        assert "Twenty questions were answered." in first_texts(fake.main_requests[0])[0]
+        assert_valid(messages, "and now the release notes")
+
+
+def test_a_too_large_summary_is_retried_shorter_then_replaced_by_a_fallback(s08, fake, make_agent):
+    agent = make_agent(window=20_000)
+    messages = chat(14, 2_000) + [user("carry on")]
+    huge = text("<summary>" + "detail " * 20_000 + "</summary>")
+    fake.summary(huge, huge)
+    s08.agent_loop(agent, messages)
+    assert len(fake.summary_requests) == 2
+    assert "too long or empty" in instruction(fake.summary_requests[1])
+    compacted = first_texts(fake.main_requests[0])
+    assert "Assembled without the model" in compacted[0] and "question 13" in compacted[0]
+    assert compacted[-1] == "carry on"
+    assert "summary by fallback" in agent.out.text and agent.summary_failures == 1
+    total = s08.context_tokens(agent, fake.main_requests[0]["messages"])
+    assert total < 0.25 * 20_000, "the compacted context stays under a quarter of the window"
+
+
+def test_a_shorter_second_summary_is_used(s08, fake, make_agent):
+    agent = make_agent(window=20_000)
+    messages = chat(14, 2_000) + [user("carry on")]
+    fake.summary(text("<summary>" + "detail " * 20_000 + "</summary>"), text("<summary>Short and right.</summary>"))
+    s08.agent_loop(agent, messages)
+    assert "Short and right." in first_texts(fake.main_requests[0])[0]
+    assert "summary by the model" in agent.out.text and agent.summary_failures == 0
+
+
+def test_an_empty_summary_falls_back_and_the_session_goes_on(s08, fake, make_agent):
+    agent = make_agent(window=20_000)
+    messages = chat(14, 2_000) + [user("carry on")]
+    fake.summary(text("<analysis>only thinking</analysis>"), text("<summary> </summary>"))
+    assert s08.agent_loop(agent, messages) == "Done."
+    assert "Assembled without the model" in first_texts(fake.main_requests[0])[0]
+
+
+def test_after_compaction_the_work_comes_back_in_order(s08, fake, make_agent, workspace):
+    (workspace / "a.py").write_text("def a():\n    return 1\n")
+    (workspace / "b.py").write_text("def b():\n    return 2\n")
+    (workspace / "skills" / "style").mkdir(parents=True)
+    (workspace / "skills" / "style" / "SKILL.md").write_text("---\nname: style\ndescription: House style\n---\n"
+                                                              "Use four spaces.\n")
+    agent = make_agent()
+    agent.skills = s08.discover_skills([workspace / "skills"])
+    fake.reply(tool_uses([("read_file", {"path": "a.py"}), ("read_file", {"path": "b.py"}),
+                          ("load_skill", {"name": "style"})]),
+               tool_use("todo_write", {"items": [{"content": "fix a.py", "status": "in_progress"},
+                                                 {"content": "test b.py", "status": "pending"}]}),
+               text("Both read."), text("Continuing."))
+    messages = []
+    s08.run_turn(agent, messages, "read a.py and b.py; never change the public API")
+    (workspace / "a.py").write_text("def a():\n    return 42\n")
+    (workspace / "b.py").unlink()
+    s08.add_user_text(messages, "now the next step")
+    messages[:] = s08.run_compact_history(agent, messages)
+    s08.agent_loop(agent, messages)
+    texts = first_texts(fake.main_requests[-1])
+    expected = ["[Compacted: the earlier conversation was summarized",
+                "[Restored after compaction: fact ledger]",
+                "[Restored after compaction: recent user messages, newest first]",
+                "[Restored after compaction: b.py] This file was read earlier and has since vanished",
+                "[Restored after compaction: a.py, re-read from disk, it CHANGED",
+                "[Restored after compaction: todo list]",
+                "[Restored after compaction: skills loaded earlier] style",
+                "now the next step"]
+    assert len(texts) == len(expected), texts
+    assert all(t.startswith(e) for t, e in zip(texts, expected)), [t[:70] for t in texts]
+    assert "has since vanished" in texts[3] and "return 42" in texts[4]
+    assert "[>] fix a.py" in texts[5]
+    assert "- read a.py and b.py; never change the public API" in texts[2]
+    assert '- the user said: "read a.py and b.py; never change the public API"' in texts[1]
+    assert_requests_valid(fake)
+
+
+def test_read_stub_for_an_unchanged_file_but_not_after_compaction(s08, fake, make_agent, workspace):
+    (workspace / "notes.txt").write_text("line one\nline two\n")
+    fake.reply(tool_use("read_file", {"path": "notes.txt"}, "toolu_r1"),
+               tool_use("read_file", {"path": "notes.txt"}, "toolu_r2"), text("Same."),
+               tool_use("read_file", {"path": "notes.txt"}, "toolu_r3"), text("Read again."))
+    agent = make_agent()
+    messages = []
+    s08.run_turn(agent, messages, "read it twice")
+    results = {b["tool_use_id"]: b["content"] for m in messages for b in blocks(m) if b.get("type") == "tool_result"}
+    assert "line one" in results["toolu_r1"]
+    assert results["toolu_r2"].startswith("(unchanged: notes.txt") and "toolu_r1" in results["toolu_r2"]
+    messages[:] = s08.run_compact_history(agent, messages)
+    s08.run_turn(agent, messages, "read it once more")
+    last = [b for b in blocks(messages[-2]) if b.get("type") == "tool_result"][0]
+    assert "line one" in last["content"], "after compaction the content is no longer in context: no stub"
+
+
+def test_a_changed_file_is_read_in_full(s08, fake, make_agent, workspace):
+    (workspace / "n.txt").write_text("v1\n")
+    agent = make_agent()
+    fake.reply(tool_use("read_file", {"path": "n.txt"}), text("ok"))
+    messages = []
+    s08.run_turn(agent, messages, "read")
+    (workspace / "n.txt").write_text("version two\n")
+    fake.reply(tool_use("read_file", {"path": "n.txt"}), text("ok"))
+    s08.run_turn(agent, messages, "read again")
+    assert "version two" in [b for b in blocks(messages[-2]) if b.get("type") == "tool_result"][0]["content"]
+
+
+def test_the_ledger_records_what_happened_and_checks_the_summary(s08, fake, make_agent, workspace):
+    (workspace / "app.py").write_text("print('hi')\n")
+    agent = make_agent()
+    fake.reply(tool_uses([("read_file", {"path": "app.py"}),
+                          ("bash", {"command": "printf 'FAILED tests/test_app.py::test_greets - assert\\n'; exit 1"}),
+                          ("write_file", {"path": "fix.py", "content": "x = 1\n"})]),
+               text("Tried."))
+    messages = []
+    s08.run_turn(agent, messages, "Fix app.py. You must keep Python 3.9 support.\n不要修改测试文件。")
+    ledger = agent.ledger
+    assert list(ledger.reads) == ["app.py"] and list(ledger.writes) == ["fix.py"]
+    assert ledger.commands[-1][1] == 1 and "tests/test_app.py::test_greets" in ledger.failing
+    assert ledger.constraints == ["You must keep Python 3.9 support.", "不要修改测试文件。"]
+    fake.summary(text("<summary>Read app.py and wrote fix.py; test_greets fails. Keep Python 3.9 "
+                      "support.</summary>"))
+    messages[:] = s08.run_compact_history(agent, messages)
+    kept, total, lost = ledger.check(agent.last_summary[0], agent.todos)
+    assert (kept, total) == (4, 6) and {kind for kind, _ in lost} == {"failed command", "constraint"}
+    assert "retained 4/6 ledger facts" in agent.out.text
+    transcript = agent.workdir / agent.last_transcript
+    event = json.loads(transcript.read_text().splitlines()[-1])
+    assert event["ledger"]["retained"] == 4 and "constraint: 不要修改测试文件。" in event["ledger"]["lost"]
+    assert "不要修改测试文件。" in first_texts({"messages": messages})[1], "the ledger is put back verbatim"
+
+
+def test_the_summary_is_shown_and_recorded(s08, fake, make_agent):
+    agent = make_agent()
+    fake.summary(text("<analysis>private</analysis><summary>1. Primary request: ship it.\n"
+                      "2. Key concepts: none.</summary>"))
+    messages = chat(2, 10) + [user("go")]
+    messages[:] = s08.run_compact_history(agent, messages, "the release")
+    assert "    1. Primary request: ship it." in agent.out.text and "private" not in agent.out.text
+    assert "Focus especially on: the release" in instruction(fake.summary_requests[0])
