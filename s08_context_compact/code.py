@@ -52,6 +52,7 @@ MICRO_COMPACT_MIN_CHARS = 120       # a placeholder is no shorter than this, so 
 MICRO_TRIGGER_SHARE = 0.7           # micro_compact acts only above this share of the threshold...
 CLEAR_AT_LEAST_SHARE = 0.25          # ...and only if it frees at least this share (cache-aware)
 COUNT_TOKENS_MARGIN = 0.1           # this close to the threshold, ask the API for the exact count
+ESTIMATE_MARGIN = 0.85              # sizing by estimate alone, assume it may be 15% low
 SUMMARY_MAX_TOKENS = 20_000         # ceiling for the summary's own output
 SUMMARY_ATTEMPTS = 4                # "too long" retries, each dropping more of the oldest messages
 MAX_CONSECUTIVE_SUMMARY_FAILURES = 3  # circuit breaker: stop paying for summaries that fail
@@ -754,7 +755,7 @@ def tool_result_budget(messages: list, *, max_chars: int, preview_chars: int, sa
 
 
 def snip_compact(messages: list, *, keep_head: int, keep_tail: int, at_least: int, min_tokens: int = 0,
-                 save_messages) -> list:
+                 save_messages, measure=estimate_tokens) -> list:
     """Drop the middle of a long history, never splitting a tool_use from its tool_result."""
     if len(messages) <= keep_head + keep_tail:
         return messages
@@ -769,7 +770,7 @@ def snip_compact(messages: list, *, keep_head: int, keep_tail: int, at_least: in
     if head_end is None or tail_start is None or tail_start <= head_end:
         return messages
     removed = messages[head_end:tail_start]
-    if estimate_tokens(removed) < min_tokens:
+    if measure(removed) < min_tokens:
         return messages  # too little to pay for rewriting the cache after the head
     path = save_messages(removed, "snip")
     head_last = messages[head_end - 1]
@@ -1023,8 +1024,11 @@ def summarize_with_model(agent, messages: list, focus: str, limit_tokens: int, u
     s = agent.settings
     instruction = summary_instructions(focus, limit_tokens)
     fixed = estimate_text_tokens(instruction) + s.summary_max_tokens
-    budget = int((s.window - fixed - agent.overhead) / undercount)
-    fits = context_tokens(agent, messages) * undercount + fixed <= s.window
+    budget = int((s.window - fixed - agent.overhead) / undercount * ESTIMATE_MARGIN)
+    needed = context_tokens(agent, messages) * undercount + fixed
+    if s.window * (1 - COUNT_TOKENS_MARGIN) < needed <= s.window:  # too close to call on an estimate
+        needed = exact_context_tokens(agent, messages) * undercount + fixed
+    fits = needed <= s.window
     sent = messages if fits else fit_for_summary(messages, budget)
     started = time.perf_counter()
     try:
@@ -1372,7 +1376,7 @@ def compact_pipeline(agent, messages: list) -> list:
             m, max_chars=s.budget_chars, preview_chars=s.preview_chars, save_output=save_output), messages)
         messages = run_layer(agent, "snip_compact", lambda m, _, save_messages: snip_compact(
             m, keep_head=SNIP_KEEP_HEAD, keep_tail=s.snip_keep_tail, at_least=SNIP_AT_LEAST,
-            min_tokens=s.clear_at_least, save_messages=save_messages), messages)
+            min_tokens=s.clear_at_least, save_messages=save_messages, measure=agent.tokens.estimate), messages)
         # micro_compact waits for a trigger, so it does not rewrite the cached prefix every turn.
         if context_tokens(agent, messages) > s.micro_trigger:
             messages = run_layer(agent, "micro_compact", lambda m, save_output, _: micro_compact(

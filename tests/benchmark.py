@@ -159,6 +159,7 @@ def play(code, session: Session, settings, workdir: Path) -> dict:
         client = anthropic.Anthropic(api_key="benchmark", base_url=fake.url, max_retries=0)
         agent = code.Agent(client=client, settings=settings, workdir=workdir, tools=code.TOOLS,
                            system=code.build_system_prompt(workdir, {}), out=lambda *a, **k: None)
+        code.install_default_hooks(agent)  # the ledger records the session as it would for a user
         agent.handlers = session.handlers(code)
         messages = []
         for prompt, replies in session.turns:

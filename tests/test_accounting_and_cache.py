@@ -72,9 +72,10 @@ def test_near_the_threshold_count_tokens_decides(s08, make_agent):
             size += 50
         messages = chat(1, size)[:1]  # estimate within the margin below the threshold
         assert count_tokens(s08.build_request(agent, messages)) > threshold
+        assert agent.overhead + s08.estimate_tokens(messages) < threshold, "the estimate alone would not compact"
         fake.reply(text("ok"))
         s08.agent_loop(agent, messages)
-        assert fake.count_token_calls == 1
+        assert fake.count_token_calls >= 1
         assert len(fake.summary_requests) == 1, "the exact count is over the threshold"
 
 
