@@ -21,6 +21,7 @@ import argparse
 import hashlib
 import json
 import os
+import random
 import re
 import signal
 import subprocess
@@ -65,6 +66,8 @@ LEDGER_TOKENS = 2_000               # the fact ledger re-injected after compacti
 CONSTRAINT_WORDS = re.compile(r"\b(must|mustn't|don't|do not|never|always)\b|必须|不要|不能|不许|禁止|务必|永远|总是",
                               re.IGNORECASE)  # a user line with one of these is a constraint
 MAX_REACTIVE_RETRIES = 1            # per turn; a second "too long" is reported, not looped on
+MAX_API_ATTEMPTS = 4                # a call and up to 3 retries for 429, 5xx and dropped connections
+RETRY_BASE_SECONDS = 1.0            # backoff 1 s, 2 s, 4 s (±20%), unless the API says when
 REACTIVE_TAIL_SHARE = 0.25          # reactive_compact keeps recent messages up to this share
 CHARS_PER_TOKEN = 4                 # for ASCII text; other characters count one token each
 
@@ -108,6 +111,7 @@ class Settings:
     restore_user_tokens: int    # recent user messages restored
     ledger_tokens: int          # the fact ledger re-injected
     snip_keep_tail: int = SNIP_KEEP_TAIL
+    retry_base_seconds: float = RETRY_BASE_SECONDS
     prompt_caching: bool = True  # cache_control breakpoints on tools + system and the newest message
     cheap_layers: bool = True    # off: only the summary layers run (for the benchmark)
 
@@ -161,6 +165,70 @@ def save_transcript(folder: Path, messages: list, kind: str) -> Path:
         for message in messages:
             f.write(json.dumps(message, ensure_ascii=False) + "\n")
     return path
+
+
+# ---------------------------------------------------------------------------- the session log
+# Every message is appended the moment it enters the history, and every rewrite of the
+# history is recorded whole, so a crash loses at most the line being written and
+# --resume can rebuild exactly what the model saw last.
+SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD", re.IGNORECASE)
+
+
+def secret_values(environ) -> list:
+    """Values of environment variables that look like secrets, longest first."""
+    values = {v for k, v in environ.items() if SECRET_NAME.search(k) and len(v) >= 8}
+    return sorted(values, key=len, reverse=True)
+
+
+def redact(text: str, secrets: list) -> str:
+    for value in secrets:
+        if value in text:
+            text = text.replace(value, "[redacted]")
+    return text
+
+
+class SessionLog:
+    """An append-only JSON-lines file, flushed to disk after every record."""
+
+    def __init__(self, path: Path, secrets: list = (), warn=print):
+        self.path, self.secrets, self.warn = path, list(secrets), warn
+        self.file = None
+        self.failed = False
+
+    def write(self, record: dict) -> None:
+        if self.failed:
+            return
+        line = redact(json.dumps(record, ensure_ascii=False), self.secrets)  # a last net for secrets
+        try:
+            if self.file is None:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                self.file = open(self.path, "a", encoding="utf-8")
+            self.file.write(line + "\n")
+            self.file.flush()
+            os.fsync(self.file.fileno())
+        except OSError as err:
+            self.failed = True  # say it once; the session itself goes on
+            self.warn(f"[session log] cannot write {self.path} ({err}); this session will not be resumable.")
+
+
+def read_session(path: Path) -> list:
+    """Replay a session log into the history it last held. A torn last line is skipped."""
+    history = []
+    lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    for number, line in enumerate(lines):
+        try:
+            record = json.loads(line)
+        except ValueError:
+            if number == len(lines) - 1:
+                break  # the line being written when the program stopped
+            continue
+        if record.get("type") == "message":
+            history.append(record["message"])
+        elif record.get("type") == "replace_last" and history:
+            history[-1] = record["message"]
+        elif record.get("type") == "history":
+            history = record["messages"]
+    return history
 
 
 # ---------------------------------------------------------------------------- tools
@@ -904,6 +972,33 @@ def build_request(agent, messages: list, extra_text: str | None = None) -> dict:
             "messages": sent}
 
 
+class IncompleteResponse(Exception):
+    """The stream ended before the message did (the connection dropped)."""
+
+
+RETRYABLE = (anthropic.RateLimitError, anthropic.InternalServerError, anthropic.APIConnectionError,
+             IncompleteResponse)
+
+
+def with_retries(agent, call):
+    """Make an API call; retry what may pass on its own (429, 5xx, a dropped connection)
+    a bounded number of times, saying so in one line each time."""
+    for attempt in range(1, MAX_API_ATTEMPTS + 1):
+        try:
+            return call()
+        except RETRYABLE as err:
+            if attempt == MAX_API_ATTEMPTS:
+                raise
+            response = getattr(err, "response", None)
+            try:  # the API's own advice first
+                delay = min(float(response.headers.get("retry-after")), 60.0)
+            except (AttributeError, TypeError, ValueError):
+                delay = agent.settings.retry_base_seconds * 2 ** (attempt - 1) * random.uniform(0.8, 1.2)
+            agent.say(f"[api] {api_error_text(err)}; retrying in {delay:.1f}s "
+                      f"(retry {attempt} of {MAX_API_ATTEMPTS - 1})")
+            time.sleep(delay)
+
+
 def record_usage(agent, usage) -> dict:
     """Keep the last call's usage and the session's totals; return the usage as a dict."""
     figures = {key: getattr(usage, key, 0) or 0 for key in
@@ -1036,7 +1131,7 @@ def summarize_with_model(agent, messages: list, focus: str, limit_tokens: int, u
             request = build_request(agent, sent, extra_text=instruction)
             request.update(max_tokens=s.summary_max_tokens, tool_choice={"type": "none"})
             try:
-                reply = agent.client.messages.create(**request)
+                reply = with_retries(agent, lambda: agent.client.messages.create(**request))
             except anthropic.BadRequestError as err:
                 if not is_prompt_too_long(err):
                     raise SummaryError(api_error_text(err)) from err
@@ -1138,6 +1233,8 @@ class Agent:
     current_call: str = ""                            # the tool_use id being run
     last_summary: tuple = ("", "")                    # (text, "model" or "fallback")
     last_transcript: str = ""
+    log: SessionLog | None = None                     # the session log (none for subagents)
+    secrets: list = field(default_factory=list)       # values never to show the model or write down
 
     @property
     def transcripts(self) -> Path:
@@ -1155,7 +1252,7 @@ class Agent:
         tools = [t for t in self.tools if t["name"] != "task"]
         return replace(self, tools=tools, label="task", max_steps=SUBAGENT_MAX_STEPS, todos=[],
                        pending_compact=None, last_usage={}, tokens=TokenCounter(), read_state={},
-                       history=[], loaded_skills=[])
+                       history=[], loaded_skills=[], log=None)
 
     @cached_property
     def overhead(self) -> int:
@@ -1410,13 +1507,30 @@ def run_reactive_compact(agent, messages: list, undercount: float) -> list:
     return result
 
 
+def remember(agent, messages: list, message: dict) -> None:
+    """Append a message to the history, and to the session log the same moment."""
+    messages.append(message)
+    if agent.log:
+        agent.log.write({"type": "message", "message": message})
+
+
+def replace_history(agent, messages: list, new: list, reason: str) -> None:
+    """Put a rewritten history in place (same list object), and record it whole."""
+    if new is messages:
+        return
+    messages[:] = new
+    if agent.log:
+        agent.log.write({"type": "history", "reason": reason, "messages": new})
+
+
 # ---------------------------------------------------------------------------- the agent loop
 
-class IncompleteResponse(Exception):
-    """The stream ended before the message did (the connection dropped)."""
-
-
 def call_model(agent, messages: list) -> dict:
+    """One model call, retried on passing failures; returns the assistant message."""
+    return with_retries(agent, lambda: stream_reply(agent, messages))
+
+
+def stream_reply(agent, messages: list) -> dict:
     """One streamed model call; text is printed as it arrives; returns the assistant message."""
     printed = False
     with agent.client.messages.stream(**build_request(agent, messages)) as stream:
@@ -1478,6 +1592,7 @@ def run_tool(agent, block: dict) -> dict:
         except (OSError, ValueError, anthropic.APIError) as err:
             output, failed = f"Error: {name} failed: {type(err).__name__}: {err}", True
         fire(agent, "PostToolUse", name=name, input=args, output=output, is_error=failed)
+    output = redact(output, agent.secrets)  # a secret printed by a tool never reaches the model or disk
     agent.say(f"  {'✗' if failed else '<'} {preview(output)}")
     result = {"type": "tool_result", "tool_use_id": block["id"], "content": output}
     return {**result, "is_error": True} if failed else result
@@ -1503,7 +1618,7 @@ def agent_loop(agent, messages: list) -> str | None:
     agent.history = messages  # the same list object: read_file checks it for repeat reads
     for _ in range(agent.max_steps):
         started, api_before = time.perf_counter(), agent.api_seconds
-        messages[:] = compact_pipeline(agent, messages)
+        replace_history(agent, messages, compact_pipeline(agent, messages), "compaction")
         # the pipeline's own cost: what it spent minus time waiting for a summary
         agent.pipeline_seconds.append(time.perf_counter() - started - (agent.api_seconds - api_before))
         try:
@@ -1514,21 +1629,21 @@ def agent_loop(agent, messages: list) -> str | None:
             reactive_retries += 1
             sent, _ = reported_tokens(err)
             undercount = sent / context_tokens(agent, messages) if sent else 1.0
-            messages[:] = run_reactive_compact(agent, messages, undercount)
+            replace_history(agent, messages, run_reactive_compact(agent, messages, undercount), "reactive_compact")
             continue
-        messages.append(reply)
+        remember(agent, messages, reply)
         tool_uses = [b for b in reply["content"] if b.get("type") == "tool_use"]
         if not tool_uses:
             final = "\n".join(b["text"] for b in reply["content"] if b.get("type") == "text")
             fire(agent, "Stop", messages=messages, final=final)
             return final
         results, interrupted = run_tool_batch(agent, tool_uses)
-        messages.append({"role": "user", "content": results})
+        remember(agent, messages, {"role": "user", "content": results})
         if interrupted:
             raise KeyboardInterrupt
         if agent.pending_compact is not None:
             focus, agent.pending_compact = agent.pending_compact, None
-            messages[:] = run_compact_history(agent, messages, focus)
+            replace_history(agent, messages, run_compact_history(agent, messages, focus), "compact tool")
     agent.say(f"[stopped after {agent.max_steps} model calls in one turn; send a message to continue]")
     return None
 
@@ -1542,12 +1657,14 @@ HELP = """Commands:
   q, exit, quit     leave (so does end of input)"""
 
 
-def add_user_text(messages: list, text: str) -> None:
-    """Append the user's words; after an interruption they join the pending user message."""
+def add_user_text(messages: list, text: str) -> bool:
+    """Append the user's words; after an interruption they join the pending user message
+    (True then), so roles keep alternating."""
     if messages and messages[-1]["role"] == "user":
         messages[-1] = with_text(messages[-1], text)
-    else:
-        messages.append({"role": "user", "content": [{"type": "text", "text": text}]})
+        return True
+    messages.append({"role": "user", "content": [{"type": "text", "text": text}]})
+    return False
 
 
 def billed_input(usage: dict) -> float:
@@ -1609,7 +1726,7 @@ def handle_command(agent, messages: list, line: str) -> None:
         if not messages:
             agent.say("Nothing to compact yet.")
             return
-        messages[:] = run_compact_history(agent, messages, argument.strip())
+        replace_history(agent, messages, run_compact_history(agent, messages, argument.strip()), "/compact")
     else:
         agent.say(f"Unknown command {command}. Type /help for the list.")
 
@@ -1619,7 +1736,9 @@ def run_turn(agent, messages: list, prompt: str) -> None:
     if blocked:
         agent.say(f"(prompt blocked by a hook: {blocked[0]})")
         return
-    add_user_text(messages, prompt)
+    merged = add_user_text(messages, redact(prompt, agent.secrets))
+    if agent.log:
+        agent.log.write({"type": "replace_last" if merged else "message", "message": messages[-1]})
     try:
         agent_loop(agent, messages)
         if agent.show_status:
@@ -1639,8 +1758,7 @@ def read_line(interactive: bool) -> str | None:
     return line if line else None
 
 
-def repl(agent, interactive: bool) -> int:
-    messages: list = []
+def repl(agent, interactive: bool, messages: list) -> int:
     interrupts = 0
     while True:
         try:
@@ -1682,6 +1800,56 @@ def terminal_confirm(interactive: bool):
     return confirm
 
 
+def session_logs(workdir: Path) -> list:
+    """This workspace's session logs, oldest first."""
+    return sorted((workdir / TRANSCRIPT_DIR).glob("session-*.jsonl"), key=lambda p: p.stat().st_mtime)
+
+
+def list_sessions(workdir: Path) -> str:
+    rows = []
+    for path in session_logs(workdir):
+        history = read_session(path)
+        first = current_request(history[:1]) if history else None
+        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(path.stat().st_mtime))
+        prompt = preview(first["text"], 50) if first else "(no prompt yet)"
+        rows.append(f"  {path.stem.removeprefix('session-'):<24} {when}  {len(history):>4} messages  "
+                    f"{path.stat().st_size / 1024:>8.1f} KB  {prompt}")
+    return "Sessions in this workspace (newest last):\n" + "\n".join(rows) if rows else \
+        "No sessions in this workspace yet."
+
+
+def repair_history(messages: list) -> list:
+    """Make a history from a log valid again: it starts with the user, and a call the
+    program stopped in the middle of gets a result saying so."""
+    while messages and messages[0]["role"] != "user":
+        messages = messages[1:]
+    if messages and has_tool_use(messages[-1]):
+        messages = messages + [{"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": b["id"], "is_error": True,
+             "content": "Interrupted: the program stopped before this call finished."}
+            for b in blocks_of(messages[-1]) if b.get("type") == "tool_use"]}]
+    return messages
+
+
+def open_session(agent, wanted: str | None) -> list:
+    """Start a new session log, or continue the one asked for; return its history."""
+    logs = session_logs(agent.workdir)
+    if wanted:
+        path = logs[-1] if wanted == "latest" and logs else agent.workdir / TRANSCRIPT_DIR / f"session-{wanted}.jsonl"
+        if not path.is_file():
+            raise ValueError(f"No session {wanted!r} in {agent.workdir / TRANSCRIPT_DIR}; --list shows them.")
+        history = repair_history(read_session(path))
+        agent.log = SessionLog(path, agent.secrets, agent.say)
+        agent.log.write({"type": "history", "reason": "resumed", "messages": history})
+        agent.say(f"Resumed session {path.stem.removeprefix('session-')}: {len(history)} messages.")
+        return history
+    session = f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+    agent.log = SessionLog(agent.workdir / TRANSCRIPT_DIR / f"session-{session}.jsonl", agent.secrets, agent.say)
+    agent.log.write({"type": "session", "id": session, "model": agent.settings.model,
+                     "window": agent.settings.window, "workdir": str(agent.workdir)})
+    return []
+
+
 SETUP_HELP = """{problem}
 Copy .env.example to .env and fill in ANTHROPIC_API_KEY and MODEL_ID (and
 ANTHROPIC_BASE_URL for an Anthropic-compatible endpoint), or export them in
@@ -1712,14 +1880,20 @@ def context_window(client, model: str) -> int:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description="s08: a coding agent with context compaction. "
                                      "Run it in the folder the agent should work in.")
-    parser.parse_args(argv)
+    parser.add_argument("--resume", nargs="?", const="latest", metavar="ID",
+                        help="continue the most recent session in this folder, or session ID")
+    parser.add_argument("--list", action="store_true", help="list this folder's sessions and exit")
+    args = parser.parse_args(argv)
+    if args.list:
+        print(list_sessions(Path.cwd()))
+        return 0
     load_configuration()
     missing = [name for name in ("ANTHROPIC_API_KEY", "MODEL_ID") if not os.getenv(name)]
     if missing:
         print(SETUP_HELP.format(problem=f"{' and '.join(missing)} not set."), file=sys.stderr)
         return 2
     model = os.environ["MODEL_ID"]
-    client = anthropic.Anthropic()
+    client = anthropic.Anthropic(max_retries=0)  # retries are ours, so they can be seen (with_retries)
     try:
         settings = Settings.for_window(model, context_window(client, model))
     except ValueError as err:
@@ -1732,13 +1906,18 @@ def main(argv=None) -> int:
     sys.stdin.reconfigure(errors="replace")  # bytes that are not UTF-8 must not end the session
     agent = Agent(client=client, settings=settings, workdir=workdir, tools=TOOLS, skills=skills,
                   system=build_system_prompt(workdir, skills), confirm=terminal_confirm(interactive),
-                  show_status=sys.stdout.isatty())
+                  show_status=sys.stdout.isatty(), secrets=secret_values(os.environ))
     install_default_hooks(agent)
+    try:
+        messages = open_session(agent, args.resume)
+    except ValueError as err:
+        print(err, file=sys.stderr)
+        return 2
     if interactive:
         import readline  # noqa: F401  (arrow keys and history at the prompt)
         print(f"s08 context compact · {model} · window {format_tokens(settings.window)} tokens · "
               f"workspace {workdir}\nType /help for commands, q to quit.")
-    return repl(agent, interactive)
+    return repl(agent, interactive, messages)
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ import os
 import socket
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import anthropic
@@ -83,7 +84,8 @@ def make_agent(s08, fake, workspace):
         server = server or fake
         client = anthropic.Anthropic(api_key="test", base_url=server.url, max_retries=0)
         skills = s08.discover_skills([workspace / "skills", CODE.parent / "skills"])
-        agent = s08.Agent(client=client, settings=s08.Settings.for_window("claude-test", window),
+        settings = replace(s08.Settings.for_window("claude-test", window), retry_base_seconds=0.0)  # no waiting
+        agent = s08.Agent(client=client, settings=settings,
                           workdir=workspace, system=s08.build_system_prompt(workspace, skills),
                           tools=s08.TOOLS, skills=skills, out=Printed(),
                           confirm=confirm or (lambda q: (False, "no one could confirm it (test)")),

@@ -472,8 +472,11 @@ class _Handler(BaseHTTPRequestHandler):
     def _send_error(self, status: int, kind: str, message: str) -> None:
         # x-should-retry false keeps the SDK from retrying errors a test scripted once
         retry = "true" if status in (429, 500, 529) and getattr(self, "_retry_ok", False) else "false"
+        headers = {"x-should-retry": retry}
+        if status == 429 or status >= 500:
+            headers["retry-after"] = str(getattr(self, "_retry_after", 0))  # tests need not wait
         self._send_json(status, {"type": "error", "error": {"type": kind, "message": message},
-                                 "request_id": "req_fake"}, {"x-should-retry": retry})
+                                 "request_id": "req_fake"}, headers)
 
     def _read_body(self):
         length = int(self.headers.get("content-length") or 0)
@@ -561,6 +564,7 @@ class _Handler(BaseHTTPRequestHandler):
         if "error" in reply:
             err = reply["error"]
             self._retry_ok = reply.get("retry", False)
+            self._retry_after = reply.get("retry_after", 0)
             self._send_error(err["status"], err["type"], err["message"])
             return
         message = owner.build_message(body, reply)

@@ -146,13 +146,14 @@ def test_reactive_compact_is_tried_once_then_the_error_is_reported(s08, make_age
 def test_repeated_500s_trip_the_breaker_and_the_session_still_finishes(s08, fake, make_agent):
     agent = make_agent(window=20_000)
     messages = chat_history(12, 2_000)
-    fake.summary(*[server_error() for _ in range(6)])
+    fake.summary(*[server_error() for _ in range(30)])
     # every reply is long enough to push the next turn over the threshold again
     fake.reply(*[text(f"answer {n} " + "long " * 11_000) for n in range(6)])
     for n in range(6):
         s08.run_turn(agent, messages, f"turn {n}")
         assert_valid(messages, f"turn {n}")
-    assert len(fake.summary_requests) == 3, "no summary calls after the breaker trips"
+    attempts = s08.MAX_API_ATTEMPTS
+    assert len(fake.summary_requests) == 3 * attempts, "each summary is retried, then none after the breaker trips"
     assert agent.out.text.count("summaries failed in a row") == 1
     assert len(fake.main_requests) == 6 and "API error" not in agent.out.text
     assert agent.stats["compact_history"]["runs"] == 6, "compaction goes on with summaries built without the model"
@@ -162,7 +163,7 @@ def test_repeated_500s_trip_the_breaker_and_the_session_still_finishes(s08, fake
 def test_a_successful_summary_resets_the_failure_count(s08, fake, make_agent):
     agent = make_agent(window=20_000)
     messages = chat_history(12, 2_000)
-    fake.summary(server_error(), server_error(), text("<summary>fine</summary>"))
+    fake.summary(*[server_error() for _ in range(2 * s08.MAX_API_ATTEMPTS)], text("<summary>fine</summary>"))
     fake.reply(*[text("long " * 11_000) for _ in range(3)])
     s08.run_turn(agent, messages, "one")
     s08.run_turn(agent, messages, "two")
@@ -232,29 +233,49 @@ def test_a_user_prompt_hook_can_block_a_prompt(s08, fake, make_agent):
     assert messages == [] and fake.requests == [] and "no secrets" in agent.out.text
 
 
-def test_api_errors_print_one_line_and_the_session_goes_on(s08, fake, make_agent):
-    fake.reply(error(529, "overloaded_error", "Overloaded"), text("Back again."))
+def test_a_passing_api_error_is_retried_with_a_notice(s08, fake, make_agent):
+    fake.reply(error(529, "overloaded_error", "Overloaded"), error(429, "rate_limit_error", "Slow down"),
+               text("Got through."))
     agent = make_agent()
     messages = []
     s08.run_turn(agent, messages, "first")
-    assert "API error: 529 overloaded_error: Overloaded" in agent.out.text
+    assert "[api] 529 overloaded_error: Overloaded; retrying in 0.0s (retry 1 of 3)" in agent.out.text
+    assert "[api] 429 rate_limit_error: Slow down; retrying" in agent.out.text
+    assert messages[-1]["content"] == [{"type": "text", "text": "Got through."}]
+
+
+def test_api_errors_that_persist_print_one_line_and_the_session_goes_on(s08, fake, make_agent):
+    fake.reply(*[error(500, "api_error", "Internal server error")] * s08.MAX_API_ATTEMPTS, text("Back again."))
+    agent = make_agent()
+    messages = []
+    s08.run_turn(agent, messages, "first")
+    assert len(fake.main_requests) == s08.MAX_API_ATTEMPTS, "retries are bounded"
+    assert "API error: 500 api_error: Internal server error" in agent.out.text
     s08.run_turn(agent, messages, "second")
     assert messages[0]["content"] == [{"type": "text", "text": "first"}, {"type": "text", "text": "second"}]
     assert messages[-1]["content"] == [{"type": "text", "text": "Back again."}]
     assert_requests_valid(fake)
 
 
-def test_a_stream_cut_mid_reply_is_reported_and_not_kept(s08, fake, make_agent):
+def test_a_stream_cut_mid_reply_is_retried_and_the_partial_reply_not_kept(s08, fake, make_agent):
     fake.reply(dict(tool_uses([("bash", {"command": "echo a"}), ("bash", {"command": "echo b"})], preface="Two calls."),
                     drop_after_block=1), text("Complete this time."))
     agent = make_agent()
     messages = []
     s08.run_turn(agent, messages, "go")
-    assert "stream ended before the message was complete" in agent.out.text
-    assert messages == [user("go")] and "> bash" not in agent.out.text
-    s08.run_turn(agent, messages, "again")
-    assert messages[-1]["content"] == [{"type": "text", "text": "Complete this time."}]
+    assert "stream ended before the message was complete" in agent.out.text and "retrying" in agent.out.text
+    assert "> bash" not in agent.out.text, "the cut tool calls were not run"
+    assert messages == [user("go"), {"role": "assistant", "content": [{"type": "text", "text": "Complete this time."}]}]
     assert_requests_valid(fake)
+
+
+def test_a_stream_cut_every_time_ends_the_turn_cleanly(s08, fake, make_agent):
+    fake.reply(*[dict(text("partial " * 50), drop_after_block=0)] * s08.MAX_API_ATTEMPTS, text("later"))
+    agent = make_agent()
+    messages = []
+    s08.run_turn(agent, messages, "go")
+    assert "API error: the response stream ended before the message was complete" in agent.out.text
+    assert messages == [user("go")]
 
 
 def test_unreachable_endpoint_is_reported_clearly(s08, make_agent):
