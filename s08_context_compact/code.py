@@ -77,6 +77,7 @@ BASH_OUTPUT_TAIL = 20_000           # ...plus the last ones, so errors at the en
 READ_DEFAULT_LINES = 2_000
 READ_MAX_CHARS = 200_000            # one read_file call returns at most this much
 READ_MAX_LINE_CHARS = 2_000         # minified files: cut single lines, not whole reads
+EDIT_MAX_BYTES = 10_000_000         # edit_file loads the whole file: refuse bigger ones
 GLOB_MAX_RESULTS = 200
 MAX_STEPS_PER_TURN = 100            # model calls in one user turn before we stop and ask
 SUBAGENT_MAX_STEPS = 30
@@ -85,10 +86,11 @@ COMPACT_MARKER = "[Compacted"       # text our own messages start with, so they 
 SNIP_MARKER = "[Snipped"            # never mistaken for the user's request
 REACTIVE_MARKER = "[Reactive compact"
 RESTORED_MARKER = "[Restored after compaction"
+NOTE_MARKER = "[Program note"
 PERSISTED_TAG = "<persisted-output"
 PLACEHOLDER_PREFIX = "[Earlier tool result"
 PLACEHOLDER_TOKENS = 60             # a placeholder, long path included (over, not under)
-OUR_MARKERS = (COMPACT_MARKER, SNIP_MARKER, REACTIVE_MARKER, RESTORED_MARKER)
+OUR_MARKERS = (COMPACT_MARKER, SNIP_MARKER, REACTIVE_MARKER, RESTORED_MARKER, NOTE_MARKER)
 TRANSCRIPT_DIR = ".transcripts"
 TOOL_RESULTS_DIR = ".task_outputs/tool-results"
 
@@ -190,14 +192,20 @@ def redact(text: str, secrets: list) -> str:
 class SessionLog:
     """An append-only JSON-lines file, flushed to disk after every record."""
 
-    def __init__(self, path: Path, secrets: list = (), warn=print):
+    def __init__(self, path: Path, secrets: list = (), warn=print, header: dict | None = None):
         self.path, self.secrets, self.warn = path, list(secrets), warn
+        self.header = header  # written with the first record: a session with no messages leaves no file
         self.file = None
         self.failed = False
 
     def write(self, record: dict) -> None:
         if self.failed:
             return
+        if self.header:
+            header, self.header = self.header, None
+            self.write(header)
+            if self.failed:
+                return
         line = redact(json.dumps(record, ensure_ascii=False), self.secrets)  # a last net for secrets
         try:
             if self.file is None:
@@ -402,10 +410,20 @@ def still_in_context(messages: list, tool_use_id: str) -> bool:
     return False
 
 
+def _bounded_lines(f):
+    """Lines of a binary file, each cut to a few KB: a 1 GB file with no newline never
+    lands in memory whole."""
+    while raw := f.readline(READ_MAX_LINE_CHARS * 4):
+        if not raw.endswith(b"\n"):
+            while (rest := f.readline(1 << 20)) and not rest.endswith(b"\n"):
+                pass  # skip the rest of an overlong line, a megabyte at a time
+        yield raw
+
+
 def _numbered_lines(f, path: str, offset: int, limit: int) -> str:
     # Reads line by line, so a 1 GB file costs only the lines asked for.
     out, size, number = [], 0, 0
-    for number, raw in enumerate(f, start=1):
+    for number, raw in enumerate(_bounded_lines(f), start=1):
         if number < offset:
             continue
         if number >= offset + limit or size > READ_MAX_CHARS:
@@ -433,6 +451,8 @@ def run_edit_file(agent, path: str, old_text: str, new_text: str) -> str:
     target = workspace_path(agent, path)
     if not target.is_file():
         raise ToolError(f"{path} not found. Call glob to list files, or write_file to create it.")
+    if target.stat().st_size > EDIT_MAX_BYTES:
+        raise ToolError(f"{path} is {target.stat().st_size:,} bytes, too big for edit_file; use bash (sed, patch).")
     try:
         text = target.read_text(encoding="utf-8")
     except UnicodeDecodeError:
@@ -1234,6 +1254,7 @@ class Agent:
     last_summary: tuple = ("", "")                    # (text, "model" or "fallback")
     last_transcript: str = ""
     log: SessionLog | None = None                     # the session log (none for subagents)
+    last_stop_reason: str = ""
     secrets: list = field(default_factory=list)       # values never to show the model or write down
 
     @property
@@ -1354,8 +1375,11 @@ def restored_files(agent, max_tokens: int) -> list:
             blocks.append(f"{RESTORED_MARKER}: {path}] This file was read earlier and has since vanished.")
             continue
         room = min(agent.settings.restore_file_tokens, max_tokens - used)
-        raw = target.read_bytes()[:room * CHARS_PER_TOKEN]
-        if room <= 50 or b"\0" in raw[:8192]:
+        if room <= 50:
+            continue
+        with open(target, "rb") as f:
+            raw = f.read(room * CHARS_PER_TOKEN)
+        if b"\0" in raw[:8192]:
             continue
         text = raw.decode("utf-8", "replace")
         while estimate_text_tokens(text) > room:
@@ -1546,6 +1570,7 @@ def stream_reply(agent, messages: list) -> dict:
         # (perhaps a tool call with half its input) must not enter the history.
         raise IncompleteResponse("the response stream ended before the message was complete")
     usage = record_usage(agent, final.usage)
+    agent.last_stop_reason = final.stop_reason
     reply = {"role": "assistant", "content": plain_blocks(final.content)}
     # usage counts everything sent plus the reply: the exact size of history + reply
     agent.tokens.anchor(sum(usage.values()), messages + [reply])
@@ -1598,6 +1623,26 @@ def run_tool(agent, block: dict) -> dict:
     return {**result, "is_error": True} if failed else result
 
 
+def tidy_reply(agent, messages: list, reply: dict) -> tuple:
+    """Fix what would break the next request: a tool call cut off by max_tokens (dropped,
+    with a note for the model) and a tool_use id used before (renamed)."""
+    content, note = list(reply["content"]), ""
+    if agent.last_stop_reason == "max_tokens" and content and content[-1].get("type") == "tool_use":
+        cut = content.pop()  # its input is incomplete: never run it
+        note = (f"{NOTE_MARKER}: your reply reached the output limit ({agent.settings.max_output:,} tokens) in the "
+                f"middle of a call to {cut['name']}, so that call was not run. Continue from there, and split "
+                "large content into several smaller calls.]")
+    seen = set(tool_names(messages))
+    for k, block in enumerate(content):
+        if block.get("type") == "tool_use":
+            unique, n = block["id"], 1
+            while unique in seen:
+                unique, n = f"{block['id']}_{n}", n + 1
+            seen.add(unique)
+            content[k] = {**block, "id": unique}
+    return {**reply, "content": content or [{"type": "text", "text": "(reply cut off)"}]}, note
+
+
 def run_tool_batch(agent, tool_uses: list) -> tuple:
     """Run every call in order. On Ctrl-C the rest are answered as interrupted."""
     results = []
@@ -1631,14 +1676,19 @@ def agent_loop(agent, messages: list) -> str | None:
             undercount = sent / context_tokens(agent, messages) if sent else 1.0
             replace_history(agent, messages, run_reactive_compact(agent, messages, undercount), "reactive_compact")
             continue
+        reply, note = tidy_reply(agent, messages, reply)
         remember(agent, messages, reply)
         tool_uses = [b for b in reply["content"] if b.get("type") == "tool_use"]
+        if not tool_uses and note:  # cut short: tell the model and let it go on
+            remember(agent, messages, {"role": "user", "content": [{"type": "text", "text": note}]})
+            continue
         if not tool_uses:
             final = "\n".join(b["text"] for b in reply["content"] if b.get("type") == "text")
             fire(agent, "Stop", messages=messages, final=final)
             return final
         results, interrupted = run_tool_batch(agent, tool_uses)
-        remember(agent, messages, {"role": "user", "content": results})
+        notes = [{"type": "text", "text": note}] if note else []
+        remember(agent, messages, {"role": "user", "content": results + notes})
         if interrupted:
             raise KeyboardInterrupt
         if agent.pending_compact is not None:
@@ -1731,12 +1781,32 @@ def handle_command(agent, messages: list, line: str) -> None:
         agent.say(f"Unknown command {command}. Type /help for the list.")
 
 
+def park_long_prompt(agent, prompt: str) -> str | None:
+    """A message too big to send is saved to a file, and the model is asked to read it."""
+    tokens = estimate_text_tokens(prompt)
+    try:
+        path = save_tool_output(agent.workdir / ".task_outputs" / "prompts", f"prompt-{uuid.uuid4().hex[:8]}", prompt)
+    except OSError as err:
+        agent.say(f"Your message is about {tokens:,} tokens, more than half the context window allows, and it "
+                  f"could not be saved to a file ({err}). It was not sent: put it in a file and ask me to read it.")
+        return None
+    agent.say(f"(Your message is about {tokens:,} tokens, too big to send whole; it was saved to "
+              f"{path.relative_to(agent.workdir)} and the model will read it from there.)")
+    return (f"My message is too long to send whole (about {tokens:,} tokens). It is saved at "
+            f"{path.relative_to(agent.workdir)}: read it in parts with read_file and do what it asks.")
+
+
 def run_turn(agent, messages: list, prompt: str) -> None:
     blocked = [r["block"] for r in fire(agent, "UserPromptSubmit", prompt=prompt) if "block" in r]
     if blocked:
         agent.say(f"(prompt blocked by a hook: {blocked[0]})")
         return
-    merged = add_user_text(messages, redact(prompt, agent.secrets))
+    prompt = redact(prompt, agent.secrets)
+    if estimate_text_tokens(prompt) > agent.settings.threshold // 2:
+        prompt = park_long_prompt(agent, prompt)
+        if prompt is None:
+            return
+    merged = add_user_text(messages, prompt)
     if agent.log:
         agent.log.write({"type": "replace_last" if merged else "message", "message": messages[-1]})
     try:
@@ -1844,9 +1914,10 @@ def open_session(agent, wanted: str | None) -> list:
         agent.say(f"Resumed session {path.stem.removeprefix('session-')}: {len(history)} messages.")
         return history
     session = f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
-    agent.log = SessionLog(agent.workdir / TRANSCRIPT_DIR / f"session-{session}.jsonl", agent.secrets, agent.say)
-    agent.log.write({"type": "session", "id": session, "model": agent.settings.model,
-                     "window": agent.settings.window, "workdir": str(agent.workdir)})
+    header = {"type": "session", "id": session, "model": agent.settings.model,
+              "window": agent.settings.window, "workdir": str(agent.workdir)}
+    agent.log = SessionLog(agent.workdir / TRANSCRIPT_DIR / f"session-{session}.jsonl", agent.secrets,
+                           agent.say, header)
     return []
 
 
@@ -1921,4 +1992,7 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:  # Ctrl-C before the prompt is up: leave quietly
+        sys.exit(130)
