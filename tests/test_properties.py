@@ -1,0 +1,159 @@
+"""Property tests: random histories and windows through every layer and the whole pipeline.
+
+Each output must keep the invariants, everything removed must be on disk, and nothing may
+grow. Example counts are set per test (see MAX_EXAMPLES) to keep the suite quick."""
+
+import json
+import tempfile
+from dataclasses import replace
+from pathlib import Path
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from conftest import blocks, invariant_problems, load_code
+
+s08 = load_code()
+MAX_EXAMPLES = 100
+SIZES = [3, 40, 150, 1_500, 9_000, 40_000, 250_000, 1_200_000]  # a few bytes to over a megabyte
+CHECK = settings(max_examples=MAX_EXAMPLES, deadline=None,
+                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+words = st.sampled_from(["fix", "parser", "上下文", "压缩", "test", "window", "缓存", "module", "error"])
+
+
+@st.composite
+def text_of(draw, size):
+    chunk = " ".join(draw(st.lists(words, min_size=1, max_size=6)))
+    return (chunk + "\n") * max(1, size // (len(chunk) + 1))
+
+
+@st.composite
+def histories(draw):
+    """A valid history ending with a user message: prompts, parallel calls, earlier compaction."""
+    messages, ids = [], 0
+    if draw(st.booleans()):  # a history that was compacted before
+        messages.append({"role": "user", "content": [
+            {"type": "text", "text": "[Compacted: earlier work was summarized.]\n\nEarlier: " + draw(text_of(200))}]})
+        messages.append({"role": "assistant", "content": [{"type": "text", "text": "Understood."}]})
+    for turn in range(draw(st.integers(1, 6))):
+        s08.add_user_text(messages, f"request {turn}: " + draw(text_of(40)))  # joins pending results, as in the program
+        rounds = draw(st.integers(0, 8))
+        for r in range(rounds):
+            calls = []
+            for _ in range(draw(st.integers(1, 4))):
+                ids += 1
+                calls.append({"type": "tool_use", "id": f"toolu_{ids}", "name": draw(st.sampled_from(["bash", "read_file"])),
+                              "input": {"command": f"step {ids}"}})
+            messages.append({"role": "assistant", "content": calls})
+            results = []
+            for call in calls:
+                kind = draw(st.sampled_from(["fresh"] * 6 + ["placeholder", "persisted"]))
+                if kind == "placeholder":
+                    body = f"[Earlier tool result (bash) cleared to save context. Full output: x/{call['id']}.txt.]"
+                elif kind == "persisted":
+                    body = f'<persisted-output path="x/{call["id"]}.txt" chars="9">\npreview\n</persisted-output>'
+                else:
+                    body = draw(text_of(draw(st.sampled_from(SIZES))))
+                results.append({"type": "tool_result", "tool_use_id": call["id"], "content": body})
+            messages.append({"role": "user", "content": results})
+        ends_turn = turn < 5 and draw(st.booleans())
+        if rounds == 0 or ends_turn:
+            messages.append({"role": "assistant", "content": [{"type": "text", "text": "done " + draw(text_of(60))}]})
+    if messages[-1]["role"] == "assistant":
+        s08.add_user_text(messages, "the current request: go on")
+    return messages
+
+
+windows = st.sampled_from([8_000, 20_000, 60_000, 200_000])
+
+
+def saved_texts(folder: Path) -> set:
+    """Everything the layers put on disk: tool outputs, and every text inside transcripts."""
+    found = set()
+    for path in folder.rglob("*"):
+        if path.suffix == ".txt":
+            found.add(path.read_text(encoding="utf-8", errors="surrogatepass"))
+        elif path.suffix == ".jsonl":
+            for line in path.read_text(encoding="utf-8").splitlines():
+                record = json.loads(line)
+                for block in blocks(record) if "role" in record else []:
+                    found.add(block.get("text") or s08.result_text(block))
+    return found
+
+
+def texts(messages) -> set:
+    return {b.get("text") or s08.result_text(b) for m in messages for b in blocks(m)}
+
+
+def check(before, after, folder, request, may_grow_to=None):
+    problems = invariant_problems(after, request)
+    assert not problems, problems
+    kept, saved = texts(after), saved_texts(folder)
+    for text in texts(before) - kept:
+        if not text.startswith(("[Earlier tool result", "<persisted-output", "[Compacted", "[Snipped")):
+            assert text in saved, f"removed without being saved: {text[:80]!r}"
+    assert s08.estimate_tokens(after) <= max(s08.estimate_tokens(before), may_grow_to or 0)
+
+
+def request_of(messages):
+    request = s08.current_request(messages)
+    return request["text"] if request else None
+
+
+def run_layer_fn(name, config, folder):
+    def save_output(tool_use_id, text):
+        return s08.save_tool_output(folder / "tool-results", tool_use_id, text)
+
+    def save_messages(removed, kind):
+        return s08.save_transcript(folder / "transcripts", removed, kind)
+    return {
+        "tool_result_budget": lambda m: s08.tool_result_budget(m, max_chars=config.budget_chars,
+                                                               preview_chars=config.preview_chars, save_output=save_output),
+        "snip_compact": lambda m: s08.snip_compact(m, keep_head=3, keep_tail=config.snip_keep_tail, at_least=20,
+                                                   min_tokens=config.clear_at_least, save_messages=save_messages),
+        "micro_compact": lambda m: s08.micro_compact(m, keep_recent=3, min_chars=120,
+                                                     clear_at_least=config.clear_at_least, save_output=save_output),
+    }[name]
+
+
+@CHECK
+@given(histories(), windows, st.sampled_from(["tool_result_budget", "snip_compact", "micro_compact"]))
+def test_each_cheap_layer_keeps_the_invariants(history, window, name):
+    config = s08.Settings.for_window("m", window)
+    before = json.loads(json.dumps(history))
+    with tempfile.TemporaryDirectory() as tmp:
+        after = run_layer_fn(name, config, Path(tmp))(history)
+        assert history == before, "a layer never edits its input"
+        check(history, after, Path(tmp), request_of(history))
+
+
+@CHECK
+@given(histories(), windows)
+def test_the_whole_pipeline_keeps_the_invariants(history, window):
+    with tempfile.TemporaryDirectory() as tmp:
+        workdir = Path(tmp)
+        agent = s08.Agent(client=None, settings=replace(s08.Settings.for_window("m", window)), workdir=workdir,
+                          system="system", tools=s08.TOOLS, out=lambda *a, **k: None,
+                          summary_failures=s08.MAX_CONSECUTIVE_SUMMARY_FAILURES, breaker_announced=True,
+                          can_count_tokens=False)  # no network: the summary is the one built without the model
+        after = s08.compact_pipeline(agent, list(history))
+        check(history, after, workdir, request_of(history))
+        if s08.estimate_tokens(history) + agent.overhead > agent.settings.threshold:
+            assert s08.estimate_tokens(after) + agent.overhead <= agent.settings.threshold
+
+
+@CHECK
+@given(histories(), windows, st.integers(1, 8))
+def test_reactive_compact_fits_its_tail(history, window, undercount):
+    config = s08.Settings.for_window("m", window)
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        after = s08.reactive_compact(
+            history, summarize=lambda m: "summary", restored=[],
+            save_messages=lambda removed, kind: s08.save_transcript(folder, removed, kind),
+            save_output=lambda i, t: s08.save_tool_output(folder, i, t), preview_chars=config.preview_chars,
+            tail_tokens=config.threshold // (4 * undercount))
+        # it only runs after the API refused a request; then its output is the tail plus a header
+        header = s08.estimate_text_tokens(after[0]["content"][0]["text"]) + 50
+        check(history, after, folder, request_of(history), may_grow_to=config.threshold // (4 * undercount) + header)
