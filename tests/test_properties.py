@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from conftest import blocks, invariant_problems, load_code
 
 s08 = load_code()
-MAX_EXAMPLES = 100
+MAX_EXAMPLES = 75
 SIZES = [3, 40, 150, 1_500, 9_000, 40_000, 250_000, 1_200_000]  # a few bytes to over a megabyte
 CHECK = settings(max_examples=MAX_EXAMPLES, deadline=None,
                  suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -36,7 +36,7 @@ def histories(draw):
         messages.append({"role": "user", "content": [
             {"type": "text", "text": "[Compacted: earlier work was summarized.]\n\nEarlier: " + draw(text_of(200))}]})
         messages.append({"role": "assistant", "content": [{"type": "text", "text": "Understood."}]})
-    for turn in range(draw(st.integers(1, 6))):
+    for turn in range(draw(st.integers(1, 8))):
         s08.add_user_text(messages, f"request {turn}: " + draw(text_of(40)))  # joins pending results, as in the program
         rounds = draw(st.integers(0, 8))
         for r in range(rounds):
@@ -101,29 +101,36 @@ def request_of(messages):
     return request["text"] if request else None
 
 
-def run_layer_fn(name, config, folder):
+layer_params = st.fixed_dictionaries({
+    "keep_tail": st.integers(2, 47), "at_least": st.sampled_from([0, 5, 20]),
+    "min_tokens": st.sampled_from([0, 200, 5_000]), "keep_recent": st.integers(0, 3),
+    "clear_at_least": st.sampled_from([0, 300, 20_000]), "budget_chars": st.sampled_from([500, 20_000, 200_000]),
+})
+
+
+def layer(name, p, folder):
+    """One cheap layer with drawn parameters (so it acts often), saving into folder."""
     def save_output(tool_use_id, text):
         return s08.save_tool_output(folder / "tool-results", tool_use_id, text)
 
     def save_messages(removed, kind):
         return s08.save_transcript(folder / "transcripts", removed, kind)
     return {
-        "tool_result_budget": lambda m: s08.tool_result_budget(m, max_chars=config.budget_chars,
-                                                               preview_chars=config.preview_chars, save_output=save_output),
-        "snip_compact": lambda m: s08.snip_compact(m, keep_head=3, keep_tail=config.snip_keep_tail, at_least=20,
-                                                   min_tokens=config.clear_at_least, save_messages=save_messages),
-        "micro_compact": lambda m: s08.micro_compact(m, keep_recent=3, min_chars=120,
-                                                     clear_at_least=config.clear_at_least, save_output=save_output),
+        "tool_result_budget": lambda m: s08.tool_result_budget(m, max_chars=p["budget_chars"], preview_chars=400,
+                                                               save_output=save_output),
+        "snip_compact": lambda m: s08.snip_compact(m, keep_head=3, keep_tail=p["keep_tail"], at_least=p["at_least"],
+                                                   min_tokens=p["min_tokens"] or 60, save_messages=save_messages),
+        "micro_compact": lambda m: s08.micro_compact(m, keep_recent=p["keep_recent"], min_chars=120,
+                                                     clear_at_least=p["clear_at_least"], save_output=save_output),
     }[name]
 
 
 @CHECK
-@given(histories(), windows, st.sampled_from(["tool_result_budget", "snip_compact", "micro_compact"]))
-def test_each_cheap_layer_keeps_the_invariants(history, window, name):
-    config = s08.Settings.for_window("m", window)
+@given(histories(), layer_params, st.sampled_from(["tool_result_budget", "snip_compact", "micro_compact"]))
+def test_each_cheap_layer_keeps_the_invariants(history, params, name):
     before = json.loads(json.dumps(history))
     with tempfile.TemporaryDirectory() as tmp:
-        after = run_layer_fn(name, config, Path(tmp))(history)
+        after = layer(name, params, Path(tmp))(history)
         assert history == before, "a layer never edits its input"
         check(history, after, Path(tmp), request_of(history))
 
