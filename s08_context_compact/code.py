@@ -1254,6 +1254,7 @@ class Agent:
     last_summary: tuple = ("", "")                    # (text, "model" or "fallback")
     last_transcript: str = ""
     log: SessionLog | None = None                     # the session log (none for subagents)
+    layer_events: list = field(default_factory=list)  # what acted since the last rewrite was logged
     last_stop_reason: str = ""
     secrets: list = field(default_factory=list)       # values never to show the model or write down
 
@@ -1343,6 +1344,7 @@ def run_layer(agent, name: str, layer, messages: list, note=None) -> list:
     # The result layers may point at a copy saved earlier, so name the folder, not new files.
     where = transcripts or [TOOL_RESULTS_DIR + "/"]
     change = f"−{format_tokens(saved)}" if saved >= 0 else f"+{format_tokens(-saved)}"
+    agent.layer_events.append({"layer": name, "saved_to": where, "tokens_saved": saved})
     agent.say(f"[{name}] {count_changes(name, messages, result)} {LAYER_VERBS[name]}, "
               f"{change} tokens (saved to {', '.join(where)}){note() if note else ''}")
     return result
@@ -1543,8 +1545,9 @@ def replace_history(agent, messages: list, new: list, reason: str) -> None:
     if new is messages:
         return
     messages[:] = new
-    if agent.log:
-        agent.log.write({"type": "history", "reason": reason, "messages": new})
+    events, agent.layer_events = agent.layer_events, []
+    if agent.log:  # what replaced what, and where the removed content went
+        agent.log.write({"type": "history", "reason": reason, "layers": events, "messages": new})
 
 
 # ---------------------------------------------------------------------------- the agent loop

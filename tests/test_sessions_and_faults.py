@@ -105,6 +105,16 @@ def test_every_tool_output_can_be_rebuilt_byte_for_byte_from_the_log(fake, works
         assert results[f"toolu_{n}"] == body.rstrip("\n")
     saved = workspace / ".task_outputs" / "tool-results" / "toolu_2.txt"
     assert saved.read_bytes() == results["toolu_2"].encode()
+    records = [json.loads(line) for line in log.read_text().splitlines()]
+    logged = [json.dumps(r["message"], sort_keys=True) for r in records if r["type"] in ("message", "replace_last")]
+    logged += [json.dumps(m, sort_keys=True) for r in records if r["type"] == "history" for m in r["messages"]]
+    for request in fake.valid_requests:  # every message ever sent can be found in the log
+        for message in plain(request["messages"]):
+            assert json.dumps(message, sort_keys=True) in logged or message["role"] == "user" and \
+                message["content"][-1]["text"].startswith("TEXT ONLY"), message
+    rewrites = [r for r in records if r["type"] == "history"]
+    assert {e["layer"] for r in rewrites for e in r["layers"]} >= {"tool_result_budget", "compact_history"}
+    assert any(e["saved_to"] == [".task_outputs/tool-results/"] for r in rewrites for e in r["layers"])
 
 
 def test_secrets_never_reach_the_model_or_the_disk(fake, workspace):
