@@ -1274,7 +1274,7 @@ class Agent:
         tools = [t for t in self.tools if t["name"] != "task"]
         return replace(self, tools=tools, label="task", max_steps=SUBAGENT_MAX_STEPS, todos=[],
                        pending_compact=None, last_usage={}, tokens=TokenCounter(), read_state={},
-                       history=[], loaded_skills=[], log=None)
+                       history=[], loaded_skills=[], log=None, layer_events=[])
 
     @cached_property
     def overhead(self) -> int:
