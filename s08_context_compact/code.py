@@ -1218,6 +1218,42 @@ def api_error_text(err: Exception) -> str:
 
 # ---------------------------------------------------------------------------- the agent
 
+SPINNER_FRAMES = "|/-\\"
+STYLES = {"layer": "\033[36m", "tool": "\033[2m", "error": "\033[31m", "dim": "\033[2m", "title": "\033[1m"}
+
+
+class Spinner:
+    """A one-line "waiting…" with elapsed seconds, on a terminal only; gone when work shows up."""
+
+    def __init__(self, stream, label: str):
+        self.stream, self.label = stream, label
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._spin, daemon=True) if stream else None
+
+    def __enter__(self) -> "Spinner":
+        if self.thread:
+            self.thread.start()
+        return self
+
+    def _spin(self) -> None:
+        started = time.monotonic()
+        for frame in iter(int, 1):  # forever, until stop()
+            if self.done.wait(0.1 if frame else 0.5):  # nothing for quick work
+                return
+            self.stream.write(f"\r{SPINNER_FRAMES[frame % 4]} {self.label} {time.monotonic() - started:.1f}s ")
+            self.stream.flush()
+
+    def stop(self) -> None:
+        if self.thread and not self.done.is_set():
+            self.done.set()
+            self.thread.join()
+            self.stream.write("\r\033[K")  # erase the spinner line
+            self.stream.flush()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
 @dataclass
 class Agent:
     """What one agent loop needs: the client, the settings, the workspace, and session state."""
@@ -1246,6 +1282,8 @@ class Agent:
     pipeline_seconds: list = field(default_factory=list)  # the pipeline's own time, per model call
     handlers: dict = field(default_factory=lambda: dict(TOOL_HANDLERS))  # a replay swaps these
     show_status: bool = False                         # a status line after each turn (terminals only)
+    color: bool = False                               # ANSI colours: a terminal, and NO_COLOR unset
+    spinner_to: object = None                         # a terminal stream for the waiting spinner
     ledger: Ledger = field(default_factory=Ledger)
     read_state: dict = field(default_factory=dict)    # (path, offset, limit) -> (size, mtime, call id)
     loaded_skills: list = field(default_factory=list)
@@ -1266,9 +1304,10 @@ class Agent:
     def outputs(self) -> Path:
         return self.workdir / TOOL_RESULTS_DIR
 
-    def say(self, text: str) -> None:
+    def say(self, text: str, style: str = "") -> None:
         prefix = f"  [{self.label}] " if self.label else ""
-        self.out(prefix + text.replace("\n", "\n" + prefix) if prefix else text)
+        text = prefix + text.replace("\n", "\n" + prefix) if prefix else text
+        self.out(f"{STYLES[style]}{text}\033[0m" if self.color and style else text)
 
     def subagent(self) -> "Agent":
         tools = [t for t in self.tools if t["name"] != "task"]
@@ -1346,7 +1385,7 @@ def run_layer(agent, name: str, layer, messages: list, note=None) -> list:
     change = f"−{format_tokens(saved)}" if saved >= 0 else f"+{format_tokens(-saved)}"
     agent.layer_events.append({"layer": name, "saved_to": where, "tokens_saved": saved})
     agent.say(f"[{name}] {count_changes(name, messages, result)} {LAYER_VERBS[name]}, "
-              f"{change} tokens (saved to {', '.join(where)}){note() if note else ''}")
+              f"{change} tokens (saved to {', '.join(where)}){note() if note else ''}", "layer")
     return result
 
 
@@ -1560,8 +1599,10 @@ def call_model(agent, messages: list) -> dict:
 def stream_reply(agent, messages: list) -> dict:
     """One streamed model call; text is printed as it arrives; returns the assistant message."""
     printed = False
-    with agent.client.messages.stream(**build_request(agent, messages)) as stream:
+    with Spinner(agent.spinner_to, "waiting for the model") as spinner, \
+            agent.client.messages.stream(**build_request(agent, messages)) as stream:
         for chunk in stream.text_stream:
+            spinner.stop()  # the first token replaces the spinner
             if not agent.label:
                 agent.out(chunk, end="", flush=True)
                 printed = True
@@ -1602,7 +1643,7 @@ def preview(text: str, width: int = 100) -> str:
 def run_tool(agent, block: dict) -> dict:
     """Run one tool call through the hooks; always returns a tool_result block."""
     name, args = block["name"], block["input"]
-    agent.say(f"> {name}: {preview(json.dumps(args, ensure_ascii=False), 90)}")
+    agent.say(f"> {name}: {preview(json.dumps(args, ensure_ascii=False), 90)}", "tool")
     schema = next((t["input_schema"] for t in agent.tools if t["name"] == name), None)
     if schema is None:
         output, failed = (f"Error: unknown tool '{name}'. Available tools: "
@@ -1614,14 +1655,15 @@ def run_tool(agent, block: dict) -> dict:
     else:
         agent.current_call = block["id"]
         try:
-            output, failed = agent.handlers[name](agent, **args), False
+            with Spinner(agent.spinner_to if name != "task" else None, f"running {name}"):
+                output, failed = agent.handlers[name](agent, **args), False
         except ToolError as err:
             output, failed = f"Error: {err}", True
         except (OSError, ValueError, anthropic.APIError) as err:
             output, failed = f"Error: {name} failed: {type(err).__name__}: {err}", True
         fire(agent, "PostToolUse", name=name, input=args, output=output, is_error=failed)
     output = redact(output, agent.secrets)  # a secret printed by a tool never reaches the model or disk
-    agent.say(f"  {'✗' if failed else '<'} {preview(output)}")
+    agent.say(f"  {'✗' if failed else '<'} {preview(output)}", "error" if failed else "tool")
     result = {"type": "tool_result", "tool_use_id": block["id"], "content": output}
     return {**result, "is_error": True} if failed else result
 
@@ -1815,13 +1857,12 @@ def run_turn(agent, messages: list, prompt: str) -> None:
     try:
         agent_loop(agent, messages)
         if agent.show_status:
-            line = status_line(agent, messages)
-            agent.say(line if os.getenv("NO_COLOR") else f"\033[2m{line}\033[0m")
+            agent.say(status_line(agent, messages), "dim")
     except anthropic.APIError as err:
         hint = " The context is still too long: try /compact." if is_prompt_too_long(err) else ""
-        agent.say(f"API error: {api_error_text(err)}.{hint}")
+        agent.say(f"API error: {api_error_text(err)}.{hint}", "error")
     except IncompleteResponse as err:
-        agent.say(f"API error: {err} (connection dropped). Nothing was lost; send your message again.")
+        agent.say(f"API error: {err} (connection dropped). Nothing was lost; send your message again.", "error")
 
 
 def read_line(interactive: bool) -> str | None:
@@ -1980,7 +2021,9 @@ def main(argv=None) -> int:
     sys.stdin.reconfigure(errors="replace")  # bytes that are not UTF-8 must not end the session
     agent = Agent(client=client, settings=settings, workdir=workdir, tools=TOOLS, skills=skills,
                   system=build_system_prompt(workdir, skills), confirm=terminal_confirm(interactive),
-                  show_status=sys.stdout.isatty(), secrets=secret_values(os.environ))
+                  show_status=sys.stdout.isatty(), secrets=secret_values(os.environ),
+                  color=sys.stdout.isatty() and not os.getenv("NO_COLOR"),
+                  spinner_to=sys.stdout if sys.stdout.isatty() else None)
     install_default_hooks(agent)
     try:
         messages = open_session(agent, args.resume)

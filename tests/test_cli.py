@@ -205,3 +205,42 @@ def test_ctrl_c_during_compact_keeps_the_history(fake, workspace):
     assert "interrupted" in out and "after the interrupt" in out
     assert [m["role"] for m in fake.requests[-1]["messages"]] == ["user", "assistant", "user"]
     assert fake.requests[-1]["messages"][0]["content"][0]["text"] == "hello"
+
+
+def _run_in_terminal(fake, workspace, keys: bytes, **env) -> str:
+    """Run the CLI on a pseudo-terminal, type keys, return everything it showed."""
+    import os
+    import pty
+    import select
+    pid, fd = pty.fork()
+    if pid == 0:
+        os.chdir(workspace)
+        os.execve(sys.executable, [sys.executable, str(CODE)], cli_env(fake, **env))
+    shown = b""
+
+    def read_until(expected: bytes, count: int, seconds: float = 20):
+        nonlocal shown
+        end = time.monotonic() + seconds
+        while shown.count(expected) < count and time.monotonic() < end:
+            if select.select([fd], [], [], 0.05)[0]:
+                try:
+                    shown += os.read(fd, 65536)
+                except OSError:
+                    return
+    read_until(b"s08 >> ", 1)
+    os.write(fd, keys)
+    read_until(b"s08 >> ", 2)  # the turn is over when the prompt is back
+    os.write(fd, b"\x04")  # Ctrl-D ends the session
+    read_until(b"never appears", 1, seconds=2)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    return shown.decode(errors="replace")
+
+
+def test_a_terminal_gets_colour_and_a_status_line_unless_no_color(fake, workspace):
+    fake.reply(text("Hello from the model."), text("Again."))
+    coloured = _run_in_terminal(fake, workspace, b"hi\r")
+    assert "s08 >> " in coloured and "Hello from the model." in coloured
+    assert "\033[2mcontext " in coloured, "the status line is dim on a terminal"
+    plain_terminal = _run_in_terminal(fake, workspace, b"hi\r", NO_COLOR="1")
+    assert "context " in plain_terminal and "\033[2m" not in plain_terminal and "\033[36m" not in plain_terminal
