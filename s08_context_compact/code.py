@@ -1998,7 +1998,13 @@ def main(argv=None) -> int:
     parser.add_argument("--resume", nargs="?", const="latest", metavar="ID",
                         help="continue the most recent session in this folder, or session ID")
     parser.add_argument("--list", action="store_true", help="list this folder's sessions and exit")
+    parser.add_argument("--demo", action="store_true",
+                        help="watch every layer fire, offline: a scripted model, no API key needed")
+    parser.add_argument("--no-pause", action="store_true", help="with --demo: do not wait for Enter between steps")
     args = parser.parse_args(argv)
+    if args.demo:
+        import demo  # the scripted demo lives beside this file, outside the lesson
+        return demo.run(sys.modules[__name__], pause=sys.stdin.isatty() and not args.no_pause)
     if args.list:
         print(list_sessions(Path.cwd()))
         return 0

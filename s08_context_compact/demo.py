@@ -1,0 +1,142 @@
+"""The scripted demo behind `python s08_context_compact/code.py --demo`.
+
+A scripted model drives code.py's real agent loop and real compaction pipeline. It is not
+Claude: its replies are written below, in advance. It talks through the real anthropic
+SDK to the fake Messages API in tests/fake_anthropic.py, on 127.0.0.1, with a
+12,000-token window. No API key and no network are needed. The steps make each layer
+fire in turn, in a temporary workspace of generated files that is kept afterwards, so
+you can read what every layer saved.
+
+This file is not part of the lesson: read code.py for that.
+"""
+
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import anthropic
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from fake_anthropic import FakeAnthropic, error, server_error, text, tool_use  # noqa: E402
+
+WINDOW = 12_000
+SCRIPTED = "(scripted) "
+
+
+def make_workspace() -> Path:
+    workspace = Path(tempfile.mkdtemp(prefix="s08-demo-"))
+    (workspace / "build.log").write_text("".join(f"[{n:05d}] compiling module_{n % 97}.c ... ok\n"
+                                                 for n in range(1_200)))
+    # the first ten steps print a screenful, the rest one line: the oldest messages are the big ones
+    (workspace / "step.sh").write_text('n=$1\nif [ "$n" -lt 10 ]; then\n  for k in $(seq 1 20); do '
+                                       'echo "step $n: checked file_${n}_$k.c, 0 warnings, 0 errors"; done\n'
+                                       'else\n  echo "step $n ok"\nfi\n')
+    notes = workspace / "notes"
+    notes.mkdir()
+    for n in range(6):
+        (notes / f"chapter{n}.md").write_text(f"# Chapter {n}\n" + "".join(
+            f"Line {k} of chapter {n}: context windows fill up, so old results must make room.\n"
+            for k in range(45)))
+    return workspace
+
+
+def explanation(n: int) -> str:
+    return SCRIPTED + f"Part {n}, in detail: " + " ".join(
+        f"step {k} keeps the newest work and moves the oldest out of the window." for k in range(90))
+
+
+STEPS = [
+    ("tool_result_budget", "one tool result larger than a message may hold goes to disk; a preview stays",
+     "Show me build.log", {"replies": [tool_use("bash", {"command": "cat build.log"}),
+                                       text(SCRIPTED + "build.log is a long, clean build log.")]}),
+    ("snip_compact", "past 50 messages, the middle of the conversation goes to a transcript",
+     "Run the 30 build steps, one command each",
+     {"replies": [tool_use("bash", {"command": f"bash step.sh {n}"}) for n in range(30)]
+      + [text(SCRIPTED + "All 30 steps ran.")]}),
+    ("micro_compact", "past 70% of the threshold, old results become pointers to their saved copies",
+     "Read the six chapter notes, one at a time",
+     {"replies": [tool_use("read_file", {"path": f"notes/chapter{n}.md"}) for n in range(6)]
+      + [text(SCRIPTED + "All six chapters read.")]}),
+    ("compact_history", "still over the threshold after the cheap layers: a summary replaces the history",
+     "Explain the pipeline in four long parts",
+     {"turns": 4, "replies": [text(explanation(n)) for n in range(4)],
+      "summaries": [text("<analysis>scripted</analysis><summary>1. Primary request: read build.log and the "
+                         "notes (notes/chapter0.md to notes/chapter3.md), run 30 build steps, explain the "
+                         "pipeline. 8. Current work: part 3 of the explanation.</summary>")]}),
+    ("reactive_compact", "the API answers \"prompt is too long\": compact hard, retry once",
+     "One more question about the notes",
+     {"replies": [error(400, "invalid_request_error", "prompt is too long: 12800 tokens > 12000 maximum"),
+                  text(SCRIPTED + "Recovered after the emergency compaction.")],
+      "summaries": [text("<summary>The user asked about the notes after a long explanation.</summary>")]}),
+    ("compact", "the model itself asks for compaction; it runs after the current tool calls",
+     "That phase is finished: tidy up the context",
+     {"replies": [tool_use("compact", {"focus": "the build steps and the chapter notes"}),
+                  text(SCRIPTED + "Context tidied; carrying on from the summary.")],
+      "summaries": [text("<summary>1. Primary request: finish the phase. 7. Pending tasks: none.</summary>")]}),
+    ("circuit breaker", "summaries that fail 3 times in a row stop being asked for; compaction goes on",
+     "/compact", {"commands": 4, "summaries": [server_error() for _ in range(12)]}),
+]
+
+
+def files_under(workspace: Path) -> set:
+    return {p for d in (".transcripts", ".task_outputs") for p in (workspace / d).rglob("*") if p.is_file()}
+
+
+def run(code, pause: bool) -> int:
+    """Play every step; return the exit code."""
+    workspace = make_workspace()
+    colour = sys.stdout.isatty()
+
+    def say(line: str, style: str = "") -> None:
+        print(f"{code.STYLES[style]}{line}\033[0m" if colour and style else line, flush=True)
+
+    say("s08 scripted demo: a SCRIPTED model (canned replies, not Claude) drives the real agent loop and "
+        f"compaction pipeline of code.py,\nthrough the real SDK, against a local fake API with a "
+        f"{WINDOW:,}-token window. No key, no network. Workspace: {workspace}", "title")
+    with FakeAnthropic(context_window=WINDOW) as fake:
+        client = anthropic.Anthropic(api_key="scripted-demo", base_url=fake.url, max_retries=0)
+        skills = code.discover_skills([Path(code.__file__).resolve().parent / "skills"])
+        agent = code.Agent(client=client, settings=code.Settings.for_window("scripted-demo-model", WINDOW),
+                           workdir=workspace, tools=code.TOOLS, skills=skills, color=colour,
+                           system=code.build_system_prompt(workspace, skills),
+                           confirm=lambda question: (False, "the demo answers no"))
+        code.install_default_hooks(agent)
+        messages = code.open_session(agent, None)
+        for number, (name, what, prompt, script) in enumerate(STEPS, start=1):
+            play_step(code, agent, fake, messages, f"{number}/{len(STEPS)} {name}", what, prompt, script, say)
+            if pause and number < len(STEPS):
+                input("Press Enter for the next step... ")
+    outputs = list((workspace / ".task_outputs").rglob("*.txt"))
+    transcripts = list((workspace / ".transcripts").glob("*.jsonl"))
+    say(f"\nDone. The demo wrote {len(transcripts)} transcripts to {workspace / '.transcripts'} and "
+        f"{len(outputs)} saved tool outputs to {workspace / '.task_outputs'}.\n"
+        f"The session log is {agent.log.path}. Open them to see what each layer removed, and where it went.",
+        "title")
+    return 0
+
+
+def play_step(code, agent, fake, messages, title, what, prompt, script, say) -> None:
+    say(f"\n== {title}: {what} ==", "title")
+    before_files, before_tokens = files_under(agent.workdir), code.context_tokens(agent, messages)
+    started = time.monotonic()
+    fake.replies.clear()
+    fake.reply(*script.get("replies", []))
+    fake.summary(*script.get("summaries", []))
+    if prompt.startswith("/"):
+        for _ in range(script["commands"]):
+            say(f"s08 >> {prompt}")
+            code.handle_command(agent, messages, prompt)
+    else:
+        for turn in range(script.get("turns", 1)):
+            asked = prompt if turn == 0 else f"Go on with part {turn}"
+            say(f"s08 >> {asked}")
+            code.run_turn(agent, messages, asked)
+    new_files = sorted(str(p.relative_to(agent.workdir)) for p in files_under(agent.workdir) - before_files)
+    after_tokens = code.context_tokens(agent, messages)
+    say(f"   context before {before_tokens:,} tokens, after {after_tokens:,}; "
+        f"{time.monotonic() - started:.1f}s", "dim")
+    for path in new_files[:6]:
+        say(f"   wrote {path}", "dim")
+    if len(new_files) > 6:
+        say(f"   ... and {len(new_files) - 6} more files", "dim")

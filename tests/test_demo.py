@@ -1,0 +1,26 @@
+"""--demo: the scripted walk through every layer, as a user runs it (no key, no network)."""
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import CODE
+
+
+def test_demo_runs_offline_and_every_layer_fires(tmp_path):
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}  # no key, no endpoint, no model
+    done = subprocess.run([sys.executable, str(CODE), "--demo", "--no-pause"], capture_output=True, text=True,
+                          cwd=tmp_path, env=env, timeout=60)
+    out = done.stdout
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr and "SCRIPTED model" in out
+    for line in ("[tool_result_budget] ", "[snip_compact] ", "[micro_compact] ", "[compact_history] ",
+                 "[reactive_compact] ", "> compact: ", "summaries failed in a row", "summary by fallback"):
+        assert line in out, f"missing {line!r}"
+    steps = re.findall(r"^== (\d)/7 ", out, re.M)
+    assert steps == [str(n) for n in range(1, 8)]
+    workspace = Path(re.search(r"Workspace: (\S+)", out).group(1))
+    named = re.findall(r"^   wrote (\S+)$", out, re.M) + re.findall(r"saved to (\.transcripts/\S+?\.jsonl)", out)
+    assert named and all((workspace / path).is_file() for path in named)
+    assert re.search(r"The session log is (\S+\.jsonl)", out) and "\033[" not in out
