@@ -344,7 +344,7 @@ def run_bash(agent, command: str, timeout: int = BASH_TIMEOUT) -> str:
     except KeyboardInterrupt:
         _kill_group(proc)
         raise
-    reader.join(timeout=2)  # a background child may keep the pipe open; do not wait for it
+    reader.join(timeout=0.5)  # a background child may keep the pipe open; do not wait for it
     snapshot = dict(captured, head=bytes(captured["head"]), tail=bytes(captured["tail"]))
     parts = [_captured_text(snapshot).strip("\n")]
     if timed_out:
