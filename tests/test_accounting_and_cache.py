@@ -190,3 +190,19 @@ def test_piped_output_has_no_status_line_and_no_escape_codes(fake, workspace):
     from conftest import run_cli
     done = run_cli(fake, workspace, "hello\n")
     assert "auto-compact in" not in done.stdout and "\033[" not in done.stdout
+
+
+def test_the_spinner_shows_elapsed_seconds_and_erases_itself(s08):
+    import io
+    import time
+    quick = io.StringIO()
+    with s08.Spinner(quick, "running bash"):
+        pass
+    assert quick.getvalue() == "\r\033[K", "quick work draws nothing but the erase"
+    slow = io.StringIO()
+    with s08.Spinner(slow, "waiting for the model"):
+        time.sleep(0.8)
+    shown = slow.getvalue()
+    assert "waiting for the model 0." in shown and shown.endswith("\r\033[K")
+    with s08.Spinner(None, "off when not a terminal"):
+        pass  # no stream, no thread, nothing to see
