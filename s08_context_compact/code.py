@@ -1735,6 +1735,7 @@ def agent_loop(agent, messages: list) -> str | None:
         notes = [{"type": "text", "text": note}] if note else []
         remember(agent, messages, {"role": "user", "content": results + notes})
         if interrupted:
+            agent.pending_compact = None  # an interrupted batch leaves nothing to do later
             raise KeyboardInterrupt
         if agent.pending_compact is not None:
             focus, agent.pending_compact = agent.pending_compact, None
@@ -1842,11 +1843,11 @@ def park_long_prompt(agent, prompt: str) -> str | None:
 
 
 def run_turn(agent, messages: list, prompt: str) -> None:
+    prompt = redact(prompt, agent.secrets)  # before any hook: the ledger quotes prompts verbatim
     blocked = [r["block"] for r in fire(agent, "UserPromptSubmit", prompt=prompt) if "block" in r]
     if blocked:
         agent.say(f"(prompt blocked by a hook: {blocked[0]})")
         return
-    prompt = redact(prompt, agent.secrets)
     if estimate_text_tokens(prompt) > agent.settings.threshold // 2:
         prompt = park_long_prompt(agent, prompt)
         if prompt is None:

@@ -121,7 +121,7 @@ def test_secrets_never_reach_the_model_or_the_disk(fake, workspace):
     secret = "sk-ant-very-secret-0123456789"
     fake.reply(tool_use("bash", {"command": "echo token=$MY_SERVICE_TOKEN; echo key=$ANTHROPIC_API_KEY"}),
                text("Done."))
-    done = run_cli(fake, workspace, f"my key is {secret}, run it\n/compact\n",
+    done = run_cli(fake, workspace, f"never print {secret} again, run it\n/compact\n",
                    ANTHROPIC_API_KEY=secret, MY_SERVICE_TOKEN="hunter2hunter2")
     assert done.returncode == 0
     sent = json.dumps(fake.requests)
