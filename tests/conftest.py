@@ -7,6 +7,8 @@ import os
 import socket
 import subprocess
 import sys
+import threading
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -172,3 +174,55 @@ def plain(value):
     if isinstance(value, list):
         return [plain(v) for v in value]
     return value
+
+
+# ---------------------------------------------------------------- small builders
+
+def user(words):
+    return {"role": "user", "content": [{"type": "text", "text": words}]}
+
+
+def chat(turns, size, word=None):
+    """A history of plain text turns (nothing for the cheap layers to clear)."""
+    history = []
+    for n in range(turns):
+        history += [user(f"question {n} " + (word * size if word else "q" * size)),
+                    {"role": "assistant", "content": [
+                        {"type": "text", "text": f"answer {n} " + (word * size if word else "a" * size)}]}]
+    return history
+
+
+class LiveCLI:
+    """The CLI as a running subprocess: type lines, watch output as it arrives, send signals."""
+
+    def __init__(self, fake, workspace, **env):
+        self.proc = subprocess.Popen([sys.executable, str(CODE)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True, cwd=workspace, env=cli_env(fake, **env))
+        self.chunks = []
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self):
+        while chunk := os.read(self.proc.stdout.fileno(), 4096):  # raw: streamed text has no newline yet
+            self.chunks.append(chunk.decode(errors="replace"))
+
+    @property
+    def output(self) -> str:
+        return "".join(self.chunks)
+
+    def type(self, text: str) -> None:
+        self.proc.stdin.write(text)
+        self.proc.stdin.flush()
+
+    def wait_for(self, condition, timeout=20) -> None:
+        deadline = time.monotonic() + timeout
+        while not condition():
+            assert time.monotonic() < deadline, "timed out waiting"
+            time.sleep(0.02)
+
+    def finish(self, last_input: str = "", timeout=30) -> int:
+        """Type the last input, close stdin, and return the exit code."""
+        self.type(last_input)
+        self.proc.stdin.close()
+        code = self.proc.wait(timeout=timeout)
+        time.sleep(0.1)  # let the reader collect the last output
+        return code

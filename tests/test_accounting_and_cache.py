@@ -2,20 +2,13 @@
 
 import json
 
-from conftest import assert_requests_valid, assert_valid, blocks, plain
+from conftest import assert_requests_valid, assert_valid, blocks, plain, user
+from conftest import chat as _chat
+
+
+def chat(turns, size):
+    return _chat(turns, size, word="talk ")
 from fake_anthropic import FakeAnthropic, count_tokens, text, tool_use, tool_uses
-
-
-def user(words):
-    return {"role": "user", "content": [{"type": "text", "text": words}]}
-
-
-def chat(turns, size, word="talk "):
-    history = []
-    for n in range(turns):
-        history += [user(f"q{n} " + word * size), {"role": "assistant", "content": [
-            {"type": "text", "text": f"a{n} " + word * size}]}]
-    return history
 
 
 def marked_prefix(body):

@@ -2,24 +2,11 @@
 
 import json
 
-import anthropic
 import pytest
 
-from conftest import assert_requests_valid, assert_valid, blocks, plain
+from conftest import assert_requests_valid, assert_valid, blocks, plain, user
+from conftest import chat as chat_history
 from fake_anthropic import FakeAnthropic, error, is_summary_request, server_error, text, tool_use, tool_uses
-
-
-def user(words):
-    return {"role": "user", "content": [{"type": "text", "text": words}]}
-
-
-def chat_history(turns, size):
-    """A history of plain text turns: nothing for the cheap layers to clear."""
-    history = []
-    for n in range(turns):
-        history += [user(f"question {n} " + "q" * size), {"role": "assistant", "content": [
-            {"type": "text", "text": f"answer {n} " + "a" * size}]}]
-    return history
 
 
 def first_text(body, index=0):

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from conftest import CODE, assert_requests_valid, blocks, cli_env, plain, run_cli
+from conftest import CODE, LiveCLI, assert_requests_valid, blocks, cli_env, plain, run_cli
 from fake_anthropic import FakeAnthropic, error, text, tool_use, tool_uses
 
 
@@ -129,29 +129,16 @@ def test_every_layer_fires_in_one_session_at_a_small_window(workspace):
         assert asked, "every request carries the user's current request verbatim"
 
 
-def _start(fake, workspace, **env):
-    return subprocess.Popen([sys.executable, str(CODE)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, cwd=workspace, env=cli_env(fake, **env))
-
-
-def _wait_for(condition, timeout=20):
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out waiting"
-        time.sleep(0.05)
-
-
 def test_ctrl_c_during_a_model_call_returns_to_the_prompt(fake, workspace):
     fake.reply(dict(text("too late"), delay=5), text("second answer"))
-    proc = _start(fake, workspace)
-    proc.stdin.write("first\n")
-    proc.stdin.flush()
-    _wait_for(lambda: len(fake.requests) == 1)
+    cli = LiveCLI(fake, workspace)
+    cli.type("first\n")
+    cli.wait_for(lambda: len(fake.requests) == 1)
     time.sleep(0.3)
-    proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate("second\n", timeout=30)
-    assert proc.returncode == 0, err
-    assert "interrupted" in out and "second answer" in out and "Traceback" not in err
+    cli.proc.send_signal(signal.SIGINT)
+    assert cli.finish("second\n") == 0
+    assert "interrupted" in cli.output and "second answer" in cli.output
+    assert "Traceback" not in cli.proc.stderr.read()
     assert plain(fake.requests[-1]["messages"]) == [{"role": "user", "content": [
         {"type": "text", "text": "first"}, {"type": "text", "text": "second"}]}]
 
@@ -159,15 +146,13 @@ def test_ctrl_c_during_a_model_call_returns_to_the_prompt(fake, workspace):
 def test_ctrl_c_during_a_tool_run_answers_the_call_as_interrupted(fake, workspace):
     fake.reply(tool_uses([("bash", {"command": "touch started; sleep 30"}, "toolu_slow"),
                           ("bash", {"command": "echo never"}, "toolu_next")]), text("ok, stopped"))
-    proc = _start(fake, workspace)
-    proc.stdin.write("run the slow thing\n")
-    proc.stdin.flush()
-    _wait_for(lambda: (workspace / "started").exists())
-    proc.send_signal(signal.SIGINT)
+    cli = LiveCLI(fake, workspace)
+    cli.type("run the slow thing\n")
+    cli.wait_for(lambda: (workspace / "started").exists())
+    cli.proc.send_signal(signal.SIGINT)
     started = time.monotonic()
-    out, err = proc.communicate("what happened?\n", timeout=30)
+    assert cli.finish("what happened?\n") == 0
     assert time.monotonic() - started < 10, "the sleep was not killed"
-    assert proc.returncode == 0, err
     last = fake.main_requests[-1]["messages"]
     results = plain(last[-1]["content"])
     assert [b.get("tool_use_id") for b in results[:2]] == ["toolu_slow", "toolu_next"]
@@ -194,15 +179,13 @@ def test_input_that_is_not_utf8_is_read_not_fatal(fake, workspace):
 def test_ctrl_c_during_compact_keeps_the_history(fake, workspace):
     fake.reply(text("first answer"), text("after the interrupt"))
     fake.summary(dict(text("<summary>late</summary>"), delay=5))
-    proc = _start(fake, workspace)
-    proc.stdin.write("hello\n/compact\n")
-    proc.stdin.flush()
-    _wait_for(lambda: len(fake.requests) == 2)
+    cli = LiveCLI(fake, workspace)
+    cli.type("hello\n/compact\n")
+    cli.wait_for(lambda: len(fake.requests) == 2)
     time.sleep(0.3)
-    proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate("still there?\n", timeout=30)
-    assert proc.returncode == 0 and "Traceback" not in err, err
-    assert "interrupted" in out and "after the interrupt" in out
+    cli.proc.send_signal(signal.SIGINT)
+    assert cli.finish("still there?\n") == 0 and "Traceback" not in cli.proc.stderr.read()
+    assert "interrupted" in cli.output and "after the interrupt" in cli.output
     assert [m["role"] for m in fake.requests[-1]["messages"]] == ["user", "assistant", "user"]
     assert fake.requests[-1]["messages"][0]["content"][0]["text"] == "hello"
 

@@ -6,11 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import assert_valid, blocks
-
-
-def user(text):
-    return {"role": "user", "content": [{"type": "text", "text": text}]}
+from conftest import assert_valid, blocks, user
 
 
 def call(*ids, name="read_file"):

@@ -1,22 +1,16 @@
 """Never lose a session: the session log, resume, faults, and hostile input."""
 
 import json
-import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 import tracemalloc
 
 import pytest
 
-from conftest import CODE, assert_requests_valid, assert_valid, blocks, cli_env, plain, run_cli
-from fake_anthropic import FakeAnthropic, text, tool_use, tool_uses
-
-
-def user(words):
-    return {"role": "user", "content": [{"type": "text", "text": words}]}
+from conftest import CODE, LiveCLI, assert_requests_valid, assert_valid, blocks, cli_env, plain, run_cli, user
+from fake_anthropic import text, tool_use, tool_uses
 
 
 def logged_agent(s08, make_agent, workspace, **kw):
@@ -70,16 +64,11 @@ def test_list_and_resume_continue_exactly_where_the_model_was(fake, workspace):
 
 def test_resume_after_a_hard_kill_in_the_middle_of_a_tool(fake, workspace):
     fake.reply(tool_use("bash", {"command": "touch started; sleep 30"}, "toolu_slow"), text("Recovered."))
-    proc = subprocess.Popen([sys.executable, str(CODE)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, cwd=workspace, env=cli_env(fake))
-    proc.stdin.write("run it\n")
-    proc.stdin.flush()
-    deadline = time.monotonic() + 20
-    while not (workspace / "started").exists():
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
-    proc.kill()
-    proc.communicate(timeout=10)
+    cli = LiveCLI(fake, workspace)
+    cli.type("run it\n")
+    cli.wait_for(lambda: (workspace / "started").exists())
+    cli.proc.kill()
+    cli.proc.wait(timeout=10)
     resumed = subprocess.run([sys.executable, str(CODE), "--resume"], input="what happened?\n", text=True,
                              capture_output=True, cwd=workspace, env=cli_env(fake), timeout=30)
     assert resumed.returncode == 0, resumed.stderr
@@ -134,51 +123,26 @@ def test_secrets_never_reach_the_model_or_the_disk(fake, workspace):
 
 # ---------------------------------------------------------------- faults
 
-def _reader(proc, sink):
-    """Collect stdout as it arrives, in raw chunks (streamed text has no newline yet)."""
-    while chunk := os.read(proc.stdout.fileno(), 4096):
-        sink.append(chunk.decode(errors="replace"))
-
-
 def test_ctrl_c_during_a_streamed_reply_keeps_the_history_valid(fake, workspace):
     fake.reply(dict(text("word " * 400), chunk_delay=0.02), text("Second reply."))
-    proc = subprocess.Popen([sys.executable, str(CODE)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, cwd=workspace, env=cli_env(fake))
-    out = []
-    threading.Thread(target=_reader, args=(proc, out), daemon=True).start()
-    proc.stdin.write("talk\n")
-    proc.stdin.flush()
-    deadline = time.monotonic() + 20
-    while "word" not in "".join(out):
-        assert time.monotonic() < deadline
-        time.sleep(0.02)
-    proc.send_signal(signal.SIGINT)
-    proc.stdin.write("again\n")
-    proc.stdin.close()
-    assert proc.wait(timeout=30) == 0
+    cli = LiveCLI(fake, workspace)
+    cli.type("talk\n")
+    cli.wait_for(lambda: "word" in cli.output)  # the reply is streaming
+    cli.proc.send_signal(signal.SIGINT)
+    assert cli.finish("again\n") == 0
     assert plain(fake.requests[-1]["messages"]) == [{"role": "user", "content": [
         {"type": "text", "text": "talk"}, {"type": "text", "text": "again"}]}]
 
 
 def test_two_ctrl_c_at_the_prompt_exit_cleanly(fake, workspace):
-    proc = subprocess.Popen([sys.executable, str(CODE)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, cwd=workspace, env=cli_env(fake))
-    out = []
-    threading.Thread(target=_reader, args=(proc, out), daemon=True).start()
-    proc.stdin.write("/help\n")
-    proc.stdin.flush()
-    deadline = time.monotonic() + 20
-    while "/context" not in "".join(out):  # it has answered, so it is back at the prompt
-        assert time.monotonic() < deadline
-        time.sleep(0.02)
-    proc.send_signal(signal.SIGINT)
-    deadline = time.monotonic() + 10
-    while "press Ctrl-C again" not in "".join(out):
-        assert time.monotonic() < deadline
-        time.sleep(0.02)
-    proc.send_signal(signal.SIGINT)
-    assert proc.wait(timeout=10) == 0
-    assert "Traceback" not in proc.stderr.read()
+    cli = LiveCLI(fake, workspace)
+    cli.type("/help\n")
+    cli.wait_for(lambda: "/context" in cli.output)  # it has answered, so it is back at the prompt
+    cli.proc.send_signal(signal.SIGINT)
+    cli.wait_for(lambda: "press Ctrl-C again" in cli.output)
+    cli.proc.send_signal(signal.SIGINT)
+    assert cli.proc.wait(timeout=10) == 0
+    assert "Traceback" not in cli.proc.stderr.read()
 
 
 def test_unwritable_output_folders_are_reported_once_and_the_session_goes_on(fake, workspace):

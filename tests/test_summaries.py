@@ -2,20 +2,8 @@
 
 import json
 
-from conftest import assert_requests_valid, assert_valid, blocks, plain
+from conftest import assert_requests_valid, assert_valid, blocks, chat, plain, user
 from fake_anthropic import FakeAnthropic, text, tool_use, tool_uses
-
-
-def user(words):
-    return {"role": "user", "content": [{"type": "text", "text": words}]}
-
-
-def chat(turns, size):
-    history = []
-    for n in range(turns):
-        history += [user(f"question {n} " + "q" * size), {"role": "assistant", "content": [
-            {"type": "text", "text": f"answer {n} " + "a" * size}]}]
-    return history
 
 
 def first_texts(body):
