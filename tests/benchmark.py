@@ -22,6 +22,7 @@ import argparse
 import importlib.util
 import json
 import random
+import re
 import statistics
 import sys
 import tempfile
@@ -155,7 +156,7 @@ def replayed_session(path: Path, code) -> Session:
 def play(code, session: Session, settings, workdir: Path) -> dict:
     """Play a session with one configuration; return its figures."""
     with FakeAnthropic(context_window=settings.window) as fake:
-        fake.default_summary = text("<summary>" + "The work so far: " + "details kept. " * 500 + "</summary>")
+        fake.default_summary = obedient_summary
         client = anthropic.Anthropic(api_key="benchmark", base_url=fake.url, max_retries=0)
         agent = code.Agent(client=client, settings=settings, workdir=workdir, tools=code.TOOLS,
                            system=code.build_system_prompt(workdir, {}), out=lambda *a, **k: None)
@@ -167,6 +168,13 @@ def play(code, session: Session, settings, workdir: Path) -> dict:
             fake.reply(*[{"content": content} for content in replies])
             code.run_turn(agent, messages, prompt)
         return figures(agent, fake, settings)
+
+
+def obedient_summary(body: dict) -> dict:
+    """A scripted summary that keeps to the length the instruction asks for, as a model would."""
+    asked = re.search(r"under ([\d,]+) tokens", json.dumps(body["messages"][-1]))
+    limit = int(asked.group(1).replace(",", "")) if asked else 2_000
+    return text("<summary>The work so far: " + "details kept. " * max(1, int(limit * 0.8 / 3.5)) + "</summary>")
 
 
 def figures(agent, fake, settings) -> dict:

@@ -421,10 +421,10 @@ class FakeAnthropic:
         with self._lock:
             queue = self.summaries if is_summary_request(body) else self.replies
             item = queue.popleft() if queue else None
-        if callable(item):
-            item = item(body)
         if item is None:
             item = self.default_summary if is_summary_request(body) else self.default_reply
+        if callable(item):
+            item = item(body)
         return item
 
     def build_message(self, body: dict, reply: dict) -> dict:
