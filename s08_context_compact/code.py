@@ -407,7 +407,7 @@ def still_in_context(messages: list, tool_use_id: str) -> bool:
         for block in message["content"] if isinstance(message["content"], list) else []:
             if block.get("type") == "tool_result" and block.get("tool_use_id") == tool_use_id:
                 text = block.get("content")
-                return isinstance(text, str) and not text.startswith(("[Earlier tool result", "<persisted-output"))
+                return isinstance(text, str) and not text.startswith((PLACEHOLDER_PREFIX, PERSISTED_TAG))
     return False
 
 
