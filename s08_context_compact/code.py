@@ -401,16 +401,6 @@ def run_read_file(agent, path: str, offset: int = 1, limit: int = READ_DEFAULT_L
         return _numbered_lines(f, path, offset, limit)
 
 
-def still_in_context(messages: list, tool_use_id: str) -> bool:
-    """Whether a tool result is still in the history with its full text (not cleared or previewed)."""
-    for message in messages:
-        for block in message["content"] if isinstance(message["content"], list) else []:
-            if block.get("type") == "tool_result" and block.get("tool_use_id") == tool_use_id:
-                text = block.get("content")
-                return isinstance(text, str) and not text.startswith((PLACEHOLDER_PREFIX, PERSISTED_TAG))
-    return False
-
-
 def _bounded_lines(f):
     """Lines of a binary file, each cut to a few KB: a 1 GB file with no newline never
     lands in memory whole."""
@@ -627,6 +617,20 @@ def current_request(messages: list) -> dict | None:
                 if is_request_block(block):
                     return {"type": "text", "text": block["text"]}
     return None
+
+
+def user_words(messages: list) -> list:
+    """Every text block the user typed, oldest first (our own markers left out)."""
+    return [b["text"] for m in messages if m["role"] == "user" for b in blocks_of(m) if is_request_block(b)]
+
+
+def still_in_context(messages: list, tool_use_id: str) -> bool:
+    """Whether a tool result is still in the history with its full text (not cleared or previewed)."""
+    for message in messages:
+        for block in blocks_of(message):
+            if block.get("type") == "tool_result" and block["tool_use_id"] == tool_use_id:
+                return not result_text(block).startswith((PLACEHOLDER_PREFIX, PERSISTED_TAG))
+    return False
 
 
 def tool_names(messages: list) -> dict:
@@ -983,12 +987,10 @@ def build_request(agent, messages: list, extra_text: str | None = None) -> dict:
     if s.prompt_caching:
         system[0]["cache_control"] = EPHEMERAL  # one mark caches the tools and the system prompt
         sent = with_cache_breakpoints(sent)
-    if extra_text:
-        extra = {"type": "text", "text": extra_text}
-        if sent and sent[-1]["role"] == "user":
-            sent[-1] = {**sent[-1], "content": blocks_of(sent[-1]) + [extra]}
-        else:
-            sent.append({"role": "user", "content": [extra]})
+    if extra_text and sent and sent[-1]["role"] == "user":
+        sent[-1] = with_text(sent[-1], extra_text)
+    elif extra_text:
+        sent.append({"role": "user", "content": [{"type": "text", "text": extra_text}]})
     return {"model": s.model, "max_tokens": s.max_output, "system": system, "tools": agent.tools,
             "messages": sent}
 
@@ -1171,7 +1173,7 @@ def summarize_with_model(agent, messages: list, focus: str, limit_tokens: int, u
 
 def fallback_summary(messages: list, todos: list, limit_tokens: int) -> str:
     """A summary assembled without the model, so compaction succeeds in every case."""
-    said = [b["text"] for m in messages if m["role"] == "user" for b in blocks_of(m) if is_request_block(b)]
+    said = user_words(messages)
     paths = [b["input"]["path"] for m in messages if m["role"] == "assistant" for b in blocks_of(m)
              if b.get("type") == "tool_use" and isinstance(b["input"].get("path"), str)]
     last = next((b["text"] for m in reversed(messages) if m["role"] == "assistant"
@@ -1396,8 +1398,7 @@ def format_tokens(n: int) -> str:
 
 def recent_user_messages(messages: list, max_tokens: int) -> str:
     """The user's own words, newest first and verbatim, up to max_tokens (the request comes last anyway)."""
-    said = [b["text"] for m in reversed(messages) if m["role"] == "user"
-            for b in reversed(blocks_of(m)) if is_request_block(b)]
+    said = user_words(messages)[::-1]
     request = current_request(messages)
     kept, used = [], 0
     for text in said[1:] if request and said and said[0] == request["text"] else said:
