@@ -30,11 +30,12 @@ import sys
 import threading
 import time
 import uuid
-from dataclasses import dataclass, field, replace
+from dataclasses import MISSING, dataclass, field, fields, replace
 from functools import cached_property
 from pathlib import Path
 
 import anthropic
+import httpx2  # the SDK's HTTP library: its errors can surface while a stream is being read
 
 # ---------------------------------------------------------------------------- constants
 # Sizes in tokens are derived from the context window (see Settings); the numbers here
@@ -69,6 +70,9 @@ CONSTRAINT_WORDS = re.compile(r"\b(must|mustn't|don't|do not|never|always)\b|必
 MAX_REACTIVE_RETRIES = 1            # per turn; a second "too long" is reported, not looped on
 MAX_API_ATTEMPTS = 4                # a call and up to 3 retries for 429, 5xx and dropped connections
 RETRY_BASE_SECONDS = 1.0            # backoff 1 s, 2 s, 4 s (±20%), unless the API says when
+CONNECT_TIMEOUT = 10.0              # seconds to reach the endpoint (API_CONNECT_TIMEOUT)
+IDLE_TIMEOUT = 120.0                # a stream silent this long (pings aside) is abandoned (API_IDLE_TIMEOUT)
+NO_NUMBERS_SHRINK = 0.8             # an overflow that names no limit: assume this share of the rejected size
 REACTIVE_TAIL_SHARE = 0.25          # reactive_compact keeps recent messages up to this share
 CHARS_PER_TOKEN = 4                 # for ASCII text; other characters count one token each
 
@@ -115,6 +119,7 @@ class Settings:
     ledger_tokens: int          # the fact ledger re-injected
     snip_keep_tail: int = SNIP_KEEP_TAIL
     retry_base_seconds: float = RETRY_BASE_SECONDS
+    idle_timeout: float = IDLE_TIMEOUT  # seconds a stream may send nothing new before it is abandoned
     prompt_caching: bool = True  # cache_control breakpoints on tools + system and the newest message
     cheap_layers: bool = True    # off: only the summary layers run (for the benchmark)
 
@@ -135,6 +140,39 @@ class Settings:
                    restore_files_tokens=min(POST_COMPACT_FILES_TOKENS, window // 8),
                    restore_user_tokens=min(POST_COMPACT_USER_TOKENS, window // 40),
                    ledger_tokens=min(LEDGER_TOKENS, window // 100))
+
+
+    def resized(self, window: int) -> "Settings":
+        """The same settings for another window (one the endpoint revealed), overrides kept."""
+        if window == self.window:
+            return self
+        overrides = {f.name: getattr(self, f.name) for f in fields(self) if f.default is not MISSING}
+        return replace(Settings.for_window(self.model, window), **overrides)
+
+
+@dataclass
+class Endpoint:
+    """What the session knows about the endpoint, shared by the agent and its subagents.
+    Compatible endpoints differ: their window, whether they count max_tokens against it,
+    whether they offer count_tokens, and whether their usage figures add up."""
+    window: int
+    window_source: str = "CONTEXT_WINDOW"
+    counts_output: bool = False       # the window bounds prompt + max_tokens
+    can_count_tokens: bool = True     # False once count_tokens answered 404 (or failed): not asked again
+    models_api: bool = True           # False once the Models API answered 404
+    learned: bool = False             # the window came from an overflow: it caps any other source
+    largest_accepted: tuple = (0, 0)  # (prompt, prompt + max_tokens) of the biggest request answered
+    usage_note: str = ""              # set when the endpoint's usage could not be taken as it is
+
+    def accepted(self, prompt_tokens: int, max_tokens: int) -> None:
+        self.largest_accepted = (max(self.largest_accepted[0], prompt_tokens),
+                                 max(self.largest_accepted[1], prompt_tokens + max_tokens))
+
+    def facts(self) -> dict:
+        """What the session log keeps, so --resume starts from what was learned."""
+        return {"window": self.window, "window_source": self.window_source, "learned": self.learned,
+                "counts_output": self.counts_output, "count_tokens": self.can_count_tokens,
+                "models_api": self.models_api}
 
 
 # ---------------------------------------------------------------------------- saving to disk
@@ -193,11 +231,19 @@ def redact(text: str, secrets: list) -> str:
 class SessionLog:
     """An append-only JSON-lines file, flushed to disk after every record."""
 
-    def __init__(self, path: Path, secrets: list = (), warn=print, header: dict | None = None):
+    def __init__(self, path: Path, secrets: list = (), warn=print, header: dict | None = None,
+                 endpoint: dict | None = None):
         self.path, self.secrets, self.warn = path, list(secrets), warn
         self.header = header  # written with the first record: a session with no messages leaves no file
         self.file = None
         self.failed = False
+        self.endpoint = endpoint or (header or {}).get("endpoint")  # the endpoint facts written last
+
+    def note_endpoint(self, facts: dict) -> None:
+        """Record what was learned about the endpoint (its window, say), when it changes."""
+        if facts != self.endpoint:
+            self.endpoint = facts
+            self.write({"type": "endpoint", **facts})
 
     def write(self, record: dict) -> None:
         if self.failed:
@@ -218,6 +264,23 @@ class SessionLog:
         except OSError as err:
             self.failed = True  # say it once; the session itself goes on
             self.warn(f"[session log] cannot write {self.path} ({err}); this session will not be resumable.")
+
+
+def logged_endpoint(path: Path, model: str) -> dict | None:
+    """The endpoint facts a session log recorded last, if it was for the same model."""
+    facts, header_model = None, None
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(record, dict):
+            continue
+        if record.get("type") == "session":
+            header_model, facts = record.get("model"), record.get("endpoint") or facts
+        elif record.get("type") == "endpoint":
+            facts = {k: v for k, v in record.items() if k != "type"}
+    return facts if facts and header_model in (None, model) else None
 
 
 def read_session(path: Path) -> list:
@@ -958,6 +1021,80 @@ def reactive_compact(messages: list, *, summarize, restored: list, save_messages
     return rebuild_after_summary(REACTIVE_MARKER, summary, path, messages, tail, restored)
 
 
+# ---------------------------------------------------------------------------- recognising an overflow
+# reactive_compact runs when the endpoint says the prompt did not fit. Anthropic-compatible
+# endpoints say so in many wordings, under different statuses, and some as a successful
+# reply whose stop_reason is "model_context_window_exceeded". One table decides them all.
+# Named groups: n = the prompt's tokens, m = max_tokens, t = n + m, w = the window. The
+# flag is True where the endpoint counts max_tokens against the window.
+OVERFLOW_WORDINGS = [
+    (r"prompt is too long: (?P<n>\d+) tokens > (?P<w>\d+) maximum", False),            # Anthropic
+    (r"input length and `max_tokens` exceed context limit: (?P<n>\d+) \+ (?P<m>\d+) > (?P<w>\d+)", True),  # Anthropic
+    (r"maximum context length is (?P<w>\d+) tokens\. However, you requested (?P<t>\d+) tokens"
+     r"(?: \((?P<n>\d+) in the messages, (?P<m>\d+) in the completion\))?", True),     # DeepSeek, OpenRouter
+    (r"The input \((?P<n>\d+) tokens\) is longer than the model's context length \((?P<w>\d+) tokens\)", False),  # vLLM
+    (r"exceeded model token limit: (?P<w>\d+) \(requested: (?P<t>\d+)\)", True),      # Kimi
+    (r"context window exceeds limit", True),                                           # MiniMax (code 2013)
+    (r"exceeds the available context size", False),                                   # llama.cpp
+    (r"prompt exceeds max length|prompt (is )?too long", False),                       # GLM (code 1261), others
+    (r"context_length_exceeded|ContextWindowExceeded|request_too_large"
+     r"|exceeds? (the )?(model'?s? )?context (window|length)", False),                 # codes, LiteLLM, proxies
+]
+
+
+@dataclass(frozen=True)
+class Overflow:
+    """What the endpoint said when a prompt did not fit; a size is None when it did not say."""
+    wording: str
+    prompt_tokens: int | None = None
+    window: int | None = None
+    counts_output: bool = False
+
+
+class ContextOverflow(Exception):
+    """A request refused (or cut off) because the prompt did not fit the endpoint's window."""
+
+    def __init__(self, overflow: Overflow, sent_tokens: int, max_tokens: int):
+        super().__init__(f"the context window overflowed ({overflow.wording})")
+        self.overflow, self.sent_tokens, self.max_tokens = overflow, sent_tokens, max_tokens
+
+
+def context_overflow(err: Exception | None = None, *, stop_reason: str | None = None,
+                     max_tokens: int = 0) -> Overflow | None:
+    """Whether an API error, or a successful reply's stop_reason, says the context overflowed."""
+    if stop_reason == "model_context_window_exceeded":  # the input fit; input + max_tokens did not
+        return Overflow("stop_reason model_context_window_exceeded", counts_output=True)
+    if err is None:
+        return None
+    status, body = getattr(err, "status_code", None), getattr(err, "body", None)
+    words = json.dumps(body, ensure_ascii=False) if isinstance(body, (dict, list)) else str(body or err)
+    if status == 429 or "rate_limit" in words:
+        return None  # "Too many tokens, please wait" is about speed, not size
+    for pattern, counts_output in OVERFLOW_WORDINGS:
+        found = re.search(pattern, words, re.IGNORECASE)
+        if found:
+            sizes = {key: int(value) for key, value in found.groupdict().items() if value}
+            prompt = sizes.get("n") or (sizes["t"] - max_tokens if "t" in sizes else None)
+            return Overflow(found.group(0)[:100], prompt, sizes.get("w"), counts_output)
+    if status == 413:  # request_too_large, sometimes with no body at all
+        return Overflow("413 request too large")
+    return None
+
+
+def learned_window(overflow: Overflow, *, window: int, sent_tokens: int, max_tokens: int,
+                   largest_accepted: tuple) -> int:
+    """The window to assume after an overflow: the one it states, else an estimate below
+    the rejected request and no lower than the largest request the endpoint accepted.
+
+    largest_accepted is (prompt tokens, prompt + max_tokens) of the biggest request that got a reply."""
+    if overflow.window:  # a stated limit above ours means our estimate was low, not the window
+        return max(MIN_CONTEXT_WINDOW, min(overflow.window, window))
+    rejected = (overflow.prompt_tokens or sent_tokens) + (max_tokens if overflow.counts_output else 0)
+    accepted = largest_accepted[1] if overflow.counts_output else largest_accepted[0]
+    guess = accepted or int(rejected * NO_NUMBERS_SHRINK)
+    return max(MIN_CONTEXT_WINDOW, min(guess, int(rejected * 0.95), window))
+
+
 # ---------------------------------------------------------------------------- requests, caching, accounting
 # The API caches the prompt prefix up to each block marked with cache_control (tools,
 # then system, then messages). A cache read costs 0.1× an input token, a cache write 1.25×.
@@ -995,22 +1132,40 @@ def build_request(agent, messages: list, extra_text: str | None = None) -> dict:
             "messages": sent}
 
 
-class IncompleteResponse(Exception):
-    """The stream ended before the message did (the connection dropped)."""
+class BadReply(Exception):
+    """A reply that broke off or could not be read: a dropped or silent stream, an event
+    that is not JSON, an empty body. Another try may well get a good one."""
 
 
-RETRYABLE = (anthropic.RateLimitError, anthropic.InternalServerError, anthropic.APIConnectionError,
-             IncompleteResponse)
+class ErrorEvent(Exception):
+    """An error the endpoint sent inside a 200 stream. Like the SDK's errors it has
+    status_code and body, so context_overflow and api_error_text read it the same way."""
+
+    def __init__(self, body):
+        error = body.get("error") if isinstance(body, dict) and isinstance(body.get("error"), dict) else {}
+        self.status_code, self.body, self.kind = 200, body, str(error.get("type") or error.get("code") or "")
+        super().__init__(f"{self.kind or 'error'}: {error.get('message', body)}")
+
+
+API_FAILURES = (anthropic.APIError, BadReply, ErrorEvent)  # every way one call can fail
+
+
+def worth_retrying(err: Exception) -> bool:
+    """429, 5xx and 529, a reply that broke off, an "overloaded" error inside a stream."""
+    if isinstance(err, ErrorEvent):
+        return err.kind in ("overloaded_error", "api_error", "rate_limit_error")
+    return isinstance(err, (anthropic.RateLimitError, anthropic.InternalServerError,
+                            anthropic.APIConnectionError, BadReply))
 
 
 def with_retries(agent, call):
-    """Make an API call; retry what may pass on its own (429, 5xx, a dropped connection)
-    a bounded number of times, saying so in one line each time."""
+    """Make an API call; retry what may pass on its own a bounded number of times,
+    saying so in one line each time."""
     for attempt in range(1, MAX_API_ATTEMPTS + 1):
         try:
             return call()
-        except RETRYABLE as err:
-            if attempt == MAX_API_ATTEMPTS:
+        except API_FAILURES as err:
+            if attempt == MAX_API_ATTEMPTS or not worth_retrying(err):
                 raise
             response = getattr(err, "response", None)
             try:  # the API's own advice first
@@ -1022,10 +1177,199 @@ def with_retries(agent, call):
             time.sleep(delay)
 
 
-def record_usage(agent, usage) -> dict:
+# ---------------------------------------------------------------------------- reading a reply
+# The events are read here, not by the SDK's stream helper, because compatible endpoints
+# differ exactly where that helper assumes: usage may be missing or null, input_tokens may
+# be 0 until the end, an event may not be JSON, a stream may come as one JSON body, and an
+# error may arrive inside a 200. Each becomes one exception the loop can report.
+USAGE_KEYS = ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens", "output_tokens")
+
+
+def add_usage(usage: dict, figures) -> None:
+    """Fold one event's usage in: a missing or null figure never lowers one already seen."""
+    for key in USAGE_KEYS:
+        value = figures.get(key) if isinstance(figures, dict) else None
+        if isinstance(value, int) and value > usage.get(key, 0):
+            usage[key] = value
+
+
+def apply_event(kind: str, data: dict, blocks: dict, usage: dict, on_text) -> str | None:
+    """Fold one stream event into the blocks being built; return a stop_reason if it has one."""
+    if kind == "message_start":
+        add_usage(usage, data["message"].get("usage"))
+    elif kind == "content_block_start":
+        block = dict(data["content_block"])
+        if block["type"] == "tool_use":
+            block["partial_json"] = ""
+        blocks[data["index"]] = block
+    elif kind == "content_block_delta":
+        block, delta = blocks[data["index"]], data["delta"]
+        field_of = {"text_delta": "text", "input_json_delta": "partial_json", "thinking_delta": "thinking",
+                    "signature_delta": "signature"}
+        name = field_of.get(delta["type"])
+        if name:
+            block[name] = (block.get(name) or "") + delta[name]
+        if name == "text" and on_text:
+            on_text(delta["text"])
+    elif kind == "message_delta":
+        add_usage(usage, data.get("usage"))
+        return (data.get("delta") or {}).get("stop_reason")
+    return None
+
+
+def tool_input(block: dict):
+    """A tool call's input: the streamed JSON if any, else what the block started with.
+    Text that is not JSON comes back as the string it is; tidy_reply answers it."""
+    raw = block.pop("partial_json", "")
+    if not raw.strip():
+        return block.get("input", {})
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return raw
+
+
+def finished_blocks(blocks: dict) -> list:
+    """The reply's blocks in order, as the wire format's plain dicts. Thinking blocks are
+    kept verbatim, signature included: endpoints want them back exactly as sent."""
+    content = []
+    for index in sorted(blocks):
+        block = {key: value for key, value in blocks[index].items() if value is not None}
+        if block["type"] == "text":
+            if not block.get("text", "").strip():
+                continue  # the API rejects empty text blocks
+            block = {"type": "text", "text": block["text"]}
+        elif block["type"] == "tool_use":
+            block = {"type": "tool_use", "id": block["id"], "name": block["name"], "input": tool_input(block)}
+        content.append(block)
+    return content or [{"type": "text", "text": "(no reply)"}]
+
+
+def reply_from_events(events, on_text, idle_seconds: float) -> tuple:
+    """(content, stop_reason, usage) from server-sent events; raises BadReply or ErrorEvent."""
+    blocks, usage, stop_reason, started = {}, {}, None, False
+    last_news = time.monotonic()
+    for event in events:
+        if event.event == "ping":  # keeps a connection open, but is not progress
+            if time.monotonic() - last_news > idle_seconds:
+                raise BadReply(f"the endpoint sent nothing but pings for {idle_seconds:.0f}s")
+            continue
+        last_news = time.monotonic()
+        if not event.data:
+            continue
+        try:
+            data = json.loads(event.data)
+        except ValueError:
+            raise BadReply(f"the endpoint sent an event that is not JSON: {preview(event.data, 60)}") from None
+        kind = event.event or (data.get("type") if isinstance(data, dict) else "")
+        if kind == "error":
+            raise ErrorEvent(data)
+        try:
+            stop_reason = apply_event(kind, data, blocks, usage, on_text) or stop_reason
+        except (KeyError, TypeError, AttributeError) as err:
+            raise BadReply(f"the endpoint sent a malformed {kind} event ({type(err).__name__}: {err})") from None
+        started = started or kind == "message_start"
+    if not started:
+        raise BadReply("the endpoint's reply was empty")
+    if stop_reason is None:
+        raise BadReply("the reply stream ended before the message was complete (the connection dropped)")
+    try:
+        return finished_blocks(blocks), stop_reason, usage
+    except (KeyError, TypeError, AttributeError) as err:
+        raise BadReply(f"the endpoint sent a malformed content block ({type(err).__name__}: {err})") from None
+
+
+def reply_from_body(raw: bytes) -> tuple:
+    """A whole message as JSON where a stream was asked for (some proxies answer so)."""
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        raise BadReply("the endpoint's reply was empty" if not raw.strip() else
+                       f"the endpoint's reply is not JSON: {preview(raw.decode('utf-8', 'replace'), 60)}") from None
+    if isinstance(data, dict) and "error" in data:
+        raise ErrorEvent(data)
+    if not isinstance(data, dict) or not isinstance(data.get("content"), list):
+        raise BadReply(f"the endpoint's reply is not a message: {preview(json.dumps(data), 60)}")
+    usage = {}
+    add_usage(usage, data.get("usage"))
+    try:
+        return finished_blocks(dict(enumerate(data["content"]))), data.get("stop_reason") or "end_turn", usage
+    except (KeyError, TypeError, AttributeError) as err:
+        raise BadReply(f"the endpoint sent a malformed content block ({type(err).__name__}: {err})") from None
+
+
+def stream_reply(agent, request: dict, on_text=None) -> tuple:
+    """One streamed request: (content, stop_reason, usage). Text goes to on_text as it arrives."""
+    idle = agent.settings.idle_timeout
+    with agent.client.messages.create(**request, stream=True) as stream:
+        try:
+            if "json" in stream.response.headers.get("content-type", ""):
+                return reply_from_body(stream.response.read())
+            return reply_from_events(anthropic.Stream.raw_events(stream.response), on_text, idle)
+        except httpx2.TimeoutException:
+            raise BadReply(f"the endpoint sent nothing for {idle:.0f}s") from None
+        except httpx2.TransportError as err:
+            raise BadReply(f"the connection dropped mid-reply ({err or type(err).__name__})") from None
+
+
+@dataclass(frozen=True)
+class Answer:
+    message: dict               # the assistant message, plain dicts
+    stop_reason: str
+    usage: dict
+    prompt_tokens: int | None   # the prompt's size by usage, None when usage could not be trusted
+
+
+def send_request(agent, request: dict, sent_tokens: int, on_text=None, label: str = "waiting for the model") -> Answer:
+    """One request, retried on passing failures. Raises ContextOverflow when the endpoint
+    says the prompt did not fit, however it words it; other failures as they come."""
+    def attempt():
+        with Spinner(agent.spinner_to, label) as spinner:
+            def show(chunk):
+                spinner.stop()  # the first token replaces the spinner
+                on_text(chunk)
+            return stream_reply(agent, request, show if on_text else None)
+    max_tokens = request["max_tokens"]
+    try:
+        content, stop_reason, usage = with_retries(agent, attempt)
+    except (anthropic.APIStatusError, ErrorEvent) as err:
+        overflow = context_overflow(err, max_tokens=max_tokens)
+        if overflow:
+            raise ContextOverflow(overflow, sent_tokens, max_tokens) from err
+        raise
+    overflow = context_overflow(stop_reason=stop_reason)
+    if overflow:
+        raise ContextOverflow(overflow, sent_tokens, max_tokens)
+    record_usage(agent, usage)
+    prompt_tokens = usage_prompt_tokens(agent.endpoint, usage, sent_tokens)
+    agent.endpoint.accepted(prompt_tokens or sent_tokens, max_tokens)
+    return Answer({"role": "assistant", "content": content}, stop_reason, usage, prompt_tokens)
+
+
+def usage_prompt_tokens(endpoint, usage: dict, estimate: int) -> int | None:
+    """The prompt's size by usage, or None when usage cannot be trusted (the estimate stands).
+
+    Anthropic's input_tokens leave out the cached tokens; some endpoints include them, and
+    adding the cache figures there counts them twice. Take the reading nearest the estimate;
+    distrust one that is missing, zero, or off from the estimate by more than 2×."""
+    uncached = usage.get("input_tokens", 0)
+    cached = usage.get("cache_read_input_tokens", 0) + usage.get("cache_creation_input_tokens", 0)
+    best = min([uncached + cached] + ([uncached] if cached else []), key=lambda n: abs(n - estimate))
+    if best <= 0:
+        endpoint.usage_note = "the endpoint reported no input usage on the last reply; sizes are estimates"
+        return None
+    if not estimate / 2 <= best <= estimate * 2:
+        endpoint.usage_note = (f"usage distrusted: the endpoint reported {best:,} prompt tokens where about "
+                               f"{estimate:,} were sent; sizes are estimates")
+        return None
+    endpoint.usage_note = "this endpoint's input_tokens include the cached tokens; counted once" \
+        if best == uncached and cached else ""
+    return best
+
+
+def record_usage(agent, usage: dict) -> dict:
     """Keep the last call's usage and the session's totals; return the usage as a dict."""
-    figures = {key: getattr(usage, key, 0) or 0 for key in
-               ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens", "output_tokens")}
+    figures = {key: usage.get(key, 0) for key in USAGE_KEYS}
     agent.last_usage = figures
     for key, value in figures.items():
         agent.usage_totals[key] = agent.usage_totals.get(key, 0) + value
@@ -1039,19 +1383,22 @@ def context_tokens(agent, messages: list) -> int:
 
 def exact_context_tokens(agent, messages: list) -> int:
     """Ask count_tokens when the endpoint offers it; otherwise fall back to the estimate."""
-    if agent.can_count_tokens:
+    estimate = context_tokens(agent, messages)
+    if agent.endpoint.can_count_tokens:
         request = build_request(agent, messages)
         request.pop("max_tokens")
         started = time.perf_counter()
         try:
             counted = agent.client.messages.count_tokens(**request).input_tokens
-            agent.tokens.anchor(counted, messages)
-            return counted
         except anthropic.APIError:
-            agent.can_count_tokens = False  # not offered here (or failing): stop asking
+            counted = None
         finally:
             agent.api_seconds += time.perf_counter() - started
-    return context_tokens(agent, messages)
+        if isinstance(counted, int) and estimate / 2 <= counted <= estimate * 2:
+            agent.tokens.anchor(counted, messages)
+            return counted
+        agent.endpoint.can_count_tokens = False  # not offered here (404), failing, or not believable
+    return estimate
 
 
 # ---------------------------------------------------------------------------- the summary call
@@ -1154,18 +1501,19 @@ def summarize_with_model(agent, messages: list, focus: str, limit_tokens: int, u
             request = build_request(agent, sent, extra_text=instruction)
             request.update(max_tokens=s.summary_max_tokens, tool_choice={"type": "none"})
             try:
-                reply = with_retries(agent, lambda: agent.client.messages.create(**request))
-            except anthropic.BadRequestError as err:
-                if not is_prompt_too_long(err):
-                    raise SummaryError(api_error_text(err)) from err
-                # the error says by how much we were over: leave out that much more
-                budget = int(min(budget, estimate_tokens(sent)) / overshoot(err, 2.0) * 0.9)
+                answer = send_request(agent, request, agent.overhead + estimate_tokens(sent),
+                                      label="writing the summary")
+            except ContextOverflow as err:
+                adopt_overflow(agent, err)
+                # the error may say by how much we were over: leave out that much more
+                over = err.overflow.prompt_tokens / err.overflow.window if err.overflow.window and \
+                    err.overflow.prompt_tokens else 2.0
+                budget = int(min(budget, estimate_tokens(sent)) / max(over, 1.1) * 0.9)
                 sent = fit_for_summary(messages, budget)
                 continue
-            except anthropic.APIError as err:
+            except API_FAILURES as err:
                 raise SummaryError(api_error_text(err)) from err
-            record_usage(agent, reply.usage)
-            return extract_summary("".join(b.text for b in reply.content if b.type == "text"))
+            return extract_summary("".join(b["text"] for b in answer.message["content"] if b["type"] == "text"))
         raise SummaryError("too long to summarize even after leaving out the oldest messages")
     finally:
         agent.api_seconds += time.perf_counter() - started
@@ -1192,30 +1540,22 @@ def fallback_summary(messages: list, todos: list, limit_tokens: int) -> str:
     return text
 
 
-def is_prompt_too_long(err: Exception) -> bool:
-    body = getattr(err, "body", None)
-    message = body.get("error", {}).get("message", "") if isinstance(body, dict) else ""
-    return getattr(err, "status_code", None) == 400 and message.startswith("prompt is too long")
-
-
-def reported_tokens(err: Exception) -> tuple:
-    """From "prompt is too long: 210000 tokens > 200000 maximum": (210000, 200000), or (None, None)."""
-    found = re.search(r"(\d+) tokens > (\d+) maximum", str(getattr(err, "body", "")))
-    return (int(found.group(1)), int(found.group(2))) if found else (None, None)
-
-
-def overshoot(err: Exception, default: float) -> float:
-    """How far over the window the rejected prompt was (1.05 for 210000 > 200000)."""
-    sent, maximum = reported_tokens(err)
-    return sent / maximum if sent else default
-
-
 def api_error_text(err: Exception) -> str:
+    """One line for a person: the status, the error's kind and its message."""
+    if isinstance(err, ErrorEvent):
+        return f"error inside the reply stream: {err}"
     body = getattr(err, "body", None)
     if isinstance(body, dict) and isinstance(body.get("error"), dict):
-        return f"{getattr(err, 'status_code', '')} {body['error'].get('type')}: {body['error'].get('message')}"
+        error = body["error"]
+        kind = error.get("type") or error.get("code") or "error"
+        return f"{getattr(err, 'status_code', '')} {kind}: {error.get('message')}"
+    if isinstance(err, anthropic.APITimeoutError):
+        return ("the endpoint did not answer in time (API_CONNECT_TIMEOUT, API_IDLE_TIMEOUT); "
+                "check ANTHROPIC_BASE_URL and the network")
     if isinstance(err, anthropic.APIConnectionError):
         return f"cannot reach the API ({err.__cause__ or err}); check ANTHROPIC_BASE_URL and the network"
+    if isinstance(err, anthropic.APIStatusError):
+        return f"{err.status_code} {preview(str(body or err), 200)}"
     return str(err)
 
 
@@ -1280,7 +1620,7 @@ class Agent:
     last_usage: dict = field(default_factory=dict)
     usage_totals: dict = field(default_factory=dict)  # all calls of the session, summed
     tokens: TokenCounter = field(default_factory=TokenCounter)
-    can_count_tokens: bool = True
+    endpoint: Endpoint = None                         # shared with subagents; made from settings if not given
     api_seconds: float = 0.0                          # time inside summary calls, for the benchmark
     pipeline_seconds: list = field(default_factory=list)  # the pipeline's own time, per model call
     handlers: dict = field(default_factory=lambda: dict(TOOL_HANDLERS))  # a replay swaps these
@@ -1296,8 +1636,11 @@ class Agent:
     last_transcript: str = ""
     log: SessionLog | None = None                     # the session log (none for subagents)
     layer_events: list = field(default_factory=list)  # what acted since the last rewrite was logged
-    last_stop_reason: str = ""
     secrets: list = field(default_factory=list)       # values never to show the model or write down
+
+    def __post_init__(self):
+        if self.endpoint is None:
+            self.endpoint = Endpoint(self.settings.window)
 
     @property
     def transcripts(self) -> Path:
@@ -1593,48 +1936,49 @@ def replace_history(agent, messages: list, new: list, reason: str) -> None:
 
 # ---------------------------------------------------------------------------- the agent loop
 
-def call_model(agent, messages: list) -> dict:
-    """One model call, retried on passing failures; returns the assistant message."""
-    return with_retries(agent, lambda: stream_reply(agent, messages))
+def call_model(agent, messages: list) -> tuple:
+    """One model call: (assistant message, stop_reason). The main agent's text is printed
+    as it arrives. Raises ContextOverflow when the prompt did not fit."""
+    printed = []
 
-
-def stream_reply(agent, messages: list) -> dict:
-    """One streamed model call; text is printed as it arrives; returns the assistant message."""
-    printed = False
-    with Spinner(agent.spinner_to, "waiting for the model") as spinner, \
-            agent.client.messages.stream(**build_request(agent, messages)) as stream:
-        for chunk in stream.text_stream:
-            spinner.stop()  # the first token replaces the spinner
-            if not agent.label:
-                agent.out(chunk, end="", flush=True)
-                printed = True
-        final = stream.get_final_message()
+    def show(chunk: str) -> None:
+        agent.out(chunk, end="", flush=True)
+        printed.append(chunk)
+    answer = send_request(agent, build_request(agent, messages), context_tokens(agent, messages),
+                          on_text=None if agent.label else show)
     if printed:
         agent.out()
-    if final.stop_reason is None:
-        # The SDK ends quietly when the connection closes mid-stream; a partial reply
-        # (perhaps a tool call with half its input) must not enter the history.
-        raise IncompleteResponse("the response stream ended before the message was complete")
-    usage = record_usage(agent, final.usage)
-    agent.last_stop_reason = final.stop_reason
-    reply = {"role": "assistant", "content": plain_blocks(final.content)}
-    # usage counts everything sent plus the reply: the exact size of history + reply
-    agent.tokens.anchor(sum(usage.values()), messages + [reply])
-    return reply
+    reply = answer.message
+    if answer.prompt_tokens:  # usage is exact: it anchors the size of history + reply
+        output = answer.usage.get("output_tokens") or agent.tokens.size(reply)
+        agent.tokens.anchor(answer.prompt_tokens + output, messages + [reply])
+    return reply, answer.stop_reason
 
 
-def plain_blocks(content) -> list:
-    """SDK blocks → the wire format's dicts; empty text blocks are dropped (the API rejects them)."""
-    blocks = []
-    for block in content:
-        if block.type == "text":
-            if block.text.strip():
-                blocks.append({"type": "text", "text": block.text})
-        elif block.type == "tool_use":
-            blocks.append({"type": "tool_use", "id": block.id, "name": block.name, "input": block.input})
+def adopt_overflow(agent, err: ContextOverflow) -> None:
+    """Learn from an overflow what the endpoint's window really is, and size everything to it."""
+    endpoint = agent.endpoint
+    endpoint.counts_output = endpoint.counts_output or err.overflow.counts_output
+    window = learned_window(err.overflow, window=endpoint.window, sent_tokens=err.sent_tokens,
+                            max_tokens=err.max_tokens, largest_accepted=endpoint.largest_accepted)
+    if window < endpoint.window:
+        if err.overflow.window:
+            agent.say(f"[window] the endpoint's limit is {window:,} tokens (was assuming {endpoint.window:,})", "layer")
+            endpoint.window_source = "the endpoint's overflow message"
         else:
-            blocks.append(block.model_dump(mode="json", exclude_none=True))
-    return blocks or [{"type": "text", "text": "(no reply)"}]
+            agent.say(f"[window] the endpoint refused about {err.sent_tokens:,} tokens without naming its limit; "
+                      f"assuming {window:,} from now on (was {endpoint.window:,})", "layer")
+            endpoint.window_source = "learned from an overflow (below the refused size)"
+        endpoint.window, endpoint.learned = window, True
+    sync_settings(agent)
+
+
+def sync_settings(agent) -> None:
+    """Size the settings to the endpoint's window (a subagent may have learned it), and
+    keep what was learned in the session log, so --resume starts from it."""
+    agent.settings = agent.settings.resized(agent.endpoint.window)
+    if agent.log:
+        agent.log.note_endpoint(agent.endpoint.facts())
 
 
 def preview(text: str, width: int = 100) -> str:
@@ -1661,7 +2005,7 @@ def run_tool(agent, block: dict) -> dict:
                 output, failed = agent.handlers[name](agent, **args), False
         except ToolError as err:
             output, failed = f"Error: {err}", True
-        except (OSError, ValueError, anthropic.APIError) as err:
+        except (OSError, ValueError, ContextOverflow, *API_FAILURES) as err:
             output, failed = f"Error: {name} failed: {type(err).__name__}: {err}", True
         fire(agent, "PostToolUse", name=name, input=args, output=output, is_error=failed)
     output = redact(output, agent.secrets)  # a secret printed by a tool never reaches the model or disk
@@ -1670,11 +2014,13 @@ def run_tool(agent, block: dict) -> dict:
     return {**result, "is_error": True} if failed else result
 
 
-def tidy_reply(agent, messages: list, reply: dict) -> tuple:
+def tidy_reply(agent, messages: list, reply: dict, stop_reason: str) -> tuple:
     """Fix what would break the next request: a tool call cut off by max_tokens (dropped,
-    with a note for the model) and a tool_use id used before (renamed)."""
-    content, note = list(reply["content"]), ""
-    if agent.last_stop_reason == "max_tokens" and content and content[-1].get("type") == "tool_use":
+    with a note for the model), a tool_use id used before (renamed), and an input that is
+    not a JSON object (kept as {} so later requests stay valid, and answered with an error).
+    Returns (reply, note, {tool_use id: why it will not run})."""
+    content, note, refused = list(reply["content"]), "", {}
+    if stop_reason == "max_tokens" and content and content[-1].get("type") == "tool_use":
         cut = content.pop()  # its input is incomplete: never run it
         note = (f"{NOTE_MARKER}: your reply reached the output limit ({agent.settings.max_output:,} tokens) in the "
                 f"middle of a call to {cut['name']}, so that call was not run. Continue from there, and split "
@@ -1687,15 +2033,26 @@ def tidy_reply(agent, messages: list, reply: dict) -> tuple:
                 unique, n = f"{block['id']}_{n}", n + 1
             seen.add(unique)
             content[k] = {**block, "id": unique}
-    return {**reply, "content": content or [{"type": "text", "text": "(reply cut off)"}]}, note
+            if not isinstance(block["input"], dict):
+                refused[unique] = (f"its input was not a JSON object (received {preview(json.dumps(block['input']), 80)}),"
+                                   " so it was not run")
+                content[k]["input"] = {}
+    return {**reply, "content": content or [{"type": "text", "text": "(reply cut off)"}]}, note, refused
 
 
-def run_tool_batch(agent, tool_uses: list) -> tuple:
-    """Run every call in order. On Ctrl-C the rest are answered as interrupted."""
+def run_tool_batch(agent, tool_uses: list, refused: dict) -> tuple:
+    """Run every call in order (a refused one is answered with why). On Ctrl-C the rest
+    are answered as interrupted."""
     results = []
     try:
         for block in tool_uses:
-            results.append(run_tool(agent, block))
+            if block["id"] in refused:
+                agent.say(f"  ✗ {block['name']}: {refused[block['id']]}", "error")
+                results.append({"type": "tool_result", "tool_use_id": block["id"], "is_error": True,
+                                "content": f"Error: this call to {block['name']} failed: {refused[block['id']]}. "
+                                           "Call it again with a JSON object as its input."})
+            else:
+                results.append(run_tool(agent, block))
         return results, False
     except KeyboardInterrupt:
         for block in tool_uses[len(results):]:
@@ -1709,21 +2066,23 @@ def agent_loop(agent, messages: list) -> str | None:
     reactive_retries = 0
     agent.history = messages  # the same list object: read_file checks it for repeat reads
     for _ in range(agent.max_steps):
+        sync_settings(agent)  # a subagent may have learned the endpoint's window
         started, api_before = time.perf_counter(), agent.api_seconds
         replace_history(agent, messages, compact_pipeline(agent, messages), "compaction")
         # the pipeline's own cost: what it spent minus time waiting for a summary
         agent.pipeline_seconds.append(time.perf_counter() - started - (agent.api_seconds - api_before))
         try:
-            reply = call_model(agent, messages)
-        except anthropic.BadRequestError as err:
-            if not is_prompt_too_long(err) or reactive_retries >= MAX_REACTIVE_RETRIES:
+            reply, stop_reason = call_model(agent, messages)
+        except ContextOverflow as err:
+            if reactive_retries >= MAX_REACTIVE_RETRIES:
                 raise
             reactive_retries += 1
-            sent, _ = reported_tokens(err)
-            undercount = sent / context_tokens(agent, messages) if sent else 1.0
+            adopt_overflow(agent, err)  # a smaller window: every threshold is recomputed first
+            counted = err.overflow.prompt_tokens
+            undercount = counted / err.sent_tokens if counted else 1.0
             replace_history(agent, messages, run_reactive_compact(agent, messages, undercount), "reactive_compact")
             continue
-        reply, note = tidy_reply(agent, messages, reply)
+        reply, note, refused = tidy_reply(agent, messages, reply, stop_reason)
         remember(agent, messages, reply)
         tool_uses = [b for b in reply["content"] if b.get("type") == "tool_use"]
         if not tool_uses and note:  # cut short: tell the model and let it go on
@@ -1733,7 +2092,7 @@ def agent_loop(agent, messages: list) -> str | None:
             final = "\n".join(b["text"] for b in reply["content"] if b.get("type") == "text")
             fire(agent, "Stop", messages=messages, final=final)
             return final
-        results, interrupted = run_tool_batch(agent, tool_uses)
+        results, interrupted = run_tool_batch(agent, tool_uses, refused)
         notes = [{"type": "text", "text": note}] if note else []
         remember(agent, messages, {"role": "user", "content": results + notes})
         if interrupted:
@@ -1785,6 +2144,11 @@ def context_report(agent, messages: list) -> str:
     lines = [f"Context: {len(messages)} messages, {format_tokens(total)} tokens of a "
              f"{format_tokens(s.window)} window ({100 * total // s.window}%; {how})"]
     lines += [f"  {name:<22}{format_tokens(n):>8}" for name, n in parts.items()]
+    endpoint = agent.endpoint
+    lines.append(f"Window: {s.window:,} tokens, from {endpoint.window_source}"
+                 + ("; the endpoint counts max_tokens against it" if endpoint.counts_output else ""))
+    if endpoint.usage_note:
+        lines.append(f"Usage: {endpoint.usage_note}")
     lines.append(f"Auto-compact above {format_tokens(s.threshold)} tokens (window − {format_tokens(s.max_output)} "
                  f"output − {format_tokens(s.window - s.max_output - s.threshold)} buffer): "
                  f"{format_tokens(max(s.threshold - total, 0))} to go")
@@ -1861,11 +2225,11 @@ def run_turn(agent, messages: list, prompt: str) -> None:
         agent_loop(agent, messages)
         if agent.show_status:
             agent.say(status_line(agent, messages), "dim")
-    except anthropic.APIError as err:
-        hint = " The context is still too long: try /compact." if is_prompt_too_long(err) else ""
-        agent.say(f"API error: {api_error_text(err)}.{hint}", "error")
-    except IncompleteResponse as err:
-        agent.say(f"API error: {err} (connection dropped). Nothing was lost; send your message again.", "error")
+    except ContextOverflow as err:
+        agent.say(f"API error: {err}, even after compacting. The conversation is kept: try /compact, "
+                  "or set CONTEXT_WINDOW lower.", "error")
+    except API_FAILURES as err:
+        agent.say(f"API error: {api_error_text(err)}. The conversation is kept; send your message again.", "error")
 
 
 def read_line(interactive: bool) -> str | None:
@@ -1940,6 +2304,9 @@ def repair_history(messages: list) -> list:
     program stopped in the middle of gets a result saying so."""
     while messages and messages[0]["role"] != "user":
         messages = messages[1:]
+    # a tool input that is not an object was refused when it came; keep the API accepting the history
+    messages = [{**m, "content": [{**b, "input": {}} if b.get("type") == "tool_use" and not isinstance(
+        b.get("input"), dict) else b for b in blocks_of(m)]} if has_tool_use(m) else m for m in messages]
     if messages and has_tool_use(messages[-1]):
         messages = messages + [{"role": "user", "content": [
             {"type": "tool_result", "tool_use_id": b["id"], "is_error": True,
@@ -1948,30 +2315,49 @@ def repair_history(messages: list) -> list:
     return messages
 
 
-def open_session(agent, wanted: str | None) -> list:
-    """Start a new session log, or continue the one asked for; return its history."""
-    logs = session_logs(agent.workdir)
-    if wanted:
-        path = logs[-1] if wanted == "latest" and logs else agent.workdir / TRANSCRIPT_DIR / f"session-{wanted}.jsonl"
-        if not path.is_file():
-            raise ValueError(f"No session {wanted!r} in {agent.workdir / TRANSCRIPT_DIR}; --list shows them.")
-        history = repair_history(read_session(path))
-        agent.log = SessionLog(path, agent.secrets, agent.say)
+def find_session(workdir: Path, wanted: str) -> Path:
+    """The log of session `wanted` ("latest": the newest); ValueError when there is none."""
+    logs = session_logs(workdir)
+    path = logs[-1] if wanted == "latest" and logs else workdir / TRANSCRIPT_DIR / f"session-{wanted}.jsonl"
+    if not path.is_file():
+        raise ValueError(f"No session {wanted!r} in {workdir / TRANSCRIPT_DIR}; --list shows them.")
+    return path
+
+
+def open_session(agent, resume: Path | None) -> list:
+    """Start a new session log, or continue the one given; return its history."""
+    if resume:
+        history = repair_history(read_session(resume))
+        agent.log = SessionLog(resume, agent.secrets, agent.say, endpoint=agent.endpoint.facts())
         agent.log.write({"type": "history", "reason": "resumed", "messages": history})
-        agent.say(f"Resumed session {path.stem.removeprefix('session-')}: {len(history)} messages.")
+        agent.say(f"Resumed session {resume.stem.removeprefix('session-')}: {len(history)} messages.")
         return history
     session = f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
     header = {"type": "session", "id": session, "model": agent.settings.model,
-              "window": agent.settings.window, "workdir": str(agent.workdir)}
+              "window": agent.settings.window, "workdir": str(agent.workdir), "endpoint": agent.endpoint.facts()}
     agent.log = SessionLog(agent.workdir / TRANSCRIPT_DIR / f"session-{session}.jsonl", agent.secrets,
                            agent.say, header)
     return []
 
 
 SETUP_HELP = """{problem}
-Copy .env.example to .env and fill in ANTHROPIC_API_KEY and MODEL_ID (and
-ANTHROPIC_BASE_URL for an Anthropic-compatible endpoint), or export them in
-your shell. See README.md, section "Set up"."""
+Copy .env.example to .env and fill in MODEL_ID and either ANTHROPIC_API_KEY
+(sent as x-api-key) or ANTHROPIC_AUTH_TOKEN (sent as Authorization: Bearer, as
+proxies such as OpenRouter want), plus ANTHROPIC_BASE_URL for an
+Anthropic-compatible endpoint; or export them in your shell. See README.md,
+section "Set up"."""
+
+# Windows of well-known models, for endpoints without the Models API (none of the
+# compatible providers has one). First match wins; the id may carry a provider prefix.
+KNOWN_WINDOWS = [
+    (r"claude-", 200_000),            # Anthropic models overview: 200k (1M only behind a beta header)
+    (r"deepseek-", 131_072),          # DeepSeek API docs: deepseek-chat / deepseek-reasoner, 128K
+    (r"kimi-k2-0711", 131_072),       # Moonshot docs: the first Kimi K2 release, 128K
+    (r"kimi-k2", 262_144),            # Moonshot docs: kimi-k2-0905, k2-turbo, k2.5, 256K
+    (r"glm-4\.5", 128_000),           # Z.ai docs: GLM-4.5, 128K
+    (r"glm-(4\.[6-9]|5)", 200_000),   # Z.ai docs: GLM-4.6 and later, 200K
+    (r"minimax-m2", 204_800),         # MiniMax docs: MiniMax-M2 to M2.7, 204,800
+]
 
 
 def load_configuration() -> None:
@@ -1980,19 +2366,63 @@ def load_configuration() -> None:
     load_dotenv(Path(__file__).resolve().parent.parent / ".env")
 
 
-def context_window(client, model: str) -> int:
-    """CONTEXT_WINDOW if set, else the Models API's max_input_tokens, else the default."""
+def seconds_setting(name: str, default: float) -> float:
+    value = os.getenv(name, "").strip()
+    try:
+        seconds = float(value) if value else default
+    except ValueError:
+        seconds = -1
+    if not 0 < seconds <= 3600:
+        raise ValueError(f"{name}={value!r} must be a number of seconds between 0 and 3600.")
+    return seconds
+
+
+def known_window(model: str) -> tuple | None:
+    """(window, the table row's pattern) for a well-known model id, else None."""
+    for pattern, window in KNOWN_WINDOWS:
+        if re.search(pattern, model, re.IGNORECASE):
+            return window, pattern.replace("\\", "")
+    return None
+
+
+def models_api_window(client, model: str, endpoint: Endpoint) -> int | None:
+    """max_input_tokens from the Models API; a 404 is remembered (most compatible endpoints)."""
+    if not endpoint.models_api:
+        return None
+    try:
+        info = client.with_options(max_retries=0).models.retrieve(model)
+    except anthropic.NotFoundError:
+        endpoint.models_api = False
+        return None
+    except anthropic.APIError:
+        return None
+    window = getattr(info, "max_input_tokens", None)
+    return window if isinstance(window, int) and window >= MIN_CONTEXT_WINDOW else None
+
+
+def discover_endpoint(client, model: str, logged: dict | None = None) -> Endpoint:
+    """The window, from CONTEXT_WINDOW, else the Models API, else the table of well-known
+    models, else 200,000. A window a resumed session learned from an overflow caps it."""
+    logged = logged or {}
+    endpoint = Endpoint(DEFAULT_CONTEXT_WINDOW, "the default (nothing else said)",
+                        counts_output=bool(logged.get("counts_output")),
+                        can_count_tokens=logged.get("count_tokens", True) is not False,
+                        models_api=logged.get("models_api", True) is not False)
     configured = os.getenv("CONTEXT_WINDOW", "").strip()
     if configured:
         if not configured.isdigit() or int(configured) < MIN_CONTEXT_WINDOW:
             raise ValueError(f"CONTEXT_WINDOW={configured!r} must be a whole number of tokens, "
                              f"at least {MIN_CONTEXT_WINDOW}.")
-        return int(configured)
-    try:
-        info = client.with_options(max_retries=0, timeout=10).models.retrieve(model)
-        return int(getattr(info, "max_input_tokens", None) or DEFAULT_CONTEXT_WINDOW)
-    except anthropic.APIError:
-        return DEFAULT_CONTEXT_WINDOW
+        endpoint.window, endpoint.window_source = int(configured), "CONTEXT_WINDOW"
+    elif window := models_api_window(client, model, endpoint):
+        endpoint.window, endpoint.window_source = window, "the Models API (max_input_tokens)"
+    elif row := known_window(model):
+        endpoint.window, endpoint.window_source = row[0], f"the built-in table of known models ({row[1]}*)"
+    learned = logged.get("window")
+    if logged.get("learned") and isinstance(learned, int) and MIN_CONTEXT_WINDOW <= learned < endpoint.window:
+        endpoint.window, endpoint.learned = learned, True
+        endpoint.window_source = str(logged.get("window_source") or "learned from an overflow")
+    return endpoint
 
 
 def main(argv=None) -> int:
@@ -2012,33 +2442,39 @@ def main(argv=None) -> int:
         print(list_sessions(Path.cwd()))
         return 0
     load_configuration()
-    missing = [name for name in ("ANTHROPIC_API_KEY", "MODEL_ID") if not os.getenv(name)]
+    missing = ([] if os.getenv("ANTHROPIC_API_KEY") or os.getenv("ANTHROPIC_AUTH_TOKEN") else
+               ["Neither ANTHROPIC_API_KEY nor ANTHROPIC_AUTH_TOKEN is set."]) + \
+        ([] if os.getenv("MODEL_ID") else ["MODEL_ID is not set."])
     if missing:
-        print(SETUP_HELP.format(problem=f"{' and '.join(missing)} not set."), file=sys.stderr)
+        print(SETUP_HELP.format(problem=" ".join(missing)), file=sys.stderr)
         return 2
-    model = os.environ["MODEL_ID"]
-    client = anthropic.Anthropic(max_retries=0)  # retries are ours, so they can be seen (with_retries)
+    model, workdir = os.environ["MODEL_ID"], Path.cwd()
     try:
-        settings = Settings.for_window(model, context_window(client, model))
+        resume = find_session(workdir, args.resume) if args.resume else None
+    except ValueError as err:
+        print(err, file=sys.stderr)
+        return 2
+    try:
+        connect, idle = seconds_setting("API_CONNECT_TIMEOUT", CONNECT_TIMEOUT), seconds_setting("API_IDLE_TIMEOUT", IDLE_TIMEOUT)
+        # The SDK reads the key (x-api-key) or the token (Bearer) from the environment.
+        # Retries are ours, so each one can be seen (with_retries).
+        client = anthropic.Anthropic(max_retries=0, timeout=anthropic.Timeout(idle, connect=connect))
+        endpoint = discover_endpoint(client, model, logged_endpoint(resume, model) if resume else None)
     except ValueError as err:
         print(SETUP_HELP.format(problem=str(err)), file=sys.stderr)
         return 2
-    workdir = Path.cwd()
+    settings = replace(Settings.for_window(model, endpoint.window), idle_timeout=idle)
     skills = discover_skills([workdir / "skills", Path(__file__).resolve().parent / "skills"])
     interactive = sys.stdin.isatty()
     sys.stdout.reconfigure(line_buffering=True)  # piped output appears line by line
     sys.stdin.reconfigure(errors="replace")  # bytes that are not UTF-8 must not end the session
     agent = Agent(client=client, settings=settings, workdir=workdir, tools=TOOLS, skills=skills,
                   system=build_system_prompt(workdir, skills), confirm=terminal_confirm(interactive),
-                  show_status=sys.stdout.isatty(), secrets=secret_values(os.environ),
+                  show_status=sys.stdout.isatty(), secrets=secret_values(os.environ), endpoint=endpoint,
                   color=sys.stdout.isatty() and not os.getenv("NO_COLOR"),
                   spinner_to=sys.stdout if sys.stdout.isatty() else None)
     install_default_hooks(agent)
-    try:
-        messages = open_session(agent, args.resume)
-    except ValueError as err:
-        print(err, file=sys.stderr)
-        return 2
+    messages = open_session(agent, resume)
     if interactive:
         import readline  # noqa: F401  (arrow keys and history at the prompt)
         print(f"s08 context compact · {model} · window {format_tokens(settings.window)} tokens · "

@@ -125,7 +125,7 @@ def test_reactive_compact_is_tried_once_then_the_error_is_reported(s08, make_age
         messages = []
         s08.run_turn(agent, messages, "hello")
         assert len(rejected_main_requests(fake)) == 2
-        assert "API error: 400 invalid_request_error: prompt is too long" in agent.out.text
+        assert "API error: the context window overflowed (prompt is too long: " in agent.out.text
         assert "try /compact" in agent.out.text
         assert_valid(messages, "hello")
 
@@ -261,7 +261,7 @@ def test_a_stream_cut_every_time_ends_the_turn_cleanly(s08, fake, make_agent):
     agent = make_agent()
     messages = []
     s08.run_turn(agent, messages, "go")
-    assert "API error: the response stream ended before the message was complete" in agent.out.text
+    assert "API error: the reply stream ended before the message was complete" in agent.out.text
     assert messages == [user("go")]
 
 

@@ -24,11 +24,13 @@ def test_import_without_api_key(tmp_path):
                                   "'task', 'load_skill', 'compact']")
 
 
-@pytest.mark.parametrize("missing", ["ANTHROPIC_API_KEY", "MODEL_ID"])
-def test_missing_configuration_exits_2_with_a_pointer_to_env_example(workspace, missing):
+@pytest.mark.parametrize("missing, said", [
+    ("ANTHROPIC_API_KEY", "Neither ANTHROPIC_API_KEY nor ANTHROPIC_AUTH_TOKEN is set."),
+    ("MODEL_ID", "MODEL_ID is not set.")])
+def test_missing_configuration_exits_2_with_a_pointer_to_env_example(workspace, missing, said):
     done = run_cli(None, workspace, "hello\n", **{missing: ""})
     assert done.returncode == 2
-    assert f"{missing} not set" in done.stderr and ".env.example" in done.stderr
+    assert said in done.stderr and ".env.example" in done.stderr
     assert "Traceback" not in done.stderr + done.stdout
 
 

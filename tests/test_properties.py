@@ -143,7 +143,7 @@ def test_the_whole_pipeline_keeps_the_invariants(history, window):
         agent = s08.Agent(client=None, settings=replace(s08.Settings.for_window("m", window)), workdir=workdir,
                           system="system", tools=s08.TOOLS, out=lambda *a, **k: None,
                           summary_failures=s08.MAX_CONSECUTIVE_SUMMARY_FAILURES, breaker_announced=True,
-                          can_count_tokens=False)  # no network: the summary is the one built without the model
+                          endpoint=s08.Endpoint(window, can_count_tokens=False))  # no network: no summary call
         after = s08.compact_pipeline(agent, list(history))
         check(history, after, workdir, request_of(history))
         if s08.estimate_tokens(history) + agent.overhead > agent.settings.threshold:
