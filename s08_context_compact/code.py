@@ -2341,11 +2341,10 @@ def open_session(agent, resume: Path | None) -> list:
 
 
 SETUP_HELP = """{problem}
-Copy .env.example to .env and fill in MODEL_ID and either ANTHROPIC_API_KEY
-(sent as x-api-key) or ANTHROPIC_AUTH_TOKEN (sent as Authorization: Bearer, as
-proxies such as OpenRouter want), plus ANTHROPIC_BASE_URL for an
-Anthropic-compatible endpoint; or export them in your shell. See README.md,
-section "Set up"."""
+Copy .env.example to .env and fill in MODEL_ID and either ANTHROPIC_API_KEY or
+ANTHROPIC_AUTH_TOKEN (a token sent as "Authorization: Bearer", as proxies such
+as OpenRouter want), plus ANTHROPIC_BASE_URL for an Anthropic-compatible
+endpoint; or export them in your shell. See README.md, section "Set up"."""
 
 # Windows of well-known models, for endpoints without the Models API (none of the
 # compatible providers has one). First match wins; the id may carry a provider prefix.
@@ -2456,7 +2455,7 @@ def main(argv=None) -> int:
         return 2
     try:
         connect, idle = seconds_setting("API_CONNECT_TIMEOUT", CONNECT_TIMEOUT), seconds_setting("API_IDLE_TIMEOUT", IDLE_TIMEOUT)
-        # The SDK reads the key (x-api-key) or the token (Bearer) from the environment.
+        # The SDK reads the key, or the token (ANTHROPIC_AUTH_TOKEN), from the environment.
         # Retries are ours, so each one can be seen (with_retries).
         client = anthropic.Anthropic(max_retries=0, timeout=anthropic.Timeout(idle, connect=connect))
         endpoint = discover_endpoint(client, model, logged_endpoint(resume, model) if resume else None)

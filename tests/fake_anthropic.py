@@ -15,24 +15,64 @@ Replies are scripted. Requests that offer tools the model may call go to `replie
 summary requests (no tools, or tool_choice "none") go to `summaries`. Each scripted
 item is a reply dict (see `text`, `tool_use`, `error`) or a callable that receives
 the request body and returns one.
+
+Provider behaviours
+-------------------
+Anthropic-compatible endpoints (DeepSeek, Kimi, GLM, MiniMax, OpenRouter, LiteLLM,
+vLLM, llama.cpp) differ from Anthropic in ways a client must survive. Each difference
+is a constructor keyword, also settable as an attribute on a running server; the
+defaults are Anthropic's behaviour. `PROVIDERS` bundles them per provider.
+
+- overflow="anthropic"   how a prompt that does not fit the window is refused; one of
+                         `OVERFLOWS` (status, body, and whether max_tokens counts).
+                         Refusals are listed in `overflows`, invalid requests in
+                         `invalid`, and both in `rejections`.
+- models_api=True        False: GET /v1/models/{id} answers 404.
+- count_tokens_api=True  False: POST /v1/messages/count_tokens answers 404.
+- usage="anthropic"      how usage is reported: "no_delta_usage" (no usage in
+                         message_delta), "zero_start" (zeros in message_start, the real
+                         figures in message_delta), "includes_cache" (input_tokens
+                         already includes cache reads), "none" (no usage anywhere).
+                         `usage_log` always holds what the prompt really cost.
+- auth="any"             "bearer": only `Authorization: Bearer <token>` is accepted.
+                         `auth_headers` records what every request carried.
+- thinking=False         True: replies start with a signed thinking block (unless the
+                         script starts one itself, or the reply has "think": False),
+                         and a tool loop must pass the last one back unchanged.
+- tool_ids="anthropic"   "kimi": generated ids are `functions.{name}:{k}`.
+
+Scripted misbehaviour: `malformed("sse_not_json" | "json_body" | "empty_body")`,
+`error_event`, `hang` and `pings_only` answer the same bytes whether or not the request
+asked to stream; `broken_tool_json` streams tool input that does not parse, and tool
+inputs that are not objects (`tool_use("bash", ["ls"])`) are streamed as they are.
+`stalls` records how each hang or ping-only reply ended: "client closed", "timed out"
+or "server closed".
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
+import hmac
 import itertools
 import json
 import math
 import re
+import select
+import socket
 import threading
 import time
 from collections import deque
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 TOOL_NAME_RE = re.compile(r"^[a-zA-Z0-9_-]{1,128}$")
 MAX_CACHE_BREAKPOINTS = 4
 CACHE_LOOKBACK_BLOCKS = 20   # the API looks this many blocks back from a breakpoint for a hit
 MIN_CACHEABLE_TOKENS = 1024  # shorter prefixes are not cached
+PING_INTERVAL = 0.2          # seconds between the pings of a `pings_only` reply
+POLL_INTERVAL = 0.02         # how often a stalled reply looks for a hang-up or a shutdown
 
 
 # ---------------------------------------------------------------- reply builders
@@ -42,8 +82,11 @@ def text(body: str, **extra) -> dict:
     return {"content": [{"type": "text", "text": body}], **extra}
 
 
-def tool_use(name: str, input: dict, id: str | None = None, preface: str | None = None) -> dict:
-    """A reply that calls one tool (optionally after a sentence of text)."""
+def tool_use(name: str, input: Any, id: str | None = None, preface: str | None = None) -> dict:
+    """A reply that calls one tool (optionally after a sentence of text).
+
+    `input` is normally a dict; a string or a list is sent as it is, since models
+    behind some endpoints produce such inputs and the client must cope."""
     return tool_uses([(name, input, id)], preface=preface)
 
 
@@ -68,6 +111,185 @@ def overloaded() -> dict:
 
 def server_error() -> dict:
     return error(500, "api_error", "Internal server error")
+
+
+class RawJSON(str):
+    """Tool input text streamed verbatim as partial_json, even when it is not valid JSON."""
+
+
+def broken_tool_json(name: str, partial: str = '{"path": "a.py", ', id: str | None = None) -> dict:
+    """A tool call whose streamed input_json_delta pieces add up to invalid JSON.
+
+    A JSON (non-streamed) reply carries the broken text as a string `input`."""
+    return {"content": [{"type": "tool_use", "id": id, "name": name, "input": RawJSON(partial)}],
+            "stop_reason": "tool_use"}
+
+
+MALFORMED = ("sse_not_json", "json_body", "empty_body")
+
+
+def malformed(kind: str, reply: dict | None = None) -> dict:
+    """A reply broken on the wire. These are sent as they are, streamed request or not:
+
+    - "sse_not_json": 200 SSE whose second event's data line is not JSON, then close;
+    - "json_body": the whole message as a JSON body although the request asked to
+      stream (`reply` is its content; the default reply when None);
+    - "empty_body": 200 text/event-stream with content-length 0.
+    """
+    if kind not in MALFORMED:
+        raise ValueError(f"malformed kind must be one of {MALFORMED}, not {kind!r}")
+    return {"malformed": kind, "reply": reply}
+
+
+def error_event(kind: str = "overloaded_error", message: str = "Overloaded") -> dict:
+    """A 200 stream that sends message_start, then an `error` event, then closes.
+
+    Overflow texts can arrive this way too, e.g.
+    error_event("invalid_request_error", "prompt is too long: 300 tokens > 200 maximum")."""
+    return {"error_event": {"type": kind, "message": message}}
+
+
+def hang(seconds: float | None = None) -> dict:
+    """Read the request and send nothing at all, not even a status line, until the
+    client hangs up or `seconds` pass (None: until the server shuts down)."""
+    return {"hang": seconds}
+
+
+def pings_only(seconds: float) -> dict:
+    """A 200 stream of message_start followed only by pings, every PING_INTERVAL
+    seconds for `seconds`, then the connection closes. Pings defeat a read timeout."""
+    return {"pings_only": seconds}
+
+
+# ---------------------------------------------------------------- provider behaviours
+
+@dataclass(frozen=True)
+class Overflow:
+    """How an endpoint refuses a prompt that does not fit its context window.
+
+    `message` is a template over n (the prompt's tokens), m (the request's
+    max_tokens), t (n + m) and w (the window)."""
+    status: int
+    kind: str | None               # error.type; None where the body has none
+    message: str
+    counts_max_tokens: bool        # True: refused when n + m > w, else when n > w
+    body: str = "anthropic"        # "anthropic" envelope | "raw" (below) | "empty" | "stop_reason"
+    raw: dict | None = None        # the whole body, for endpoints that answer OpenAI-style
+
+    def text(self, n: int, m: int, w: int) -> str:
+        return self.message.format(n=n, m=m, t=n + m, w=w)
+
+
+OVERFLOWS = {
+    "anthropic": Overflow(400, "invalid_request_error", "prompt is too long: {n} tokens > {w} maximum", False),
+    # older Anthropic models weigh the prompt together with the output it may need
+    "anthropic_max_tokens": Overflow(
+        400, "invalid_request_error",
+        "input length and `max_tokens` exceed context limit: {n} + {m} > {w}, "
+        "decrease input length or `max_tokens` and try again", True),
+    # Cloudflare in front of the API refuses an oversized body before the API sees it
+    "413": Overflow(413, "request_too_large", "Request exceeds the maximum allowed number of bytes.", False),
+    "413_empty": Overflow(413, None, "", False, body="empty"),
+    # DeepSeek and OpenRouter pass on OpenAI's wording
+    "openai": Overflow(
+        400, "invalid_request_error",
+        "This model's maximum context length is {w} tokens. However, you requested {t} tokens "
+        "({n} in the messages, {m} in the completion). Please reduce the length of the messages or completion.",
+        True),
+    "vllm": Overflow(400, "invalid_request_error",
+                     "The input ({n} tokens) is longer than the model's context length ({w} tokens).", False),
+    "llamacpp": Overflow(400, "exceed_context_size_error",
+                         "the request exceeds the available context size, try increasing it", True),
+    "kimi": Overflow(400, "invalid_request_error",
+                     "Invalid request: Your request exceeded model token limit: {w} (requested: {t})", True),
+    # MiniMax's code 2013 is reused for other invalid parameters, so the text alone is ambiguous
+    "minimax": Overflow(400, "invalid_request_error", "invalid params, context window exceeds limit (2013)", True),
+    # GLM's OpenAI-style side: a bare error object, no "type": "error" envelope
+    "glm": Overflow(400, None, "Prompt exceeds max length", False, body="raw",
+                    raw={"error": {"code": "1261", "message": "Prompt exceeds max length"}}),
+    "glm_short": Overflow(400, "invalid_request_error", "prompt too long", False),
+    # the code, not the text, is what OpenAI-style clients (Codex) match on
+    "context_length_exceeded": Overflow(
+        400, "invalid_request_error", "Input is too long for the model.", False, body="raw",
+        raw={"error": {"type": "invalid_request_error", "code": "context_length_exceeded",
+                       "message": "Input is too long for the model."}}),
+    "litellm": Overflow(
+        400, None,
+        "litellm.ContextWindowExceededError: litellm.BadRequestError: ContextWindowExceededError: "
+        "prompt too long for model", False, body="raw",
+        raw={"error": {"message": "litellm.ContextWindowExceededError: litellm.BadRequestError: "
+                                  "ContextWindowExceededError: prompt too long for model",
+                       "type": None, "param": None, "code": "400"}}),
+    # GLM and Claude 4.5+: not an error at all, a 200 reply that stops at once
+    "stop_reason": Overflow(200, None, "model_context_window_exceeded", True, body="stop_reason"),
+}
+
+USAGE_STYLES = ("anthropic", "no_delta_usage", "zero_start", "includes_cache", "none")
+AUTH_STYLES = ("any", "bearer")
+TOOL_ID_STYLES = ("anthropic", "kimi")
+
+# Each row models facts gathered in /work/shared/endpoints.md.
+PROVIDERS = {
+    "anthropic": {},
+    # DeepSeek: OpenAI's overflow text, counting max_tokens; no Models API and no
+    # count_tokens; thinking blocks must be passed back in a tool loop.
+    "deepseek": dict(overflow="openai", models_api=False, count_tokens_api=False, thinking=True),
+    # Kimi: "exceeded model token limit: W (requested: T)"; no Models API or count_tokens;
+    # input_tokens already include cache reads; tool ids look like functions.Bash:0.
+    "kimi": dict(overflow="kimi", models_api=False, count_tokens_api=False, usage="includes_cache",
+                 tool_ids="kimi"),
+    # GLM (z.ai): a 200 with stop_reason model_context_window_exceeded; no Models API or
+    # count_tokens; message_start reports input_tokens 0, the figures come in message_delta.
+    "glm": dict(overflow="stop_reason", models_api=False, count_tokens_api=False, usage="zero_start"),
+    # MiniMax: "context window exceeds limit (2013)", counting max_tokens; no Models API or
+    # count_tokens; message_delta may come without usage.
+    "minimax": dict(overflow="minimax", models_api=False, count_tokens_api=False, usage="no_delta_usage"),
+    # OpenRouter: OpenAI's overflow text; configured with ANTHROPIC_AUTH_TOKEN (a bearer
+    # token); no Models API at this path.
+    "openrouter": dict(overflow="openai", auth="bearer", models_api=False),
+    # LiteLLM proxy: an OpenAI-shaped ContextWindowExceededError body (it does count tokens).
+    "litellm": dict(overflow="litellm"),
+    # vLLM: "The input (N tokens) is longer than the model's context length (W tokens)."
+    "vllm": dict(overflow="vllm", models_api=False, count_tokens_api=False),
+    # llama.cpp: "exceeds the available context size"; reports no usage.
+    "llamacpp": dict(overflow="llamacpp", models_api=False, count_tokens_api=False, usage="none"),
+}
+
+THINKING_KEY = b"fake-anthropic-thinking"  # fixed, so a signature stays valid across fake servers
+
+
+def sign_thinking(thinking: str) -> str:
+    """The signature the fake gives a thinking text; any change to the text breaks it."""
+    digest = hmac.new(THINKING_KEY, thinking.encode("utf-8", "surrogatepass"), hashlib.sha256).digest()
+    return base64.b64encode(digest).decode()
+
+
+def reported_usage(style: str, usage: dict) -> dict | None:
+    """The usage a reply shows under a usage style (`usage_log` keeps the true figures)."""
+    if style == "none":
+        return None
+    if style == "includes_cache":  # Kimi: cache reads are inside input_tokens, not beside them
+        return dict(usage, input_tokens=usage.get("input_tokens", 0) + usage.get("cache_read_input_tokens", 0))
+    return dict(usage)
+
+
+def streamed_usage(style: str, usage: dict) -> tuple[dict | None, dict | None]:
+    """The usage of message_start and of message_delta under a usage style.
+
+    None means `"usage": null` in message_start, and no usage key in message_delta."""
+    shown = reported_usage(style, usage)
+    if shown is None:
+        return None, None
+    if style == "zero_start":  # GLM: zeros first, every real figure only at the end
+        zeros = dict(shown, input_tokens=0, cache_read_input_tokens=0, cache_creation_input_tokens=0,
+                     output_tokens=0)
+        final = {key: shown.get(key, 0) for key in ("input_tokens", "cache_read_input_tokens",
+                                                    "cache_creation_input_tokens", "output_tokens")}
+        return zeros, final
+    start = dict(shown, output_tokens=1)
+    if style == "no_delta_usage":  # MiniMax
+        return start, None
+    return start, {"output_tokens": shown["output_tokens"]}
 
 
 # ---------------------------------------------------------------- validation
@@ -263,6 +485,32 @@ def validate_request(body: dict, *, need_max_tokens: bool = True) -> None:
         raise InvalidRequest(f"A maximum of {MAX_CACHE_BREAKPOINTS} blocks with cache_control may be provided. Found {breakpoints}.")
 
 
+def check_thinking_passback(messages: list) -> None:
+    """With thinking on, a tool loop must hand back the thinking that led to its tool calls.
+
+    When the messages end with a user turn of tool results, the assistant turn before
+    it must start with the thinking block it was given, text and signature unchanged
+    (or with a redacted_thinking block), as Anthropic and DeepSeek require."""
+    turns = _merge_consecutive(messages)
+    if len(turns) < 2 or turns[-1][0] != "user" or turns[-2][0] != "assistant":
+        return
+    if not any(b.get("type") == "tool_result" for _, _, b in turns[-1][1]):
+        return
+    if not turns[-2][1]:
+        return  # an empty assistant turn; the pairing check has already refused its results
+    i, k, first = turns[-2][1][0]
+    kind = first.get("type")
+    if kind == "redacted_thinking":
+        return
+    if kind != "thinking":
+        raise InvalidRequest(
+            f"messages.{i}.content.{k}.type: Expected `thinking` or `redacted_thinking`, but found `{kind}`. "
+            f"When `thinking` is enabled, a final `assistant` message must start with a thinking block "
+            f"(preceeding the lastmost set of `tool_use` and `tool_result` blocks).")
+    if not isinstance(first.get("thinking"), str) or first.get("signature") != sign_thinking(first["thinking"]):
+        raise InvalidRequest(f"messages.{i}.content.{k}: Invalid `signature` in `thinking` block")
+
+
 # ---------------------------------------------------------------- token counting
 
 def _strings(value):
@@ -350,29 +598,56 @@ class PromptCache:
 
 # ---------------------------------------------------------------- the server
 
+# attributes whose value must be one of a fixed set of names
+CHOICES = {"overflow": tuple(OVERFLOWS), "usage": USAGE_STYLES, "auth": AUTH_STYLES, "tool_ids": TOOL_ID_STYLES}
+
+
 class FakeAnthropic:
     """A scripted Messages API. Use as a context manager; `url` goes into base_url."""
 
     def __init__(self, *, context_window: int = 200_000, max_input_tokens: int | None = None,
-                 max_output_tokens: int = 64_000, chars_per_token: float = 3.5, min_cache_tokens: int = 1024):
+                 max_output_tokens: int = 64_000, chars_per_token: float = 3.5, min_cache_tokens: int = 1024,
+                 overflow: str = "anthropic", models_api: bool = True, count_tokens_api: bool = True,
+                 usage: str = "anthropic", auth: str = "any", token: str = "test", thinking: bool = False,
+                 tool_ids: str = "anthropic"):
         self.context_window = context_window
         self.max_input_tokens = max_input_tokens
         self.max_output_tokens = max_output_tokens
         self.chars_per_token = chars_per_token
+        # provider behaviours (see the module docstring); tests may change them at any time
+        self.overflow = overflow
+        self.models_api = models_api
+        self.count_tokens_api = count_tokens_api
+        self.usage = usage
+        self.auth = auth
+        self.token = token
+        self.thinking = thinking
+        self.tool_ids = tool_ids
         self.replies: deque = deque()
         self.summaries: deque = deque()
         self.cache = PromptCache(min_cache_tokens)
         self.usage_log: list[dict] = []      # the usage of every answered request, summary or not
         self.requests: list[dict] = []       # every POST /v1/messages body, in order, valid or not
-        self.rejections: list[str] = []      # error messages of the 400s it answered
+        self.rejections: list[str] = []      # messages of every refusal below, in order
+        self.invalid: list[str] = []         # messages of the 400s for invalid requests
+        self.overflows: list[str] = []       # messages of the refusals for a prompt too big for the window
+        self.auth_headers: list[dict] = []   # {"x-api-key": ..., "authorization": ...} of every request
+        self.stalls: list[str] = []          # how each hang or pings_only reply ended
         self.count_token_calls = 0
         self.model_lookups: list[str] = []
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
+        self._closing = threading.Event()    # set on exit, so stalled replies stop at once
         self.received = threading.Event()    # set on every /v1/messages request
         self.default_reply = text("Done.")   # answers when the script has run out
         self.default_summary = text("<summary>Fake summary of the conversation.</summary>")
+
+    def __setattr__(self, name: str, value) -> None:
+        # a misspelt style would otherwise surface as a dropped connection mid-test
+        if name in CHOICES and value not in CHOICES[name]:
+            raise ValueError(f"{name} must be one of {CHOICES[name]}, not {value!r}")
+        super().__setattr__(name, value)
 
     # scripting -------------------------------------------------------------
     def reply(self, *items) -> "FakeAnthropic":
@@ -407,12 +682,14 @@ class FakeAnthropic:
         class Handler(_Handler):
             owner = fake
 
+        self._closing.clear()
         self._server = _QuietServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
         threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
         return self
 
     def __exit__(self, *exc) -> None:
+        self._closing.set()
         self._server.shutdown()
         self._server.server_close()
 
@@ -427,13 +704,21 @@ class FakeAnthropic:
             item = item(body)
         return item
 
-    def build_message(self, body: dict, reply: dict) -> dict:
-        content = []
+    def build_message(self, body: dict, reply: dict, think: bool = True) -> dict:
+        """The whole message for a scripted reply, with ids, signatures and the true usage."""
+        content, calls = [], 0
         for block in reply["content"]:
             block = dict(block)
-            if block["type"] == "tool_use" and not block.get("id"):
-                block["id"] = f"toolu_fake{next(self._ids):06d}"
+            if block["type"] == "tool_use":
+                if not block.get("id"):
+                    block["id"] = self._tool_id(block["name"], calls)
+                calls += 1
+            if block["type"] == "thinking" and "signature" not in block:
+                block["signature"] = sign_thinking(block["thinking"])
             content.append(block)
+        if think and self.thinking and not (content and content[0]["type"] in ("thinking", "redacted_thinking")):
+            thought = f"Working out reply {next(self._ids)} before answering."
+            content.insert(0, {"type": "thinking", "thinking": thought, "signature": sign_thinking(thought)})
         has_tool = any(b["type"] == "tool_use" for b in content)
         stop = reply.get("stop_reason") or ("tool_use" if has_tool else "end_turn")
         output = sum(math.ceil(len(json.dumps(b)) / self.chars_per_token) for b in content)
@@ -443,6 +728,12 @@ class FakeAnthropic:
         return {"id": f"msg_fake{next(self._ids):06d}", "type": "message", "role": "assistant",
                 "model": body["model"], "content": content, "stop_reason": stop,
                 "stop_sequence": None, "usage": usage}
+
+    def _tool_id(self, name: str, k: int) -> str:
+        """A generated tool_use id; `k` is the call's place among this reply's tool calls."""
+        if self.tool_ids == "kimi":  # numbered within the reply, so the same ids recur next turn
+            return f"functions.{name}:{k}"
+        return f"toolu_fake{next(self._ids):06d}"
 
 
 class _QuietServer(ThreadingHTTPServer):
@@ -458,7 +749,7 @@ class _Handler(BaseHTTPRequestHandler):
         pass
 
     # helpers -----------------------------------------------------------------
-    def _send_json(self, status: int, payload: dict, headers: dict | None = None) -> None:
+    def _send_json(self, status: int, payload, headers: dict | None = None) -> None:
         data = json.dumps(payload).encode()
         self.send_response(status)
         self.send_header("content-type", "application/json")
@@ -469,14 +760,26 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
-    def _send_error(self, status: int, kind: str, message: str) -> None:
+    def _error_headers(self, status: int) -> dict:
         # x-should-retry false keeps the SDK from retrying errors a test scripted once
         retry = "true" if status in (429, 500, 529) and getattr(self, "_retry_ok", False) else "false"
         headers = {"x-should-retry": retry}
         if status == 429 or status >= 500:
             headers["retry-after"] = str(getattr(self, "_retry_after", 0))  # tests need not wait
+        return headers
+
+    def _send_error(self, status: int, kind: str, message: str) -> None:
         self._send_json(status, {"type": "error", "error": {"type": kind, "message": message},
-                                 "request_id": "req_fake"}, headers)
+                                 "request_id": "req_fake"}, self._error_headers(status))
+
+    def _send_empty(self, status: int, content_type: str | None = None) -> None:
+        self.send_response(status)
+        if content_type:
+            self.send_header("content-type", content_type)
+        self.send_header("content-length", "0")
+        for key, value in self._error_headers(status).items() if status >= 400 else ():
+            self.send_header(key, value)
+        self.end_headers()
 
     def _read_body(self):
         length = int(self.headers.get("content-length") or 0)
@@ -487,7 +790,20 @@ class _Handler(BaseHTTPRequestHandler):
             return None
 
     def _authorized(self) -> bool:
-        if not (self.headers.get("x-api-key") or self.headers.get("authorization")):
+        api_key, authorization = self.headers.get("x-api-key"), self.headers.get("authorization")
+        self.owner.auth_headers.append({"x-api-key": api_key, "authorization": authorization})
+        if self.owner.auth == "bearer":
+            # OpenRouter-style: the key must come as a bearer token; x-api-key is not read
+            scheme, _, token = (authorization or "").partition(" ")
+            if scheme.lower() != "bearer" or not token.strip():
+                self._send_error(401, "authentication_error",
+                                 "Missing bearer token: send `Authorization: Bearer <key>` "
+                                 "(this endpoint does not read x-api-key)")
+                return False
+            if token.strip() != self.owner.token:
+                self._send_error(401, "authentication_error", "Invalid bearer token")
+                return False
+        elif not (api_key or authorization):
             self._send_error(401, "authentication_error", "x-api-key header is required")
             return False
         if not self.headers.get("anthropic-version"):
@@ -505,6 +821,9 @@ class _Handler(BaseHTTPRequestHandler):
             return
         model = match.group(1)
         self.owner.model_lookups.append(model)
+        if not self.owner.models_api:
+            self._send_error(404, "not_found_error", "Not found")
+            return
         if self.owner.max_input_tokens is None:
             self._send_error(404, "not_found_error", f"model: {model}")
             return
@@ -529,11 +848,16 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_error(404, "not_found_error", "Not found")
 
     def _reject(self, message: str) -> None:
+        """Refuse an invalid request with 400, as the real API does."""
+        self.owner.invalid.append(message)
         self.owner.rejections.append(message)
         self._send_error(400, "invalid_request_error", message)
 
     def _count_tokens(self, body: dict) -> None:
         self.owner.count_token_calls += 1
+        if not self.owner.count_tokens_api:
+            self._send_error(404, "not_found_error", "Not found")
+            return
         try:
             validate_request(body, need_max_tokens=False)
         except InvalidRequest as problem:
@@ -547,6 +871,8 @@ class _Handler(BaseHTTPRequestHandler):
         owner.received.set()
         try:
             validate_request(body)
+            if owner.thinking:
+                check_thinking_passback(body["messages"])
         except InvalidRequest as problem:
             self._reject(str(problem))
             return
@@ -555,63 +881,171 @@ class _Handler(BaseHTTPRequestHandler):
                          f"allowed number of output tokens for {body['model']}")
             return
         tokens = count_tokens(body, owner.chars_per_token)
-        if tokens > owner.context_window:
-            self._reject(f"prompt is too long: {tokens} tokens > {owner.context_window} maximum")
+        overflow = OVERFLOWS[owner.overflow]
+        needed = tokens + (body["max_tokens"] if overflow.counts_max_tokens else 0)
+        if needed > owner.context_window:
+            self._refuse_overflow(body, overflow, tokens)
             return
         body["_valid"] = True
         reply = owner.next_reply(body)
         time.sleep(reply.get("delay", 0))
+        self._answer(body, reply)
+
+    def _refuse_overflow(self, body: dict, overflow: Overflow, tokens: int) -> None:
+        """Refuse a prompt too big for the window in the current overflow style."""
+        message = overflow.text(tokens, body["max_tokens"], self.owner.context_window)
+        recorded = {"empty": "413", "stop_reason": "model_context_window_exceeded"}.get(overflow.body, message)
+        self.owner.overflows.append(recorded)
+        self.owner.rejections.append(recorded)
+        if overflow.body == "empty":
+            self._send_empty(overflow.status)
+        elif overflow.body == "raw":
+            self._send_json(overflow.status, overflow.raw, self._error_headers(overflow.status))
+        elif overflow.body == "stop_reason":
+            # nothing scripted is used up: the model never got to answer
+            self._answer(body, {"content": [], "stop_reason": "model_context_window_exceeded", "think": False})
+        else:
+            self._send_error(overflow.status, overflow.kind, message)
+
+    def _answer(self, body: dict, reply: dict) -> None:
+        """Send a scripted reply: an error, a misbehaviour, or a message (JSON or streamed)."""
+        owner = self.owner
         if "error" in reply:
             err = reply["error"]
             self._retry_ok = reply.get("retry", False)
             self._retry_after = reply.get("retry_after", 0)
             self._send_error(err["status"], err["type"], err["message"])
-            return
-        message = owner.build_message(body, reply)
-        if body.get("stream"):
-            self._stream(message, reply)
+        elif "hang" in reply:
+            self.close_connection = True  # the client gets no response at all
+            owner.stalls.append(self._stall(reply["hang"]))
+        elif "pings_only" in reply:
+            self._start_sse()
+            self._event("message_start", {"type": "message_start", "message": self._start_of(body)})
+            owner.stalls.append(self._ping_for(reply["pings_only"]))
+        elif "error_event" in reply:
+            self._start_sse()
+            self._event("message_start", {"type": "message_start", "message": self._start_of(body)})
+            self._event("error", {"type": "error", "error": reply["error_event"]})
+        elif reply.get("malformed") == "sse_not_json":
+            self._start_sse()
+            self._event("message_start", {"type": "message_start", "message": self._start_of(body)})
+            self.wfile.write(b"event: content_block_start\ndata: {not json\n\n")
+        elif reply.get("malformed") == "empty_body":
+            self._send_empty(200, "text/event-stream")
+        elif reply.get("malformed") == "json_body":
+            content = reply["reply"] or (owner.default_summary if is_summary_request(body) else owner.default_reply)
+            self._send_message_json(owner.build_message(body, content))
         else:
-            self._send_json(200, message)
+            message = owner.build_message(body, reply, think=reply.get("think", True))
+            if body.get("stream"):
+                self._stream(message, reply)
+            else:
+                self._send_message_json(message)
 
-    def _event(self, name: str, data: dict) -> None:
-        self.wfile.write(f"event: {name}\ndata: {json.dumps(data)}\n\n".encode())
-        self.wfile.flush()
+    def _send_message_json(self, message: dict) -> None:
+        self._send_json(200, dict(message, usage=reported_usage(self.owner.usage, message["usage"])))
 
-    def _stream(self, message: dict, reply: dict) -> None:
+    def _start_of(self, body: dict) -> dict:
+        """The message_start message of a reply that never gets any content."""
+        message = self.owner.build_message(body, {"content": []}, think=False)
+        return dict(message, stop_reason=None, usage=streamed_usage(self.owner.usage, message["usage"])[0])
+
+    # stalling ------------------------------------------------------------------
+    def _client_gone(self, wait: float) -> bool:
+        """Wait up to `wait` seconds for the client to close its end; True if it has."""
+        try:
+            readable, _, _ = select.select([self.connection], [], [], wait)
+            if not readable:
+                return False
+            if self.connection.recv(1, socket.MSG_PEEK) == b"":
+                return True
+        except OSError:
+            return True
+        time.sleep(wait)  # bytes we will not read (a pipelined request) keep it readable: do not spin
+        return False
+
+    def _stall(self, seconds: float | None) -> str:
+        """Send nothing until the client hangs up, `seconds` pass, or the server shuts down."""
+        deadline = None if seconds is None else time.monotonic() + seconds
+        while True:
+            left = POLL_INTERVAL if deadline is None else deadline - time.monotonic()
+            if left <= 0:
+                return "timed out"
+            if self._client_gone(min(POLL_INTERVAL, left)):
+                return "client closed"
+            if self.owner._closing.is_set():
+                return "server closed"
+
+    def _ping_for(self, seconds: float) -> str:
+        """Send a ping every PING_INTERVAL for `seconds`, unless the client or server goes first."""
+        deadline = time.monotonic() + seconds
+        while (left := deadline - time.monotonic()) > 0:
+            outcome = self._stall(min(PING_INTERVAL, left))
+            if outcome != "timed out":
+                return outcome
+            try:
+                self._event("ping", {"type": "ping"})
+            except OSError:
+                return "client closed"
+        return "timed out"
+
+    # streaming -----------------------------------------------------------------
+    def _start_sse(self) -> None:
         self.send_response(200)
         self.send_header("content-type", "text/event-stream")
         self.send_header("cache-control", "no-cache")
         self.send_header("connection", "close")
         self.end_headers()
         self.close_connection = True
-        start = dict(message, content=[], stop_reason=None,
-                     usage=dict(message["usage"], output_tokens=1))
+
+    def _event(self, name: str, data: dict) -> None:
+        self.wfile.write(f"event: {name}\ndata: {json.dumps(data)}\n\n".encode())
+        self.wfile.flush()
+
+    def _stream(self, message: dict, reply: dict) -> None:
+        self._start_sse()
+        start_usage, delta_usage = streamed_usage(self.owner.usage, message["usage"])
+        start = dict(message, content=[], stop_reason=None, usage=start_usage)
         self._event("message_start", {"type": "message_start", "message": start})
         self._event("ping", {"type": "ping"})
         for index, block in enumerate(message["content"]):
             self._stream_block(index, block, reply.get("chunk_delay", 0))
             if reply.get("drop_after_block") == index:
                 return  # the connection closes mid-stream, as a dropped network would
-        self._event("message_delta", {"type": "message_delta",
-                                       "delta": {"stop_reason": message["stop_reason"], "stop_sequence": None},
-                                       "usage": {"output_tokens": message["usage"]["output_tokens"]}})
+        delta = {"type": "message_delta", "delta": {"stop_reason": message["stop_reason"], "stop_sequence": None}}
+        if delta_usage is not None:
+            delta["usage"] = delta_usage
+        self._event("message_delta", delta)
         self._event("message_stop", {"type": "message_stop"})
 
     def _stream_block(self, index: int, block: dict, chunk_delay: float) -> None:
-        if block["type"] == "text":
-            self._event("content_block_start", {"type": "content_block_start", "index": index,
-                                                "content_block": {"type": "text", "text": ""}})
-            body = block["text"]
-            for start in range(0, len(body), 40) or [0]:
-                time.sleep(chunk_delay)
-                self._event("content_block_delta", {"type": "content_block_delta", "index": index,
-                                                    "delta": {"type": "text_delta", "text": body[start:start + 40]}})
+        kind = block["type"]
+        if kind == "text":
+            self._block_start(index, {"type": "text", "text": ""})
+            self._deltas(index, "text_delta", "text", block["text"], chunk_delay)
+        elif kind == "thinking":
+            self._block_start(index, {"type": "thinking", "thinking": "", "signature": ""})
+            self._deltas(index, "thinking_delta", "thinking", block["thinking"], chunk_delay)
+            self._delta(index, {"type": "signature_delta", "signature": block["signature"]})
+        elif kind == "tool_use":
+            self._block_start(index, dict(block, input={}))
+            # RawJSON goes out verbatim; anything else (dict, str, list) as its JSON
+            payload = block["input"] if isinstance(block["input"], RawJSON) else json.dumps(block["input"])
+            self._deltas(index, "input_json_delta", "partial_json", payload, 0, at_least_one=False)
         else:
-            self._event("content_block_start", {"type": "content_block_start", "index": index,
-                                                "content_block": dict(block, input={})})
-            payload = json.dumps(block["input"])
-            for start in range(0, len(payload), 40):
-                self._event("content_block_delta", {"type": "content_block_delta", "index": index,
-                                                    "delta": {"type": "input_json_delta",
-                                                              "partial_json": payload[start:start + 40]}})
+            self._block_start(index, block)  # redacted_thinking and the like arrive whole
         self._event("content_block_stop", {"type": "content_block_stop", "index": index})
+
+    def _block_start(self, index: int, block: dict) -> None:
+        self._event("content_block_start", {"type": "content_block_start", "index": index, "content_block": block})
+
+    def _delta(self, index: int, delta: dict) -> None:
+        self._event("content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta})
+
+    def _deltas(self, index: int, kind: str, key: str, value: str, chunk_delay: float,
+                at_least_one: bool = True) -> None:
+        """Stream `value` in 40-character pieces (text sends one even when empty)."""
+        starts = range(0, len(value), 40) or ([0] if at_least_one else [])
+        for start in starts:
+            time.sleep(chunk_delay)
+            self._delta(index, {"type": kind, key: value[start:start + 40]})

@@ -1,9 +1,16 @@
 """The fake API rejects what the real one rejects; otherwise a clean run would prove nothing."""
 
+import http.client
+import json
+import threading
+import time
+from urllib.parse import urlparse
+
 import anthropic
 import pytest
 
-from fake_anthropic import text, tool_use
+from fake_anthropic import (PROVIDERS, FakeAnthropic, broken_tool_json, count_tokens, error_event, hang, malformed,
+                            pings_only, sign_thinking, text, tool_use, tool_uses)
 
 TOOLS = [{"name": "bash", "description": "run", "input_schema": {"type": "object", "properties": {}}}]
 CALL = {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "bash", "input": {}}]}
@@ -72,3 +79,512 @@ def test_cjk_text_costs_a_token_per_character(client, fake):
     ascii_count = client.messages.count_tokens(model="m", messages=[{"role": "user", "content": "a" * 700}])
     cjk_count = client.messages.count_tokens(model="m", messages=[{"role": "user", "content": "压" * 700}])
     assert cjk_count.input_tokens - ascii_count.input_tokens == 700 - 200
+
+
+# ---------------------------------------------------------------- provider behaviours
+#
+# These talk raw HTTP where the SDK would hide the wire (status lines, exact bodies,
+# SSE events), and drive the SDK where what matters is what a client gets to see.
+
+def raw(fake, body=None, path="/v1/messages", method="POST", headers=None, timeout=5.0):
+    """Send one request by hand; answer (status, headers, body bytes)."""
+    url = urlparse(fake.url)
+    connection = http.client.HTTPConnection(url.hostname, url.port, timeout=timeout)
+    sent = {"x-api-key": "test", "anthropic-version": "2023-06-01", "content-type": "application/json"}
+    sent.update(headers or {})
+    sent = {k: v for k, v in sent.items() if v is not None}
+    try:
+        connection.request(method, path, None if body is None else json.dumps(body), sent)
+        response = connection.getresponse()
+        return response.status, {k.lower(): v for k, v in response.getheaders()}, response.read()
+    finally:
+        connection.close()
+
+
+def events(data: bytes) -> list:
+    """The SSE events of a body as (name, data text) pairs, in order."""
+    found = []
+    for chunk in data.decode().split("\n\n"):
+        if chunk.strip():
+            fields = dict(line.split(": ", 1) for line in chunk.splitlines())
+            found.append((fields["event"], fields["data"]))
+    return found
+
+
+def payloads(data: bytes) -> list:
+    return [json.loads(d) for _, d in events(data)]
+
+
+def ask(content="go", max_tokens=100, stream=False, **extra):
+    return {"model": "m", "max_tokens": max_tokens, "tools": TOOLS, "stream": stream,
+            "messages": [{"role": "user", "content": content}], **extra}
+
+
+def eventually(condition, timeout=3.0):
+    """Poll for something another thread does (the server notices a hang-up on its own time)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out waiting"
+        time.sleep(0.01)
+
+
+# ---- overflow styles
+
+PROMPT = "word " * 200          # about 300 tokens with the tools and framing (N, below)
+N = count_tokens(ask(PROMPT))
+
+OVERFLOW_BODIES = {  # the window is 100 and max_tokens 100, so the prompt alone is too long
+    "anthropic": (400, {"type": "error", "error": {"type": "invalid_request_error",
+                                                   "message": f"prompt is too long: {N} tokens > 100 maximum"}}),
+    "anthropic_max_tokens": (400, {"type": "error", "error": {
+        "type": "invalid_request_error",
+        "message": f"input length and `max_tokens` exceed context limit: {N} + 100 > 100, "
+                   f"decrease input length or `max_tokens` and try again"}}),
+    "413": (413, {"type": "error", "error": {"type": "request_too_large",
+                                             "message": "Request exceeds the maximum allowed number of bytes."}}),
+    "openai": (400, {"type": "error", "error": {
+        "type": "invalid_request_error",
+        "message": f"This model's maximum context length is 100 tokens. However, you requested {N + 100} tokens "
+                   f"({N} in the messages, 100 in the completion). Please reduce the length of the messages "
+                   f"or completion."}}),
+    "vllm": (400, {"type": "error", "error": {
+        "type": "invalid_request_error",
+        "message": f"The input ({N} tokens) is longer than the model's context length (100 tokens)."}}),
+    "llamacpp": (400, {"type": "error", "error": {
+        "type": "exceed_context_size_error",
+        "message": "the request exceeds the available context size, try increasing it"}}),
+    "kimi": (400, {"type": "error", "error": {
+        "type": "invalid_request_error",
+        "message": f"Invalid request: Your request exceeded model token limit: 100 (requested: {N + 100})"}}),
+    "minimax": (400, {"type": "error", "error": {"type": "invalid_request_error",
+                                                 "message": "invalid params, context window exceeds limit (2013)"}}),
+    "glm": (400, {"error": {"code": "1261", "message": "Prompt exceeds max length"}}),
+    "glm_short": (400, {"type": "error", "error": {"type": "invalid_request_error", "message": "prompt too long"}}),
+    "context_length_exceeded": (400, {"error": {"type": "invalid_request_error", "code": "context_length_exceeded",
+                                                "message": "Input is too long for the model."}}),
+    "litellm": (400, {"error": {"message": "litellm.ContextWindowExceededError: litellm.BadRequestError: "
+                                           "ContextWindowExceededError: prompt too long for model",
+                                "type": None, "param": None, "code": "400"}}),
+}
+
+
+def test_each_overflow_style_answers_with_its_status_and_exact_body(fake):
+    fake.context_window = 100
+    for count, style in enumerate(sorted(OVERFLOW_BODIES), 1):   # one server, restyled: a fresh one per style is slow
+        fake.overflow = style
+        status, _, data = raw(fake, ask(PROMPT))
+        body = json.loads(data)
+        body.pop("request_id", None)
+        assert (status, body) == OVERFLOW_BODIES[style], style
+        message = OVERFLOW_BODIES[style][1]["error"]["message"]
+        assert fake.overflows[-1] == fake.rejections[-1] == message and len(fake.overflows) == count, style
+    assert fake.invalid == [] and fake.valid_requests == []
+
+
+def test_the_empty_413_has_no_body_at_all(fake):
+    fake.overflow, fake.context_window = "413_empty", 100
+    status, headers, data = raw(fake, ask(PROMPT))
+    assert (status, data, headers["content-length"]) == (413, b"", "0")
+    assert fake.overflows == ["413"] and fake.rejections == ["413"]
+
+
+COUNTS_MAX_TOKENS = {"anthropic_max_tokens", "openai", "llamacpp", "kimi", "minimax", "stop_reason"}
+
+
+def test_max_tokens_counts_against_the_window_only_where_the_provider_counts_it(fake):
+    fake.context_window = N + 50   # the prompt fits; with max_tokens 100 it does not
+    for style in sorted(OVERFLOW_BODIES) + ["413_empty", "stop_reason"]:
+        fake.overflow, refused = style, len(fake.overflows)
+        fake.reply(text("fits"))
+        status, _, data = raw(fake, ask(PROMPT, max_tokens=100))
+        answered = status == 200 and json.loads(data)["content"] == [{"type": "text", "text": "fits"}]
+        assert answered == (style not in COUNTS_MAX_TOKENS), style
+        assert len(fake.overflows) - refused == (style in COUNTS_MAX_TOKENS), style
+        fake.replies.clear()
+
+
+def test_a_stop_reason_overflow_is_a_200_with_no_content_streamed_or_not(fake):
+    fake.overflow, fake.context_window = "stop_reason", N + 50
+    fake.reply(text("unused"))
+    status, _, data = raw(fake, ask(PROMPT, stream=True))
+    start, *rest = payloads(data)
+    assert status == 200 and [e["type"] for e in rest] == ["ping", "message_delta", "message_stop"]
+    assert start["message"]["usage"]["input_tokens"] == N    # it did read the prompt
+    assert rest[1]["delta"]["stop_reason"] == "model_context_window_exceeded"
+    status, _, data = raw(fake, ask(PROMPT))
+    message = json.loads(data)
+    assert (status, message["content"], message["stop_reason"]) == (200, [], "model_context_window_exceeded")
+    assert message["usage"]["input_tokens"] == N
+    assert fake.overflows == ["model_context_window_exceeded"] * 2 and len(fake.replies) == 1  # script untouched
+
+
+def test_invalid_requests_and_overflows_are_told_apart(fake):
+    fake.context_window = 100
+    raw(fake, {"model": "m", "max_tokens": 10, "messages": []})
+    raw(fake, ask(PROMPT))
+    too_long = f"prompt is too long: {N} tokens > 100 maximum"
+    assert fake.invalid == ["messages: at least one message is required"] and fake.overflows == [too_long]
+    assert fake.rejections == ["messages: at least one message is required", too_long]
+
+
+def test_styles_are_checked_and_can_change_on_a_running_server(fake):
+    with pytest.raises(ValueError):
+        fake.overflow = "openia"
+    with pytest.raises(ValueError):
+        FakeAnthropic(usage="kimi")
+    fake.context_window = 100
+    assert json.loads(raw(fake, ask(PROMPT))[2])["error"]["message"].startswith("prompt is too long")
+    fake.overflow = "minimax"
+    assert json.loads(raw(fake, ask(PROMPT))[2])["error"]["message"].startswith("invalid params")
+
+
+# ---- missing APIs
+
+def test_without_a_models_api_every_lookup_is_a_404(client, fake):
+    fake.max_input_tokens = 64_000
+    assert client.models.retrieve("m").max_input_tokens == 64_000
+    fake.models_api = False
+    with pytest.raises(anthropic.NotFoundError) as caught:
+        client.models.retrieve("m")
+    assert caught.value.body["error"]["type"] == "not_found_error" and fake.model_lookups == ["m", "m"]
+
+
+def test_without_count_tokens_the_call_is_a_404_and_still_counted(client, fake):
+    fake.count_tokens_api = False
+    with pytest.raises(anthropic.NotFoundError) as caught:
+        client.messages.count_tokens(model="m", messages=[{"role": "user", "content": "go"}])
+    assert caught.value.body["error"]["type"] == "not_found_error" and fake.count_token_calls == 1
+
+
+# ---- usage styles
+
+CACHED = [{"type": "text", "text": "rule " * 1000, "cache_control": {"type": "ephemeral"}}]
+
+
+def usage_events(fake, style):
+    """Stream the same cached prompt twice; the second reply's (message_start usage, message_delta)."""
+    fake.usage = style
+    raw(fake, ask(stream=True, system=CACHED))
+    start, *_, delta, _ = payloads(raw(fake, ask(stream=True, system=CACHED))[2])
+    return start["message"]["usage"], delta
+
+
+def test_anthropic_usage_comes_in_message_start_and_output_in_message_delta(fake):
+    start, delta = usage_events(fake, "anthropic")
+    truth = fake.usage_log[-1]
+    assert truth["cache_read_input_tokens"] > 0
+    assert start["input_tokens"] == truth["input_tokens"]
+    assert start["cache_read_input_tokens"] == truth["cache_read_input_tokens"]
+    assert delta["usage"] == {"output_tokens": truth["output_tokens"]}
+
+
+def test_minimax_sends_message_delta_without_usage(fake):
+    start, delta = usage_events(fake, "no_delta_usage")
+    assert "usage" not in delta and start["input_tokens"] == fake.usage_log[-1]["input_tokens"]
+
+
+def test_glm_reports_zeros_first_and_the_real_figures_at_the_end(fake):
+    start, delta = usage_events(fake, "zero_start")
+    truth = fake.usage_log[-1]
+    keys = ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens", "output_tokens")
+    assert [start[k] for k in keys] == [0, 0, 0, 0]
+    assert delta["usage"] == {k: truth[k] for k in keys} and truth["input_tokens"] > 0
+
+
+def test_kimi_input_tokens_already_include_the_cache_reads(fake):
+    start, _ = usage_events(fake, "includes_cache")
+    truth = fake.usage_log[-1]
+    assert start["input_tokens"] == truth["input_tokens"] + truth["cache_read_input_tokens"]
+    assert start["cache_read_input_tokens"] == truth["cache_read_input_tokens"] > 0
+    usage = json.loads(raw(fake, ask(system=CACHED))[2])["usage"]
+    assert usage["input_tokens"] == fake.usage_log[-1]["input_tokens"] + fake.usage_log[-1]["cache_read_input_tokens"]
+
+
+def test_usage_none_reports_no_usage_anywhere(fake):
+    start, delta = usage_events(fake, "none")
+    assert start is None and "usage" not in delta
+    assert json.loads(raw(fake, ask())[2])["usage"] is None
+    assert fake.usage_log[-1]["input_tokens"] > 0    # what it really cost is still known
+
+
+def test_the_sdk_stream_helper_breaks_when_message_delta_has_no_usage(client, fake):
+    fake.usage = "no_delta_usage"
+    with pytest.raises(AttributeError):   # clients must accumulate the events themselves
+        with client.messages.stream(model="m", max_tokens=100, messages=[{"role": "user", "content": "go"}]) as s:
+            s.get_final_message()
+
+
+# ---- auth
+
+def test_the_sdk_sends_a_bearer_token_for_api_key_and_auth_token_alike(fake):
+    for credential in ({"api_key": "k1"}, {"auth_token": "t1"}):
+        anthropic.Anthropic(base_url=fake.url, max_retries=0, **credential).messages.create(
+            model="m", max_tokens=10, messages=[{"role": "user", "content": "go"}])
+    assert fake.auth_headers == [{"x-api-key": None, "authorization": "Bearer k1"},
+                                 {"x-api-key": None, "authorization": "Bearer t1"}]
+
+
+def test_bearer_auth_refuses_an_x_api_key_and_a_wrong_token(fake):
+    fake.auth, fake.token = "bearer", "secret"
+    status, _, data = raw(fake, ask(), headers={"x-api-key": "secret"})
+    assert status == 401 and json.loads(data)["error"]["type"] == "authentication_error"
+    assert "Missing bearer token" in json.loads(data)["error"]["message"]
+    status, _, data = raw(fake, ask(), headers={"x-api-key": None, "authorization": "Bearer wrong"})
+    assert (status, json.loads(data)["error"]["message"]) == (401, "Invalid bearer token")
+    status, _, _ = raw(fake, ask(), headers={"x-api-key": None, "authorization": "Bearer secret"})
+    assert status == 200
+    assert fake.auth_headers == [{"x-api-key": "secret", "authorization": None},
+                                 {"x-api-key": None, "authorization": "Bearer wrong"},
+                                 {"x-api-key": None, "authorization": "Bearer secret"}]
+
+
+# ---- thinking
+
+def thinking_turn(client):
+    """One streamed tool-calling turn with thinking on; answer the history to send back."""
+    with client.messages.stream(model="m", max_tokens=100, tools=TOOLS,
+                                messages=[{"role": "user", "content": "go"}]) as stream:
+        reply = stream.get_final_message()
+    return [{"role": "user", "content": "go"},
+            {"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in reply.content]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": reply.content[1].id, "content": "ok"}]}]
+
+
+def test_thinking_streams_a_signed_block_first(fake):
+    fake.thinking = True
+    fake.reply(tool_use("bash", {}, "toolu_t"))
+    found = payloads(raw(fake, ask(stream=True))[2])
+    start = next(e for e in found if e["type"] == "content_block_start")
+    deltas = [e["delta"] for e in found if e["type"] == "content_block_delta" and e["index"] == 0]
+    assert start["content_block"]["type"] == "thinking" and start["index"] == 0
+    thought = "".join(d["thinking"] for d in deltas if d["type"] == "thinking_delta")
+    assert thought and deltas[-1] == {"type": "signature_delta", "signature": sign_thinking(thought)}
+    message = json.loads(raw(fake, ask())[2])
+    assert message["content"][0]["type"] == "thinking" and message["content"][0]["signature"]
+
+
+def test_thinking_passed_back_unchanged_is_accepted(client, fake):
+    fake.thinking = True
+    fake.reply(tool_use("bash", {}), text("fine"))
+    assert send(client, thinking_turn(client)).content[-1].text == "fine" and fake.invalid == []
+
+
+def test_thinking_left_out_of_a_tool_loop_is_refused(client, fake):
+    fake.thinking = True
+    fake.reply(tool_use("bash", {}))
+    history = thinking_turn(client)
+    history[1]["content"] = history[1]["content"][1:]
+    with pytest.raises(anthropic.BadRequestError) as caught:
+        send(client, history)
+    assert caught.value.body["error"]["message"] == (
+        "messages.1.content.0.type: Expected `thinking` or `redacted_thinking`, but found `tool_use`. When "
+        "`thinking` is enabled, a final `assistant` message must start with a thinking block (preceeding the "
+        "lastmost set of `tool_use` and `tool_result` blocks).")
+
+
+@pytest.mark.parametrize("field", ["thinking", "signature"])
+def test_thinking_altered_on_the_way_back_is_refused(client, fake, field):
+    fake.thinking = True
+    fake.reply(tool_use("bash", {}))
+    history = thinking_turn(client)
+    history[1]["content"][0][field] += "x"
+    with pytest.raises(anthropic.BadRequestError) as caught:
+        send(client, history)
+    assert caught.value.body["error"]["message"] == "messages.1.content.0: Invalid `signature` in `thinking` block"
+
+
+def test_redacted_thinking_arrives_whole_and_may_be_passed_back(client, fake):
+    fake.thinking = True
+    fake.reply({"content": [{"type": "redacted_thinking", "data": "opaque"},
+                            {"type": "tool_use", "id": "toolu_r", "name": "bash", "input": {}}]}, text("fine"))
+    found = payloads(raw(fake, ask(stream=True))[2])
+    assert [e["content_block"] for e in found if e["type"] == "content_block_start"][0] == \
+        {"type": "redacted_thinking", "data": "opaque"}
+    assert not [e for e in found if e["type"] == "content_block_delta" and e["index"] == 0]
+    history = [{"role": "user", "content": "go"},
+               {"role": "assistant", "content": [{"type": "redacted_thinking", "data": "opaque"},
+                                                 {"type": "tool_use", "id": "toolu_r", "name": "bash", "input": {}}]},
+               {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_r", "content": "ok"}]}]
+    assert send(client, history).content[-1].text == "fine"
+
+
+# ---- tool ids
+
+def test_kimi_tool_ids_are_numbered_within_each_reply(client, fake):
+    fake.tool_ids = "kimi"
+    fake.reply(tool_uses([("bash", {}), ("read_file", {})]), tool_use("bash", {}))
+    first = [b.id for b in send(client, [{"role": "user", "content": "go"}]).content]
+    second = [b.id for b in send(client, [{"role": "user", "content": "go"}]).content]
+    assert first == ["functions.bash:0", "functions.read_file:1"] and second == ["functions.bash:0"]
+
+
+def test_a_history_repeating_a_kimi_id_is_still_refused_as_today(client, fake):
+    call = {"role": "assistant",
+            "content": [{"type": "tool_use", "id": "functions.bash:0", "name": "bash", "input": {}}]}
+    result = {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "functions.bash:0", "content": "ok"}]}
+    fake.tool_ids = "kimi"
+    with pytest.raises(anthropic.BadRequestError) as caught:
+        send(client, [{"role": "user", "content": "go"}, call, result, call, result])
+    assert caught.value.body["error"]["message"] == "messages.3.content.0: `tool_use` ids must be unique"
+
+
+# ---- malformed replies on the wire
+
+def test_sse_not_json_breaks_the_second_event_then_closes(fake):
+    fake.reply(malformed("sse_not_json"))
+    status, headers, data = raw(fake, ask(stream=True))
+    (first, first_data), (second, second_data) = events(data)
+    assert status == 200 and headers["content-type"] == "text/event-stream"
+    assert first == "message_start" and json.loads(first_data)["type"] == "message_start"
+    assert second_data == "{not json" and fake.valid_requests == [fake.requests[0]]
+
+
+def test_json_body_answers_a_stream_request_with_a_json_message(fake):
+    fake.reply(malformed("json_body", reply=text("hi")))
+    status, headers, data = raw(fake, ask(stream=True))
+    message = json.loads(data)
+    assert status == 200 and headers["content-type"] == "application/json"
+    assert message["type"] == "message" and message["content"] == [{"type": "text", "text": "hi"}]
+
+
+def test_empty_body_is_a_200_with_nothing_in_it(fake):
+    fake.reply(malformed("empty_body"))
+    status, headers, data = raw(fake, ask(stream=True))
+    assert (status, headers["content-type"], headers["content-length"], data) == (200, "text/event-stream", "0", b"")
+
+
+def test_an_error_event_arrives_inside_a_200_stream(fake):
+    fake.reply(error_event(), error_event("invalid_request_error", "context_length_exceeded"))
+    status, _, data = raw(fake, ask(stream=True))
+    assert status == 200 and [name for name, _ in events(data)] == ["message_start", "error"]
+    assert json.loads(events(data)[1][1]) == {"type": "error", "error": {"type": "overloaded_error",
+                                                                         "message": "Overloaded"}}
+    assert json.loads(events(raw(fake, ask(stream=True))[2])[1][1])["error"]["message"] == "context_length_exceeded"
+
+
+def test_broken_tool_json_streams_pieces_that_do_not_parse(fake):
+    fake.reply(broken_tool_json("read_file"))
+    found = payloads(raw(fake, ask(stream=True))[2])
+    pieces = "".join(e["delta"]["partial_json"] for e in found if e["type"] == "content_block_delta")
+    assert pieces == '{"path": "a.py", '
+    with pytest.raises(ValueError):
+        json.loads(pieces)
+    assert [e["delta"]["stop_reason"] for e in found if e["type"] == "message_delta"] == ["tool_use"]
+
+
+def test_the_sdk_stream_helper_quietly_repairs_truncated_tool_json(client, fake):
+    fake.reply(broken_tool_json("read_file"), broken_tool_json("read_file", '{"path": a.py}'))
+    with client.messages.stream(model="m", max_tokens=100, tools=TOOLS,
+                                messages=[{"role": "user", "content": "go"}]) as stream:
+        assert stream.get_final_message().content[0].input == {"path": "a.py"}
+    with pytest.raises(ValueError, match="Unable to parse tool parameter JSON"):
+        with client.messages.stream(model="m", max_tokens=100, tools=TOOLS,
+                                    messages=[{"role": "user", "content": "go"}]) as stream:
+            stream.get_final_message()
+
+
+@pytest.mark.parametrize("value", ["just a string", ["ls"]])
+def test_tool_input_that_is_not_an_object_is_streamed_as_its_json(fake, value):
+    fake.reply(tool_use("read_file", value))
+    found = payloads(raw(fake, ask(stream=True))[2])
+    pieces = "".join(e["delta"]["partial_json"] for e in found if e["type"] == "content_block_delta")
+    assert json.loads(pieces) == value
+
+
+@pytest.mark.parametrize("item, outcome", [
+    (malformed("sse_not_json"), json.JSONDecodeError),     # not an anthropic.APIError
+    (error_event(), anthropic.APIStatusError),              # with status_code 200
+    (malformed("json_body", reply=text("hi")), []),        # no events and no error
+    (malformed("empty_body"), []),
+])
+def test_what_the_sdk_makes_of_each_malformed_stream(client, fake, item, outcome):
+    fake.reply(item)
+    stream = client.messages.create(model="m", max_tokens=100, tools=TOOLS, stream=True,
+                                    messages=[{"role": "user", "content": "go"}])
+    if isinstance(outcome, list):
+        assert list(stream) == outcome
+    else:
+        with pytest.raises(outcome) as caught:
+            list(stream)
+        if isinstance(caught.value, anthropic.APIStatusError):
+            assert caught.value.status_code == 200 and caught.value.body["error"]["type"] == "overloaded_error"
+
+
+# ---- stalls
+
+def test_a_hang_ends_when_the_client_gives_up(fake):
+    fake.reply(hang())
+    client = anthropic.Anthropic(api_key="test", base_url=fake.url, max_retries=0, timeout=0.2)
+    started = time.monotonic()
+    with pytest.raises(anthropic.APITimeoutError):
+        send(client, [{"role": "user", "content": "go"}])
+    assert time.monotonic() - started < 2
+    eventually(lambda: fake.stalls == ["client closed"])
+    assert fake.valid_requests == fake.requests and len(fake.requests) == 1
+
+
+def test_a_timed_hang_closes_without_a_response(client, fake):
+    fake.reply(hang(0.1))
+    with pytest.raises(anthropic.APIConnectionError):
+        send(client, [{"role": "user", "content": "go"}])
+    assert fake.stalls == ["timed out"]
+
+
+def test_an_endless_hang_does_not_hold_up_the_server_exit():
+    with FakeAnthropic() as fake:
+        fake.reply(hang())
+        threading.Thread(target=_swallow, args=(raw, fake, ask()), daemon=True).start()
+        assert fake.received.wait(3)
+        started = time.monotonic()
+    assert time.monotonic() - started < 1
+    eventually(lambda: fake.stalls == ["server closed"])
+
+
+def _swallow(call, *args):
+    try:
+        call(*args)
+    except (OSError, http.client.HTTPException):
+        pass  # the server went away, which is the point
+
+
+def test_pings_only_sends_pings_until_the_client_hangs_up(fake):
+    fake.reply(pings_only(30))
+    url = urlparse(fake.url)
+    connection = http.client.HTTPConnection(url.hostname, url.port, timeout=3)
+    connection.request("POST", "/v1/messages", json.dumps(ask(stream=True)),
+                       {"x-api-key": "test", "anthropic-version": "2023-06-01", "content-type": "application/json"})
+    response = connection.getresponse()
+    seen = []
+    while seen.count("event: ping") < 2:
+        seen.append(response.fp.readline().decode().strip())
+    response.close()      # the response holds the socket open until it is closed too
+    connection.close()
+    assert response.status == 200 and [line for line in seen if line.startswith("event:")] == [
+        "event: message_start", "event: ping", "event: ping"]
+    eventually(lambda: fake.stalls == ["client closed"])
+
+
+def test_pings_keep_an_sdk_read_timeout_from_firing(fake):
+    fake.reply(pings_only(0.6))
+    client = anthropic.Anthropic(api_key="test", base_url=fake.url, max_retries=0, timeout=0.4)
+    started = time.monotonic()
+    stream = client.messages.create(model="m", max_tokens=100, tools=TOOLS, stream=True,
+                                    messages=[{"role": "user", "content": "go"}])
+    assert [e.type for e in stream] == ["message_start"]    # then it just ends, no error
+    assert time.monotonic() - started >= 0.6 and fake.stalls == ["timed out"]
+
+
+# ---- presets
+
+def test_every_provider_preset_builds_a_server_with_its_behaviours():
+    expected = {"anthropic": {}, "deepseek": {"overflow": "openai", "thinking": True, "models_api": False},
+                "kimi": {"overflow": "kimi", "usage": "includes_cache", "tool_ids": "kimi"},
+                "glm": {"overflow": "stop_reason", "usage": "zero_start", "count_tokens_api": False},
+                "minimax": {"overflow": "minimax", "usage": "no_delta_usage"},
+                "openrouter": {"overflow": "openai", "auth": "bearer", "models_api": False},
+                "litellm": {"overflow": "litellm"}, "vllm": {"overflow": "vllm", "count_tokens_api": False},
+                "llamacpp": {"overflow": "llamacpp", "usage": "none", "models_api": False}}
+    assert set(PROVIDERS) == set(expected)
+    for name, wanted in expected.items():
+        with FakeAnthropic(**PROVIDERS[name]) as fake:
+            assert {key: getattr(fake, key) for key in wanted} == wanted

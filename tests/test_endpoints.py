@@ -1,0 +1,309 @@
+"""Anthropic-compatible endpoints: every overflow wording, the window learned from it,
+usage that does not add up, other authentication, thinking blocks, odd tool ids, and
+replies that are malformed or never come. The fake server plays each provider."""
+
+import json
+
+import anthropic
+import pytest
+
+from conftest import assert_valid, blocks, user
+from fake_anthropic import (OVERFLOWS, FakeAnthropic, broken_tool_json, count_tokens, error_event, hang,
+                            malformed, pings_only, text, tool_use)
+
+TOOLS = [{"name": "bash", "description": "run", "input_schema": {"type": "object", "properties": {}}}]
+
+
+def refused(fake_overflow: str, window: int = 300, max_tokens: int = 100):
+    """Send a prompt too big for a small window; return (what the SDK gave back, prompt tokens)."""
+    with FakeAnthropic(context_window=window, overflow=fake_overflow) as fake:
+        client = anthropic.Anthropic(api_key="test", base_url=fake.url, max_retries=0)
+        body = dict(model="m", max_tokens=max_tokens, tools=TOOLS, messages=[user("word " * 400)])
+        tokens = count_tokens(body)
+        try:
+            return client.messages.create(**body), tokens
+        except anthropic.APIStatusError as err:
+            return err, tokens
+
+
+# ---------------------------------------------------------------- the overflow detector
+
+EXPECTED_SIZES = {  # overflow style -> (prompt tokens stated?, window stated?)
+    "anthropic": (True, True), "anthropic_max_tokens": (True, True), "openai": (True, True),
+    "vllm": (True, True), "kimi": (True, True), "413": (False, False), "413_empty": (False, False),
+    "llamacpp": (False, False), "minimax": (False, False), "glm": (False, False), "glm_short": (False, False),
+    "context_length_exceeded": (False, False), "litellm": (False, False), "stop_reason": (False, False),
+}
+
+
+@pytest.mark.parametrize("style", sorted(OVERFLOWS))
+def test_every_overflow_wording_is_recognised_with_its_sizes(s08, style):
+    answer, tokens = refused(style)
+    if style == "stop_reason":
+        overflow = s08.context_overflow(stop_reason=answer.stop_reason)
+    else:
+        overflow = s08.context_overflow(answer, max_tokens=100)
+    assert overflow is not None, f"{style}: {answer}"
+    has_prompt, has_window = EXPECTED_SIZES[style]
+    assert overflow.prompt_tokens == (tokens if has_prompt else None)
+    assert overflow.window == (300 if has_window else None)
+    assert overflow.counts_output == (style in ("anthropic_max_tokens", "openai", "kimi", "minimax", "stop_reason"))
+
+
+@pytest.mark.parametrize("status, kind, message", [
+    (429, "rate_limit_error", "Too many tokens, please wait before trying again."),
+    (429, "rate_limit_error", "prompt is too long for this rate limit tier"),
+    (529, "overloaded_error", "Overloaded"),
+    (400, "invalid_request_error", "messages.1: `tool_use` ids were found without `tool_result` blocks"),
+    (500, "api_error", "Internal server error"),
+])
+def test_what_is_not_an_overflow_is_not_taken_for_one(s08, fake, status, kind, message):
+    fake.reply({"error": {"status": status, "type": kind, "message": message}})
+    client = anthropic.Anthropic(api_key="test", base_url=fake.url, max_retries=0)
+    with pytest.raises(anthropic.APIStatusError) as caught:
+        client.messages.create(model="m", max_tokens=10, tools=TOOLS, messages=[user("hi")])
+    assert s08.context_overflow(caught.value) is None
+    assert s08.context_overflow(stop_reason="end_turn") is None
+
+
+def test_an_overflow_inside_a_200_stream_is_recognised(s08, make_agent, fake):
+    fake.reply(error_event("invalid_request_error", "prompt is too long: 250000 tokens > 200000 maximum"))
+    agent = make_agent()
+    with pytest.raises(s08.ContextOverflow) as caught:
+        s08.call_model(agent, [user("hello")])
+    assert caught.value.overflow.window == 200_000 and caught.value.overflow.prompt_tokens == 250_000
+
+
+# ---------------------------------------------------------------- learning and finding the window
+
+def test_a_stated_window_is_adopted_and_a_larger_one_ignored(s08):
+    stated = s08.Overflow("x", prompt_tokens=140_000, window=131_072)
+    assert s08.learned_window(stated, window=200_000, sent_tokens=120_000, max_tokens=8_192,
+                              largest_accepted=(100_000, 108_192)) == 131_072
+    assert s08.learned_window(s08.Overflow("x", 210_000, 200_000), window=150_000, sent_tokens=140_000,
+                              max_tokens=8_192, largest_accepted=(0, 0)) == 150_000
+
+
+def test_without_numbers_the_window_lies_between_answered_and_refused(s08):
+    silent = s08.Overflow("the request exceeds the available context size")
+    assert s08.learned_window(silent, window=200_000, sent_tokens=33_000, max_tokens=8_192,
+                              largest_accepted=(31_000, 39_192)) == 31_000
+    counting = s08.Overflow("context window exceeds limit", counts_output=True)
+    assert s08.learned_window(counting, window=200_000, sent_tokens=40_000, max_tokens=8_192,
+                              largest_accepted=(31_000, 39_192)) == 39_192
+    # an estimate of the refused size that is barely above the answered one: stay below it
+    assert s08.learned_window(silent, window=200_000, sent_tokens=31_500, max_tokens=8_192,
+                              largest_accepted=(31_000, 39_192)) == int(31_500 * 0.95)
+    # nothing answered yet: a share below the refused size
+    assert s08.learned_window(silent, window=200_000, sent_tokens=30_000, max_tokens=8_192,
+                              largest_accepted=(0, 0)) == int(30_000 * s08.NO_NUMBERS_SHRINK)
+    # never below the smallest window the program works in
+    assert s08.learned_window(silent, window=200_000, sent_tokens=100, max_tokens=8_192,
+                              largest_accepted=(0, 0)) == s08.MIN_CONTEXT_WINDOW
+
+
+@pytest.mark.parametrize("model, window", [
+    ("claude-sonnet-4-5", 200_000), ("anthropic/claude-sonnet-4.5", 200_000), ("deepseek-chat", 131_072),
+    ("deepseek/deepseek-reasoner", 131_072), ("kimi-k2-0905-preview", 262_144), ("kimi-k2-0711-preview", 131_072),
+    ("moonshotai/kimi-k2.5", 262_144), ("glm-4.5-air", 128_000), ("glm-4.6", 200_000), ("GLM-5", 200_000),
+    ("MiniMax-M2", 204_800), ("minimax/minimax-m2.7", 204_800), ("llama-3-8b", None),
+])
+def test_well_known_models_have_a_window_without_the_models_api(s08, model, window):
+    found = s08.known_window(model)
+    assert (found[0] if found else None) == window
+
+
+def test_window_sources_in_order_and_the_404_remembered(s08, fake, monkeypatch):
+    client = anthropic.Anthropic(api_key="test", base_url=fake.url, max_retries=0)
+    monkeypatch.delenv("CONTEXT_WINDOW", raising=False)
+    endpoint = s08.discover_endpoint(client, "deepseek-chat")
+    assert (endpoint.window, endpoint.models_api) == (131_072, False)
+    assert "built-in table" in endpoint.window_source and fake.model_lookups == ["deepseek-chat"]
+    # a resumed session that learned a window, and that the Models API is missing, keeps both
+    endpoint = s08.discover_endpoint(client, "deepseek-chat", {
+        "window": 64_000, "window_source": "the endpoint's overflow message", "learned": True,
+        "models_api": False, "count_tokens": False, "counts_output": True})
+    assert (endpoint.window, endpoint.can_count_tokens, endpoint.counts_output) == (64_000, False, True)
+    assert fake.model_lookups == ["deepseek-chat"], "a 404 remembered is not asked again"
+    fake.max_input_tokens = 150_000
+    assert s08.discover_endpoint(client, "deepseek-chat").window == 150_000, "the Models API comes before the table"
+    monkeypatch.setenv("CONTEXT_WINDOW", "50000")
+    assert s08.discover_endpoint(client, "deepseek-chat").window_source == "CONTEXT_WINDOW"
+
+
+def test_an_overflow_teaches_the_window_and_the_session_is_not_refused_again(s08, make_agent, workspace):
+    with FakeAnthropic(context_window=12_000, overflow="openai") as fake:
+        agent = make_agent(window=200_000, server=fake)
+        for n in range(30):
+            (workspace / f"f{n}.txt").write_text(f"file {n} " + "lorem ipsum dolor sit amet " * 60)
+        fake.reply(*[tool_use("read_file", {"path": f"f{n}.txt"}) for n in range(30)], text("read them all"))
+        messages = []
+        s08.run_turn(agent, messages, "read f0 to f29")
+        assert len(fake.overflows) == 1 and fake.invalid == []
+        assert "[window] the endpoint's limit is 12,000 tokens (was assuming 200,000)" in agent.out.text
+        assert agent.settings.window == 12_000 and agent.settings.threshold < 12_000
+        assert "read them all" in agent.out.text
+        assert "Window: 12,000 tokens, from the endpoint's overflow message; the endpoint counts max_tokens" \
+            in s08.context_report(agent, messages)
+
+
+# ---------------------------------------------------------------- usage from any endpoint
+
+@pytest.mark.parametrize("style", ["no_delta_usage", "zero_start", "includes_cache", "none"])
+def test_the_context_size_never_falls_to_zero_or_double(s08, make_agent, style):
+    with FakeAnthropic(usage=style) as fake:
+        agent = make_agent(server=fake)
+        messages = [user("hello " * 2_000)]
+        fake.reply(text("hi"), text("again"))
+        s08.agent_loop(agent, messages)
+        s08.add_user_text(messages, "more")
+        s08.agent_loop(agent, messages)  # the second call reads the first from the cache
+        true_size = sum(fake.usage_log[-1][k] for k in s08.USAGE_KEYS)
+        measured = s08.context_tokens(agent, messages)
+        assert 0.8 * true_size < measured < 1.2 * true_size, (style, measured, true_size)
+        report = s08.context_report(agent, messages)
+        if style == "none":
+            assert "Usage: the endpoint reported no input usage" in report
+        if style == "includes_cache":
+            assert fake.usage_log[-1]["cache_read_input_tokens"] > 0
+            assert "input_tokens include the cached tokens" in report
+
+
+def test_usage_far_from_the_estimate_is_distrusted(s08):
+    endpoint = s08.Endpoint(200_000)
+    assert s08.usage_prompt_tokens(endpoint, {"input_tokens": 50_000}, 10_000) is None
+    assert "usage distrusted" in endpoint.usage_note
+    assert s08.usage_prompt_tokens(endpoint, {"input_tokens": 10_500, "cache_read_input_tokens": 9_000}, 10_000) \
+        == 10_500 and "counted once" in endpoint.usage_note
+    assert s08.usage_prompt_tokens(endpoint, {"input_tokens": 1_500, "cache_read_input_tokens": 9_000}, 10_000) \
+        == 10_500 and endpoint.usage_note == ""
+
+
+def test_count_tokens_404_is_asked_once(s08, make_agent):
+    with FakeAnthropic(count_tokens_api=False) as fake:
+        agent = make_agent(window=20_000, server=fake)
+        near = [user("x " * 4 * 5_600)]  # close to the threshold, where an exact count would decide
+        for _ in range(3):
+            s08.over_threshold(agent, near)
+        assert fake.count_token_calls == 1 and agent.endpoint.can_count_tokens is False
+
+
+# ---------------------------------------------------------------- replies kept exactly
+
+def test_thinking_blocks_go_back_verbatim_in_a_tool_loop(s08, make_agent, workspace):
+    (workspace / "a.txt").write_text("alpha")
+    with FakeAnthropic(thinking=True) as fake:
+        agent = make_agent(server=fake)
+        fake.reply(tool_use("read_file", {"path": "a.txt"}), tool_use("read_file", {"path": "a.txt", "offset": 1}),
+                   text("done"))
+        messages = []
+        s08.run_turn(agent, messages, "read a.txt twice")
+        assert fake.invalid == [] and "done" in agent.out.text
+        thought = blocks(messages[1])[0]
+        assert thought["type"] == "thinking" and thought["signature"] and thought["thinking"]
+        sent_back = fake.main_requests[1]["messages"][1]["content"][0]
+        assert {k: v for k, v in sent_back.items() if k != "cache_control"} == thought
+
+
+def test_redacted_thinking_is_kept_as_sent(s08, make_agent, fake):
+    fake.reply({"content": [{"type": "redacted_thinking", "data": "c2VjcmV0"},
+                            {"type": "tool_use", "name": "glob", "input": {"pattern": "*"}}]}, text("ok"))
+    agent = make_agent()
+    messages = []
+    s08.run_turn(agent, messages, "list")
+    assert blocks(messages[1])[0] == {"type": "redacted_thinking", "data": "c2VjcmV0"}
+    assert fake.main_requests[1]["messages"][1]["content"][0]["data"] == "c2VjcmV0"
+
+
+def test_kimi_tool_ids_are_echoed_and_kept_unique(s08, make_agent, workspace):
+    (workspace / "a.txt").write_text("alpha")
+    with FakeAnthropic(tool_ids="kimi") as fake:
+        agent = make_agent(server=fake)
+        fake.reply(tool_use("read_file", {"path": "a.txt"}), tool_use("glob", {"pattern": "*"}), text("ok"))
+        messages = []
+        s08.run_turn(agent, messages, "go")
+        assert fake.invalid == []
+        results = [b["tool_use_id"] for m in messages for b in blocks(m) if b.get("type") == "tool_result"]
+        assert results[0] == "functions.read_file:0"
+        assert len(set(results)) == 2
+
+
+@pytest.mark.parametrize("bad_input", ["just a string", ["ls"], 7])
+def test_a_tool_input_that_is_not_an_object_is_refused_and_history_stays_valid(s08, make_agent, fake, bad_input):
+    fake.reply(tool_use("read_file", bad_input), text("sorry"))
+    agent = make_agent()
+    messages = []
+    s08.run_turn(agent, messages, "read something")
+    assert fake.invalid == []
+    call, result = blocks(messages[1])[0], blocks(messages[2])[0]
+    assert call["input"] == {} and result["is_error"]
+    assert "not a JSON object" in result["content"] and json.dumps(bad_input)[:10] in result["content"]
+    assert_valid(messages, "read something")
+
+
+def test_broken_tool_json_gets_an_error_result(s08, make_agent, fake):
+    fake.reply(broken_tool_json("read_file"), text("retrying later"))
+    agent = make_agent()
+    messages = []
+    s08.run_turn(agent, messages, "read a.py")
+    result = blocks(messages[2])[0]
+    assert result["is_error"] and "not a JSON object" in result["content"] and '{\\"path\\"' in result["content"]
+    assert fake.invalid == [] and "retrying later" in agent.out.text
+
+
+def test_a_resumed_history_with_a_non_object_input_is_repaired(s08):
+    history = [user("go"), {"role": "assistant", "content": [
+        {"type": "tool_use", "id": "t1", "name": "bash", "input": "ls"}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "x"}]}]
+    repaired = s08.repair_history(history)
+    assert blocks(repaired[1])[0]["input"] == {} and history[1]["content"][0]["input"] == "ls"
+
+
+# ---------------------------------------------------------------- bad replies are survivable
+
+@pytest.mark.parametrize("bad, said", [
+    (malformed("sse_not_json"), "an event that is not JSON"),
+    (malformed("empty_body"), "reply was empty"),
+    (error_event(), "error inside the reply stream: overloaded_error"),
+    (dict(text("partial " * 40), drop_after_block=0), "connection dropped"),
+])
+def test_a_bad_reply_is_retried_once_and_the_turn_goes_on(s08, make_agent, fake, bad, said):
+    fake.reply(bad, text("recovered"))
+    agent = make_agent()
+    messages = []
+    s08.run_turn(agent, messages, "hello")
+    assert f"{said}" in agent.out.text and "retrying in" in agent.out.text
+    assert "recovered" in agent.out.text and len(fake.requests) == 2
+    assert_valid(messages + [user("next")], "next")
+
+
+def test_a_json_body_instead_of_a_stream_is_read_as_the_message(s08, make_agent, fake):
+    fake.reply(malformed("json_body", reply=text("whole answer")))
+    agent = make_agent()
+    messages = []
+    s08.run_turn(agent, messages, "hello")
+    assert "API error" not in agent.out.text and messages[-1]["content"] == [{"type": "text", "text": "whole answer"}]
+
+
+def test_an_error_event_that_will_not_pass_is_reported_once(s08, make_agent, fake):
+    fake.reply(error_event("invalid_request_error", "tools.0: something odd"), text("later"))
+    agent = make_agent()
+    messages = []
+    s08.run_turn(agent, messages, "hello")
+    assert "API error: error inside the reply stream: invalid_request_error: tools.0: something odd" in agent.out.text
+    assert len(fake.requests) == 1, "not retried: the same request would fail the same way"
+    s08.run_turn(agent, messages, "again")
+    assert "later" in agent.out.text
+
+
+def test_an_endpoint_that_never_answers_or_only_pings_is_abandoned(s08, make_agent, fake):
+    agent = make_agent()
+    agent.settings = s08.replace(agent.settings, idle_timeout=0.5)
+    agent.client = agent.client.with_options(timeout=anthropic.Timeout(0.5, connect=2))
+    fake.reply(hang(5), pings_only(5), text("finally"))
+    messages = []
+    s08.run_turn(agent, messages, "hello")
+    assert "did not answer in time" in agent.out.text
+    assert "the endpoint sent nothing but pings for" in agent.out.text
+    assert "finally" in agent.out.text and len(fake.requests) == 3
+    assert fake.stalls == ["client closed", "client closed"]
