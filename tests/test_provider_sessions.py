@@ -1,0 +1,121 @@
+"""One whole session per provider behaviour, as a user runs it: the CLI as a subprocess,
+no CONTEXT_WINDOW, an endpoint whose real window is far smaller than the 200,000 the
+program assumes, and a 60-step reading task. Each must finish, be refused for size at
+most once, send no invalid request, and lose nothing."""
+
+import hashlib
+import subprocess
+import sys
+
+import pytest
+
+from conftest import CODE, blocks, cli_env
+from fake_anthropic import (OVERFLOWS, PROVIDERS, FakeAnthropic, broken_tool_json, error_event, hang,
+                            malformed, pings_only, text, tool_use)
+
+STEPS = 60
+WINDOW = 16_000  # the endpoint's real window; the program starts out assuming 200,000
+REQUEST = "Read every file in docs/ in order, one read_file call per file, then say you are done."
+DONE = "All 60 parts read."
+
+
+def marker(n: int) -> str:
+    return f"MARK-{n:02d}-{hashlib.sha1(str(n).encode()).hexdigest()[:10]}"
+
+
+def make_docs(workspace) -> None:
+    docs = workspace / "docs"
+    docs.mkdir()
+    for n in range(STEPS):
+        (docs / f"part{n:02d}.txt").write_text(
+            f"{marker(n)}\n" + "\n".join(f"line {k} of part {n}: the quick brown fox jumps over it"
+                                         for k in range(26)) + "\n")
+
+
+def reading_script(extra: dict | None = None) -> list:
+    """Sixty reads, then the final answer; `extra` puts misbehaving replies before some steps."""
+    script = []
+    for n in range(STEPS):
+        script += (extra or {}).get(n, [])
+        script.append(tool_use("read_file", {"path": f"docs/part{n:02d}.txt"}))
+    return script + [text(DONE)]
+
+
+def run_session(fake, workspace, timeout=90, **env):
+    env = cli_env(fake, MODEL_ID="test-model", **env)
+    return subprocess.run([sys.executable, str(CODE)], input=REQUEST + "\n", text=True, capture_output=True,
+                          cwd=workspace, env=env, timeout=timeout)
+
+
+def assert_session_kept_its_promises(fake, workspace, done):
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output[-3000:]
+    assert "Traceback" not in output, output[-3000:]
+    assert DONE in done.stdout, output[-3000:]
+    assert len(fake.overflows) <= 1, f"refused for size {len(fake.overflows)} times: {fake.overflows}"
+    assert fake.invalid == [], fake.invalid
+    # the request being worked on reaches the model in every request of the task
+    for body in fake.main_requests:
+        said = [b.get("text", "") for m in body["messages"] if m["role"] == "user" for b in blocks(m)]
+        assert any(REQUEST in t for t in said), "the current request was lost"
+    # every part that was read is on disk: in the session log, or where a layer saved it
+    saved = "".join(p.read_text(errors="replace") for folder in (".transcripts", ".task_outputs")
+                    for p in (workspace / folder).rglob("*") if p.is_file())
+    lost = [n for n in range(STEPS) if marker(n) not in saved]
+    assert not lost, f"parts never saved: {lost}"
+    return output
+
+
+@pytest.mark.parametrize("style", sorted(OVERFLOWS))
+def test_a_reading_session_survives_every_overflow_wording(workspace, style):
+    make_docs(workspace)
+    with FakeAnthropic(context_window=WINDOW, overflow=style) as fake:
+        fake.reply(*reading_script())
+        done = run_session(fake, workspace)
+        output = assert_session_kept_its_promises(fake, workspace, done)
+        assert len(fake.overflows) == 1, "the real window is smaller than the assumed one: one refusal teaches it"
+        assert "[window]" in output and "[reactive_compact]" in output
+        if style in ("anthropic", "anthropic_max_tokens", "openai", "vllm", "kimi"):
+            assert f"the endpoint's limit is {WINDOW:,} tokens (was assuming 200,000)" in output
+
+
+@pytest.mark.parametrize("provider", sorted(set(PROVIDERS) - {"anthropic"}))
+def test_a_reading_session_on_each_provider(workspace, provider):
+    make_docs(workspace)
+    settings = dict(PROVIDERS[provider])
+    env = {}
+    if settings.get("auth") == "bearer":  # as OpenRouter is configured: a token, and an empty key
+        env = {"ANTHROPIC_API_KEY": "", "ANTHROPIC_AUTH_TOKEN": "or-token"}
+        settings["token"] = "or-token"
+    with FakeAnthropic(context_window=WINDOW, **settings) as fake:
+        fake.reply(*reading_script())
+        done = run_session(fake, workspace, **env)
+        assert_session_kept_its_promises(fake, workspace, done)
+        assert len(fake.model_lookups) <= 1 and fake.count_token_calls <= (1 if not fake.count_tokens_api else 999)
+        if settings.get("auth") == "bearer":
+            assert all(h["authorization"] == "Bearer or-token" for h in fake.auth_headers)
+
+
+def test_a_reading_session_through_malformed_replies(workspace):
+    make_docs(workspace)
+    trouble = {3: [malformed("sse_not_json")], 7: [malformed("empty_body")], 11: [error_event()],
+               15: [malformed("json_body", reply=tool_use("glob", {"pattern": "docs/*"}))],
+               19: [broken_tool_json("read_file")], 23: [tool_use("read_file", "docs/part23.txt")],
+               27: [tool_use("bash", ["ls"])], 31: [dict(text("half a reply " * 30), drop_after_block=0)]}
+    with FakeAnthropic(context_window=WINDOW) as fake:
+        fake.reply(*reading_script(trouble))
+        done = run_session(fake, workspace)
+        output = assert_session_kept_its_promises(fake, workspace, done)
+        for said in ("not JSON", "reply was empty", "error inside the reply stream: overloaded_error",
+                     "connection dropped", "not a JSON object"):
+            assert said in output, said
+
+
+def test_a_reading_session_through_an_endpoint_that_stalls(workspace):
+    make_docs(workspace)
+    with FakeAnthropic(context_window=WINDOW) as fake:
+        fake.reply(*reading_script({2: [hang(30)], 5: [pings_only(30)]}))
+        done = run_session(fake, workspace, API_IDLE_TIMEOUT="1")
+        output = assert_session_kept_its_promises(fake, workspace, done)
+        assert "did not answer in time" in output and "nothing but pings" in output
+        assert fake.stalls == ["client closed", "client closed"]
