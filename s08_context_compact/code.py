@@ -756,28 +756,48 @@ class TokenCounter:
                 + self.estimate(messages[same:]))
 
 
+def head_within(text: str, max_tokens: int) -> str:
+    """The start of text that costs at most max_tokens: preview_chars of ASCII, a quarter
+    of that in Chinese, where every character is a token."""
+    head = text[:max_tokens * CHARS_PER_TOKEN]
+    while head and estimate_text_tokens(head) > max_tokens:
+        head = head[:len(head) * 3 // 4]
+    return head
+
+
 def persisted_preview(path: Path, text: str, preview_chars: int) -> str:
     # Fixed wording, so clearing the same content twice produces the same bytes.
+    head = head_within(text, preview_chars // CHARS_PER_TOKEN)
     return (f"{PERSISTED_TAG} path=\"{path}\" chars=\"{len(text)}\">\n"
             f"This result was too large to keep in context. The full output is saved at {path}; "
             f"read it (read_file with offset/limit) if you need more than this preview.\n"
-            f"Preview (first {preview_chars} characters):\n{text[:preview_chars]}\n</persisted-output>")
+            f"Preview (first {len(head)} characters):\n{head}\n</persisted-output>")
 
 
 def replace_result(block: dict, content: str) -> dict:
     return {**block, "content": content}
 
 
+def fewer_tokens(new: str, old: str) -> bool:
+    """Whether a replacement costs fewer tokens than the text it replaces, measured as it
+    stands in a request (inside JSON). A layer replaces nothing otherwise: it must never grow."""
+    return estimate_text_tokens(json.dumps(new, ensure_ascii=False)) < \
+        estimate_text_tokens(json.dumps(old, ensure_ascii=False))
+
+
+def previewed(block: dict, preview_chars: int, save_output) -> dict:
+    """A tool result saved to disk and replaced by a preview, when the preview is the smaller."""
+    text = result_text(block)
+    if estimate_text_tokens(text) <= preview_chars // CHARS_PER_TOKEN or text.startswith(PERSISTED_TAG):
+        return block
+    preview = persisted_preview(save_output(block["tool_use_id"], text), text, preview_chars)
+    return replace_result(block, preview) if fewer_tokens(preview, text) else block
+
+
 def preview_results(message: dict, preview_chars: int, save_output) -> dict:
     """Persist every result in a message that is longer than a preview, keeping the preview."""
-    content = []
-    for block in blocks_of(message):
-        text = result_text(block) if block.get("type") == "tool_result" else ""
-        if len(text) > preview_chars and not text.startswith(PERSISTED_TAG):
-            block = replace_result(block, persisted_preview(save_output(block["tool_use_id"], text), text,
-                                                            preview_chars))
-        content.append(block)
-    return {**message, "content": content}
+    return {**message, "content": [previewed(b, preview_chars, save_output) if b.get("type") == "tool_result"
+                                   else b for b in blocks_of(message)]}
 
 
 # ---------------------------------------------------------------------------- the fact ledger
@@ -901,12 +921,11 @@ def tool_result_budget(messages: list, *, max_chars: int, preview_chars: int, sa
     if total <= max_chars:
         return messages
     for k in sorted(sizes, key=sizes.get, reverse=True):
-        text = result_text(blocks[k])
-        if total <= max_chars or text.startswith(PERSISTED_TAG):
-            continue
-        preview = persisted_preview(save_output(blocks[k]["tool_use_id"], text), text, preview_chars)
-        blocks[k] = replace_result(blocks[k], preview)
-        total -= sizes[k] - len(preview)
+        if total > max_chars:
+            blocks[k] = previewed(blocks[k], preview_chars, save_output)
+            total -= sizes[k] - len(result_text(blocks[k]))
+    if all(new is old for new, old in zip(blocks, blocks_of(last))):
+        return messages
     return messages[:-1] + [{**last, "content": blocks}]
 
 
@@ -972,10 +991,12 @@ def micro_compact(messages: list, *, keep_recent: int, min_chars: int, clear_at_
         path = saved.group(1) if saved else save_output(block["tool_use_id"], text)
         placeholder = (f"{PLACEHOLDER_PREFIX} ({names.get(block['tool_use_id'], 'tool')}) cleared to save "
                        f"context. Full output: {path}. Read that file if you need it again.]")
+        if not fewer_tokens(placeholder, text):
+            continue  # a long path can make the pointer cost more than a short result
         blocks = list(blocks_of(changed.get(i, messages[i])))
         blocks[k] = replace_result(block, placeholder)
         changed[i] = {**messages[i], "content": blocks}
-    return [changed.get(i, m) for i, m in enumerate(messages)]
+    return [changed.get(i, m) for i, m in enumerate(messages)] if changed else messages
 
 
 def compact_history(messages: list, *, summarize, restored: list, save_messages, save_output,

@@ -66,23 +66,22 @@ def assert_session_kept_its_promises(fake, workspace, done):
     return output
 
 
-@pytest.mark.parametrize("style", sorted(OVERFLOWS))
-def test_a_reading_session_survives_every_overflow_wording(workspace, style):
-    make_docs(workspace)
-    with FakeAnthropic(context_window=WINDOW, overflow=style) as fake:
-        fake.reply(*reading_script())
-        done = run_session(fake, workspace)
-        output = assert_session_kept_its_promises(fake, workspace, done)
-        assert len(fake.overflows) == 1, "the real window is smaller than the assumed one: one refusal teaches it"
-        assert "[window]" in output and "[reactive_compact]" in output
-        if style in ("anthropic", "anthropic_max_tokens", "openai", "vllm", "kimi"):
-            assert f"the endpoint's limit is {WINDOW:,} tokens (was assuming 200,000)" in output
+# Each provider as the fake plays it (its wording, usage, auth, thinking, ids, no Models API
+# or count_tokens), plus the overflow wordings no provider preset uses.
+BEHAVIOURS = {**{name: dict(settings) for name, settings in PROVIDERS.items() if name != "anthropic"},
+              **{f"says-{style}": {"overflow": style} for style in ("anthropic", "anthropic_max_tokens", "413", "413_empty",
+                                                          "glm", "glm_short", "context_length_exceeded")}}
+STATES_THE_WINDOW = ("anthropic", "anthropic_max_tokens", "openai", "vllm", "kimi")
 
 
-@pytest.mark.parametrize("provider", sorted(set(PROVIDERS) - {"anthropic"}))
-def test_a_reading_session_on_each_provider(workspace, provider):
+def test_every_overflow_wording_has_a_session():
+    assert {b.get("overflow", "anthropic") for b in BEHAVIOURS.values()} == set(OVERFLOWS)
+
+
+@pytest.mark.parametrize("behaviour", sorted(BEHAVIOURS))
+def test_a_reading_session_on_each_provider_behaviour(workspace, behaviour):
     make_docs(workspace)
-    settings = dict(PROVIDERS[provider])
+    settings = dict(BEHAVIOURS[behaviour])
     env = {}
     if settings.get("auth") == "bearer":  # as OpenRouter is configured: a token, and an empty key
         env = {"ANTHROPIC_API_KEY": "", "ANTHROPIC_AUTH_TOKEN": "or-token"}
@@ -90,10 +89,16 @@ def test_a_reading_session_on_each_provider(workspace, provider):
     with FakeAnthropic(context_window=WINDOW, **settings) as fake:
         fake.reply(*reading_script())
         done = run_session(fake, workspace, **env)
-        assert_session_kept_its_promises(fake, workspace, done)
-        assert len(fake.model_lookups) <= 1 and fake.count_token_calls <= (1 if not fake.count_tokens_api else 999)
+        output = assert_session_kept_its_promises(fake, workspace, done)
+        assert len(fake.overflows) == 1, "the real window is smaller than the assumed one: one refusal teaches it"
+        assert "[window]" in output and "[reactive_compact]" in output
+        if settings.get("overflow") in STATES_THE_WINDOW:
+            assert f"the endpoint's limit is {WINDOW:,} tokens (was assuming 200,000)" in output
+        assert len(fake.model_lookups) == 1, "the Models API is asked once, at start"
+        if not fake.count_tokens_api:
+            assert fake.count_token_calls <= 1, "a 404 from count_tokens is not asked again"
         if settings.get("auth") == "bearer":
-            assert all(h["authorization"] == "Bearer or-token" for h in fake.auth_headers)
+            assert fake.auth_headers and all(h["authorization"] == "Bearer or-token" for h in fake.auth_headers)
 
 
 def test_a_reading_session_through_malformed_replies(workspace):
