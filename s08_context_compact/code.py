@@ -760,7 +760,7 @@ def head_within(text: str, max_tokens: int) -> str:
     """The start of text that costs at most max_tokens: preview_chars of ASCII, a quarter
     of that in Chinese, where every character is a token."""
     head = text[:max_tokens * CHARS_PER_TOKEN]
-    while head and estimate_text_tokens(head) > max_tokens:
+    while head and estimate_text_tokens(head) > max_tokens + 1:  # the estimate adds 1 to any text
         head = head[:len(head) * 3 // 4]
     return head
 
@@ -1989,7 +1989,7 @@ def adopt_overflow(agent, err: ContextOverflow) -> None:
         else:
             agent.say(f"[window] the endpoint refused about {err.sent_tokens:,} tokens without naming its limit; "
                       f"assuming {window:,} from now on (was {endpoint.window:,})", "layer")
-            endpoint.window_source = "learned from an overflow (below the refused size)"
+            endpoint.window_source = "an overflow that named no limit (below the refused size)"
         endpoint.window, endpoint.learned = window, True
     sync_settings(agent)
 
@@ -2441,7 +2441,7 @@ def discover_endpoint(client, model: str, logged: dict | None = None) -> Endpoin
     learned = logged.get("window")
     if logged.get("learned") and isinstance(learned, int) and MIN_CONTEXT_WINDOW <= learned < endpoint.window:
         endpoint.window, endpoint.learned = learned, True
-        endpoint.window_source = str(logged.get("window_source") or "learned from an overflow")
+        endpoint.window_source = str(logged.get("window_source") or "an overflow earlier in this session")
     return endpoint
 
 

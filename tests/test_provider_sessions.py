@@ -4,6 +4,7 @@ program assumes, and a 60-step reading task. Each must finish, be refused for si
 most once, send no invalid request, and lose nothing."""
 
 import hashlib
+import re
 import subprocess
 import sys
 
@@ -124,3 +125,20 @@ def test_a_reading_session_through_an_endpoint_that_stalls(workspace):
         output = assert_session_kept_its_promises(fake, workspace, done)
         assert "did not answer in time" in output and "nothing but pings" in output
         assert fake.stalls == ["client closed", "client closed"]
+
+
+def test_a_learned_window_survives_resume(workspace):
+    make_docs(workspace)
+    with FakeAnthropic(context_window=WINDOW, **PROVIDERS["minimax"]) as fake:
+        fake.reply(*reading_script())
+        output = assert_session_kept_its_promises(fake, workspace, run_session(fake, workspace))
+        learned = re.search(r"assuming ([\d,]+) from now on", output).group(1)
+        fake.reply(tool_use("read_file", {"path": "docs/part00.txt"}), text("resumed fine"))
+        resumed = subprocess.run([sys.executable, str(CODE), "--resume"], input="read part 0 again\n/context\n",
+                                 text=True, capture_output=True, cwd=workspace,
+                                 env=cli_env(fake, MODEL_ID="test-model"), timeout=60)
+        assert resumed.returncode == 0 and "resumed fine" in resumed.stdout, resumed.stdout + resumed.stderr
+        assert f"Window: {learned} tokens, from an overflow that named no limit" in resumed.stdout
+        assert "max_tokens against it" in resumed.stdout
+        assert fake.model_lookups == ["test-model"], "the Models API's 404 is remembered by --resume"
+        assert len(fake.overflows) == 1 and fake.invalid == []
