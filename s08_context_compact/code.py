@@ -1345,11 +1345,18 @@ def send_request(agent, request: dict, sent_tokens: int, on_text=None, label: st
     """One request, retried on passing failures. Raises ContextOverflow when the endpoint
     says the prompt did not fit, however it words it; other failures as they come."""
     def attempt():
+        shown = []
         with Spinner(agent.spinner_to, label) as spinner:
             def show(chunk):
                 spinner.stop()  # the first token replaces the spinner
+                shown.append(chunk)
                 on_text(chunk)
-            return stream_reply(agent, request, show if on_text else None)
+            try:
+                return stream_reply(agent, request, show if on_text else None)
+            except BaseException:
+                if shown:  # a reply cut off mid-line: what is said next starts on a line of its own
+                    on_text("\n")
+                raise
     max_tokens = request["max_tokens"]
     try:
         content, stop_reason, usage = with_retries(agent, attempt)
