@@ -2417,7 +2417,7 @@ def models_api_window(client, model: str, endpoint: Endpoint) -> int | None:
     if not endpoint.models_api:
         return None
     try:
-        info = client.with_options(max_retries=0).models.retrieve(model)
+        info = client.with_options(max_retries=0, timeout=10).models.retrieve(model)  # start-up stays quick
     except anthropic.NotFoundError:
         endpoint.models_api = False
         return None
