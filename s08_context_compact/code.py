@@ -27,6 +27,7 @@ import re
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -494,11 +495,33 @@ def _numbered_lines(f, path: str, offset: int, limit: int) -> str:
     return "\n".join(out)
 
 
+def write_atomically(target: Path, data: bytes) -> None:
+    """Write beside the target, flush to disk, then rename over it: a write that fails
+    half-way (a full disk, say) leaves the original file exactly as it was."""
+    mode = target.stat().st_mode & 0o7777 if target.exists() else None
+    fd, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        if mode is not None:
+            os.chmod(temporary, mode)  # the file keeps its permissions
+        os.replace(temporary, target)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
 def run_write_file(agent, path: str, content: str) -> str:
     target = workspace_path(agent, path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(content, encoding="utf-8")
-    return f"Wrote {len(content.encode('utf-8')):,} bytes to {path}"
+    data = content.encode("utf-8", "surrogatepass")
+    try:
+        write_atomically(target, data)
+    except OSError as err:
+        raise ToolError(f"could not write {path} ({err.strerror or err}); the file is unchanged.") from None
+    return f"Wrote {len(data):,} bytes to {path}"
 
 
 def run_edit_file(agent, path: str, old_text: str, new_text: str) -> str:
@@ -508,15 +531,22 @@ def run_edit_file(agent, path: str, old_text: str, new_text: str) -> str:
     if target.stat().st_size > EDIT_MAX_BYTES:
         raise ToolError(f"{path} is {target.stat().st_size:,} bytes, too big for edit_file; use bash (sed, patch).")
     try:
-        text = target.read_text(encoding="utf-8")
+        text = target.read_bytes().decode("utf-8")  # bytes, so CRLF and lone CR stay as they are
     except UnicodeDecodeError:
         raise ToolError(f"{path} is not UTF-8 text; edit_file cannot change it safely. Use bash.")
     count = text.count(old_text) if old_text else 0
+    if count == 0 and "\r\n" in text and "\n" in old_text and "\r" not in old_text:
+        # read_file shows lines without their CR: match the file's own line endings
+        old_text, new_text = old_text.replace("\n", "\r\n"), new_text.replace("\n", "\r\n")
+        count = text.count(old_text)
     if count != 1:
         hint = "read the file again and copy the exact text (whitespace matters)" if count == 0 \
             else "include more surrounding lines so it matches exactly once"
         raise ToolError(f"old_text was found {count} times in {path}; it must occur exactly once: {hint}.")
-    target.write_text(text.replace(old_text, new_text, 1), encoding="utf-8")
+    try:
+        write_atomically(target, text.replace(old_text, new_text, 1).encode("utf-8"))
+    except OSError as err:
+        raise ToolError(f"could not write {path} ({err.strerror or err}); the file is unchanged.") from None
     return f"Edited {path}"
 
 

@@ -1,0 +1,96 @@
+"""Nothing lost, nothing corrupted: a user's file survives a failed write, and keeps its
+line endings and permissions when an edit succeeds."""
+
+import os
+import subprocess
+import uuid
+
+import pytest
+
+from conftest import blocks
+from fake_anthropic import text, tool_use
+
+
+def run_tool_call(s08, make_agent, fake, name, args):
+    """One tool call through the agent loop, as the model would make it; returns its result block."""
+    fake.reply(tool_use(name, args), text("ok"))
+    agent = make_agent()
+    messages = []
+    s08.run_turn(agent, messages, f"please {name}")
+    return next(b for m in messages for b in blocks(m) if b.get("type") == "tool_result")
+
+
+@pytest.fixture
+def full_disk(tmp_path):
+    """A folder on a real, nearly full file system (a small tmpfs); skipped where it cannot be mounted."""
+    mount = tmp_path / "small-disk"
+    mount.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mount)], capture_output=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here (needs root): {done.stderr.decode().strip()}")
+    yield mount
+    subprocess.run(["umount", "-l", str(mount)], capture_output=True)
+
+
+def fill(folder) -> None:
+    with open(folder / f"filler-{uuid.uuid4().hex}", "wb", buffering=0) as f:
+        try:
+            while True:
+                f.write(b"\0" * 4096)
+        except OSError:
+            pass  # the disk is full
+
+
+def test_an_edit_on_a_full_disk_leaves_the_file_intact(s08, make_agent, fake, full_disk):
+    original = "".join(f"line {n}: some code here\n" for n in range(4_000)).encode()
+    (full_disk / "big.py").write_bytes(original)
+    fill(full_disk)
+    fake.reply(tool_use("edit_file", {"path": "big.py", "old_text": "line 10: some code here",
+                                      "new_text": "line 10: changed"}), text("ok"))
+    agent = make_agent()
+    agent.workdir = full_disk
+    messages = []
+    s08.run_turn(agent, messages, "edit big.py")
+    result = next(b for m in messages for b in blocks(m) if b.get("type") == "tool_result")
+    assert result["is_error"] and "could not write big.py" in result["content"] and "unchanged" in result["content"]
+    assert (full_disk / "big.py").read_bytes() == original
+    assert not [p for p in full_disk.iterdir() if p.name.startswith(".big.py.")], "no temporary file left behind"
+
+
+def test_a_write_on_a_full_disk_leaves_the_old_content(s08, make_agent, fake, full_disk):
+    (full_disk / "notes.txt").write_bytes(b"keep me\n")
+    fill(full_disk)
+    fake.reply(tool_use("write_file", {"path": "notes.txt", "content": "x" * 200_000}), text("ok"))
+    agent = make_agent()
+    agent.workdir = full_disk
+    messages = []
+    s08.run_turn(agent, messages, "write notes")
+    result = next(b for m in messages for b in blocks(m) if b.get("type") == "tool_result")
+    assert result["is_error"] and "the file is unchanged" in result["content"]
+    assert (full_disk / "notes.txt").read_bytes() == b"keep me\n"
+
+
+def test_an_edit_keeps_crlf_and_lone_cr_line_endings(s08, make_agent, fake, workspace):
+    (workspace / "win.txt").write_bytes(b"alpha\r\nbeta\r\ngamma\rdelta\n")
+    result = run_tool_call(s08, make_agent, fake, "edit_file", {"path": "win.txt", "old_text": "beta",
+                                                                  "new_text": "BETA"})
+    assert not result.get("is_error"), result
+    assert (workspace / "win.txt").read_bytes() == b"alpha\r\nBETA\r\ngamma\rdelta\n"
+
+
+def test_an_edit_across_lines_matches_the_files_crlf(s08, make_agent, fake, workspace):
+    (workspace / "win.txt").write_bytes(b"one\r\ntwo\r\nthree\r\n")
+    result = run_tool_call(s08, make_agent, fake, "edit_file", {"path": "win.txt", "old_text": "one\ntwo",
+                                                                  "new_text": "one\n1.5\ntwo"})
+    assert not result.get("is_error"), result
+    assert (workspace / "win.txt").read_bytes() == b"one\r\n1.5\r\ntwo\r\nthree\r\n"
+
+
+def test_write_and_edit_keep_the_files_permissions(s08, make_agent, fake, workspace):
+    script = workspace / "run.sh"
+    script.write_text("echo hi\n")
+    os.chmod(script, 0o751)
+    run_tool_call(s08, make_agent, fake, "edit_file", {"path": "run.sh", "old_text": "hi", "new_text": "hello"})
+    assert os.stat(script).st_mode & 0o7777 == 0o751 and script.read_text() == "echo hello\n"
+    run_tool_call(s08, make_agent, fake, "write_file", {"path": "run.sh", "content": "echo bye\n"})
+    assert os.stat(script).st_mode & 0o7777 == 0o751 and script.read_text() == "echo bye\n"
