@@ -359,16 +359,17 @@ JSON_TYPES = {"string": str, "integer": int, "array": list, "object": dict, "boo
 
 
 def check_tool_input(schema: dict, args) -> str | None:
-    """Return what is wrong with a tool call's input, or None when it fits the schema."""
+    """Return what is wrong with a tool call's input, or None when it fits the schema.
+    Arguments the schema does not list are not wrong (JSON Schema allows them); run_tool
+    leaves them out."""
     if not isinstance(args, dict):
         return "the input must be a JSON object"
     missing = [key for key in schema.get("required", []) if key not in args]
     if missing:
         return f"missing required argument(s): {', '.join(missing)}"
-    unknown = [key for key in args if key not in schema.get("properties", {})]
-    if unknown:
-        return f"unknown argument(s): {', '.join(unknown)}"
     for key, value in args.items():
+        if key not in schema.get("properties", {}):
+            continue
         expected = schema["properties"][key].get("type")
         python_type = JSON_TYPES.get(expected)
         wrong_bool = python_type is int and isinstance(value, bool)
@@ -550,12 +551,18 @@ def run_edit_file(agent, path: str, old_text: str, new_text: str) -> str:
     return f"Edited {path}"
 
 
+def printable(name: str) -> str:
+    """A file name whose bytes are not UTF-8, with those bytes shown as \ufffd: it can be
+    printed, logged and sent (an undecodable name arrives with lone surrogates)."""
+    return name.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+
 def run_glob(agent, pattern: str, path: str = ".") -> str:
     base = workspace_path(agent, path)
     if Path(pattern).is_absolute() or ".." in Path(pattern).parts:
         raise ToolError("glob patterns are relative to the workspace: drop the leading / and any '..'.")
     root = agent.workdir.resolve()
-    matches = sorted(str(p.relative_to(root)) for p in base.glob(pattern)
+    matches = sorted(printable(str(p.relative_to(root))) for p in base.glob(pattern)
                      if p.resolve().is_relative_to(root) and ".git" not in p.relative_to(root).parts)
     if not matches:
         return f"No files match {pattern!r} under {path}."
@@ -2058,13 +2065,16 @@ def run_tool(agent, block: dict) -> dict:
         output, failed = denied[0], True
     else:
         agent.current_call = block["id"]
+        known = {key: value for key, value in args.items() if key in schema.get("properties", {})}
         try:
             with Spinner(agent.spinner_to if name != "task" else None, f"running {name}"):
-                output, failed = agent.handlers[name](agent, **args), False
+                output, failed = agent.handlers[name](agent, **known), False
         except ToolError as err:
             output, failed = f"Error: {err}", True
         except (OSError, ValueError, ContextOverflow, *API_FAILURES) as err:
             output, failed = f"Error: {name} failed: {type(err).__name__}: {err}", True
+        if ignored := sorted(set(args) - set(known)):
+            output += f"\n(ignored argument(s) {name} does not take: {', '.join(ignored)})"
         fire(agent, "PostToolUse", name=name, input=args, output=output, is_error=failed)
     output = redact(output, agent.secrets)  # a secret printed by a tool never reaches the model or disk
     agent.say(f"  {'✗' if failed else '<'} {preview(output)}", "error" if failed else "tool")
@@ -2523,7 +2533,7 @@ def main(argv=None) -> int:
     settings = replace(Settings.for_window(model, endpoint.window), idle_timeout=idle)
     skills = discover_skills([workdir / "skills", Path(__file__).resolve().parent / "skills"])
     interactive = sys.stdin.isatty()
-    sys.stdout.reconfigure(line_buffering=True)  # piped output appears line by line
+    sys.stdout.reconfigure(line_buffering=True, errors="replace")  # line by line; never dies on a character
     sys.stdin.reconfigure(errors="replace")  # bytes that are not UTF-8 must not end the session
     agent = Agent(client=client, settings=settings, workdir=workdir, tools=TOOLS, skills=skills,
                   system=build_system_prompt(workdir, skills), confirm=terminal_confirm(interactive),

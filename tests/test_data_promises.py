@@ -7,7 +7,7 @@ import uuid
 
 import pytest
 
-from conftest import blocks
+from conftest import blocks, run_cli
 from fake_anthropic import text, tool_use
 
 
@@ -94,3 +94,27 @@ def test_write_and_edit_keep_the_files_permissions(s08, make_agent, fake, worksp
     assert os.stat(script).st_mode & 0o7777 == 0o751 and script.read_text() == "echo hello\n"
     run_tool_call(s08, make_agent, fake, "write_file", {"path": "run.sh", "content": "echo bye\n"})
     assert os.stat(script).st_mode & 0o7777 == 0o751 and script.read_text() == "echo bye\n"
+
+
+def test_arguments_a_tool_does_not_take_are_ignored_and_mentioned(s08, make_agent, fake):
+    result = run_tool_call(s08, make_agent, fake, "bash", {"command": "echo hi", "description": "say hi"})
+    assert not result.get("is_error") and result["content"].startswith("hi")
+    assert "(ignored argument(s) bash does not take: description)" in result["content"]
+
+
+def test_todo_items_with_extra_fields_are_accepted(s08, make_agent, fake):
+    items = [{"id": "1", "content": "write tests", "status": "in_progress", "activeForm": "Writing tests"},
+             {"id": "2", "content": "ship", "status": "pending", "priority": "high"}]
+    result = run_tool_call(s08, make_agent, fake, "todo_write", {"items": items})
+    assert not result.get("is_error"), result
+    assert result["content"].startswith("[>] write tests\n[ ] ship")
+
+
+def test_a_file_name_that_is_not_utf8_is_listed_not_fatal(fake, workspace):
+    (workspace / os.fsdecode(b"bad\xffname.txt")).write_text("x")
+    fake.reply(tool_use("glob", {"pattern": "*.txt"}), text("listed"))
+    done = run_cli(fake, workspace, "list the text files\n")
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    assert "bad\ufffdname.txt" in done.stdout and "listed" in done.stdout
+    sent = fake.main_requests[-1]["messages"][-1]["content"][0]["content"]
+    assert sent == "bad\ufffdname.txt"
