@@ -284,24 +284,53 @@ def logged_endpoint(path: Path, model: str) -> dict | None:
     return facts if facts and header_model in (None, model) else None
 
 
-def read_session(path: Path) -> list:
-    """Replay a session log into the history it last held. A torn last line is skipped."""
-    history = []
-    lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
-    for number, line in enumerate(lines):
+BLOCK_FIELDS = {"text": ("text",), "tool_use": ("id", "name"), "tool_result": ("tool_use_id",)}
+
+
+def is_message(value) -> bool:
+    """Whether a logged record holds a message the program can work with."""
+    if not isinstance(value, dict) or value.get("role") not in ("user", "assistant"):
+        return False
+    content = value.get("content")
+    return isinstance(content, str) or isinstance(content, list) and all(
+        isinstance(b, dict) and all(isinstance(b.get(k), str) for k in BLOCK_FIELDS.get(b.get("type"), ("type",)))
+        for b in content)
+
+
+def read_session(path: Path, warn=None) -> list:
+    """Replay a session log into the history it last held. A line that is not a whole,
+    well-formed record (torn by a crash, or edited) is skipped, and warn() says how many."""
+    history, skipped = [], 0
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
         try:
             record = json.loads(line)
         except ValueError:
-            if number == len(lines) - 1:
-                break  # the line being written when the program stopped
-            continue
-        if record.get("type") == "message":
+            record = None
+        kind = record.get("type") if isinstance(record, dict) else None
+        if kind == "message" and is_message(record.get("message")):
             history.append(record["message"])
-        elif record.get("type") == "replace_last" and history:
+        elif kind == "replace_last" and history and is_message(record.get("message")):
             history[-1] = record["message"]
-        elif record.get("type") == "history":
+        elif kind == "history" and isinstance(record.get("messages"), list) and \
+                all(is_message(m) for m in record["messages"]):
             history = record["messages"]
+        elif kind not in ("session", "endpoint"):
+            skipped += 1
+    if skipped and warn:
+        warn(f"[session log] skipped {skipped} unreadable record(s) in {path.name}")
     return history
+
+
+def repair_torn_tail(path: Path) -> int:
+    """Cut a last line the program was killed while writing, so new records start on a
+    line of their own; return how many bytes were cut."""
+    with open(path, "rb+") as f:
+        data = f.read()
+        if not data or data.endswith(b"\n"):
+            return 0
+        keep = data.rfind(b"\n") + 1
+        f.truncate(keep)
+    return len(data) - keep
 
 
 # ---------------------------------------------------------------------------- tools
@@ -2357,7 +2386,7 @@ def session_logs(workdir: Path) -> list:
 def list_sessions(workdir: Path) -> str:
     rows = []
     for path in session_logs(workdir):
-        history = read_session(path)
+        history = read_session(path, warn=print)
         first = current_request(history[:1]) if history else None
         when = time.strftime("%Y-%m-%d %H:%M", time.localtime(path.stat().st_mtime))
         prompt = preview(first["text"], 50) if first else "(no prompt yet)"
@@ -2367,20 +2396,41 @@ def list_sessions(workdir: Path) -> str:
         "No sessions in this workspace yet."
 
 
+def unanswered(calls: list) -> list:
+    return [{"type": "tool_result", "tool_use_id": c["id"], "is_error": True,
+             "content": "Interrupted: the program stopped before this call finished."} for c in calls]
+
+
 def repair_history(messages: list) -> list:
-    """Make a history from a log valid again: it starts with the user, and a call the
-    program stopped in the middle of gets a result saying so."""
-    while messages and messages[0]["role"] != "user":
-        messages = messages[1:]
-    # a tool input that is not an object was refused when it came; keep the API accepting the history
-    messages = [{**m, "content": [{**b, "input": {}} if b.get("type") == "tool_use" and not isinstance(
-        b.get("input"), dict) else b for b in blocks_of(m)]} if has_tool_use(m) else m for m in messages]
-    if messages and has_tool_use(messages[-1]):
-        messages = messages + [{"role": "user", "content": [
-            {"type": "tool_result", "tool_use_id": b["id"], "is_error": True,
-             "content": "Interrupted: the program stopped before this call finished."}
-            for b in blocks_of(messages[-1]) if b.get("type") == "tool_use"]}]
-    return messages
+    """Make a history from a log valid for the API again, whatever the log lost: it starts
+    with the user; every call is answered right after it (a call the program stopped in
+    gets a result saying so); a result with no call is dropped; a tool input that is not
+    an object (refused when it came) becomes {}."""
+    repaired = []
+    for message in messages:
+        previous = repaired[-1] if repaired else None
+        calls = [b for b in blocks_of(previous) if b.get("type") == "tool_use"] if has_tool_use(previous or {
+            "role": "user", "content": []}) else []
+        if message["role"] == "assistant":
+            if previous is None:
+                continue  # a history starts with the user
+            if calls:
+                repaired.append({"role": "user", "content": unanswered(calls)})
+            repaired.append({**message, "content": [{**b, "input": {}} if b.get("type") == "tool_use" and not
+                                                    isinstance(b.get("input"), dict) else b for b in blocks_of(message)]})
+            continue
+        ids = {c["id"] for c in calls}
+        results = [b for b in blocks_of(message) if b.get("type") == "tool_result" and b["tool_use_id"] in ids]
+        results += unanswered([c for c in calls if c["id"] not in {r["tool_use_id"] for r in results}])
+        content = results + [b for b in blocks_of(message) if b.get("type") != "tool_result"]
+        if previous is not None and previous["role"] == "user":
+            repaired[-1] = {**previous, "content": blocks_of(previous) + content}  # keep the roles alternating
+        elif content:
+            repaired.append({**message, "content": content})
+    if repaired and has_tool_use(repaired[-1]):
+        repaired.append({"role": "user", "content": unanswered(
+            [b for b in blocks_of(repaired[-1]) if b.get("type") == "tool_use"])})
+    return repaired
 
 
 def find_session(workdir: Path, wanted: str) -> Path:
@@ -2395,7 +2445,10 @@ def find_session(workdir: Path, wanted: str) -> Path:
 def open_session(agent, resume: Path | None) -> list:
     """Start a new session log, or continue the one given; return its history."""
     if resume:
-        history = repair_history(read_session(resume))
+        cut = repair_torn_tail(resume)
+        if cut:
+            agent.say(f"[session log] its last line was cut off when the program stopped; removed it ({cut} bytes)")
+        history = repair_history(read_session(resume, warn=agent.say))
         agent.log = SessionLog(resume, agent.secrets, agent.say, endpoint=agent.endpoint.facts())
         agent.log.write({"type": "history", "reason": "resumed", "messages": history})
         agent.say(f"Resumed session {resume.stem.removeprefix('session-')}: {len(history)} messages.")

@@ -1,13 +1,15 @@
 """Nothing lost, nothing corrupted: a user's file survives a failed write, and keeps its
 line endings and permissions when an edit succeeds."""
 
+import json
 import os
 import subprocess
+import sys
 import uuid
 
 import pytest
 
-from conftest import blocks, run_cli
+from conftest import CODE, blocks, cli_env, run_cli
 from fake_anthropic import text, tool_use
 
 
@@ -118,3 +120,63 @@ def test_a_file_name_that_is_not_utf8_is_listed_not_fatal(fake, workspace):
     assert "bad\ufffdname.txt" in done.stdout and "listed" in done.stdout
     sent = fake.main_requests[-1]["messages"][-1]["content"][0]["content"]
     assert sent == "bad\ufffdname.txt"
+
+
+# ---------------------------------------------------------------- a session log that never corrupts itself
+
+def session_with_a_tool_call(fake, workspace):
+    (workspace / "a.txt").write_text("alpha\n")
+    fake.reply(tool_use("read_file", {"path": "a.txt"}), text("read it"))
+    assert run_cli(fake, workspace, "read a.txt\n").returncode == 0
+    return next((workspace / ".transcripts").glob("session-*.jsonl"))
+
+
+def test_resume_cuts_a_torn_last_line_before_appending(fake, workspace):
+    log = session_with_a_tool_call(fake, workspace)
+    with open(log, "ab") as f:
+        f.write(b'{"type": "message", "message": {"role": "user", "con')  # killed while writing
+    fake.reply(text("first resume"), text("second resume"))
+    done = subprocess.run([sys.executable, str(CODE), "--resume"], input="go on\n", text=True, capture_output=True,
+                          cwd=workspace, env=cli_env(fake), timeout=60)
+    assert done.returncode == 0 and "its last line was cut off" in done.stdout and "first resume" in done.stdout
+    assert all(json.loads(line) for line in log.read_text().splitlines()), "every line is whole again"
+    again = subprocess.run([sys.executable, str(CODE), "--resume"], input="and again\n", text=True,
+                           capture_output=True, cwd=workspace, env=cli_env(fake), timeout=60)
+    assert again.returncode == 0 and "second resume" in again.stdout, again.stdout + again.stderr
+    assert fake.invalid == []
+
+
+CORRUPT_RECORDS = [
+    "[]", "null", '{"type": "message"}', '{"type": "message", "message": {"role": "user", "content": [1]}}',
+    '{"type": "history", "messages": "everything"}', '{"type": "replace_last", "message": {"role": "robot"}}',
+    '{"type": "message", "message": {"role": "assistant", "content": [{"type": "tool_use"}]}}', "not json at all",
+]
+
+
+def test_list_and_resume_skip_corrupt_records(fake, workspace):
+    log = session_with_a_tool_call(fake, workspace)
+    lines = log.read_text().splitlines()
+    log.write_text("\n".join(lines[:2] + CORRUPT_RECORDS + lines[2:]) + "\n")
+    listed = subprocess.run([sys.executable, str(CODE), "--list"], text=True, capture_output=True, cwd=workspace,
+                            env=cli_env(fake), timeout=60)
+    assert listed.returncode == 0, listed.stdout + listed.stderr
+    assert f"skipped {len(CORRUPT_RECORDS)} unreadable record(s)" in listed.stdout and "read a.txt" in listed.stdout
+    fake.reply(text("resumed"))
+    done = subprocess.run([sys.executable, str(CODE), "--resume"], input="go on\n", text=True, capture_output=True,
+                          cwd=workspace, env=cli_env(fake), timeout=60)
+    assert done.returncode == 0 and "Traceback" not in done.stderr and "resumed" in done.stdout, done.stderr
+    assert fake.invalid == []
+
+
+def test_a_log_that_lost_a_result_still_resumes_with_a_valid_history(fake, workspace):
+    log = session_with_a_tool_call(fake, workspace)
+    kept = [line for line in log.read_text().splitlines() if '"tool_result"' not in line]
+    log.write_text("\n".join(kept) + "\n")  # the record with the tool result is gone
+    fake.reply(text("resumed"))
+    done = subprocess.run([sys.executable, str(CODE), "--resume"], input="go on\n", text=True, capture_output=True,
+                          cwd=workspace, env=cli_env(fake), timeout=60)
+    assert done.returncode == 0 and "resumed" in done.stdout, done.stdout + done.stderr
+    assert fake.invalid == []
+    sent = fake.main_requests[-1]["messages"]
+    results = [b for m in sent for b in blocks(m) if b.get("type") == "tool_result"]
+    assert len(results) == 1 and "Interrupted" in results[0]["content"]
