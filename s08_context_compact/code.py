@@ -423,12 +423,14 @@ def workspace_path(agent, path: str) -> Path:
 
 def run_bash(agent, command: str, timeout: int = BASH_TIMEOUT) -> str:
     # A new session makes the command its own process group, so a timeout (or Ctrl-C)
-    # kills everything it started, not just the shell.
+    # kills everything it started, not just the shell. Secret variables are not passed
+    # on: `env` must not be one call away from the key.
     timeout = max(1, min(timeout, 600))
-    proc = subprocess.Popen(["bash", "-c", command], cwd=agent.workdir, stdin=subprocess.DEVNULL,
+    environment = {k: v for k, v in os.environ.items() if not SECRET_NAME.search(k)}
+    proc = subprocess.Popen(["bash", "-c", command], cwd=agent.workdir, stdin=subprocess.DEVNULL, env=environment,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
-    captured = {"head": bytearray(), "tail": bytearray(), "total": 0}
-    reader = threading.Thread(target=_drain, args=(proc.stdout, captured), daemon=True)
+    captured = CapturedOutput(agent.outputs, agent.secrets)
+    reader = threading.Thread(target=captured.drain, args=(proc.stdout,), daemon=True)
     reader.start()
     try:
         code = proc.wait(timeout=timeout)
@@ -438,10 +440,11 @@ def run_bash(agent, command: str, timeout: int = BASH_TIMEOUT) -> str:
         code, timed_out = proc.wait(), True
     except KeyboardInterrupt:
         _kill_group(proc)
+        captured.finish(None)
         raise
     reader.join(timeout=0.5)  # a background child may keep the pipe open; do not wait for it
-    snapshot = dict(captured, head=bytes(captured["head"]), tail=bytes(captured["tail"]))
-    parts = [_captured_text(snapshot).strip("\n")]
+    saved = captured.finish(agent.current_call or "bash")
+    parts = [captured.text(saved and saved.relative_to(agent.workdir)).strip("\n")]
     if timed_out:
         parts.append(f"[timed out after {timeout}s; the command and its children were killed]")
     elif code != 0:
@@ -449,24 +452,98 @@ def run_bash(agent, command: str, timeout: int = BASH_TIMEOUT) -> str:
     return "\n".join(p for p in parts if p) or "(no output)"
 
 
-def _drain(pipe, captured: dict) -> None:
-    while chunk := pipe.read1(65536):
-        captured["total"] += len(chunk)
-        room = BASH_OUTPUT_HEAD - len(captured["head"])
-        captured["head"] += chunk[:max(room, 0)]
-        if room < len(chunk):
-            captured["tail"] = (captured["tail"] + chunk[max(room, 0):])[-BASH_OUTPUT_TAIL:]
+class CapturedOutput:
+    """A command's output as it arrives. Every byte goes to a file in the tool-results
+    folder, secrets redacted on the way; only the head and the tail stay in memory, so
+    100 MB of output costs what 220 KB does. The file is kept only when the output was
+    too long to show whole."""
+
+    def __init__(self, folder: Path, secrets: list):
+        self.folder, self.file, self.unsaved = folder, None, None
+        self.secrets = sorted({v.encode("utf-8", "surrogatepass") for v in secrets}, key=len, reverse=True)
+        self.overlap = max(map(len, self.secrets), default=1) - 1  # a secret may straddle two chunks
+        self.carry, self.head, self.tail, self.total = b"", bytearray(), bytearray(), 0
+        self.lock, self.done = threading.Lock(), False
+
+    def drain(self, pipe) -> None:
+        while chunk := pipe.read1(65536):
+            with self.lock:
+                if self.done:
+                    return
+                data = redact_bytes(self.carry + chunk, self.secrets)
+                cut = max(len(data) - self.overlap, 0)
+                self.carry = data[cut:]
+                self.keep(data[:cut])
+
+    def keep(self, data: bytes) -> None:
+        self.total += len(data)
+        room = BASH_OUTPUT_HEAD - len(self.head)
+        self.head += data[:max(room, 0)]
+        if room < len(data):
+            self.tail = (self.tail + data[max(room, 0):])[-BASH_OUTPUT_TAIL:]
+        if self.unsaved is None and data:
+            try:
+                if self.file is None:
+                    self.folder.mkdir(parents=True, exist_ok=True)
+                    self.file = tempfile.NamedTemporaryFile(dir=self.folder, prefix=".bash-", suffix=".partial",
+                                                            delete=False)
+                self.file.write(data)
+            except OSError as err:
+                self.unsaved = err  # the head and tail are still shown; the note says the rest is lost
+
+    def finish(self, tool_use_id: str | None) -> Path | None:
+        """Stop reading; keep the file under the call's id if the output was cut, else remove it."""
+        with self.lock:
+            self.done = True
+            self.keep(self.carry)
+            self.carry = b""
+            if self.file is None:
+                return None
+            self.file.close()
+            partial = Path(self.file.name)
+            try:
+                if tool_use_id is None or self.total <= len(self.head) or self.unsaved:
+                    partial.unlink(missing_ok=True)
+                    return None
+                return keep_as(partial, self.folder, tool_use_id)
+            except OSError as err:
+                self.unsaved = err
+                return None
+
+    def text(self, saved: Path | None) -> str:
+        head = self.head.decode("utf-8", "replace")
+        if not self.tail:
+            return head
+        omitted = self.total - len(self.head) - len(self.tail)
+        where = f"the whole output is saved at {saved}; read_file (offset/limit) or grep it for the part you need" \
+            if saved else "redirect the output to a file and read the part you need"
+        return f"{head}\n[... {omitted:,} bytes of output omitted ({self.total:,} in all); {where} ...]\n" + \
+            self.tail.decode("utf-8", "replace")
 
 
-def _captured_text(captured: dict) -> str:
-    head = captured["head"].decode("utf-8", "replace")
-    if not captured["tail"]:
-        return head
-    omitted = captured["total"] - len(captured["head"]) - len(captured["tail"])
-    tail = captured["tail"].decode("utf-8", "replace")
-    note = (f"\n[... {omitted:,} bytes of output omitted ({captured['total']:,} in all); "
-            "redirect the output to a file and read the part you need ...]\n")
-    return head + note + tail
+def redact_bytes(data: bytes, secrets: list) -> bytes:
+    for value in secrets:
+        data = data.replace(value, b"[redacted]")
+    return data
+
+
+def keep_as(partial: Path, folder: Path, tool_use_id: str) -> Path:
+    """Give a finished file its name, <id>.txt (or <id>-N.txt), never replacing another."""
+    stem = re.sub(r"[^A-Za-z0-9_-]", "_", tool_use_id)[:80] or "result"
+    for attempt in range(1000):
+        target = folder / (f"{stem}.txt" if attempt == 0 else f"{stem}-{attempt}.txt")
+        try:
+            os.link(partial, target)  # fails, rather than replaces, if the name is taken
+        except FileExistsError:
+            continue
+        except OSError:  # a file system without hard links
+            if target.exists():
+                continue
+            os.replace(partial, target)
+            return target
+        partial.unlink()
+        return target
+    return partial
 
 
 def _kill_group(proc) -> None:

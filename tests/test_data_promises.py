@@ -1,10 +1,12 @@
 """Nothing lost, nothing corrupted: a user's file survives a failed write, and keeps its
 line endings and permissions when an edit succeeds."""
 
+import hashlib
 import json
 import os
 import subprocess
 import sys
+import tracemalloc
 import uuid
 
 import pytest
@@ -180,3 +182,46 @@ def test_a_log_that_lost_a_result_still_resumes_with_a_valid_history(fake, works
     sent = fake.main_requests[-1]["messages"]
     results = [b for m in sent for b in blocks(m) if b.get("type") == "tool_result"]
     assert len(results) == 1 and "Interrupted" in results[0]["content"]
+
+
+# ---------------------------------------------------------------- nothing lost from a command's output
+
+def test_a_100mb_bash_output_is_on_disk_byte_for_byte_with_flat_memory(s08, make_agent, workspace):
+    command = "seq 1 12000000"  # about 97 MB
+    expected = subprocess.run(["bash", "-c", f"{command} | sha256sum"], capture_output=True, text=True).stdout.split()[0]
+    agent = make_agent()
+    tracemalloc.start()
+    try:
+        result = s08.run_tool(agent, {"type": "tool_use", "id": "toolu_big", "name": "bash",
+                                      "input": {"command": command}})
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    saved = workspace / ".task_outputs" / "tool-results" / "toolu_big.txt"
+    assert hashlib.sha256(saved.read_bytes()).hexdigest() == expected
+    assert peak < 8_000_000, f"memory grew with the output: peak {peak:,} bytes"
+    content = result["content"]
+    assert content.startswith("1\n2\n3\n") and content.endswith("11999999\n12000000")
+    assert "the whole output is saved at .task_outputs/tool-results/toolu_big.txt" in content
+    assert not list(saved.parent.glob(".bash-*")), "no partial file left behind"
+
+
+def test_a_short_bash_output_leaves_no_file(s08, make_agent, workspace):
+    agent = make_agent()
+    result = s08.run_tool(agent, {"type": "tool_use", "id": "toolu_small", "name": "bash",
+                                  "input": {"command": "echo small"}})
+    assert result["content"] == "small"
+    assert not (workspace / ".task_outputs").exists() or not list((workspace / ".task_outputs").rglob("*.*"))
+
+
+def test_a_secret_across_chunks_and_the_head_boundary_never_leaks(s08, make_agent, workspace):
+    secret = "sk-live-" + "Q" * 40
+    head = s08.BASH_OUTPUT_HEAD
+    script = (f"import sys; sys.stdout.write('x' * {head - 10}); sys.stdout.flush(); "
+              f"sys.stdout.write('{secret[:20]}'); sys.stdout.flush(); sys.stdout.write('{secret[20:]}' + 'y' * 300000)")
+    agent = make_agent(secrets=[secret])
+    result = s08.run_tool(agent, {"type": "tool_use", "id": "toolu_s", "name": "bash",
+                                  "input": {"command": f"{sys.executable} -c \"{script}\""}})
+    assert "sk-live" not in result["content"] and "QQQQ" not in result["content"]
+    saved = (workspace / ".task_outputs" / "tool-results" / "toolu_s.txt").read_bytes()
+    assert b"sk-live" not in saved and b"[redacted]" in saved and len(saved) == head - 10 + 10 + 300000

@@ -114,7 +114,9 @@ def test_secrets_never_reach_the_model_or_the_disk(fake, workspace):
                    ANTHROPIC_API_KEY=secret, MY_SERVICE_TOKEN="hunter2hunter2")
     assert done.returncode == 0
     sent = json.dumps(fake.requests)
-    assert secret not in sent and "hunter2hunter2" not in sent and "token=[redacted]" in sent
+    assert secret not in sent and "hunter2hunter2" not in sent
+    assert "token=\\nkey=" in sent, "bash does not inherit variables that hold secrets"
+    assert "[redacted]" in sent, "the secret typed in the prompt is redacted"
     for path in workspace.rglob("*"):
         if path.is_file():
             data = path.read_bytes()
