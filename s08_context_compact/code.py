@@ -216,10 +216,29 @@ def save_transcript(folder: Path, messages: list, kind: str) -> Path:
 SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD", re.IGNORECASE)
 
 
-def secret_values(environ) -> list:
-    """Values of environment variables that look like secrets, longest first."""
+URL_PASSWORD = re.compile(r"[a-z][a-z0-9+.-]*://[^:/@\s]*:([^@/\s]{4,})@", re.IGNORECASE)
+
+
+def secret_values(environ, dotenv_files: tuple = ()) -> list:
+    """What must never reach the model, a log or a file, longest first: values of
+    environment variables named like secrets; every value of 8 or more characters in the
+    workspace's .env files; and the password of any user:password@host URL among them."""
     values = {v for k, v in environ.items() if SECRET_NAME.search(k) and len(v) >= 8}
+    for found in dotenv_files:
+        values |= {v for v in found.values() if v and len(v) >= 8}
+    values |= {m for v in list(values) for m in URL_PASSWORD.findall(v)}
     return sorted(values, key=len, reverse=True)
+
+
+def redact_deep(value, secrets: list):
+    """A request (or any JSON value) with every secret in its strings replaced."""
+    if isinstance(value, str):
+        return redact(value, secrets)
+    if isinstance(value, dict):
+        return {key: redact_deep(item, secrets) for key, item in value.items()}
+    if isinstance(value, list):
+        return [redact_deep(item, secrets) for item in value]
+    return value
 
 
 def redact(text: str, secrets: list) -> str:
@@ -1501,6 +1520,8 @@ def send_request(agent, request: dict, sent_tokens: int, on_text=None, label: st
                     on_text("\n")
                 raise
     max_tokens = request["max_tokens"]
+    if agent.secrets:  # the last net before anything leaves the process
+        request = redact_deep(request, agent.secrets)
     try:
         content, stop_reason, usage = with_retries(agent, attempt)
     except (anthropic.APIStatusError, ErrorEvent) as err:
@@ -1874,11 +1895,12 @@ def run_layer(agent, name: str, layer, messages: list, note=None) -> list:
     """Run one layer with savers that write into the workspace; report what it did."""
     transcripts = []
 
+    # History is redacted where content enters it; this is the last net before the disk.
     def save_output(tool_use_id: str, text: str) -> Path:
-        return save_tool_output(agent.outputs, tool_use_id, text).relative_to(agent.workdir)
+        return save_tool_output(agent.outputs, tool_use_id, redact(text, agent.secrets)).relative_to(agent.workdir)
 
     def save_messages(removed: list, kind: str) -> Path:
-        path = save_transcript(agent.transcripts, removed, kind).relative_to(agent.workdir)
+        path = save_transcript(agent.transcripts, redact_deep(removed, agent.secrets), kind).relative_to(agent.workdir)
         transcripts.append(str(path))
         agent.last_transcript = str(path)
         return path
@@ -1938,7 +1960,7 @@ def restored_files(agent, max_tokens: int) -> list:
             raw = f.read(room * CHARS_PER_TOKEN)
         if b"\0" in raw[:8192]:
             continue
-        text = raw.decode("utf-8", "replace")
+        text = redact(raw.decode("utf-8", "replace"), agent.secrets)  # a file may hold a key
         while estimate_text_tokens(text) > room:
             text = text[:len(text) * 3 // 4]
         state = "unchanged since it was read" if short_hash(target) == digest else \
@@ -2012,7 +2034,7 @@ def after_compaction(agent, name: str, result: list) -> None:
              "ledger": {"retained": kept, "total": total, "lost": [f"{kind}: {key}" for kind, key in lost]}}
     try:
         with open(agent.workdir / agent.last_transcript, "a", encoding="utf-8") as f:
-            f.write(json.dumps(event, ensure_ascii=False) + "\n")
+            f.write(redact(json.dumps(event, ensure_ascii=False), agent.secrets) + "\n")
     except OSError:
         pass  # the messages themselves are saved; only this note is lost
     agent.read_state.clear()  # what was read is no longer in context as it was
@@ -2557,10 +2579,20 @@ KNOWN_WINDOWS = [
 ]
 
 
+def dotenv_paths() -> list:
+    return [Path.cwd() / ".env", Path(__file__).resolve().parent.parent / ".env"]
+
+
 def load_configuration() -> None:
     from dotenv import load_dotenv  # imported here so that importing this file does no work
-    load_dotenv(Path.cwd() / ".env")
-    load_dotenv(Path(__file__).resolve().parent.parent / ".env")
+    for path in dotenv_paths():
+        load_dotenv(path)
+
+
+def dotenv_files() -> tuple:
+    """The values in the .env files of the working folder and the repository root."""
+    from dotenv import dotenv_values
+    return tuple(dotenv_values(path) for path in dotenv_paths() if path.is_file())
 
 
 def seconds_setting(name: str, default: float) -> float:
@@ -2667,7 +2699,7 @@ def main(argv=None) -> int:
     sys.stdin.reconfigure(errors="replace")  # bytes that are not UTF-8 must not end the session
     agent = Agent(client=client, settings=settings, workdir=workdir, tools=TOOLS, skills=skills,
                   system=build_system_prompt(workdir, skills), confirm=terminal_confirm(interactive),
-                  show_status=sys.stdout.isatty(), secrets=secret_values(os.environ), endpoint=endpoint,
+                  show_status=sys.stdout.isatty(), secrets=secret_values(os.environ, dotenv_files()), endpoint=endpoint,
                   color=sys.stdout.isatty() and not os.getenv("NO_COLOR"),
                   spinner_to=sys.stdout if sys.stdout.isatty() else None)
     install_default_hooks(agent)

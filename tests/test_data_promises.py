@@ -225,3 +225,24 @@ def test_a_secret_across_chunks_and_the_head_boundary_never_leaks(s08, make_agen
     assert "sk-live" not in result["content"] and "QQQQ" not in result["content"]
     saved = (workspace / ".task_outputs" / "tool-results" / "toolu_s.txt").read_bytes()
     assert b"sk-live" not in saved and b"[redacted]" in saved and len(saved) == head - 10 + 10 + 300000
+
+
+# ---------------------------------------------------------------- secrets
+
+def test_dotenv_values_and_url_passwords_never_leave_the_process(fake, workspace):
+    (workspace / ".env").write_text("DATABASE_URL=postgres://app:pw-7f3k9q@db.internal:5432/prod\n"
+                                    "SERVICE_ENDPOINT_ID=svc-0a1b2c3d4e5f\nSHORT=abc\n")
+    (workspace / "config.txt").write_text("db = postgres://app:pw-7f3k9q@db.internal:5432/prod\n"
+                                          "service = svc-0a1b2c3d4e5f\npassword again: pw-7f3k9q\nshort: abc\n")
+    fake.reply(tool_use("read_file", {"path": "config.txt"}), text("read"), text("after compaction"))
+    done = run_cli(fake, workspace, "read config.txt\n/compact\nwhat next?\n")
+    assert done.returncode == 0, done.stderr
+    sent = json.dumps(fake.requests)
+    for leaked in ("pw-7f3k9q", "svc-0a1b2c3d4e5f"):
+        assert leaked not in sent, f"{leaked} reached the model"
+        for path in workspace.rglob("*"):
+            if path.is_file() and path.name not in (".env", "config.txt"):
+                assert leaked.encode() not in path.read_bytes(), path
+    assert "short: abc" in sent, "values shorter than 8 characters are not secrets"
+    restored = [r for r in fake.main_requests if "config.txt, re-read from disk" in json.dumps(r)]
+    assert restored, "the file came back after the summary (redacted)"
