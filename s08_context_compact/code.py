@@ -217,16 +217,20 @@ SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD", re.IGNORECASE)
 
 
 URL_PASSWORD = re.compile(r"[a-z][a-z0-9+.-]*://[^:/@\s]*:([^@/\s]{4,})@", re.IGNORECASE)
+SETTINGS_NAMES = ("MODEL_ID", "ANTHROPIC_BASE_URL", "CONTEXT_WINDOW", "API_CONNECT_TIMEOUT", "API_IDLE_TIMEOUT")
 
 
 def secret_values(environ, dotenv_files: tuple = ()) -> list:
     """What must never reach the model, a log or a file, longest first: values of
     environment variables named like secrets; every value of 8 or more characters in the
-    workspace's .env files; and the password of any user:password@host URL among them."""
+    workspace's .env files (this program's own settings aside: a request carries the
+    model's id); and the password of any user:password@host URL among all of them."""
     values = {v for k, v in environ.items() if SECRET_NAME.search(k) and len(v) >= 8}
+    urls = set()
     for found in dotenv_files:
-        values |= {v for v in found.values() if v and len(v) >= 8}
-    values |= {m for v in list(values) for m in URL_PASSWORD.findall(v)}
+        values |= {v for k, v in found.items() if v and len(v) >= 8 and k not in SETTINGS_NAMES}
+        urls |= {v for v in found.values() if v}
+    values |= {m for v in values | urls for m in URL_PASSWORD.findall(v)}
     return sorted(values, key=len, reverse=True)
 
 
