@@ -1432,23 +1432,45 @@ def finished_blocks(blocks: dict) -> list:
     return content or [{"type": "text", "text": "(no reply)"}]
 
 
-def reply_from_events(events, on_text, idle_seconds: float) -> tuple:
-    """(content, stop_reason, usage) from server-sent events; raises BadReply or ErrorEvent."""
-    blocks, usage, stop_reason, started = {}, {}, None, False
+def server_sent_events(chunks, idle_seconds: float):
+    """(event name, data) pairs from an SSE byte stream. Pings and comment lines keep a
+    connection open but are not progress: after idle_seconds with nothing else, BadReply."""
+    buffer, name, data = b"", None, []
     last_news = time.monotonic()
-    for event in events:
-        if event.event == "ping":  # keeps a connection open, but is not progress
-            if time.monotonic() - last_news > idle_seconds:
-                raise BadReply(f"the endpoint sent nothing but pings for {idle_seconds:.0f}s")
-            continue
-        last_news = time.monotonic()
-        if not event.data:
+    for chunk in chunks:
+        if time.monotonic() - last_news > idle_seconds:
+            raise BadReply(f"the endpoint sent nothing but pings or comments for {idle_seconds:g}s")
+        *lines, buffer = (buffer + chunk).split(b"\n")
+        for raw in lines:
+            line = raw.rstrip(b"\r").decode("utf-8", "replace")  # a bad byte is a bad character, not a crash
+            if line and not line.startswith(":"):
+                field_name, _, value = line.partition(":")
+                value = value[1:] if value.startswith(" ") else value
+                if field_name == "event":
+                    name = value
+                elif field_name == "data":
+                    data.append(value)
+            elif not line and (name or data):
+                event = (name, "\n".join(data))
+                name, data = None, []
+                if event[0] != "ping" and '"type": "ping"' not in event[1] and '"type":"ping"' not in event[1]:
+                    last_news = time.monotonic()
+                    yield event
+    if name or data:
+        yield name, "\n".join(data)
+
+
+def reply_from_events(events, on_text) -> tuple:
+    """(content, stop_reason, usage) from (event name, data) pairs; raises BadReply or ErrorEvent."""
+    blocks, usage, stop_reason, started = {}, {}, None, False
+    for name, raw in events:
+        if not raw:
             continue
         try:
-            data = json.loads(event.data)
+            data = json.loads(raw)
         except ValueError:
-            raise BadReply(f"the endpoint sent an event that is not JSON: {preview(event.data, 60)}") from None
-        kind = event.event or (data.get("type") if isinstance(data, dict) else "")
+            raise BadReply(f"the endpoint sent an event that is not JSON: {preview(raw, 60)}") from None
+        kind = name or (data.get("type") if isinstance(data, dict) else "")
         if kind == "error":
             raise ErrorEvent(data)
         try:
@@ -1473,7 +1495,7 @@ def reply_from_body(raw: bytes) -> tuple:
     except ValueError:
         raise BadReply("the endpoint's reply was empty" if not raw.strip() else
                        f"the endpoint's reply is not JSON: {preview(raw.decode('utf-8', 'replace'), 60)}") from None
-    if isinstance(data, dict) and "error" in data:
+    if isinstance(data, dict) and data.get("error"):
         raise ErrorEvent(data)
     if not isinstance(data, dict) or not isinstance(data.get("content"), list):
         raise BadReply(f"the endpoint's reply is not a message: {preview(json.dumps(data), 60)}")
@@ -1492,11 +1514,11 @@ def stream_reply(agent, request: dict, on_text=None) -> tuple:
         try:
             if "json" in stream.response.headers.get("content-type", ""):
                 return reply_from_body(stream.response.read())
-            return reply_from_events(anthropic.Stream.raw_events(stream.response), on_text, idle)
+            return reply_from_events(server_sent_events(stream.response.iter_bytes(), idle), on_text)
         except httpx2.TimeoutException:
-            raise BadReply(f"the endpoint sent nothing for {idle:.0f}s") from None
-        except httpx2.TransportError as err:
-            raise BadReply(f"the connection dropped mid-reply ({err or type(err).__name__})") from None
+            raise BadReply(f"the endpoint sent nothing for {idle:g}s") from None
+        except httpx2.HTTPError as err:  # a dropped connection, a body that does not decode
+            raise BadReply(f"the reply broke off ({err or type(err).__name__})") from None
 
 
 @dataclass(frozen=True)

@@ -125,7 +125,7 @@ def broken_tool_json(name: str, partial: str = '{"path": "a.py", ', id: str | No
             "stop_reason": "tool_use"}
 
 
-MALFORMED = ("sse_not_json", "json_body", "empty_body")
+MALFORMED = ("sse_not_json", "json_body", "empty_body", "bad_utf8")
 
 
 def malformed(kind: str, reply: dict | None = None) -> dict:
@@ -134,7 +134,8 @@ def malformed(kind: str, reply: dict | None = None) -> dict:
     - "sse_not_json": 200 SSE whose second event's data line is not JSON, then close;
     - "json_body": the whole message as a JSON body although the request asked to
       stream (`reply` is its content; the default reply when None);
-    - "empty_body": 200 text/event-stream with content-length 0.
+    - "empty_body": 200 text/event-stream with content-length 0;
+    - "bad_utf8": a text reply whose delta holds a byte that is not UTF-8.
     """
     if kind not in MALFORMED:
         raise ValueError(f"malformed kind must be one of {MALFORMED}, not {kind!r}")
@@ -155,10 +156,12 @@ def hang(seconds: float | None = None) -> dict:
     return {"hang": seconds}
 
 
-def pings_only(seconds: float) -> dict:
-    """A 200 stream of message_start followed only by pings, every PING_INTERVAL
-    seconds for `seconds`, then the connection closes. Pings defeat a read timeout."""
-    return {"pings_only": seconds}
+def pings_only(seconds: float, style: str = "event") -> dict:
+    """A 200 stream of message_start followed only by keep-alives, every PING_INTERVAL
+    seconds for `seconds`, then the connection closes. They defeat a read timeout.
+    style: "event" (`event: ping`), "data" (a ping with no event line), or "comment"
+    (an SSE comment line, as OpenRouter sends while a model is thinking)."""
+    return {"pings_only": seconds, "ping_style": style}
 
 
 # ---------------------------------------------------------------- provider behaviours
@@ -921,7 +924,7 @@ class _Handler(BaseHTTPRequestHandler):
         elif "pings_only" in reply:
             self._start_sse()
             self._event("message_start", {"type": "message_start", "message": self._start_of(body)})
-            owner.stalls.append(self._ping_for(reply["pings_only"]))
+            owner.stalls.append(self._ping_for(reply["pings_only"], reply.get("ping_style", "event")))
         elif "error_event" in reply:
             self._start_sse()
             self._event("message_start", {"type": "message_start", "message": self._start_of(body)})
@@ -930,6 +933,17 @@ class _Handler(BaseHTTPRequestHandler):
             self._start_sse()
             self._event("message_start", {"type": "message_start", "message": self._start_of(body)})
             self.wfile.write(b"event: content_block_start\ndata: {not json\n\n")
+        elif reply.get("malformed") == "bad_utf8":  # a byte that is not UTF-8 inside a text delta
+            self._start_sse()
+            self._event("message_start", {"type": "message_start", "message": self._start_of(body)})
+            self._event("content_block_start", {"type": "content_block_start", "index": 0,
+                                                "content_block": {"type": "text", "text": ""}})
+            self.wfile.write(b'event: content_block_delta\ndata: {"type": "content_block_delta", "index": 0, '
+                             b'"delta": {"type": "text_delta", "text": "caf\xe9 ok"}}\n\n')
+            self._event("content_block_stop", {"type": "content_block_stop", "index": 0})
+            self._event("message_delta", {"type": "message_delta", "delta": {"stop_reason": "end_turn"},
+                                          "usage": {"output_tokens": 3}})
+            self._event("message_stop", {"type": "message_stop"})
         elif reply.get("malformed") == "empty_body":
             self._send_empty(200, "text/event-stream")
         elif reply.get("malformed") == "json_body":
@@ -976,15 +990,18 @@ class _Handler(BaseHTTPRequestHandler):
             if self.owner._closing.is_set():
                 return "server closed"
 
-    def _ping_for(self, seconds: float) -> str:
+    def _ping_for(self, seconds: float, style: str = "event") -> str:
         """Send a ping every PING_INTERVAL for `seconds`, unless the client or server goes first."""
+        keep_alive = {"event": b'event: ping\ndata: {"type": "ping"}\n\n', "data": b'data: {"type": "ping"}\n\n',
+                      "comment": b": OPENROUTER PROCESSING\n\n"}[style]
         deadline = time.monotonic() + seconds
         while (left := deadline - time.monotonic()) > 0:
             outcome = self._stall(min(PING_INTERVAL, left))
             if outcome != "timed out":
                 return outcome
             try:
-                self._event("ping", {"type": "ping"})
+                self.wfile.write(keep_alive)
+                self.wfile.flush()
             except OSError:
                 return "client closed"
         return "timed out"
