@@ -113,6 +113,14 @@ def run_cli(fake, workspace, stdin: str, timeout=60, **env):
                           cwd=workspace, env=cli_env(fake, **env), timeout=timeout)
 
 
+def wait_until(condition, timeout=10) -> None:
+    """Wait for something another thread or process does (never a fixed sleep)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out waiting"
+        time.sleep(0.01)
+
+
 # ---------------------------------------------------------------- invariants
 
 def blocks(message):

@@ -8,7 +8,7 @@ import time
 import anthropic
 import pytest
 
-from conftest import assert_valid, blocks, user
+from conftest import assert_valid, blocks, user, wait_until
 from fake_anthropic import (OVERFLOWS, FakeAnthropic, broken_tool_json, count_tokens, error_event, hang,
                             malformed, pings_only, text, tool_use)
 
@@ -305,7 +305,8 @@ def test_an_endpoint_that_never_answers_is_abandoned(s08, make_agent, fake):
     messages = []
     s08.run_turn(agent, messages, "hello")
     assert "did not answer in time" in agent.out.text
-    assert "finally" in agent.out.text and len(fake.requests) == 2 and fake.stalls == ["client closed"]
+    assert "finally" in agent.out.text and len(fake.requests) == 2
+    wait_until(lambda: fake.stalls == ["client closed"])
 
 
 @pytest.mark.parametrize("style", ["event", "data", "comment"])
@@ -317,9 +318,10 @@ def test_keep_alives_alone_do_not_hold_a_turn(s08, make_agent, fake, style):
     started = time.monotonic()
     messages = []
     s08.run_turn(agent, messages, "hello")
-    assert time.monotonic() - started < 5, "abandoned after the idle timeout, not when the endpoint stopped"
+    assert time.monotonic() - started < 15, "abandoned after the idle timeout, not after the 20 s of keep-alives"
     assert "the endpoint sent nothing but pings or comments for 0.6s" in agent.out.text
-    assert "finally" in agent.out.text and fake.stalls == ["client closed"]
+    assert "finally" in agent.out.text
+    wait_until(lambda: fake.stalls == ["client closed"])
 
 
 def test_a_byte_that_is_not_utf8_in_a_stream_is_not_fatal(s08, make_agent, fake):

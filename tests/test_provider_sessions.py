@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from conftest import CODE, blocks, cli_env
+from conftest import CODE, blocks, cli_env, wait_until
 from fake_anthropic import (OVERFLOWS, PROVIDERS, FakeAnthropic, broken_tool_json, error_event, hang,
                             malformed, pings_only, text, tool_use)
 
@@ -124,7 +124,7 @@ def test_a_reading_session_through_an_endpoint_that_stalls(workspace):
         done = run_session(fake, workspace, API_IDLE_TIMEOUT="1")
         output = assert_session_kept_its_promises(fake, workspace, done)
         assert "did not answer in time" in output and "nothing but pings" in output
-        assert fake.stalls == ["client closed", "client closed"]
+        wait_until(lambda: fake.stalls == ["client closed", "client closed"])
 
 
 def test_a_learned_window_survives_resume(workspace):
