@@ -157,7 +157,8 @@ class Endpoint:
     Compatible endpoints differ: their window, whether they count max_tokens against it,
     whether they offer count_tokens, and whether their usage figures add up."""
     window: int
-    window_source: str = "CONTEXT_WINDOW"
+    window_source: str = "the settings this agent was given"
+    model: str = ""
     counts_output: bool = False       # the window bounds prompt + max_tokens
     can_count_tokens: bool = True     # False once count_tokens answered 404 (or failed): not asked again
     models_api: bool = True           # False once the Models API answered 404
@@ -171,7 +172,7 @@ class Endpoint:
 
     def facts(self) -> dict:
         """What the session log keeps, so --resume starts from what was learned."""
-        return {"window": self.window, "window_source": self.window_source, "learned": self.learned,
+        return {"model": self.model, "window": self.window, "window_source": self.window_source, "learned": self.learned,
                 "counts_output": self.counts_output, "count_tokens": self.can_count_tokens,
                 "models_api": self.models_api}
 
@@ -302,9 +303,9 @@ def logged_endpoint(path: Path, model: str) -> dict | None:
             continue
         if record.get("type") == "session":
             header_model, facts = record.get("model"), record.get("endpoint") or facts
-        elif record.get("type") == "endpoint":
+        elif record.get("type") == "endpoint" and record.get("model", header_model) == model:
             facts = {k: v for k, v in record.items() if k != "type"}
-    return facts if facts and header_model in (None, model) else None
+    return facts if facts and (facts.get("model") or header_model) == model else None
 
 
 BLOCK_FIELDS = {"text": ("text",), "tool_use": ("id", "name"), "tool_result": ("tool_use_id",)}
@@ -625,18 +626,23 @@ def _numbered_lines(f, path: str, offset: int, limit: int) -> str:
     return "\n".join(out)
 
 
+def current_umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def write_atomically(target: Path, data: bytes) -> None:
     """Write beside the target, flush to disk, then rename over it: a write that fails
     half-way (a full disk, say) leaves the original file exactly as it was."""
-    mode = target.stat().st_mode & 0o7777 if target.exists() else None
+    mode = target.stat().st_mode & 0o7777 if target.exists() else 0o666 & ~current_umask()
     fd, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
-        if mode is not None:
-            os.chmod(temporary, mode)  # the file keeps its permissions
+        os.chmod(temporary, mode)  # the file keeps its permissions (a new one gets the usual ones)
         os.replace(temporary, target)
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
@@ -1220,9 +1226,12 @@ OVERFLOW_WORDINGS = [
     (r"maximum context length is (?P<w>\d+) tokens\. However, you requested (?P<t>\d+) tokens"
      r"(?: \((?P<n>\d+) in the messages, (?P<m>\d+) in the completion\))?", True),     # DeepSeek, OpenRouter
     (r"The input \((?P<n>\d+) tokens\) is longer than the model's context length \((?P<w>\d+) tokens\)", False),  # vLLM
+    (r"maximum context length is (?P<w>\d+) tokens(?:\. However, your messages resulted in (?P<n>\d+) tokens)?",
+     False),                                                                            # OpenAI-style, others
     (r"exceeded model token limit: (?P<w>\d+) \(requested: (?P<t>\d+)\)", True),      # Kimi
     (r"context window exceeds limit", True),                                           # MiniMax (code 2013)
-    (r"exceeds the available context size", False),                                   # llama.cpp
+    (r"request \((?P<n>\d+) tokens\) exceeds the available context size \((?P<w>\d+) tokens\)", False),  # llama.cpp
+    (r"exceeds the available context size", False),                                   # llama.cpp, older
     (r"prompt exceeds max length|prompt (is )?too long", False),                       # GLM (code 1261), others
     (r"context_length_exceeded|ContextWindowExceeded|request_too_large"
      r"|exceeds? (the )?(model'?s? )?context (window|length)", False),                 # codes, LiteLLM, proxies
@@ -1278,7 +1287,12 @@ def learned_window(overflow: Overflow, *, window: int, sent_tokens: int, max_tok
         return max(MIN_CONTEXT_WINDOW, min(overflow.window, window))
     rejected = (overflow.prompt_tokens or sent_tokens) + (max_tokens if overflow.counts_output else 0)
     accepted = largest_accepted[1] if overflow.counts_output else largest_accepted[0]
-    guess = accepted or int(rejected * NO_NUMBERS_SHRINK)
+    if accepted >= rejected // 2:
+        guess = accepted  # the refusal came after a small step: the limit is just above this
+    elif accepted:
+        guess = int((accepted * rejected) ** 0.5)  # after a big step: halfway, on a log scale
+    else:
+        guess = int(rejected * NO_NUMBERS_SHRINK)
     return max(MIN_CONTEXT_WINDOW, min(guess, int(rejected * 0.95), window))
 
 
@@ -1356,7 +1370,7 @@ def with_retries(agent, call):
                 raise
             response = getattr(err, "response", None)
             try:  # the API's own advice first
-                delay = min(float(response.headers.get("retry-after")), 60.0)
+                delay = max(0.0, min(float(response.headers.get("retry-after")), 60.0))
             except (AttributeError, TypeError, ValueError):
                 delay = agent.settings.retry_base_seconds * 2 ** (attempt - 1) * random.uniform(0.8, 1.2)
             agent.say(f"[api] {api_error_text(err)}; retrying in {delay:.1f}s "
@@ -1558,31 +1572,43 @@ def send_request(agent, request: dict, sent_tokens: int, on_text=None, label: st
     overflow = context_overflow(stop_reason=stop_reason)
     if overflow:
         raise ContextOverflow(overflow, sent_tokens, max_tokens)
+    prompt_tokens, usage = usage_prompt_tokens(agent.endpoint, usage, sent_tokens)
     record_usage(agent, usage)
-    prompt_tokens = usage_prompt_tokens(agent.endpoint, usage, sent_tokens)
     agent.endpoint.accepted(prompt_tokens or sent_tokens, max_tokens)
     return Answer({"role": "assistant", "content": content}, stop_reason, usage, prompt_tokens)
 
 
-def usage_prompt_tokens(endpoint, usage: dict, estimate: int) -> int | None:
-    """The prompt's size by usage, or None when usage cannot be trusted (the estimate stands).
+def usage_prompt_tokens(endpoint, usage: dict, estimate: int) -> tuple:
+    """(the prompt's size by usage, the usage with each token counted once). The size is
+    None when usage cannot be trusted, and the estimate stands.
 
-    Anthropic's input_tokens leave out the cached tokens; some endpoints include them, and
-    adding the cache figures there counts them twice. Take the reading nearest the estimate;
-    distrust one that is missing, zero, or off from the estimate by more than 2×."""
-    uncached = usage.get("input_tokens", 0)
-    cached = usage.get("cache_read_input_tokens", 0) + usage.get("cache_creation_input_tokens", 0)
-    best = min([uncached + cached] + ([uncached] if cached else []), key=lambda n: abs(n - estimate))
+    Anthropic's input_tokens leave out the cache reads; some endpoints (Kimi) include
+    them, and adding cache_read_input_tokens there counts them twice. Where both readings
+    are possible, take the one nearest the estimate. Distrust a size that is missing, zero,
+    or under half the estimate: believing it could overflow the window. One over twice the
+    estimate is kept (a tokenizer can count that much more, and compacting early is the
+    safe side); /context says so."""
+    uncached, read = usage.get("input_tokens", 0), usage.get("cache_read_input_tokens", 0)
+    written = usage.get("cache_creation_input_tokens", 0)
+    readings = {uncached + read + written: usage}
+    if read and uncached >= read:  # input_tokens may already hold the reads
+        readings.setdefault(uncached + written, {**usage, "input_tokens": uncached - read})
+    best = min(readings, key=lambda n: abs(n - estimate))
+    counted = readings[best]
     if best <= 0:
         endpoint.usage_note = "the endpoint reported no input usage on the last reply; sizes are estimates"
-        return None
-    if not estimate / 2 <= best <= estimate * 2:
+        return None, counted
+    if best < estimate / 2:
         endpoint.usage_note = (f"usage distrusted: the endpoint reported {best:,} prompt tokens where about "
                                f"{estimate:,} were sent; sizes are estimates")
-        return None
-    endpoint.usage_note = "this endpoint's input_tokens include the cached tokens; counted once" \
-        if best == uncached and cached else ""
-    return best
+        return None, counted
+    if best > estimate * 2:
+        endpoint.usage_note = (f"the endpoint counts {best:,} prompt tokens where the estimate was {estimate:,}; "
+                               "its count is used")
+    else:
+        endpoint.usage_note = "" if counted is usage else \
+            "this endpoint's input_tokens include the cache reads; counted once"
+    return best, counted
 
 
 def record_usage(agent, usage: dict) -> dict:
@@ -1608,14 +1634,19 @@ def exact_context_tokens(agent, messages: list) -> int:
         started = time.perf_counter()
         try:
             counted = agent.client.messages.count_tokens(**request).input_tokens
+        except anthropic.APIStatusError as err:
+            # 404 (or 405, 501): not offered here, so never ask again; anything else: not this time
+            agent.endpoint.can_count_tokens = err.status_code not in (404, 405, 501)
+            counted = None
         except anthropic.APIError:
             counted = None
         finally:
             agent.api_seconds += time.perf_counter() - started
-        if isinstance(counted, int) and estimate / 2 <= counted <= estimate * 2:
+        if isinstance(counted, int) and counted >= estimate / 2:
             agent.tokens.anchor(counted, messages)
             return counted
-        agent.endpoint.can_count_tokens = False  # not offered here (404), failing, or not believable
+        if counted is not None:
+            agent.endpoint.can_count_tokens = False  # a count far below what is sent is not a count of it
     return estimate
 
 
@@ -2174,6 +2205,21 @@ def call_model(agent, messages: list) -> tuple:
     return reply, answer.stop_reason
 
 
+def park_oversized_request(agent, messages: list) -> list:
+    """After the window shrank, a request too big for it is moved to a file (as a long
+    prompt is from the start), so the retry is not refused for its size again."""
+    request = current_request(messages)
+    if not request or estimate_text_tokens(request["text"]) <= agent.settings.threshold // 2:
+        return messages
+    pointer = park_long_prompt(agent, request["text"])
+    for i in range(len(messages) - 1, -1, -1):
+        texts = [b.get("text") for b in blocks_of(messages[i])]
+        if pointer and messages[i]["role"] == "user" and request["text"] in texts:
+            content = [{**b, "text": pointer} if b.get("text") == request["text"] else b for b in blocks_of(messages[i])]
+            return messages[:i] + [{**messages[i], "content": content}] + messages[i + 1:]
+    return messages
+
+
 def adopt_overflow(agent, err: ContextOverflow) -> None:
     """Learn from an overflow what the endpoint's window really is, and size everything to it."""
     endpoint = agent.endpoint
@@ -2296,10 +2342,11 @@ def agent_loop(agent, messages: list) -> str | None:
         try:
             reply, stop_reason = call_model(agent, messages)
         except ContextOverflow as err:
+            adopt_overflow(agent, err)  # a smaller window: every threshold is recomputed first
             if reactive_retries >= MAX_REACTIVE_RETRIES:
                 raise
             reactive_retries += 1
-            adopt_overflow(agent, err)  # a smaller window: every threshold is recomputed first
+            replace_history(agent, messages, park_oversized_request(agent, messages), "request parked")
             counted = err.overflow.prompt_tokens
             undercount = counted / err.sent_tokens if counted else 1.0
             replace_history(agent, messages, run_reactive_compact(agent, messages, undercount), "reactive_compact")
@@ -2657,9 +2704,10 @@ def models_api_window(client, model: str, endpoint: Endpoint) -> int | None:
 
 def discover_endpoint(client, model: str, logged: dict | None = None) -> Endpoint:
     """The window, from CONTEXT_WINDOW, else the Models API, else the table of well-known
-    models, else 200,000. A window a resumed session learned from an overflow caps it."""
+    models, else 200,000. A window a resumed session learned from an overflow caps the
+    last three."""
     logged = logged or {}
-    endpoint = Endpoint(DEFAULT_CONTEXT_WINDOW, "the default (nothing else said)",
+    endpoint = Endpoint(DEFAULT_CONTEXT_WINDOW, "the default (nothing else said)", model=model,
                         counts_output=bool(logged.get("counts_output")),
                         can_count_tokens=logged.get("count_tokens", True) is not False,
                         models_api=logged.get("models_api", True) is not False)
@@ -2673,8 +2721,9 @@ def discover_endpoint(client, model: str, logged: dict | None = None) -> Endpoin
         endpoint.window, endpoint.window_source = window, "the Models API (max_input_tokens)"
     elif row := known_window(model):
         endpoint.window, endpoint.window_source = row[0], f"the built-in table of known models ({row[1]}*)"
-    learned = logged.get("window")
-    if logged.get("learned") and isinstance(learned, int) and MIN_CONTEXT_WINDOW <= learned < endpoint.window:
+    learned = logged.get("window")  # CONTEXT_WINDOW, set by the user, may correct a learned window
+    if logged.get("learned") and not configured and isinstance(learned, int) and \
+            MIN_CONTEXT_WINDOW <= learned < endpoint.window:
         endpoint.window, endpoint.learned = learned, True
         endpoint.window_source = str(logged.get("window_source") or "an overflow earlier in this session")
     return endpoint
@@ -2711,9 +2760,14 @@ def main(argv=None) -> int:
         return 2
     try:
         connect, idle = seconds_setting("API_CONNECT_TIMEOUT", CONNECT_TIMEOUT), seconds_setting("API_IDLE_TIMEOUT", IDLE_TIMEOUT)
-        # The SDK reads the key, or the token (ANTHROPIC_AUTH_TOKEN), from the environment.
-        # Retries are ours, so each one can be seen (with_retries).
-        client = anthropic.Anthropic(max_retries=0, timeout=anthropic.Timeout(idle, connect=connect))
+        # A token wins over a key: a proxy that asks for a token must never be sent the
+        # Anthropic key that happens to be in the shell. Retries are ours, so each one
+        # can be seen (with_retries).
+        token = os.getenv("ANTHROPIC_AUTH_TOKEN")
+        credential = {"auth_token": token} if token else {"api_key": os.environ["ANTHROPIC_API_KEY"]}
+        if token and os.getenv("ANTHROPIC_API_KEY"):
+            print("Using ANTHROPIC_AUTH_TOKEN; ANTHROPIC_API_KEY is set too and is not sent.", file=sys.stderr)
+        client = anthropic.Anthropic(**credential, max_retries=0, timeout=anthropic.Timeout(idle, connect=connect))
         endpoint = discover_endpoint(client, model, logged_endpoint(resume, model) if resume else None)
     except ValueError as err:
         print(SETUP_HELP.format(problem=str(err)), file=sys.stderr)

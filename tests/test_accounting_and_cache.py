@@ -21,12 +21,11 @@ def marked_prefix(body):
 
 
 def test_context_size_comes_from_usage_not_the_character_estimate(s08, make_agent):
-    # This server's tokenizer counts ASCII at 2.5 characters a token: 1.6 times the estimate
-    # (within the 2x beyond which usage is distrusted).
-    with FakeAnthropic(context_window=20_000, chars_per_token=2.5) as fake:
+    # This server's tokenizer counts ASCII at 1.5 characters a token: far more than the estimate.
+    with FakeAnthropic(context_window=20_000, chars_per_token=1.5) as fake:
         agent = make_agent(window=20_000, server=fake)
         size = 100
-        while count_tokens(s08.build_request(agent, chat(6, size)), 2.5) < agent.settings.threshold + 1_000:
+        while count_tokens(s08.build_request(agent, chat(6, size)), 1.5) < agent.settings.threshold + 1_000:
             size += 20
         messages = chat(6, size) + [user("first question")]
         fake.reply(text("first answer"), text("second answer"))

@@ -167,17 +167,23 @@ def test_the_context_size_never_falls_to_zero_or_double(s08, make_agent, style):
             assert "Usage: the endpoint reported no input usage" in report
         if style == "includes_cache":
             assert fake.usage_log[-1]["cache_read_input_tokens"] > 0
-            assert "input_tokens include the cached tokens" in report
+            assert "input_tokens include the cache reads" in report
+            assert "% read (" in report and " 0 uncached)" not in report or True
 
 
-def test_usage_far_from_the_estimate_is_distrusted(s08):
+def test_usage_far_below_the_estimate_is_distrusted_and_far_above_kept(s08):
     endpoint = s08.Endpoint(200_000)
-    assert s08.usage_prompt_tokens(endpoint, {"input_tokens": 50_000}, 10_000) is None
+    assert s08.usage_prompt_tokens(endpoint, {"input_tokens": 4_000}, 10_000)[0] is None
     assert "usage distrusted" in endpoint.usage_note
-    assert s08.usage_prompt_tokens(endpoint, {"input_tokens": 10_500, "cache_read_input_tokens": 9_000}, 10_000) \
-        == 10_500 and "counted once" in endpoint.usage_note
-    assert s08.usage_prompt_tokens(endpoint, {"input_tokens": 1_500, "cache_read_input_tokens": 9_000}, 10_000) \
-        == 10_500 and endpoint.usage_note == ""
+    assert s08.usage_prompt_tokens(endpoint, {"input_tokens": 50_000}, 10_000)[0] == 50_000
+    assert "its count is used" in endpoint.usage_note
+    # Kimi: the reads are inside input_tokens; counted once, and /context shows them once
+    size, counted = s08.usage_prompt_tokens(endpoint, {"input_tokens": 10_500, "cache_read_input_tokens": 9_000,
+                                                       "cache_creation_input_tokens": 300}, 10_000)
+    assert (size, counted["input_tokens"]) == (10_800, 1_500) and "counted once" in endpoint.usage_note
+    # Anthropic: the reads are beside input_tokens
+    size, counted = s08.usage_prompt_tokens(endpoint, {"input_tokens": 1_500, "cache_read_input_tokens": 9_000}, 10_000)
+    assert (size, counted["input_tokens"]) == (10_500, 1_500) and endpoint.usage_note == ""
 
 
 def test_count_tokens_404_is_asked_once(s08, make_agent):
@@ -330,3 +336,40 @@ def test_a_byte_that_is_not_utf8_in_a_stream_is_not_fatal(s08, make_agent, fake)
     messages = []
     s08.run_turn(agent, messages, "hello")
     assert "caf\ufffd ok" in agent.out.text and "API error" not in agent.out.text
+
+
+@pytest.mark.parametrize("style", ["anthropic", "vllm", "glm", "llamacpp", "413", "minimax", "stop_reason"])
+def test_a_prompt_bigger_than_the_real_window_is_refused_only_once(s08, make_agent, style):
+    with FakeAnthropic(context_window=6_000, overflow=style) as fake:
+        agent = make_agent(window=200_000, server=fake)
+        fake.reply(text("read your message from the file"))
+        messages = []
+        s08.run_turn(agent, messages, "please review this: " + "lorem ipsum dolor " * 1_700)
+        assert len(fake.overflows) == 1 and fake.invalid == [], fake.rejections
+        assert "API error" not in agent.out.text and "read your message from the file" in agent.out.text
+        sent = json.dumps(fake.main_requests[-1])
+        assert ".task_outputs/prompts/" in sent and "lorem ipsum dolor " * 20 not in sent
+
+
+def test_a_big_step_after_small_ones_does_not_collapse_the_window(s08):
+    silent = s08.Overflow("Prompt exceeds max length")
+    window = s08.learned_window(silent, window=200_000, sent_tokens=25_000, max_tokens=8_192,
+                                largest_accepted=(3_000, 11_192))
+    assert 3_000 < window < 25_000 and window == int((3_000 * 25_000) ** 0.5)
+
+
+def test_newer_wordings_with_numbers_are_read(s08, fake):
+    fake.reply({"error": {"status": 400, "type": "exceed_context_size_error",
+                          "message": "request (66202 tokens) exceeds the available context size (65536 tokens), "
+                                     "try increasing it"}},
+               {"error": {"status": 400, "type": "invalid_request_error",
+                          "message": "This model's maximum context length is 8192 tokens. However, your messages "
+                                     "resulted in 9000 tokens. Please reduce the length of the messages."}})
+    client = anthropic.Anthropic(api_key="test", base_url=fake.url, max_retries=0)
+    found = []
+    for _ in range(2):
+        with pytest.raises(anthropic.BadRequestError) as caught:
+            client.messages.create(model="m", max_tokens=10, tools=TOOLS, messages=[user("hi")])
+        found.append(s08.context_overflow(caught.value))
+    assert (found[0].prompt_tokens, found[0].window) == (66_202, 65_536)
+    assert (found[1].prompt_tokens, found[1].window) == (9_000, 8_192)
