@@ -2220,22 +2220,28 @@ def park_oversized_request(agent, messages: list) -> list:
     return messages
 
 
-def adopt_overflow(agent, err: ContextOverflow) -> None:
-    """Learn from an overflow what the endpoint's window really is, and size everything to it."""
-    endpoint = agent.endpoint
-    endpoint.counts_output = endpoint.counts_output or err.overflow.counts_output
-    window = learned_window(err.overflow, window=endpoint.window, sent_tokens=err.sent_tokens,
+def adopt_overflow(agent, err: ContextOverflow) -> bool:
+    """Learn from an overflow what the endpoint's window really is, and size everything to
+    it; True when the window shrank."""
+    endpoint, overflow = agent.endpoint, err.overflow
+    if not overflow.window and err.sent_tokens < MIN_CONTEXT_WINDOW:
+        overflow = replace(overflow, counts_output=True)  # a prompt this small can only be refused for max_tokens
+    endpoint.counts_output = endpoint.counts_output or overflow.counts_output
+    window = learned_window(overflow, window=endpoint.window, sent_tokens=err.sent_tokens,
                             max_tokens=err.max_tokens, largest_accepted=endpoint.largest_accepted)
-    if window < endpoint.window:
+    shrank = window < endpoint.window
+    if shrank:
         if err.overflow.window:
             agent.say(f"[window] the endpoint's limit is {window:,} tokens (was assuming {endpoint.window:,})", "layer")
             endpoint.window_source = "the endpoint's overflow message"
         else:
-            agent.say(f"[window] the endpoint refused about {err.sent_tokens:,} tokens without naming its limit; "
-                      f"assuming {window:,} from now on (was {endpoint.window:,})", "layer")
+            output = f" + {err.max_tokens:,} for the reply" if overflow.counts_output else ""
+            agent.say(f"[window] the endpoint refused about {err.sent_tokens:,} tokens{output} without naming its "
+                      f"limit; assuming a window of {window:,} from now on (was {endpoint.window:,})", "layer")
             endpoint.window_source = "an overflow that named no limit (below the refused size)"
         endpoint.window, endpoint.learned = window, True
     sync_settings(agent)
+    return shrank
 
 
 def sync_settings(agent) -> None:
@@ -2342,11 +2348,13 @@ def agent_loop(agent, messages: list) -> str | None:
         try:
             reply, stop_reason = call_model(agent, messages)
         except ContextOverflow as err:
-            adopt_overflow(agent, err)  # a smaller window: every threshold is recomputed first
+            shrank = adopt_overflow(agent, err)  # a smaller window: every threshold is recomputed first
             if reactive_retries >= MAX_REACTIVE_RETRIES:
                 raise
             reactive_retries += 1
             replace_history(agent, messages, park_oversized_request(agent, messages), "request parked")
+            if shrank and context_tokens(agent, messages) <= agent.settings.threshold:
+                continue  # the history fits the window learned: only max_tokens was too big for it
             counted = err.overflow.prompt_tokens
             undercount = counted / err.sent_tokens if counted else 1.0
             replace_history(agent, messages, run_reactive_compact(agent, messages, undercount), "reactive_compact")
@@ -2641,14 +2649,14 @@ endpoint; or export them in your shell. See README.md, section "Set up"."""
 
 # Windows of well-known models, for endpoints without the Models API (none of the
 # compatible providers has one). First match wins; the id may carry a provider prefix.
-KNOWN_WINDOWS = [
-    (r"claude-", 200_000),            # Anthropic models overview: 200k (1M only behind a beta header)
-    (r"deepseek-", 131_072),          # DeepSeek API docs: deepseek-chat / deepseek-reasoner, 128K
-    (r"kimi-k2-0711", 131_072),       # Moonshot docs: the first Kimi K2 release, 128K
-    (r"kimi-k2", 262_144),            # Moonshot docs: kimi-k2-0905, k2-turbo, k2.5, 256K
-    (r"glm-4\.5", 128_000),           # Z.ai docs: GLM-4.5, 128K
-    (r"glm-(4\.[6-9]|5)", 200_000),   # Z.ai docs: GLM-4.6 and later, 200K
-    (r"minimax-m2", 204_800),         # MiniMax docs: MiniMax-M2 to M2.7, 204,800
+KNOWN_WINDOWS = [  # (pattern, window, what it matches)
+    (r"claude-", 200_000, "claude-*"),              # Anthropic models overview: 200k (1M only behind a beta header)
+    (r"deepseek-", 131_072, "deepseek-*"),          # DeepSeek API docs: deepseek-chat / deepseek-reasoner, 128K
+    (r"kimi-k2-0711", 131_072, "kimi-k2-0711"),     # Moonshot docs: the first Kimi K2 release, 128K
+    (r"kimi-k2", 262_144, "kimi-k2*"),              # Moonshot docs: kimi-k2-0905, k2-turbo, k2.5, 256K
+    (r"glm-4\.5", 128_000, "glm-4.5*"),             # Z.ai docs: GLM-4.5, 128K
+    (r"glm-(4\.[6-9]|5)", 200_000, "glm-4.6 and later"),  # Z.ai docs: GLM-4.6 and later, 200K
+    (r"minimax-m2", 204_800, "MiniMax-M2*"),        # MiniMax docs: MiniMax-M2 to M2.7, 204,800
 ]
 
 
@@ -2680,10 +2688,10 @@ def seconds_setting(name: str, default: float) -> float:
 
 
 def known_window(model: str) -> tuple | None:
-    """(window, the table row's pattern) for a well-known model id, else None."""
-    for pattern, window in KNOWN_WINDOWS:
+    """(window, what the table's row matches) for a well-known model id, else None."""
+    for pattern, window, label in KNOWN_WINDOWS:
         if re.search(pattern, model, re.IGNORECASE):
-            return window, pattern.replace("\\", "")
+            return window, label
     return None
 
 
@@ -2720,7 +2728,7 @@ def discover_endpoint(client, model: str, logged: dict | None = None) -> Endpoin
     elif window := models_api_window(client, model, endpoint):
         endpoint.window, endpoint.window_source = window, "the Models API (max_input_tokens)"
     elif row := known_window(model):
-        endpoint.window, endpoint.window_source = row[0], f"the built-in table of known models ({row[1]}*)"
+        endpoint.window, endpoint.window_source = row[0], f"the built-in table of known models ({row[1]})"
     learned = logged.get("window")  # CONTEXT_WINDOW, set by the user, may correct a learned window
     if logged.get("learned") and not configured and isinstance(learned, int) and \
             MIN_CONTEXT_WINDOW <= learned < endpoint.window:

@@ -92,7 +92,7 @@ def test_a_reading_session_on_each_provider_behaviour(workspace, behaviour):
         done = run_session(fake, workspace, **env)
         output = assert_session_kept_its_promises(fake, workspace, done)
         assert len(fake.overflows) == 1, "the real window is smaller than the assumed one: one refusal teaches it"
-        assert "[window]" in output and "[reactive_compact]" in output
+        assert "[window]" in output  # then reactive_compact, unless only max_tokens made the request too big
         if settings.get("overflow") in STATES_THE_WINDOW:
             assert f"the endpoint's limit is {WINDOW:,} tokens (was assuming 200,000)" in output
         assert len(fake.model_lookups) == 1, "the Models API is asked once, at start"
@@ -132,7 +132,7 @@ def test_a_learned_window_survives_resume(workspace):
     with FakeAnthropic(context_window=WINDOW, **PROVIDERS["minimax"]) as fake:
         fake.reply(*reading_script())
         output = assert_session_kept_its_promises(fake, workspace, run_session(fake, workspace))
-        learned = re.search(r"assuming ([\d,]+) from now on", output).group(1)
+        learned = re.search(r"assuming a window of ([\d,]+) from now on", output).group(1)
         fake.reply(tool_use("read_file", {"path": "docs/part00.txt"}), text("resumed fine"))
         resumed = subprocess.run([sys.executable, str(CODE), "--resume"], input="read part 0 again\n/context\n",
                                  text=True, capture_output=True, cwd=workspace,
