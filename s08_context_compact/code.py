@@ -31,6 +31,7 @@ import tempfile
 import threading
 import time
 import uuid
+import warnings
 from dataclasses import MISSING, dataclass, field, fields, replace
 from functools import cached_property
 from pathlib import Path
@@ -924,8 +925,15 @@ class TokenCounter:
             if old is not new:
                 break
             same += 1
-        return (self.anchor_tokens - self.estimate(self.anchor_messages[same:])
-                + self.estimate(messages[same:]))
+        before, after = self.anchor_messages[same:], messages[same:]
+        if before and after:  # something was rewritten: compare what is gone with what is new
+            now = {id(m) for m in after}
+            gone = [m for m in before if id(m) not in now]
+            if same == 0 and len(gone) == len(before):  # nothing in common (a summary): the anchor says nothing
+                return overhead + self.estimate(messages)
+            then = {id(m) for m in before}
+            before, after = gone, [m for m in after if id(m) not in then]
+        return self.anchor_tokens - self.estimate(before) + self.estimate(after)
 
 
 def head_within(text: str, max_tokens: int) -> str:
@@ -2311,6 +2319,8 @@ def tidy_reply(agent, messages: list, reply: dict, stop_reason: str) -> tuple:
                 refused[unique] = (f"its input was not a JSON object (received {preview(json.dumps(block['input']), 80)}),"
                                    " so it was not run")
                 content[k]["input"] = {}
+    if content == reply["content"]:
+        return reply, note, refused  # the same object: the token counter's anchor still knows it
     return {**reply, "content": content or [{"type": "text", "text": "(reply cut off)"}]}, note, refused
 
 
@@ -2506,7 +2516,28 @@ def run_turn(agent, messages: list, prompt: str) -> None:
         agent.say(f"API error: {err}, even after compacting. The conversation is kept: try /compact, "
                   "or set CONTEXT_WINDOW lower.", "error")
     except API_FAILURES as err:
-        agent.say(f"API error: {api_error_text(err)}. The conversation is kept; send your message again.", "error")
+        withdrawn = withdraw_unanswered_prompt(agent, messages)
+        agent.say(f"API error: {api_error_text(err)}. {what_to_do(err)}"
+                  + (" Your message was not sent; send it again (the up arrow recalls it)." if withdrawn else
+                     " The work so far is kept; send a message to go on."), "error")
+
+
+def what_to_do(err: Exception) -> str:
+    status = getattr(err, "status_code", None)
+    if status in (401, 403):
+        return "Check ANTHROPIC_API_KEY, or ANTHROPIC_AUTH_TOKEN for an endpoint that wants a bearer token."
+    if status == 404:
+        return "Check MODEL_ID and ANTHROPIC_BASE_URL."
+    return ""
+
+
+def withdraw_unanswered_prompt(agent, messages: list) -> bool:
+    """A prompt the model never answered is taken back out, so sending it again does not
+    send it twice. The session log keeps a record of it."""
+    if not messages or messages[-1]["role"] != "user" or is_tool_result_message(messages[-1]):
+        return False
+    replace_history(agent, messages, messages[:-1], "prompt not answered (API error)")
+    return True
 
 
 def read_line(interactive: bool) -> str | None:
@@ -2710,12 +2741,15 @@ def models_api_window(client, model: str, endpoint: Endpoint) -> int | None:
     return window if isinstance(window, int) and window >= MIN_CONTEXT_WINDOW else None
 
 
+DEFAULT_WINDOW_SOURCE = "the default (nothing else said; set CONTEXT_WINDOW if you know it)"
+
+
 def discover_endpoint(client, model: str, logged: dict | None = None) -> Endpoint:
     """The window, from CONTEXT_WINDOW, else the Models API, else the table of well-known
     models, else 200,000. A window a resumed session learned from an overflow caps the
     last three."""
     logged = logged or {}
-    endpoint = Endpoint(DEFAULT_CONTEXT_WINDOW, "the default (nothing else said)", model=model,
+    endpoint = Endpoint(DEFAULT_CONTEXT_WINDOW, DEFAULT_WINDOW_SOURCE, model=model,
                         counts_output=bool(logged.get("counts_output")),
                         can_count_tokens=logged.get("count_tokens", True) is not False,
                         models_api=logged.get("models_api", True) is not False)
@@ -2754,6 +2788,7 @@ def main(argv=None) -> int:
         print(list_sessions(Path.cwd()))
         return 0
     load_configuration()
+    warnings.showwarning = lambda message, *_: print(f"[warning] {str(message).splitlines()[0]}", file=sys.stderr)
     missing = ([] if os.getenv("ANTHROPIC_API_KEY") or os.getenv("ANTHROPIC_AUTH_TOKEN") else
                ["Neither ANTHROPIC_API_KEY nor ANTHROPIC_AUTH_TOKEN is set."]) + \
         ([] if os.getenv("MODEL_ID") else ["MODEL_ID is not set."])
@@ -2778,7 +2813,7 @@ def main(argv=None) -> int:
         client = anthropic.Anthropic(**credential, max_retries=0, timeout=anthropic.Timeout(idle, connect=connect))
         endpoint = discover_endpoint(client, model, logged_endpoint(resume, model) if resume else None)
     except ValueError as err:
-        print(SETUP_HELP.format(problem=str(err)), file=sys.stderr)
+        print(f"{err} Set it in .env or in your shell (README.md, section Configuration).", file=sys.stderr)
         return 2
     settings = replace(Settings.for_window(model, endpoint.window), idle_timeout=idle)
     skills = discover_skills([workdir / "skills", Path(__file__).resolve().parent / "skills"])
@@ -2792,6 +2827,9 @@ def main(argv=None) -> int:
                   spinner_to=sys.stdout if sys.stdout.isatty() else None)
     install_default_hooks(agent)
     messages = open_session(agent, resume)
+    if endpoint.window_source == DEFAULT_WINDOW_SOURCE:
+        print(f"[window] nothing says how big {model}'s window is; assuming {endpoint.window:,} tokens. Set "
+              "CONTEXT_WINDOW if you know it; otherwise the endpoint's first \"too long\" answer will tell.")
     if interactive:
         import readline  # noqa: F401  (arrow keys and history at the prompt)
         print(f"s08 context compact · {model} · window {format_tokens(settings.window)} tokens · "

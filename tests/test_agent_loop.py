@@ -238,8 +238,9 @@ def test_api_errors_that_persist_print_one_line_and_the_session_goes_on(s08, fak
     s08.run_turn(agent, messages, "first")
     assert len(fake.main_requests) == s08.MAX_API_ATTEMPTS, "retries are bounded"
     assert "API error: 500 api_error: Internal server error" in agent.out.text
+    assert "Your message was not sent; send it again" in agent.out.text and messages == []
     s08.run_turn(agent, messages, "second")
-    assert messages[0]["content"] == [{"type": "text", "text": "first"}, {"type": "text", "text": "second"}]
+    assert messages[0]["content"] == [{"type": "text", "text": "second"}], "a prompt never answered is not sent twice"
     assert messages[-1]["content"] == [{"type": "text", "text": "Back again."}]
     assert_requests_valid(fake)
 
@@ -262,7 +263,7 @@ def test_a_stream_cut_every_time_ends_the_turn_cleanly(s08, fake, make_agent):
     messages = []
     s08.run_turn(agent, messages, "go")
     assert "API error: the reply stream ended before the message was complete" in agent.out.text
-    assert messages == [user("go")]
+    assert messages == [], "the prompt the model never answered is withdrawn, to be sent again"
 
 
 def test_unreachable_endpoint_is_reported_clearly(s08, make_agent):

@@ -373,3 +373,14 @@ def test_newer_wordings_with_numbers_are_read(s08, fake):
         found.append(s08.context_overflow(caught.value))
     assert (found[0].prompt_tokens, found[0].window) == (66_202, 65_536)
     assert (found[1].prompt_tokens, found[1].window) == (9_000, 8_192)
+
+
+def test_after_a_summary_the_size_is_never_below_what_is_sent(s08, make_agent):
+    # this endpoint counts far fewer tokens than the estimate: the anchor is below the estimate
+    with FakeAnthropic(chars_per_token=6) as fake:
+        agent = make_agent(window=40_000, server=fake)
+        messages = [user("tell me " + "about the parser " * 2_000)]
+        fake.reply(text("a long answer " * 500))
+        s08.agent_loop(agent, messages)
+        s08.handle_command(agent, messages, "/compact")
+        assert s08.context_tokens(agent, messages) >= agent.overhead + s08.estimate_tokens(messages) // 2
