@@ -16,6 +16,7 @@ import anthropic
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
+import cli_runner  # noqa: E402
 from fake_anthropic import FakeAnthropic  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -108,9 +109,9 @@ def cli_env(fake, **extra):
     return env
 
 
-def run_cli(fake, workspace, stdin: str, timeout=60, **env):
-    return subprocess.run([sys.executable, str(CODE)], input=stdin, text=True, capture_output=True,
-                          cwd=workspace, env=cli_env(fake, **env), timeout=timeout)
+def run_cli(fake, workspace, stdin: str, timeout=60, args=(), **env):
+    """`python code.py *args` with piped input, in a process forked with the SDK already imported."""
+    return cli_runner.run(list(args), input=stdin, env=cli_env(fake, **env), cwd=workspace, timeout=timeout)
 
 
 def wait_until(condition, timeout=10) -> None:

@@ -11,7 +11,7 @@ import uuid
 
 import pytest
 
-from conftest import CODE, blocks, cli_env, run_cli
+from conftest import blocks, run_cli
 from fake_anthropic import text, tool_use
 
 
@@ -138,12 +138,10 @@ def test_resume_cuts_a_torn_last_line_before_appending(fake, workspace):
     with open(log, "ab") as f:
         f.write(b'{"type": "message", "message": {"role": "user", "con')  # killed while writing
     fake.reply(text("first resume"), text("second resume"))
-    done = subprocess.run([sys.executable, str(CODE), "--resume"], input="go on\n", text=True, capture_output=True,
-                          cwd=workspace, env=cli_env(fake), timeout=60)
+    done = run_cli(fake, workspace, "go on\n", args=["--resume"])
     assert done.returncode == 0 and "its last line was cut off" in done.stdout and "first resume" in done.stdout
     assert all(json.loads(line) for line in log.read_text().splitlines()), "every line is whole again"
-    again = subprocess.run([sys.executable, str(CODE), "--resume"], input="and again\n", text=True,
-                           capture_output=True, cwd=workspace, env=cli_env(fake), timeout=60)
+    again = run_cli(fake, workspace, "and again\n", args=["--resume"])
     assert again.returncode == 0 and "second resume" in again.stdout, again.stdout + again.stderr
     assert fake.invalid == []
 
@@ -159,13 +157,11 @@ def test_list_and_resume_skip_corrupt_records(fake, workspace):
     log = session_with_a_tool_call(fake, workspace)
     lines = log.read_text().splitlines()
     log.write_text("\n".join(lines[:2] + CORRUPT_RECORDS + lines[2:]) + "\n")
-    listed = subprocess.run([sys.executable, str(CODE), "--list"], text=True, capture_output=True, cwd=workspace,
-                            env=cli_env(fake), timeout=60)
+    listed = run_cli(fake, workspace, "", args=["--list"])
     assert listed.returncode == 0, listed.stdout + listed.stderr
     assert f"skipped {len(CORRUPT_RECORDS)} unreadable record(s)" in listed.stdout and "read a.txt" in listed.stdout
     fake.reply(text("resumed"))
-    done = subprocess.run([sys.executable, str(CODE), "--resume"], input="go on\n", text=True, capture_output=True,
-                          cwd=workspace, env=cli_env(fake), timeout=60)
+    done = run_cli(fake, workspace, "go on\n", args=["--resume"])
     assert done.returncode == 0 and "Traceback" not in done.stderr and "resumed" in done.stdout, done.stderr
     assert fake.invalid == []
 
@@ -175,8 +171,7 @@ def test_a_log_that_lost_a_result_still_resumes_with_a_valid_history(fake, works
     kept = [line for line in log.read_text().splitlines() if '"tool_result"' not in line]
     log.write_text("\n".join(kept) + "\n")  # the record with the tool result is gone
     fake.reply(text("resumed"))
-    done = subprocess.run([sys.executable, str(CODE), "--resume"], input="go on\n", text=True, capture_output=True,
-                          cwd=workspace, env=cli_env(fake), timeout=60)
+    done = run_cli(fake, workspace, "go on\n", args=["--resume"])
     assert done.returncode == 0 and "resumed" in done.stdout, done.stdout + done.stderr
     assert fake.invalid == []
     sent = fake.main_requests[-1]["messages"]

@@ -5,12 +5,10 @@ most once, send no invalid request, and lose nothing."""
 
 import hashlib
 import re
-import subprocess
-import sys
 
 import pytest
 
-from conftest import CODE, blocks, cli_env, wait_until
+from conftest import blocks, run_cli, wait_until
 from fake_anthropic import (OVERFLOWS, PROVIDERS, FakeAnthropic, broken_tool_json, error_event, hang,
                             malformed, pings_only, text, tool_use)
 
@@ -43,9 +41,7 @@ def reading_script(extra: dict | None = None) -> list:
 
 
 def run_session(fake, workspace, timeout=90, **env):
-    env = cli_env(fake, MODEL_ID="test-model", **env)
-    return subprocess.run([sys.executable, str(CODE)], input=REQUEST + "\n", text=True, capture_output=True,
-                          cwd=workspace, env=env, timeout=timeout)
+    return run_cli(fake, workspace, REQUEST + "\n", timeout=timeout, **{"MODEL_ID": "test-model", **env})
 
 
 def assert_session_kept_its_promises(fake, workspace, done):
@@ -134,9 +130,7 @@ def test_a_learned_window_survives_resume(workspace):
         output = assert_session_kept_its_promises(fake, workspace, run_session(fake, workspace))
         learned = re.search(r"assuming a window of ([\d,]+) from now on", output).group(1)
         fake.reply(tool_use("read_file", {"path": "docs/part00.txt"}), text("resumed fine"))
-        resumed = subprocess.run([sys.executable, str(CODE), "--resume"], input="read part 0 again\n/context\n",
-                                 text=True, capture_output=True, cwd=workspace,
-                                 env=cli_env(fake, MODEL_ID="test-model"), timeout=60)
+        resumed = run_cli(fake, workspace, "read part 0 again\n/context\n", args=["--resume"], MODEL_ID="test-model")
         assert resumed.returncode == 0 and "resumed fine" in resumed.stdout, resumed.stdout + resumed.stderr
         assert f"Window: {learned} tokens, from an overflow that named no limit" in resumed.stdout
         assert "max_tokens against it" in resumed.stdout

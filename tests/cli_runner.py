@@ -1,0 +1,96 @@
+"""Run code.py as a command, in a child process forked from one that has already
+imported the SDK.
+
+Importing `anthropic` takes about 1.5 s, most of a CLI test's time. A small helper
+process (the zygote) imports it once; for each run it forks a fresh child that runs
+code.py as `__main__`, with its own environment, working folder, standard input and
+output, and exit code: what `python code.py` does, minus the interpreter start. Tests
+that need a terminal or signals (`LiveCLI`, the pty tests) still start `python code.py`.
+
+The zygote is single-threaded, so forking it is safe; each pytest worker has its own.
+"""
+
+import json
+import os
+import runpy
+import select
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+CODE = Path(__file__).resolve().parent.parent / "s08_context_compact" / "code.py"
+_zygote = None
+
+
+# ---------------------------------------------------------------- in the zygote and its children
+
+def _child(job: dict) -> None:
+    """The files as fds 0, 1 and 2, the environment and folder, then code.py as a script."""
+    for fd, name, mode in ((0, "stdin", os.O_RDONLY), (1, "stdout", os.O_WRONLY), (2, "stderr", os.O_WRONLY)):
+        os.dup2(os.open(os.path.join(job["folder"], name), mode), fd)
+    sys.stdin = open(0, "r", encoding="utf-8", closefd=False)
+    sys.stdout = open(1, "w", encoding="utf-8", closefd=False)
+    sys.stderr = open(2, "w", encoding="utf-8", closefd=False)
+    os.environ.clear()
+    os.environ.update(job["env"])
+    os.chdir(job["cwd"])
+    sys.argv = [str(CODE), *job["args"]]
+    sys.path.insert(0, str(CODE.parent))
+    code = 0
+    try:
+        runpy.run_path(str(CODE), run_name="__main__")
+    except SystemExit as done:
+        code = done.code if isinstance(done.code, int) else (0 if done.code is None else 1)
+        if isinstance(done.code, str):
+            print(done.code, file=sys.stderr)
+    except BaseException:  # a crash must look like one: a traceback and exit code 1
+        import traceback
+        traceback.print_exc()
+        code = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+def _serve() -> None:
+    import anthropic  # noqa: F401  (what every child would otherwise import again)
+    import dotenv  # noqa: F401
+    for line in sys.stdin:
+        job = json.loads(line)
+        pid = os.fork()
+        if pid == 0:
+            _child(job)
+        print(json.dumps({"pid": pid}), flush=True)
+        _, status = os.waitpid(pid, 0)
+        print(json.dumps({"code": os.waitstatus_to_exitcode(status)}), flush=True)
+
+
+# ---------------------------------------------------------------- in the tests
+
+def run(args: list, *, input: str = "", env: dict, cwd, timeout: float = 60) -> subprocess.CompletedProcess:
+    """Like subprocess.run([python, code.py, *args], input=..., capture_output=True, text=True)."""
+    global _zygote
+    if _zygote is None or _zygote.poll() is not None:
+        _zygote = subprocess.Popen([sys.executable, __file__], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    with tempfile.TemporaryDirectory() as folder:
+        Path(folder, "stdin").write_text(input, encoding="utf-8")
+        Path(folder, "stdout").touch()
+        Path(folder, "stderr").touch()
+        _zygote.stdin.write(json.dumps({"args": list(args), "env": dict(env), "cwd": str(cwd), "folder": folder}) + "\n")
+        _zygote.stdin.flush()
+        pid = json.loads(_zygote.stdout.readline())["pid"]
+        ready, _, _ = select.select([_zygote.stdout], [], [], timeout)
+        if not ready:
+            os.kill(pid, signal.SIGKILL)
+            _zygote.stdout.readline()
+            raise subprocess.TimeoutExpired([str(CODE), *args], timeout)
+        code = json.loads(_zygote.stdout.readline())["code"]
+        out = Path(folder, "stdout").read_text(encoding="utf-8", errors="replace")
+        err = Path(folder, "stderr").read_text(encoding="utf-8", errors="replace")
+    return subprocess.CompletedProcess([sys.executable, str(CODE), *args], code, out, err)
+
+
+if __name__ == "__main__":
+    _serve()
