@@ -226,13 +226,14 @@ def test_kimi_tool_ids_are_echoed_and_kept_unique(s08, make_agent, workspace):
     (workspace / "a.txt").write_text("alpha")
     with FakeAnthropic(tool_ids="kimi") as fake:
         agent = make_agent(server=fake)
-        fake.reply(tool_use("read_file", {"path": "a.txt"}), tool_use("glob", {"pattern": "*"}), text("ok"))
+        # Kimi numbers calls within a reply, so two replies both call functions.read_file:0
+        fake.reply(tool_use("read_file", {"path": "a.txt"}), tool_use("read_file", {"path": "a.txt", "limit": 5}),
+                   text("ok"))
         messages = []
         s08.run_turn(agent, messages, "go")
         assert fake.invalid == []
         results = [b["tool_use_id"] for m in messages for b in blocks(m) if b.get("type") == "tool_result"]
-        assert results[0] == "functions.read_file:0"
-        assert len(set(results)) == 2
+        assert results == ["functions.read_file:0", "functions.read_file:0_1"]
 
 
 @pytest.mark.parametrize("bad_input", ["just a string", ["ls"], 7])
