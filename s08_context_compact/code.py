@@ -97,7 +97,10 @@ NOTE_MARKER = "[Program note"
 PERSISTED_TAG = "<persisted-output"
 PLACEHOLDER_PREFIX = "[Earlier tool result"
 PLACEHOLDER_TOKENS = 60             # a placeholder, long path included (over, not under)
-OUR_MARKERS = (COMPACT_MARKER, SNIP_MARKER, REACTIVE_MARKER, RESTORED_MARKER, NOTE_MARKER)
+# The program knows its own blocks by a field, never by their text: a user may type any of
+# the texts above. The field (and its companions) is stripped from every request.
+OWN = "_s08"                        # on a block the program wrote: its kind ("snip", "placeholder", ...)
+PROGRAM_FIELDS = (OWN, "snipped", "saved_at")
 TRANSCRIPT_DIR = ".transcripts"
 TOOL_RESULTS_DIR = ".task_outputs/tool-results"
 
@@ -841,8 +844,21 @@ def result_text(block: dict) -> str:
     return "\n".join(part.get("text", "") for part in content if part.get("type") == "text")
 
 
+def own_text(kind: str, text: str, **fields) -> dict:
+    """A text block the program wrote (a summary header, a marker, a note)."""
+    return {"type": "text", "text": text, OWN: kind, **fields}
+
+
+def sendable(message: dict) -> dict:
+    """The message as the API takes it: the program's own fields off its blocks."""
+    content = blocks_of(message)
+    if not any(OWN in block for block in content):
+        return message
+    return {**message, "content": [{k: v for k, v in b.items() if k not in PROGRAM_FIELDS} for b in content]}
+
+
 def is_request_block(block: dict) -> bool:
-    return block.get("type") == "text" and not block["text"].startswith(OUR_MARKERS)
+    return block.get("type") == "text" and OWN not in block
 
 
 def current_request(messages: list) -> dict | None:
@@ -865,7 +881,7 @@ def still_in_context(messages: list, tool_use_id: str) -> bool:
     for message in messages:
         for block in blocks_of(message):
             if block.get("type") == "tool_result" and block["tool_use_id"] == tool_use_id:
-                return not result_text(block).startswith((PLACEHOLDER_PREFIX, PERSISTED_TAG))
+                return OWN not in block  # not a placeholder, not a preview
     return False
 
 
@@ -874,9 +890,10 @@ def tool_names(messages: list) -> dict:
             for b in blocks_of(m) if b.get("type") == "tool_use"}
 
 
-def with_text(message: dict, *texts: str) -> dict:
-    """A copy of a user message with text blocks appended after its tool results."""
-    return {**message, "content": blocks_of(message) + [{"type": "text", "text": t} for t in texts]}
+def with_text(message: dict, *texts) -> dict:
+    """A copy of a user message with text blocks (or strings) appended after its tool results."""
+    return {**message, "content": blocks_of(message) + [t if isinstance(t, dict) else {"type": "text", "text": t}
+                                                        for t in texts]}
 
 
 def group_starts(messages: list) -> list:
@@ -890,8 +907,9 @@ def estimate_text_tokens(text: str) -> int:
 
 
 def estimate_tokens(messages: list) -> int:
-    """A character-based estimate: ASCII at 4 characters a token, anything else one each."""
-    return sum(estimate_text_tokens(json.dumps(m, ensure_ascii=False)) for m in messages)
+    """A character-based estimate of what is sent: ASCII at 4 characters a token, anything
+    else one each."""
+    return sum(estimate_text_tokens(json.dumps(sendable(m), ensure_ascii=False)) for m in messages)
 
 
 class TokenCounter:
@@ -954,8 +972,10 @@ def persisted_preview(path: Path, text: str, preview_chars: int) -> str:
             f"Preview (first {len(head)} characters):\n{head}\n</persisted-output>")
 
 
-def replace_result(block: dict, content: str) -> dict:
-    return {**block, "content": content}
+def replace_result(block: dict, content: str, kind: str | None = None, saved_at: str | None = None) -> dict:
+    """A copy of a tool result with new content; kind and saved_at mark a preview or a placeholder."""
+    marks = {OWN: kind, "saved_at": str(saved_at)} if kind else {}
+    return {**block, "content": content, **marks}
 
 
 def fewer_tokens(new: str, old: str) -> bool:
@@ -968,10 +988,11 @@ def fewer_tokens(new: str, old: str) -> bool:
 def previewed(block: dict, preview_chars: int, save_output) -> dict:
     """A tool result saved to disk and replaced by a preview, when the preview is the smaller."""
     text = result_text(block)
-    if estimate_text_tokens(text) <= preview_chars // CHARS_PER_TOKEN or text.startswith(PERSISTED_TAG):
+    if estimate_text_tokens(text) <= preview_chars // CHARS_PER_TOKEN or OWN in block:
         return block
-    preview = persisted_preview(save_output(block["tool_use_id"], text), text, preview_chars)
-    return replace_result(block, preview) if fewer_tokens(preview, text) else block
+    path = save_output(block["tool_use_id"], text)
+    preview = persisted_preview(path, text, preview_chars)
+    return replace_result(block, preview, "preview", path) if fewer_tokens(preview, text) else block
 
 
 def preview_results(message: dict, preview_chars: int, save_output) -> dict:
@@ -1129,16 +1150,11 @@ def snip_compact(messages: list, *, keep_head: int, keep_tail: int, at_least: in
         return messages  # too little to pay for rewriting the cache after the head
     path = save_messages(removed, "snip")
     head_last = messages[head_end - 1]
-    earlier = 0
-    kept_blocks = []
-    for block in blocks_of(head_last):
-        if block.get("type") == "text" and block["text"].startswith(SNIP_MARKER):
-            earlier += int(re.search(r"\d+", block["text"]).group())  # fold earlier snips into one marker
-        else:
-            kept_blocks.append(block)
-    marker = (f"{SNIP_MARKER} {earlier + len(removed)} messages from the middle of the conversation; "
-              f"the latest ones are saved in {path}]")
-    texts = [marker]
+    earlier = sum(b.get("snipped", 0) for b in blocks_of(head_last) if b.get(OWN) == "snip")  # one marker, folded
+    kept_blocks = [b for b in blocks_of(head_last) if b.get(OWN) != "snip"]
+    snipped = earlier + len(removed)
+    texts = [own_text("snip", f"{SNIP_MARKER} {snipped} messages from the middle of the conversation; "
+                              f"the latest ones are saved in {path}]", snipped=snipped)]
     request = current_request(messages)
     if request and current_request(messages[:head_end] + messages[tail_start:]) != request:
         texts.append(request["text"])  # the user's current request stays visible verbatim
@@ -1155,8 +1171,8 @@ def micro_compact(messages: list, *, keep_recent: int, min_chars: int, clear_at_
         # results in the last message have not been seen by the model yet
         protected |= {(i, k) for i, k in positions if i == len(messages) - 1}
     stale = [(i, k) for i, k in positions if (i, k) not in protected
-             and len(text := result_text(blocks_of(messages[i])[k])) > min_chars
-             and not text.startswith(PLACEHOLDER_PREFIX)]
+             and len(result_text(blocks_of(messages[i])[k])) > min_chars
+             and blocks_of(messages[i])[k].get(OWN) != "placeholder"]
     # Clearing rewrites the cache from the first cleared result on; below the minimum
     # the rewrite costs more than the tokens it frees, so clear nothing.
     freed = sum(estimate_text_tokens(result_text(blocks_of(messages[i])[k])) - PLACEHOLDER_TOKENS for i, k in stale)
@@ -1167,14 +1183,13 @@ def micro_compact(messages: list, *, keep_recent: int, min_chars: int, clear_at_
     for i, k in stale:
         block = blocks_of(changed.get(i, messages[i]))[k]
         text = result_text(block)
-        saved = re.match(rf'{PERSISTED_TAG} path="([^"]+)"', text)
-        path = saved.group(1) if saved else save_output(block["tool_use_id"], text)
+        path = block.get("saved_at") if block.get(OWN) == "preview" else save_output(block["tool_use_id"], text)
         placeholder = (f"{PLACEHOLDER_PREFIX} ({names.get(block['tool_use_id'], 'tool')}) cleared to save "
                        f"context. Full output: {path}. Read that file if you need it again.]")
         if not fewer_tokens(placeholder, text):
             continue  # a long path can make the pointer cost more than a short result
         blocks = list(blocks_of(changed.get(i, messages[i])))
-        blocks[k] = replace_result(block, placeholder)
+        blocks[k] = replace_result(block, placeholder, "placeholder", path)
         changed[i] = {**messages[i], "content": blocks}
     return [changed.get(i, m) for i, m in enumerate(messages)] if changed else messages
 
@@ -1191,12 +1206,17 @@ def compact_history(messages: list, *, summarize, restored: list, save_messages,
     return rebuild_after_summary(COMPACT_MARKER, summary, path, messages, tail, restored)
 
 
+def marker_kind(marker: str) -> str:
+    return "reactive" if marker == REACTIVE_MARKER else "compact"
+
+
 def rebuild_after_summary(marker: str, summary: str, path: Path, messages: list, tail: list,
                           restored: list) -> list:
     """One user message: the summary, the restored context, and last the request being worked on."""
     header = (f"{marker}: the earlier conversation was summarized to free context. "
               f"The full transcript is saved at {path}.]\n\n{summary}")
-    first = {"role": "user", "content": [{"type": "text", "text": t} for t in [header, *restored]]}
+    first = {"role": "user", "content": [own_text(marker_kind(marker), header)]
+             + [own_text("restored", t) for t in restored]}
     request = current_request(messages)
     in_flight = messages and messages[-1]["role"] == "user"  # a finished turn has no pending request
     if request and in_flight and current_request(tail) != request:
@@ -1329,7 +1349,7 @@ def build_request(agent, messages: list, extra_text: str | None = None) -> dict:
     """The Messages API request for a history: tools and system first, cache marks added."""
     s = agent.settings
     system = [{"type": "text", "text": agent.system}]
-    sent = list(messages)
+    sent = [sendable(m) for m in messages]
     if s.prompt_caching:
         system[0]["cache_control"] = EPHEMERAL  # one mark caches the tools and the system prompt
         sent = with_cache_breakpoints(sent)
@@ -1998,11 +2018,12 @@ def format_tokens(n: int) -> str:
 
 
 def recent_user_messages(messages: list, max_tokens: int) -> str:
-    """The user's own words, newest first and verbatim, up to max_tokens (the request comes last anyway)."""
+    """The user's own words, newest first and verbatim, up to max_tokens. A request still
+    being worked on is left out: it comes last anyway (rebuild_after_summary)."""
     said = user_words(messages)[::-1]
-    request = current_request(messages)
+    in_flight = bool(messages) and messages[-1]["role"] == "user"
     kept, used = [], 0
-    for text in said[1:] if request and said and said[0] == request["text"] else said:
+    for text in said[1:] if in_flight and said else said:
         used += estimate_text_tokens(text)
         if used > max_tokens:
             break
@@ -2373,14 +2394,14 @@ def agent_loop(agent, messages: list) -> str | None:
         remember(agent, messages, reply)
         tool_uses = [b for b in reply["content"] if b.get("type") == "tool_use"]
         if not tool_uses and note:  # cut short: tell the model and let it go on
-            remember(agent, messages, {"role": "user", "content": [{"type": "text", "text": note}]})
+            remember(agent, messages, {"role": "user", "content": [own_text("note", note)]})
             continue
         if not tool_uses:
             final = "\n".join(b["text"] for b in reply["content"] if b.get("type") == "text")
             fire(agent, "Stop", messages=messages, final=final)
             return final
         results, interrupted = run_tool_batch(agent, tool_uses, refused)
-        notes = [{"type": "text", "text": note}] if note else []
+        notes = [own_text("note", note)] if note else []
         remember(agent, messages, {"role": "user", "content": results + notes})
         if interrupted:
             agent.pending_compact = None  # an interrupted batch leaves nothing to do later
