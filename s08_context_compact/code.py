@@ -590,6 +590,7 @@ def run_read_file(agent, path: str, offset: int = 1, limit: int = READ_DEFAULT_L
     seen = agent.read_state.get(key)
     if seen and seen[:2] == (stat.st_size, stat.st_mtime_ns) and still_in_context(agent.history, seen[2]):
         # the same bytes are already in the conversation: say so instead of sending them twice
+        agent.read_stubs[agent.current_call] = (seen[2], path)
         return f"(unchanged: {path}, lines from {offset}, is exactly as in result {seen[2]} above)"
     agent.read_state[key] = (stat.st_size, stat.st_mtime_ns, agent.current_call)
     with open(target, "rb") as f:
@@ -974,7 +975,7 @@ def persisted_preview(path: Path, text: str, preview_chars: int) -> str:
 
 def replace_result(block: dict, content: str, kind: str | None = None, saved_at: str | None = None) -> dict:
     """A copy of a tool result with new content; kind and saved_at mark a preview or a placeholder."""
-    marks = {OWN: kind, "saved_at": str(saved_at)} if kind else {}
+    marks = {OWN: kind, **({"saved_at": str(saved_at)} if saved_at else {})} if kind else {}
     return {**block, "content": content, **marks}
 
 
@@ -1906,6 +1907,7 @@ class Agent:
     spinner_to: object = None                         # a terminal stream for the waiting spinner
     ledger: Ledger = field(default_factory=Ledger)
     read_state: dict = field(default_factory=dict)    # (path, offset, limit) -> (size, mtime, call id)
+    read_stubs: dict = field(default_factory=dict)    # stub's call id -> (id of the result it points at, path)
     loaded_skills: list = field(default_factory=list)
     history: list = field(default_factory=list)       # the messages of the running loop, for read stubs
     current_call: str = ""                            # the tool_use id being run
@@ -1935,7 +1937,7 @@ class Agent:
     def subagent(self) -> "Agent":
         tools = [t for t in self.tools if t["name"] != "task"]
         return replace(self, tools=tools, label="task", max_steps=SUBAGENT_MAX_STEPS, todos=[],
-                       pending_compact=None, last_usage={}, tokens=TokenCounter(), read_state={},
+                       pending_compact=None, last_usage={}, tokens=TokenCounter(), read_state={}, read_stubs={},
                        history=[], loaded_skills=[], log=None, layer_events=[])
 
     @cached_property
@@ -2215,6 +2217,30 @@ def replace_history(agent, messages: list, new: list, reason: str) -> None:
 
 # ---------------------------------------------------------------------------- the agent loop
 
+def true_stubs(messages: list, stubs: dict) -> list:
+    """A repeated read answered "as in result X above" must stay true in what is sent: when
+    a layer has since cleared X (or a summary took it), the stub says where the text went."""
+    found = {b["tool_use_id"]: b for m in messages for b in blocks_of(m) if b.get("type") == "tool_result"}
+    stale = {call: (target, path) for call, (target, path) in stubs.items()
+             if call in found and OWN not in found[call] and (target not in found or OWN in found[target])}
+    if not stale:
+        return messages
+    out = []
+    for message in messages:
+        if any(b.get("tool_use_id") in stale for b in blocks_of(message)):
+            message = {**message, "content": [restub(b, *stale[b["tool_use_id"]], found.get(stale[b["tool_use_id"]][0]))
+                                              if b.get("tool_use_id") in stale else b for b in blocks_of(message)]}
+        out.append(message)
+    return out
+
+
+def restub(block: dict, target: str, path: str, earlier: dict | None) -> dict:
+    where = f"its full text is saved at {earlier['saved_at']}" if earlier and earlier.get("saved_at") else \
+        "it is no longer in the conversation"
+    return replace_result(block, f"(a repeat read of {path}: the earlier result {target} was cleared since, and "
+                                 f"{where}; call read_file on {path} again to see it)", "stub")
+
+
 def call_model(agent, messages: list) -> tuple:
     """One model call: (assistant message, stop_reason). The main agent's text is printed
     as it arrives. Raises ContextOverflow when the prompt did not fit."""
@@ -2374,6 +2400,7 @@ def agent_loop(agent, messages: list) -> str | None:
         sync_settings(agent)  # a subagent may have learned the endpoint's window
         started, api_before = time.perf_counter(), agent.api_seconds
         replace_history(agent, messages, compact_pipeline(agent, messages), "compaction")
+        replace_history(agent, messages, true_stubs(messages, agent.read_stubs), "read stubs re-pointed")
         # the pipeline's own cost: what it spent minus time waiting for a summary
         agent.pipeline_seconds.append(time.perf_counter() - started - (agent.api_seconds - api_before))
         try:

@@ -285,3 +285,29 @@ def test_a_prompt_that_looks_like_a_snip_marker_survives_a_snip(s08, tmp_path):
     assert len(markers) == 1 and markers[0]["snipped"] == total - len(history) > 50
     assert f"{markers[0]['snipped']} messages" in markers[0]["text"]
     assert s08.current_request(history)["text"] == "[Snipped 999 messages] run the steps"
+
+
+# ---------------------------------------------------------------- a history that stays true
+
+def test_a_repeat_read_never_points_at_a_result_that_was_cleared(s08, make_agent, fake, workspace):
+    (workspace / "a.txt").write_text("alpha line\n" * 200)
+    for n in range(8):
+        (workspace / f"b{n}.txt").write_text(f"beta {n}\n" * 250)
+    fake.reply(tool_use("read_file", {"path": "a.txt"}), tool_use("read_file", {"path": "a.txt"}),
+               *[tool_use("read_file", {"path": f"b{n}.txt"}) for n in range(8)], text("done"))
+    agent = make_agent(window=12_000)
+    messages = []
+    s08.run_turn(agent, messages, "read a.txt twice, then the b files")
+    assert "[micro_compact]" in agent.out.text and fake.invalid == []
+    for request in fake.main_requests:
+        results = {b["tool_use_id"]: b["content"] for m in request["messages"] for b in blocks(m)
+                   if b.get("type") == "tool_result"}
+        for text_ in results.values():
+            if text_.startswith("(unchanged:"):
+                target = text_.split("as in result ")[1].split()[0]
+                assert target in results and not results[target].startswith("[Earlier tool result"), \
+                    "a stub points at a result that this very request no longer carries"
+    sent = [b["content"] for r in fake.main_requests for m in r["messages"] for b in blocks(m)
+            if b.get("type") == "tool_result"]
+    assert any(t.startswith("(a repeat read of a.txt") and "saved at .task_outputs" in t for t in sent), \
+        "once its target was cleared, the stub said where the text went"
