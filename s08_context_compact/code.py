@@ -2217,6 +2217,19 @@ def replace_history(agent, messages: list, new: list, reason: str) -> None:
 
 # ---------------------------------------------------------------------------- the agent loop
 
+INTERRUPTED = "[Interrupted by the user: this request was cancelled. Do not resume it unless the user asks.]"
+
+
+def remember_interruption(agent, messages: list, partial: str) -> None:
+    """After Ctrl-C, the history says so: the reply the user saw stream (if any) is kept,
+    marked interrupted, and the model is told the work was cancelled. The next prompt is
+    then a message of its own, not merged into the cancelled one."""
+    if not messages or messages[-1]["role"] != "user":
+        return
+    said = f"{partial.rstrip()}\n\n{INTERRUPTED}" if partial.strip() else INTERRUPTED
+    remember(agent, messages, {"role": "assistant", "content": [own_text("interrupted", said)]})
+
+
 def true_stubs(messages: list, stubs: dict) -> list:
     """A repeated read answered "as in result X above" must stay true in what is sent: when
     a layer has since cleared X (or a summary took it), the stub says where the text went."""
@@ -2249,8 +2262,12 @@ def call_model(agent, messages: list) -> tuple:
     def show(chunk: str) -> None:
         agent.out(chunk, end="", flush=True)
         printed.append(chunk)
-    answer = send_request(agent, build_request(agent, messages), context_tokens(agent, messages),
-                          on_text=None if agent.label else show)
+    try:
+        answer = send_request(agent, build_request(agent, messages), context_tokens(agent, messages),
+                              on_text=None if agent.label else show)
+    except KeyboardInterrupt as stop:
+        stop.partial = "".join(printed)  # what the user saw stays in the history (remember_interruption)
+        raise
     if printed:
         agent.out()
     reply = answer.message
@@ -2621,7 +2638,8 @@ def repl(agent, interactive: bool, messages: list) -> int:
                 handle_command(agent, messages, line)
             else:
                 run_turn(agent, messages, line)
-        except KeyboardInterrupt:  # a layer only replaces history when done, so it is intact
+        except KeyboardInterrupt as stop:  # a layer only replaces history when done, so it is intact
+            remember_interruption(agent, messages, getattr(stop, "partial", ""))
             agent.say("\n(interrupted; the conversation is kept, type your next message)")
 
 

@@ -141,8 +141,11 @@ def test_ctrl_c_during_a_model_call_returns_to_the_prompt(fake, workspace):
     assert cli.finish("second\n") == 0
     assert "interrupted" in cli.output and "second answer" in cli.output
     assert "Traceback" not in cli.proc.stderr.read()
-    assert plain(fake.requests[-1]["messages"]) == [{"role": "user", "content": [
-        {"type": "text", "text": "first"}, {"type": "text", "text": "second"}]}]
+    sent = plain(fake.requests[-1]["messages"])
+    assert [m["role"] for m in sent] == ["user", "assistant", "user"], "the next prompt is its own message"
+    assert sent[0]["content"] == [{"type": "text", "text": "first"}]
+    assert sent[1]["content"][0]["text"].startswith("[Interrupted by the user: this request was cancelled.")
+    assert sent[2]["content"] == [{"type": "text", "text": "second"}]
 
 
 def test_ctrl_c_during_a_tool_run_answers_the_call_as_interrupted(fake, workspace):
@@ -156,10 +159,11 @@ def test_ctrl_c_during_a_tool_run_answers_the_call_as_interrupted(fake, workspac
     assert cli.finish("what happened?\n") == 0
     assert time.monotonic() - started < 10, "the sleep was not killed"
     last = fake.main_requests[-1]["messages"]
-    results = plain(last[-1]["content"])
+    results = plain(last[-3]["content"])
     assert [b.get("tool_use_id") for b in results[:2]] == ["toolu_slow", "toolu_next"]
     assert all(b["is_error"] and "Interrupted" in b["content"] for b in results[:2])
-    assert results[2] == {"type": "text", "text": "what happened?"}
+    assert "this request was cancelled" in last[-2]["content"][0]["text"], "the model is told the work was cancelled"
+    assert plain(last[-1]["content"]) == [{"type": "text", "text": "what happened?"}]
     assert_requests_valid(fake)
 
 

@@ -133,8 +133,12 @@ def test_ctrl_c_during_a_streamed_reply_keeps_the_history_valid(fake, workspace)
     cli.wait_for(lambda: "word" in cli.output)  # the reply is streaming
     cli.proc.send_signal(signal.SIGINT)
     assert cli.finish("again\n") == 0
-    assert plain(fake.requests[-1]["messages"]) == [{"role": "user", "content": [
-        {"type": "text", "text": "talk"}, {"type": "text", "text": "again"}]}]
+    sent = plain(fake.requests[-1]["messages"])
+    assert [m["role"] for m in sent] == ["user", "assistant", "user"]
+    kept = sent[1]["content"][0]["text"]
+    assert kept.startswith("word word") and kept.endswith("Do not resume it unless the user asks.]"), \
+        "what the user saw stream stays, marked as interrupted"
+    assert sent[2]["content"] == [{"type": "text", "text": "again"}]
 
 
 def test_two_ctrl_c_at_the_prompt_exit_cleanly(fake, workspace):
