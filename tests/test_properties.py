@@ -1,13 +1,15 @@
 """Property tests: random histories and windows through every layer and the whole pipeline.
 
-Each output must keep the invariants, everything removed must be on disk, and nothing may
-grow. Example counts are set per test (see MAX_EXAMPLES) to keep the suite quick."""
+Each output must keep the invariants, everything removed must be saved, and nothing may
+grow. Example counts are set per test (MAX_EXAMPLES, LAYER_EXAMPLES) to keep the suite quick."""
 
 import json
+import os
 import tempfile
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -15,31 +17,38 @@ from conftest import blocks, invariant_problems, load_code
 
 s08 = load_code()
 MAX_EXAMPLES = 75
+# per cheap layer and run; PROPERTY_EXAMPLES=1000 for a deeper run (about 25 s a layer on one core)
+LAYER_EXAMPLES = int(os.environ.get("PROPERTY_EXAMPLES", "150"))
 SIZES = [3, 40, 150, 1_500, 9_000, 40_000, 250_000, 1_200_000]  # a few bytes to over a megabyte
+LAYER_SIZES = [3, 40, 150, 1_500, 9_000, 40_000, 250_000]
 CHECK = settings(max_examples=MAX_EXAMPLES, deadline=None,
                  suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+LAYER_CHECK = settings(CHECK, max_examples=LAYER_EXAMPLES)
 
-words = st.sampled_from(["fix", "parser", "上下文", "压缩", "test", "window", "缓存", "module", "error"])
+WORDS = ["fix", "parser", "上下文", "压缩", "test", "window", "缓存", "module", "error"]
+# a line of one to six words, ASCII, Chinese or mixed; drawn whole, so an example costs few draws
+LINES = [" ".join(WORDS[(start + k) % len(WORDS)] for k in range(count)) for start in range(len(WORDS))
+         for count in range(1, 7)]
 
 
 @st.composite
 def text_of(draw, size):
-    chunk = " ".join(draw(st.lists(words, min_size=1, max_size=6)))
-    return (chunk + "\n") * max(1, size // (len(chunk) + 1))
+    line = draw(st.sampled_from(LINES))
+    return (line + "\n") * max(1, size // (len(line) + 1))
 
 
 @st.composite
-def histories(draw):
+def histories(draw, sizes=SIZES, turns=8, rounds=8):
     """A valid history ending with a user message: prompts, parallel calls, earlier compaction."""
     messages, ids = [], 0
     if draw(st.booleans()):  # a history that was compacted before
         messages.append({"role": "user", "content": [
             {"type": "text", "text": "[Compacted: earlier work was summarized.]\n\nEarlier: " + draw(text_of(200))}]})
         messages.append({"role": "assistant", "content": [{"type": "text", "text": "Understood."}]})
-    for turn in range(draw(st.integers(1, 8))):
+    for turn in range(draw(st.integers(1, turns))):
         s08.add_user_text(messages, f"request {turn}: " + draw(text_of(40)))  # joins pending results, as in the program
-        rounds = draw(st.integers(0, 8))
-        for r in range(rounds):
+        steps = draw(st.integers(0, rounds))
+        for r in range(steps):
             calls = []
             for _ in range(draw(st.integers(1, 4))):
                 ids += 1
@@ -54,11 +63,11 @@ def histories(draw):
                 elif kind == "persisted":
                     body = f'<persisted-output path="x/{call["id"]}.txt" chars="9">\npreview\n</persisted-output>'
                 else:
-                    body = draw(text_of(draw(st.sampled_from(SIZES))))
+                    body = draw(text_of(draw(st.sampled_from(sizes))))
                 results.append({"type": "tool_result", "tool_use_id": call["id"], "content": body})
             messages.append({"role": "user", "content": results})
         ends_turn = turn < 5 and draw(st.booleans())
-        if rounds == 0 or ends_turn:
+        if steps == 0 or ends_turn:
             messages.append({"role": "assistant", "content": [{"type": "text", "text": "done " + draw(text_of(60))}]})
     if messages[-1]["role"] == "assistant":
         s08.add_user_text(messages, "the current request: go on")
@@ -87,9 +96,13 @@ def texts(messages) -> set:
 
 
 def check(before, after, folder, request, may_grow_to=None):
+    check_saved(before, after, saved_texts(folder), request, may_grow_to)
+
+
+def check_saved(before, after, saved, request, may_grow_to=None):
     problems = invariant_problems(after, request)
     assert not problems, problems
-    kept, saved = texts(after), saved_texts(folder)
+    kept = texts(after)
     for text in texts(before) - kept:
         if not text.startswith(("[Earlier tool result", "<persisted-output", "[Compacted", "[Snipped")):
             assert text in saved, f"removed without being saved: {text[:80]!r}"
@@ -108,13 +121,25 @@ layer_params = st.fixed_dictionaries({
 })
 
 
-def layer(name, p, folder):
-    """One cheap layer with drawn parameters (so it acts often), saving into folder."""
-    def save_output(tool_use_id, text):
-        return s08.save_tool_output(folder / "tool-results", tool_use_id, text)
+class MemoryStore:
+    """Where a layer saves what it removes, kept in memory: a thousand examples stay quick.
+    (The pipeline test below saves to disk, through the program's own savers.)"""
 
-    def save_messages(removed, kind):
-        return s08.save_transcript(folder / "transcripts", removed, kind)
+    def __init__(self):
+        self.texts = set()
+
+    def save_output(self, tool_use_id, text):
+        self.texts.add(text)
+        return Path(f"tool-results/{tool_use_id}.txt")
+
+    def save_messages(self, removed, kind):
+        self.texts |= {b.get("text") or s08.result_text(b) for m in removed for b in blocks(m)}
+        return Path(f"transcripts/{kind}.jsonl")
+
+
+def layer(name, p, store):
+    """One cheap layer with drawn parameters (so it acts often), saving into the store."""
+    save_output, save_messages = store.save_output, store.save_messages
     return {
         "tool_result_budget": lambda m: s08.tool_result_budget(m, max_chars=p["budget_chars"], preview_chars=400,
                                                                save_output=save_output),
@@ -125,8 +150,9 @@ def layer(name, p, folder):
     }[name]
 
 
-@CHECK
-@given(histories(), layer_params, st.sampled_from(["tool_result_budget", "snip_compact", "micro_compact"]))
+@pytest.mark.parametrize("name", ["tool_result_budget", "snip_compact", "micro_compact"])
+@LAYER_CHECK
+@given(histories(sizes=LAYER_SIZES, turns=5, rounds=6), layer_params)
 @example(
     history=[{'role': 'user',
       'content': [{'type': 'text',
@@ -180,14 +206,13 @@ def layer(name, p, folder):
         'keep_recent': 0,
         'clear_at_least': 0,
         'budget_chars': 500},
-    name='tool_result_budget',
 )  # found by hypothesis: the preview was longer than the result it replaced
-def test_each_cheap_layer_keeps_the_invariants(history, params, name):
+def test_each_cheap_layer_keeps_the_invariants(name, history, params):
     before = json.loads(json.dumps(history))
-    with tempfile.TemporaryDirectory() as tmp:
-        after = layer(name, params, Path(tmp))(history)
-        assert history == before, "a layer never edits its input"
-        check(history, after, Path(tmp), request_of(history))
+    store = MemoryStore()
+    after = layer(name, params, store)(history)
+    assert history == before, "a layer never edits its input"
+    check_saved(history, after, store.texts, request_of(history))
 
 
 @CHECK
