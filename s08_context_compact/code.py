@@ -167,6 +167,7 @@ class Endpoint:
     can_count_tokens: bool = True     # False once count_tokens answered 404 (or failed): not asked again
     models_api: bool = True           # False once the Models API answered 404
     learned: bool = False             # the window came from an overflow: it caps any other source
+    reads_in_input: bool | None = None  # do its input_tokens include the cache reads? (Kimi: yes)
     largest_accepted: tuple = (0, 0)  # (prompt, prompt + max_tokens) of the biggest request answered
     usage_note: str = ""              # set when the endpoint's usage could not be taken as it is
 
@@ -192,7 +193,7 @@ def save_tool_output(folder: Path, tool_use_id: str, text: str) -> Path:
     data = text.encode("utf-8", "surrogatepass")
     for attempt in range(1000):
         path = folder / (f"{stem}.txt" if attempt == 0 else f"{stem}-{attempt}.txt")
-        if path.exists() and path.read_bytes() == data:
+        if path.exists() and path.stat().st_size == len(data) and path.read_bytes() == data:
             return path  # the same content saved before: point at it again
         try:
             with open(path, "xb") as f:
@@ -221,7 +222,7 @@ def save_transcript(folder: Path, messages: list, kind: str) -> Path:
 SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD", re.IGNORECASE)
 
 
-URL_PASSWORD = re.compile(r"[a-z][a-z0-9+.-]*://[^:/@\s]*:([^@/\s]{4,})@", re.IGNORECASE)
+URL_PASSWORD = re.compile(r"[a-z][a-z0-9+.-]*://[^:/@\s]*:([^@/\s]{8,})@", re.IGNORECASE)
 SETTINGS_NAMES = ("MODEL_ID", "ANTHROPIC_BASE_URL", "CONTEXT_WINDOW", "API_CONNECT_TIMEOUT", "API_IDLE_TIMEOUT")
 
 
@@ -352,12 +353,20 @@ def read_session(path: Path, warn=None) -> list:
 def repair_torn_tail(path: Path) -> int:
     """Cut a last line the program was killed while writing, so new records start on a
     line of their own; return how many bytes were cut."""
-    with open(path, "rb+") as f:
-        data = f.read()
-        if not data or data.endswith(b"\n"):
-            return 0
-        keep = data.rfind(b"\n") + 1
-        f.truncate(keep)
+    try:
+        with open(path, "rb+") as f:
+            data = f.read()
+            if not data or data.endswith(b"\n"):
+                return 0
+            keep = data.rfind(b"\n") + 1
+            try:
+                json.loads(data[keep:])
+                f.write(b"\n")  # a whole record that only lost its newline is kept
+                return 0
+            except ValueError:
+                f.truncate(keep)
+    except OSError:
+        return 0  # not writable: SessionLog says so when it tries to append
     return len(data) - keep
 
 
@@ -676,7 +685,7 @@ def run_edit_file(agent, path: str, old_text: str, new_text: str) -> str:
     except UnicodeDecodeError:
         raise ToolError(f"{path} is not UTF-8 text; edit_file cannot change it safely. Use bash.")
     count = text.count(old_text) if old_text else 0
-    if count == 0 and "\r\n" in text and "\n" in old_text and "\r" not in old_text:
+    if count == 0 and "\r\n" in text and "\n" in old_text and "\r" not in old_text + new_text:
         # read_file shows lines without their CR: match the file's own line endings
         old_text, new_text = old_text.replace("\n", "\r\n"), new_text.replace("\n", "\r\n")
         count = text.count(old_text)
@@ -1358,8 +1367,8 @@ def build_request(agent, messages: list, extra_text: str | None = None) -> dict:
         sent[-1] = with_text(sent[-1], extra_text)
     elif extra_text:
         sent.append({"role": "user", "content": [{"type": "text", "text": extra_text}]})
-    return {"model": s.model, "max_tokens": s.max_output, "system": system, "tools": agent.tools,
-            "messages": sent}
+    request = {"model": s.model, "max_tokens": s.max_output, "system": system, "tools": agent.tools, "messages": sent}
+    return redact_deep(request, agent.secrets) if agent.secrets else request  # the last net before it leaves
 
 
 class BadReply(Exception):
@@ -1589,8 +1598,6 @@ def send_request(agent, request: dict, sent_tokens: int, on_text=None, label: st
                     on_text("\n")
                 raise
     max_tokens = request["max_tokens"]
-    if agent.secrets:  # the last net before anything leaves the process
-        request = redact_deep(request, agent.secrets)
     try:
         content, stop_reason, usage = with_retries(agent, attempt)
     except (anthropic.APIStatusError, ErrorEvent) as err:
@@ -1612,32 +1619,36 @@ def usage_prompt_tokens(endpoint, usage: dict, estimate: int) -> tuple:
     None when usage cannot be trusted, and the estimate stands.
 
     Anthropic's input_tokens leave out the cache reads; some endpoints (Kimi) include
-    them, and adding cache_read_input_tokens there counts them twice. Where both readings
-    are possible, take the one nearest the estimate. Distrust a size that is missing, zero,
-    or under half the estimate: believing it could overflow the window. One over twice the
-    estimate is kept (a tokenizer can count that much more, and compacting early is the
-    safe side); /context says so."""
+    them, and adding cache_read_input_tokens there counts them twice. A reply with fewer
+    input tokens than cache reads proves the first way; reads-included is believed only
+    when adding them would double the size past what was sent. Either is then remembered.
+    A size that is missing, zero or under half the estimate is distrusted (believing it
+    could overflow the window); one over twice the estimate is kept (a tokenizer can
+    count that much more, and compacting early is the safe side). /context says which."""
     uncached, read = usage.get("input_tokens", 0), usage.get("cache_read_input_tokens", 0)
     written = usage.get("cache_creation_input_tokens", 0)
-    readings = {uncached + read + written: usage}
-    if read and uncached >= read:  # input_tokens may already hold the reads
-        readings.setdefault(uncached + written, {**usage, "input_tokens": uncached - read})
-    best = min(readings, key=lambda n: abs(n - estimate))
-    counted = readings[best]
-    if best <= 0:
+    size, counted = uncached + read + written, usage
+    if read and uncached < read:
+        endpoint.reads_in_input = False
+    elif read and endpoint.reads_in_input is not False:
+        once = uncached + written
+        if endpoint.reads_in_input or (size > 1.6 * estimate and abs(once - estimate) <= 0.3 * estimate):
+            endpoint.reads_in_input = True
+            size, counted = once, {**usage, "input_tokens": uncached - read}
+    if size <= 0:
         endpoint.usage_note = "the endpoint reported no input usage on the last reply; sizes are estimates"
         return None, counted
-    if best < estimate / 2:
-        endpoint.usage_note = (f"usage distrusted: the endpoint reported {best:,} prompt tokens where about "
+    if size < estimate / 2:
+        endpoint.usage_note = (f"usage distrusted: the endpoint reported {size:,} prompt tokens where about "
                                f"{estimate:,} were sent; sizes are estimates")
         return None, counted
-    if best > estimate * 2:
-        endpoint.usage_note = (f"the endpoint counts {best:,} prompt tokens where the estimate was {estimate:,}; "
+    if size > estimate * 2:
+        endpoint.usage_note = (f"the endpoint counts {size:,} prompt tokens where the estimate was {estimate:,}; "
                                "its count is used")
     else:
-        endpoint.usage_note = "" if counted is usage else \
-            "this endpoint's input_tokens include the cache reads; counted once"
-    return best, counted
+        endpoint.usage_note = "this endpoint's input_tokens include the cache reads; counted once" \
+            if endpoint.reads_in_input else ""
+    return size, counted
 
 
 def record_usage(agent, usage: dict) -> dict:
@@ -2571,6 +2582,7 @@ def run_turn(agent, messages: list, prompt: str) -> None:
         if prompt is None:
             return
     merged = add_user_text(messages, prompt)
+    asked = blocks_of(messages[-1])[-1]  # this very block is withdrawn if the model never answers it
     if agent.log:
         agent.log.write({"type": "replace_last" if merged else "message", "message": messages[-1]})
     try:
@@ -2581,7 +2593,7 @@ def run_turn(agent, messages: list, prompt: str) -> None:
         agent.say(f"API error: {err}, even after compacting. The conversation is kept: try /compact, "
                   "or set CONTEXT_WINDOW lower.", "error")
     except API_FAILURES as err:
-        withdrawn = withdraw_unanswered_prompt(agent, messages)
+        withdrawn = withdraw_unanswered_prompt(agent, messages, asked)
         agent.say(f"API error: {api_error_text(err)}. {what_to_do(err)}"
                   + (" Your message was not sent; send it again (the up arrow recalls it)." if withdrawn else
                      " The work so far is kept; send a message to go on."), "error")
@@ -2596,12 +2608,15 @@ def what_to_do(err: Exception) -> str:
     return ""
 
 
-def withdraw_unanswered_prompt(agent, messages: list) -> bool:
+def withdraw_unanswered_prompt(agent, messages: list, asked: dict) -> bool:
     """A prompt the model never answered is taken back out, so sending it again does not
-    send it twice. The session log keeps a record of it."""
-    if not messages or messages[-1]["role"] != "user" or is_tool_result_message(messages[-1]):
+    send it twice; the session log keeps a record of it. Only that block goes: a summary
+    it was merged into, or anything else, stays."""
+    if not messages or not any(block is asked for block in blocks_of(messages[-1])):
         return False
-    replace_history(agent, messages, messages[:-1], "prompt not answered (API error)")
+    rest = [block for block in blocks_of(messages[-1]) if block is not asked]
+    new = messages[:-1] + ([{**messages[-1], "content": rest}] if rest else [])
+    replace_history(agent, messages, new, "prompt not answered (API error)")
     return True
 
 

@@ -637,6 +637,7 @@ class FakeAnthropic:
         self.auth_headers: list[dict] = []   # {"x-api-key": ..., "authorization": ...} of every request
         self.stalls: list[str] = []          # how each hang or pings_only reply ended
         self.count_token_calls = 0
+        self.count_requests: list[dict] = []  # every count_tokens body, as received
         self.model_lookups: list[str] = []
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
@@ -858,6 +859,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _count_tokens(self, body: dict) -> None:
         self.owner.count_token_calls += 1
+        self.owner.count_requests.append(body)
         if not self.owner.count_tokens_api:
             self._send_error(404, "not_found_error", "Not found")
             return

@@ -311,3 +311,24 @@ def test_a_repeat_read_never_points_at_a_result_that_was_cleared(s08, make_agent
             if b.get("type") == "tool_result"]
     assert any(t.startswith("(a repeat read of a.txt") and "saved at .task_outputs" in t for t in sent), \
         "once its target was cleared, the stub said where the text went"
+
+
+def test_an_api_error_after_a_compaction_withdraws_only_the_prompt(s08, make_agent, fake):
+    fake.reply(text("first answer"), *[{"error": {"status": 500, "type": "api_error", "message": "down"}}] * 4)
+    agent = make_agent()
+    messages = []
+    s08.run_turn(agent, messages, "first question")
+    s08.handle_command(agent, messages, "/compact")
+    summary = messages[0]["content"][0]["text"]
+    s08.run_turn(agent, messages, "second question")
+    assert "Your message was not sent" in agent.out.text
+    assert messages and messages[0]["content"][0]["text"] == summary, "the summary survives the failed turn"
+    assert "second question" not in json.dumps(messages)
+
+
+def test_count_tokens_requests_are_redacted_too(s08, make_agent, fake):
+    secret = "sk-test-0123456789abcdef"
+    agent = make_agent(window=20_000, secrets=[secret])
+    history = [{"role": "user", "content": [{"type": "text", "text": f"an old log said {secret} " + "x " * 22_000}]}]
+    s08.over_threshold(agent, history)  # near the threshold, so the exact count is asked for
+    assert fake.count_requests and secret not in json.dumps(fake.count_requests)

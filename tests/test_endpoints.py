@@ -177,13 +177,23 @@ def test_usage_far_below_the_estimate_is_distrusted_and_far_above_kept(s08):
     assert "usage distrusted" in endpoint.usage_note
     assert s08.usage_prompt_tokens(endpoint, {"input_tokens": 50_000}, 10_000)[0] == 50_000
     assert "its count is used" in endpoint.usage_note
-    # Kimi: the reads are inside input_tokens; counted once, and /context shows them once
-    size, counted = s08.usage_prompt_tokens(endpoint, {"input_tokens": 10_500, "cache_read_input_tokens": 9_000,
-                                                       "cache_creation_input_tokens": 300}, 10_000)
-    assert (size, counted["input_tokens"]) == (10_800, 1_500) and "counted once" in endpoint.usage_note
-    # Anthropic: the reads are beside input_tokens
-    size, counted = s08.usage_prompt_tokens(endpoint, {"input_tokens": 1_500, "cache_read_input_tokens": 9_000}, 10_000)
-    assert (size, counted["input_tokens"]) == (10_500, 1_500) and endpoint.usage_note == ""
+
+
+def test_cache_reads_inside_input_tokens_are_counted_once(s08):
+    kimi = s08.Endpoint(200_000)  # adding the reads would double the size: they were inside
+    size, counted = s08.usage_prompt_tokens(kimi, {"input_tokens": 10_500, "cache_read_input_tokens": 9_000,
+                                                   "cache_creation_input_tokens": 300}, 10_000)
+    assert (size, counted["input_tokens"]) == (10_800, 1_500) and "counted once" in kimi.usage_note
+    anthropic_style = s08.Endpoint(200_000)  # fewer input tokens than reads: they are beside it
+    size, counted = s08.usage_prompt_tokens(anthropic_style, {"input_tokens": 1_500, "cache_read_input_tokens": 9_000},
+                                            10_000)
+    assert (size, counted["input_tokens"]) == (10_500, 1_500) and anthropic_style.usage_note == ""
+    # then a reply where both readings look possible keeps the proven way (50k + 20k, not 50k)
+    assert s08.usage_prompt_tokens(anthropic_style, {"input_tokens": 50_000, "cache_read_input_tokens": 20_000},
+                                   59_000)[0] == 70_000
+    unknown = s08.Endpoint(200_000)  # and before anything is proven, the larger, safer reading
+    assert s08.usage_prompt_tokens(unknown, {"input_tokens": 50_000, "cache_read_input_tokens": 20_000}, 59_000)[0] \
+        == 70_000
 
 
 def test_count_tokens_404_is_asked_once(s08, make_agent):
