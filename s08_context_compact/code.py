@@ -7,14 +7,15 @@ Before every model call the history goes through a pipeline, cheapest layer firs
             ──▶ snip_compact         over 50 messages, worth it? → middle messages to a transcript
             ──▶ micro_compact        past 70% of the threshold?  → old results become pointers
             ──▶ compact_history      still over the threshold?   → a summary, then what the work needs
-            ──▶ model call ── 400 "prompt is too long" ──▶ reactive_compact, retry once
+            ──▶ model call ── "too long", in any endpoint's words ──▶ learn the window,
+                                                                      reactive_compact, retry once
 
 Nothing is thrown away: every layer writes what it removes to .task_outputs/tool-results/
 or .transcripts/ before it removes it, and the session log keeps every message.
 
 Run it from the folder you want the agent to work in (README.md has the rest):
 
-    python s08_context_compact/code.py            # needs ANTHROPIC_API_KEY and MODEL_ID
+    python s08_context_compact/code.py            # needs ANTHROPIC_API_KEY (or _AUTH_TOKEN) and MODEL_ID
     python s08_context_compact/code.py --demo     # watch every layer fire, offline, no key
 """
 
