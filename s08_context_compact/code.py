@@ -1491,8 +1491,6 @@ def server_sent_events(chunks, idle_seconds: float):
     buffer, name, data = b"", None, []
     last_news = time.monotonic()
     for chunk in chunks:
-        if time.monotonic() - last_news > idle_seconds:
-            raise BadReply(f"the endpoint sent nothing but pings or comments for {idle_seconds:g}s")
         *lines, buffer = (buffer + chunk).split(b"\n")
         for raw in lines:
             line = raw.rstrip(b"\r").decode("utf-8", "replace")  # a bad byte is a bad character, not a crash
@@ -1509,6 +1507,8 @@ def server_sent_events(chunks, idle_seconds: float):
                 if event[0] != "ping" and '"type": "ping"' not in event[1] and '"type":"ping"' not in event[1]:
                     last_news = time.monotonic()
                     yield event
+        if time.monotonic() - last_news > idle_seconds:  # checked after the chunk: news in it counts
+            raise BadReply(f"the endpoint sent nothing but pings or comments for {idle_seconds:g}s")
     if name or data:
         yield name, "\n".join(data)
 
