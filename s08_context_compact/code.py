@@ -2853,7 +2853,18 @@ def discover_endpoint(client, model: str, logged: dict | None = None) -> Endpoin
     return endpoint
 
 
-def main(argv=None) -> int:
+def make_client(connect: float, idle: float):
+    """The SDK client. A token wins over a key: a proxy that asks for a token must never be
+    sent the Anthropic key that happens to be in the shell. Retries are ours, so each one
+    can be seen (with_retries)."""
+    token = os.getenv("ANTHROPIC_AUTH_TOKEN")
+    credential = {"auth_token": token} if token else {"api_key": os.environ["ANTHROPIC_API_KEY"]}
+    if token and os.getenv("ANTHROPIC_API_KEY"):
+        print("Using ANTHROPIC_AUTH_TOKEN; ANTHROPIC_API_KEY is set too and is not sent.", file=sys.stderr)
+    return anthropic.Anthropic(**credential, max_retries=0, timeout=anthropic.Timeout(idle, connect=connect))
+
+
+def parse_arguments(argv):
     parser = argparse.ArgumentParser(description="s08: a coding agent with context compaction. "
                                      "Run it in the folder the agent should work in.")
     parser.add_argument("--resume", nargs="?", const="latest", metavar="ID",
@@ -2862,7 +2873,11 @@ def main(argv=None) -> int:
     parser.add_argument("--demo", action="store_true",
                         help="watch every layer fire, offline: a scripted model, no API key needed")
     parser.add_argument("--no-pause", action="store_true", help="with --demo: do not wait for Enter between steps")
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_arguments(argv)
     if args.demo:
         import demo  # the scripted demo lives beside this file, outside the lesson
         return demo.run(sys.modules[__name__], pause=sys.stdin.isatty() and not args.no_pause)
@@ -2884,15 +2899,8 @@ def main(argv=None) -> int:
         print(err, file=sys.stderr)
         return 2
     try:
-        connect, idle = seconds_setting("API_CONNECT_TIMEOUT", CONNECT_TIMEOUT), seconds_setting("API_IDLE_TIMEOUT", IDLE_TIMEOUT)
-        # A token wins over a key: a proxy that asks for a token must never be sent the
-        # Anthropic key that happens to be in the shell. Retries are ours, so each one
-        # can be seen (with_retries).
-        token = os.getenv("ANTHROPIC_AUTH_TOKEN")
-        credential = {"auth_token": token} if token else {"api_key": os.environ["ANTHROPIC_API_KEY"]}
-        if token and os.getenv("ANTHROPIC_API_KEY"):
-            print("Using ANTHROPIC_AUTH_TOKEN; ANTHROPIC_API_KEY is set too and is not sent.", file=sys.stderr)
-        client = anthropic.Anthropic(**credential, max_retries=0, timeout=anthropic.Timeout(idle, connect=connect))
+        idle = seconds_setting("API_IDLE_TIMEOUT", IDLE_TIMEOUT)
+        client = make_client(seconds_setting("API_CONNECT_TIMEOUT", CONNECT_TIMEOUT), idle)
         endpoint = discover_endpoint(client, model, logged_endpoint(resume, model) if resume else None)
     except ValueError as err:
         print(f"{err} Set it in .env or in your shell (README.md, section Configuration).", file=sys.stderr)
@@ -2912,10 +2920,14 @@ def main(argv=None) -> int:
     if endpoint.window_source == DEFAULT_WINDOW_SOURCE:
         print(f"[window] nothing says how big {model}'s window is; assuming {endpoint.window:,} tokens. Set "
               "CONTEXT_WINDOW if you know it; otherwise the endpoint's first \"too long\" answer will tell.")
+    return start_repl(agent, interactive, messages)
+
+
+def start_repl(agent, interactive: bool, messages: list) -> int:
     if interactive:
         import readline  # noqa: F401  (arrow keys and history at the prompt)
-        print(f"s08 context compact · {model} · window {format_tokens(settings.window)} tokens · "
-              f"workspace {workdir}\nType /help for commands, q to quit.")
+        print(f"s08 context compact · {agent.settings.model} · window {format_tokens(agent.settings.window)} "
+              f"tokens · workspace {agent.workdir}\nType /help for commands, q to quit.")
     return repl(agent, interactive, messages)
 
 
