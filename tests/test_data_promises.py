@@ -74,20 +74,15 @@ def test_a_write_on_a_full_disk_leaves_the_old_content(s08, make_agent, fake, fu
     assert (full_disk / "notes.txt").read_bytes() == b"keep me\n"
 
 
-def test_an_edit_keeps_crlf_and_lone_cr_line_endings(s08, make_agent, fake, workspace):
-    (workspace / "win.txt").write_bytes(b"alpha\r\nbeta\r\ngamma\rdelta\n")
-    result = run_tool_call(s08, make_agent, fake, "edit_file", {"path": "win.txt", "old_text": "beta",
-                                                                  "new_text": "BETA"})
+@pytest.mark.parametrize("before, old, new, after", [
+    (b"alpha\r\nbeta\r\ngamma\rdelta\n", "beta", "BETA", b"alpha\r\nBETA\r\ngamma\rdelta\n"),  # CRLF, lone CR
+    (b"one\r\ntwo\r\nthree\r\n", "one\ntwo", "one\n1.5\ntwo", b"one\r\n1.5\r\ntwo\r\nthree\r\n"),  # across lines
+])
+def test_an_edit_keeps_the_files_line_endings(s08, make_agent, fake, workspace, before, old, new, after):
+    (workspace / "win.txt").write_bytes(before)
+    result = run_tool_call(s08, make_agent, fake, "edit_file", {"path": "win.txt", "old_text": old, "new_text": new})
     assert not result.get("is_error"), result
-    assert (workspace / "win.txt").read_bytes() == b"alpha\r\nBETA\r\ngamma\rdelta\n"
-
-
-def test_an_edit_across_lines_matches_the_files_crlf(s08, make_agent, fake, workspace):
-    (workspace / "win.txt").write_bytes(b"one\r\ntwo\r\nthree\r\n")
-    result = run_tool_call(s08, make_agent, fake, "edit_file", {"path": "win.txt", "old_text": "one\ntwo",
-                                                                  "new_text": "one\n1.5\ntwo"})
-    assert not result.get("is_error"), result
-    assert (workspace / "win.txt").read_bytes() == b"one\r\n1.5\r\ntwo\r\nthree\r\n"
+    assert (workspace / "win.txt").read_bytes() == after
 
 
 def test_write_and_edit_keep_the_files_permissions(s08, make_agent, fake, workspace):
