@@ -187,13 +187,18 @@ class Endpoint:
 # The only writes the compaction layers cause. Files are opened with "x" (create, never
 # replace) under names that are new each time, so nothing is ever overwritten.
 
+def output_names(folder: Path, tool_use_id: str):
+    """Where a tool call's output may go: <id>.txt, then <id>-1.txt, ... (a bounded number)."""
+    stem = re.sub(r"[^A-Za-z0-9_-]", "_", tool_use_id)[:80] or "result"
+    for attempt in range(1000):
+        yield folder / (f"{stem}.txt" if attempt == 0 else f"{stem}-{attempt}.txt")
+
+
 def save_tool_output(folder: Path, tool_use_id: str, text: str) -> Path:
     """Write one full tool result, byte for byte, and return its path."""
     folder.mkdir(parents=True, exist_ok=True)
-    stem = re.sub(r"[^A-Za-z0-9_-]", "_", tool_use_id)[:80] or "result"
     data = text.encode("utf-8", "surrogatepass")
-    for attempt in range(1000):
-        path = folder / (f"{stem}.txt" if attempt == 0 else f"{stem}-{attempt}.txt")
+    for path in output_names(folder, tool_use_id):
         if path.exists() and path.stat().st_size == len(data) and path.read_bytes() == data:
             return path  # the same content saved before: point at it again
         try:
@@ -202,7 +207,7 @@ def save_tool_output(folder: Path, tool_use_id: str, text: str) -> Path:
             return path
         except FileExistsError:
             continue
-    raise OSError(f"could not find a free file name for {stem} in {folder}")
+    raise OSError(f"could not find a free file name for {tool_use_id} in {folder}")
 
 
 def save_transcript(folder: Path, messages: list, kind: str) -> Path:
@@ -242,13 +247,16 @@ def secret_values(environ, dotenv_files: tuple = ()) -> list:
 
 
 def redact_deep(value, secrets: list):
-    """A request (or any JSON value) with every secret in its strings replaced."""
+    """A request (or any JSON value) with every secret in its strings replaced. What holds
+    no secret comes back as the same object, so a clean history is walked, not copied."""
     if isinstance(value, str):
         return redact(value, secrets)
     if isinstance(value, dict):
-        return {key: redact_deep(item, secrets) for key, item in value.items()}
+        items = {key: redact_deep(item, secrets) for key, item in value.items()}
+        return value if all(items[key] is item for key, item in value.items()) else items
     if isinstance(value, list):
-        return [redact_deep(item, secrets) for item in value]
+        items = [redact_deep(item, secrets) for item in value]
+        return value if all(new is old for new, old in zip(items, value)) else items
     return value
 
 
@@ -567,9 +575,7 @@ def redact_bytes(data: bytes, secrets: list) -> bytes:
 
 def keep_as(partial: Path, folder: Path, tool_use_id: str) -> Path:
     """Give a finished file its name, <id>.txt (or <id>-N.txt), never replacing another."""
-    stem = re.sub(r"[^A-Za-z0-9_-]", "_", tool_use_id)[:80] or "result"
-    for attempt in range(1000):
-        target = folder / (f"{stem}.txt" if attempt == 0 else f"{stem}-{attempt}.txt")
+    for target in output_names(folder, tool_use_id):
         try:
             os.link(partial, target)  # fails, rather than replaces, if the name is taken
         except FileExistsError:
@@ -2245,6 +2251,8 @@ def remember_interruption(agent, messages: list, partial: str) -> None:
 def true_stubs(messages: list, stubs: dict) -> list:
     """A repeated read answered "as in result X above" must stay true in what is sent: when
     a layer has since cleared X (or a summary took it), the stub says where the text went."""
+    if not stubs:
+        return messages
     found = {b["tool_use_id"]: b for m in messages for b in blocks_of(m) if b.get("type") == "tool_result"}
     stale = {call: (target, path) for call, (target, path) in stubs.items()
              if call in found and OWN not in found[call] and (target not in found or OWN in found[target])}
