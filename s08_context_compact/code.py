@@ -1238,7 +1238,10 @@ def rebuild_after_summary(marker: str, summary: str, path: Path, messages: list,
     in_flight = messages and messages[-1]["role"] == "user"  # a finished turn has no pending request
     if request and in_flight and current_request(tail) != request:
         first["content"].append(request)
-    return [first] + tail
+    result = [first] + tail
+    # Every layer hands back a history no larger than it got: a summary of a history that is
+    # already short (a summary and little else) would only add its header and restored files.
+    return result if estimate_tokens(result) < estimate_tokens(messages) else messages
 
 
 def reactive_compact(messages: list, *, summarize, restored: list, save_messages, save_output,
@@ -2153,13 +2156,27 @@ def run_compact_history(agent, messages: list, focus: str = "") -> list:
         focus = " ".join(filter(None, [focus, extra.get("instructions", "")]))
     s = agent.settings
     mid_turn = len(messages) >= 2 and is_tool_result_message(messages[-1])
-    restored, limit = plan_restore(agent, messages, estimate_tokens(messages[-2:]) if mid_turn else 0)
+    tail_tokens = estimate_tokens(messages[-2:]) if mid_turn else 0
+    restored, limit = plan_restore(agent, messages, tail_tokens)
+    # What a new summary cannot remove: what comes back after it, and (about) the summary
+    # already there. Not more than that in the history: nothing worth a model call.
+    request = current_request(messages)
+    summaries = [b["text"] for m in messages for b in blocks_of(m) if b.get(OWN) in ("compact", "reactive")]
+    floor = tail_tokens + sum(map(estimate_text_tokens, restored + summaries)) + PLACEHOLDER_TOKENS + \
+        (estimate_text_tokens(request["text"]) if request else 0)
+    if estimate_tokens(messages) <= floor:
+        agent.say("[compact_history] nothing to compact: a summary would not make the context smaller")
+        return messages
+    agent.last_summary = None
     result = run_layer(agent, "compact_history", lambda m, save_output, save_messages: compact_history(
         m, summarize=lambda history: make_summary(agent, history, focus, limit), restored=restored,
         save_messages=save_messages, save_output=save_output, preview_chars=s.preview_chars),
         messages, note=lambda: ledger_note(agent))
     if result is not messages:
         after_compaction(agent, "compact_history", result)
+    elif agent.last_summary:
+        agent.say("[compact_history] the summary came out no smaller than the history; the history is kept "
+                  f"(transcript saved to {agent.last_transcript})")
     return result
 
 

@@ -41,9 +41,9 @@ def make_workspace() -> Path:
     return workspace
 
 
-def explanation(n: int) -> str:
+def explanation(n: int, steps: int = 90) -> str:
     return SCRIPTED + f"Part {n}, in detail: " + " ".join(
-        f"step {k} keeps the newest work and moves the oldest out of the window." for k in range(90))
+        f"step {k} keeps the newest work and moves the oldest out of the window." for k in range(steps))
 
 
 STEPS = [
@@ -75,7 +75,8 @@ STEPS = [
                   text(SCRIPTED + "Context tidied; carrying on from the summary.")],
       "summaries": [text("<summary>1. Primary request: finish the phase. 7. Pending tasks: none.</summary>")]}),
     ("circuit breaker", "summaries that fail 3 times in a row stop being asked for; compaction goes on",
-     "/compact", {"commands": 4, "summaries": [server_error() for _ in range(12)]}),
+     "/compact", {"commands": 4, "between": "Explain it once more", "replies": [text(explanation(n, 24)) for n in range(4)],
+                  "summaries": [server_error() for _ in range(12)]}),
 ]
 
 
@@ -125,6 +126,9 @@ def play_step(code, agent, fake, messages, title, what, prompt, script, say) -> 
     fake.summary(*script.get("summaries", []))
     if prompt.startswith("/"):
         for _ in range(script["commands"]):
+            if script.get("between"):  # new work first: a summary of a summary frees nothing
+                say(f"s08 >> {script['between']}")
+                code.run_turn(agent, messages, script["between"])
             say(f"s08 >> {prompt}")
             code.handle_command(agent, messages, prompt)
     else:

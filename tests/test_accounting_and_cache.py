@@ -61,9 +61,9 @@ def test_near_the_threshold_count_tokens_decides(s08, make_agent):
         agent = make_agent(window=20_000, server=fake)
         threshold = agent.settings.threshold
         size = 1
-        while agent.overhead + s08.estimate_tokens(chat(1, size)[:1]) < threshold * 0.95:
-            size += 50
-        messages = chat(1, size)[:1]  # estimate within the margin below the threshold
+        while agent.overhead + s08.estimate_tokens(chat(3, size)[:5]) < threshold * 0.95:
+            size += 20
+        messages = chat(3, size)[:5]  # estimate within the margin below the threshold
         assert count_tokens(s08.build_request(agent, messages)) > threshold
         assert agent.overhead + s08.estimate_tokens(messages) < threshold, "the estimate alone would not compact"
         fake.reply(text("ok"))

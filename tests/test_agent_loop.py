@@ -165,7 +165,7 @@ def test_compact_tool_runs_after_the_batch_and_the_turn_continues(s08, fake, mak
                text("Continuing from the summary."))
     fake.summary(text("<summary>Built the thing.</summary>"))
     agent = make_agent()
-    messages = [user("build, then tidy up")]
+    messages = chat_history(3, 4_000) + [user("build, then tidy up")]  # enough that a summary frees room
     final = s08.agent_loop(agent, messages)
     assert final == "Continuing from the summary."
     assert "keep the API design" in instruction(fake.summary_requests[0])

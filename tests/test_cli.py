@@ -169,7 +169,7 @@ def test_ctrl_c_during_a_tool_run_answers_the_call_as_interrupted(fake, workspac
 
 def test_outputs_are_written_inside_the_working_directory(fake, workspace):
     (workspace / "huge.txt").write_text(("h" * 99 + "\n") * 1_200)
-    fake.reply(tool_use("read_file", {"path": "huge.txt"}, "toolu_huge"), text("ok"))
+    fake.reply(tool_use("read_file", {"path": "huge.txt"}, "toolu_huge"), text("ok " * 4_000))
     run_cli(fake, workspace, "read it\n/compact\n", CONTEXT_WINDOW=30_000)
     assert (workspace / ".task_outputs" / "tool-results" / "toolu_huge.txt").exists()
     assert list((workspace / ".transcripts").glob("compact-*.jsonl"))
@@ -182,8 +182,18 @@ def test_input_that_is_not_utf8_is_read_not_fatal(fake, workspace):
     assert fake.requests[0]["messages"][0]["content"][0]["text"] == "caf\ufffd \ufffd please"
 
 
+def test_compact_never_makes_the_context_larger(fake, workspace):
+    fake.reply(text("a long answer " * 2_000))
+    fake.summary(text("<summary>The user said hello; a long answer followed.</summary>"))
+    done = run_cli(fake, workspace, "hello\n/compact\n/compact\n/context\n")
+    assert done.returncode == 0, done.stderr
+    assert "[compact_history] 2 messages → summary" in done.stdout
+    assert "[compact_history] nothing to compact: a summary would not make the context smaller" in done.stdout
+    assert len(fake.summary_requests) == 1, "the second /compact does not call the model"
+
+
 def test_ctrl_c_during_compact_keeps_the_history(fake, workspace):
-    fake.reply(text("first answer"), text("after the interrupt"))
+    fake.reply(text("first answer " * 2_000), text("after the interrupt"))  # long enough to be worth a summary
     fake.summary(dict(text("<summary>late</summary>"), delay=5))
     cli = LiveCLI(fake, workspace)
     cli.type("hello\n/compact\n")

@@ -12,7 +12,7 @@ import uuid
 import pytest
 
 from conftest import blocks, run_cli
-from fake_anthropic import text, tool_use
+from fake_anthropic import text, tool_use, tool_uses
 
 
 def run_tool_call(s08, make_agent, fake, name, args):
@@ -224,7 +224,8 @@ def test_dotenv_values_and_url_passwords_never_leave_the_process(fake, workspace
                                     "SERVICE_ENDPOINT_ID=svc-0a1b2c3d4e5f\nSHORT=abc\n")
     (workspace / "config.txt").write_text("db = postgres://app:pw-7f3k9q@db.internal:5432/prod\n"
                                           "service = svc-0a1b2c3d4e5f\npassword again: pw-7f3k9q\nshort: abc\n")
-    fake.reply(tool_use("read_file", {"path": "config.txt"}), text("read"), text("after compaction"))
+    fake.reply(tool_uses([("read_file", {"path": "config.txt"}), ("bash", {"command": "seq 1 4000"})]),
+               text("read"), text("after compaction"))  # the bash output gives the summary something to free
     done = run_cli(fake, workspace, "read config.txt\n/compact\nwhat next?\n")
     assert done.returncode == 0, done.stderr
     sent = json.dumps(fake.requests)
