@@ -109,8 +109,8 @@ def test_every_tool_output_can_be_rebuilt_byte_for_byte_from_the_log(fake, works
 
 def test_secrets_never_reach_the_model_or_the_disk(fake, workspace):
     secret = "sk-ant-very-secret-0123456789"
-    fake.reply(tool_use("bash", {"command": "echo token=$MY_SERVICE_TOKEN; echo key=$ANTHROPIC_API_KEY"}),
-               text("Done."))
+    fake.reply(tool_use("bash", {"command": "echo token=$MY_SERVICE_TOKEN; echo key=$ANTHROPIC_API_KEY; seq 3000"}),
+               text("Done."))  # enough output that /compact has something to summarize
     done = run_cli(fake, workspace, f"never print {secret} again, run it\n/compact\n",
                    ANTHROPIC_API_KEY=secret, MY_SERVICE_TOKEN="hunter2hunter2")
     assert done.returncode == 0
@@ -118,6 +118,7 @@ def test_secrets_never_reach_the_model_or_the_disk(fake, workspace):
     assert secret not in sent and "hunter2hunter2" not in sent
     assert "token=\\nkey=" in sent, "bash does not inherit variables that hold secrets"
     assert "[redacted]" in sent, "the secret typed in the prompt is redacted"
+    assert fake.summary_requests and list(workspace.glob(".transcripts/compact-*.jsonl"))
     for path in workspace.rglob("*"):
         if path.is_file():
             data = path.read_bytes()
