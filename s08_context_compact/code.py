@@ -52,7 +52,8 @@ TOOL_RESULT_BUDGET_SHARE = 0.3      # ...and never more than this share of the u
 PREVIEW_CHARS = 2_000               # what stays in context of a result that went to disk
 SNIP_KEEP_HEAD = 3                  # the first request and its setup stay visible
 SNIP_KEEP_TAIL = 47                 # current work; head + tail = 50 messages before snipping
-SNIP_AT_LEAST = 20                  # a snip rewrites the cache after the head: make it worth it
+SNIP_AT_LEAST = 20                  # a snip rewrites the cache after the head: make it worth it...
+SNIP_FREES_AT_LEAST_SHARE = 0.25    # ...by cutting at least 20 messages and this share of the threshold
 KEEP_RECENT_TOOL_RESULTS = 3        # micro_compact leaves the newest results alone
 MICRO_COMPACT_MIN_CHARS = 120       # a placeholder is no shorter than this, so skip smaller results
 MICRO_TRIGGER_SHARE = 0.7           # micro_compact acts only above this share of the threshold...
@@ -123,11 +124,14 @@ class Settings:
     restore_files_tokens: int   # all re-read files together
     restore_user_tokens: int    # recent user messages restored
     ledger_tokens: int          # the fact ledger re-injected
+    snip_min_tokens: int        # snip_compact cuts only if it frees this many
+    snip_keep_head: int = SNIP_KEEP_HEAD
     snip_keep_tail: int = SNIP_KEEP_TAIL
+    snip_at_least: int = SNIP_AT_LEAST
+    keep_recent: int = KEEP_RECENT_TOOL_RESULTS
+    micro_min_chars: int = MICRO_COMPACT_MIN_CHARS
     retry_base_seconds: float = RETRY_BASE_SECONDS
     idle_timeout: float = IDLE_TIMEOUT  # seconds a stream may send nothing new before it is abandoned
-    prompt_caching: bool = True  # cache_control breakpoints on tools + system and the newest message
-    cheap_layers: bool = True    # off: only the summary layers run (for the benchmark)
 
     @classmethod
     def for_window(cls, model: str, window: int) -> "Settings":
@@ -140,6 +144,7 @@ class Settings:
                    summary_max_tokens=min(SUMMARY_MAX_TOKENS, max_output),
                    micro_trigger=int(threshold * MICRO_TRIGGER_SHARE),
                    clear_at_least=int(threshold * CLEAR_AT_LEAST_SHARE),
+                   snip_min_tokens=int(threshold * SNIP_FREES_AT_LEAST_SHARE),
                    compacted_max=int(window * POST_COMPACT_SHARE),
                    # what comes back after a summary shares that quarter of the window
                    restore_file_tokens=min(POST_COMPACT_TOKENS_PER_FILE, window // 40),
@@ -352,7 +357,7 @@ def read_session(path: Path, warn=None) -> list:
         elif kind == "history" and isinstance(record.get("messages"), list) and \
                 all(is_message(m) for m in record["messages"]):
             history = record["messages"]
-        elif kind not in ("session", "endpoint"):
+        elif kind not in ("session", "endpoint", "layer"):
             skipped += 1
     if skipped and warn:
         warn(f"[session log] skipped {skipped} unreadable record(s) in {path.name}")
@@ -918,6 +923,13 @@ def group_starts(messages: list) -> list:
     return [i for i, m in enumerate(messages) if m["role"] == "assistant"]
 
 
+def message_groups(messages: list) -> list:
+    """The history from its first assistant message on, as groups: a call and its results
+    (and any user words after them) travel together."""
+    starts = group_starts(messages)
+    return [messages[start:end] for start, end in zip(starts, starts[1:] + [len(messages)])]
+
+
 def estimate_text_tokens(text: str) -> int:
     ascii_chars = len(text.encode("ascii", "ignore"))
     return ascii_chars // CHARS_PER_TOKEN + (len(text) - ascii_chars) + 1
@@ -971,9 +983,21 @@ class TokenCounter:
         return self.anchor_tokens - self.estimate(before) + self.estimate(after)
 
 
+def newest_within(items: list, max_tokens: int, size) -> list:
+    """The newest items that together cost at most max_tokens, in their order. Used wherever
+    recent things are kept and older ones let go: recent groups, user messages, ledger lines."""
+    kept, used = [], 0
+    for item in reversed(items):
+        used += size(item)
+        if used > max_tokens:
+            break
+        kept.append(item)
+    return kept[::-1]
+
+
 def head_within(text: str, max_tokens: int) -> str:
-    """The start of text that costs at most max_tokens: preview_chars of ASCII, a quarter
-    of that in Chinese, where every character is a token."""
+    """The start of text that costs at most max_tokens: four characters a token in ASCII,
+    one in Chinese. Cut by a quarter at a time, so long texts need few measurements."""
     head = text[:max_tokens * CHARS_PER_TOKEN]
     while head and estimate_text_tokens(head) > max_tokens + 1:  # the estimate adds 1 to any text
         head = head[:len(head) * 3 // 4]
@@ -1002,19 +1026,19 @@ def fewer_tokens(new: str, old: str) -> bool:
         estimate_text_tokens(json.dumps(old, ensure_ascii=False))
 
 
-def previewed(block: dict, preview_chars: int, save_output) -> dict:
+def previewed(block: dict, preview_chars: int, store) -> dict:
     """A tool result saved to disk and replaced by a preview, when the preview is the smaller."""
     text = result_text(block)
     if estimate_text_tokens(text) <= preview_chars // CHARS_PER_TOKEN or OWN in block:
         return block
-    path = save_output(block["tool_use_id"], text)
+    path = store.save_output(block["tool_use_id"], text)
     preview = persisted_preview(path, text, preview_chars)
     return replace_result(block, preview, "preview", path) if fewer_tokens(preview, text) else block
 
 
-def preview_results(message: dict, preview_chars: int, save_output) -> dict:
+def preview_results(message: dict, preview_chars: int, store) -> dict:
     """Persist every result in a message that is longer than a preview, keeping the preview."""
-    return {**message, "content": [previewed(b, preview_chars, save_output) if b.get("type") == "tool_result"
+    return {**message, "content": [previewed(b, preview_chars, store) if b.get("type") == "tool_result"
                                    else b for b in blocks_of(message)]}
 
 
@@ -1086,16 +1110,10 @@ class Ledger:
         lines += [f"- ran `{c[:120]}` → exit {code}" for c, code in self.commands[-10:]]
         lines += [f"- saw failing test {t}" for t in self.failing]
         lines += [f"- the user said: \"{c}\"" for c in self.constraints]
-        kept, used = [], 0
-        for line in reversed(lines):  # the newest facts first when not all fit
-            used += estimate_text_tokens(line)
-            if used > max_tokens:
-                break
-            kept.append(line)
+        kept = newest_within(lines, max_tokens, estimate_text_tokens)  # the newest facts when not all fit
         if not kept:
             return ""
-        head = "Fact ledger (recorded from tool calls and the user's words, not from the summary):"
-        return "\n".join([head] + kept[::-1])
+        return "\n".join(["Fact ledger (recorded from tool calls and the user's words, not from the summary):"] + kept)
 
 
 def ledger_hooks(agent) -> dict:
@@ -1128,7 +1146,7 @@ def install_default_hooks(agent) -> None:
 
 # ---------------------------------------------------------------------------- the compaction layers
 
-def tool_result_budget(messages: list, *, max_chars: int, preview_chars: int, save_output) -> list:
+def tool_result_budget(messages: list, *, max_chars: int, preview_chars: int, store) -> list:
     """Keep the newest message's tool results under max_chars; the largest go to disk first."""
     if not messages or not is_tool_result_message(messages[-1]):
         return messages
@@ -1140,7 +1158,7 @@ def tool_result_budget(messages: list, *, max_chars: int, preview_chars: int, sa
         return messages
     for k in sorted(sizes, key=sizes.get, reverse=True):
         if total > max_chars:
-            blocks[k] = previewed(blocks[k], preview_chars, save_output)
+            blocks[k] = previewed(blocks[k], preview_chars, store)
             total -= sizes[k] - len(result_text(blocks[k]))
     if all(new is old for new, old in zip(blocks, blocks_of(last))):
         return messages
@@ -1148,7 +1166,7 @@ def tool_result_budget(messages: list, *, max_chars: int, preview_chars: int, sa
 
 
 def snip_compact(messages: list, *, keep_head: int, keep_tail: int, at_least: int, min_tokens: int = 0,
-                 save_messages, measure=estimate_tokens) -> list:
+                 store, measure=estimate_tokens) -> list:
     """Drop the middle of a long history, never splitting a tool_use from its tool_result."""
     if len(messages) <= keep_head + keep_tail:
         return messages
@@ -1165,7 +1183,7 @@ def snip_compact(messages: list, *, keep_head: int, keep_tail: int, at_least: in
     removed = messages[head_end:tail_start]
     if measure(removed) < min_tokens:
         return messages  # too little to pay for rewriting the cache after the head
-    path = save_messages(removed, "snip")
+    path = store.save_messages(removed, "snip")
     head_last = messages[head_end - 1]
     earlier = sum(b.get("snipped", 0) for b in blocks_of(head_last) if b.get(OWN) == "snip")  # one marker, folded
     kept_blocks = [b for b in blocks_of(head_last) if b.get(OWN) != "snip"]
@@ -1179,7 +1197,7 @@ def snip_compact(messages: list, *, keep_head: int, keep_tail: int, at_least: in
     return messages[:head_end - 1] + [new_head_last] + messages[tail_start:]
 
 
-def micro_compact(messages: list, *, keep_recent: int, min_chars: int, clear_at_least: int, save_output) -> list:
+def micro_compact(messages: list, *, keep_recent: int, min_chars: int, clear_at_least: int, store) -> list:
     """Replace all but the newest tool results with a pointer to their saved copy."""
     positions = [(i, k) for i, m in enumerate(messages) if is_tool_result_message(m)
                  for k, b in enumerate(blocks_of(m)) if b.get("type") == "tool_result"]
@@ -1200,7 +1218,7 @@ def micro_compact(messages: list, *, keep_recent: int, min_chars: int, clear_at_
     for i, k in stale:
         block = blocks_of(changed.get(i, messages[i]))[k]
         text = result_text(block)
-        path = block.get("saved_at") if block.get(OWN) == "preview" else save_output(block["tool_use_id"], text)
+        path = block.get("saved_at") if block.get(OWN) == "preview" else store.save_output(block["tool_use_id"], text)
         placeholder = (f"{PLACEHOLDER_PREFIX} ({names.get(block['tool_use_id'], 'tool')}) cleared to save "
                        f"context. Full output: {path}. Read that file if you need it again.]")
         if not fewer_tokens(placeholder, text):
@@ -1211,29 +1229,34 @@ def micro_compact(messages: list, *, keep_recent: int, min_chars: int, clear_at_
     return [changed.get(i, m) for i, m in enumerate(messages)] if changed else messages
 
 
-def compact_history(messages: list, *, summarize, restored: list, save_messages, save_output,
-                    preview_chars: int) -> list:
-    """Replace the history with a summary, then what the work needs back, then the request."""
-    summary = summarize(messages)
-    path = save_messages(messages, "compact")
-    tail = []
-    if messages and is_tool_result_message(messages[-1]) and len(messages) >= 2:
-        # mid-turn: keep the last call and its results, so the model carries on from there
-        tail = [messages[-2], preview_results(messages[-1], preview_chars, save_output)]
-    return rebuild_after_summary(COMPACT_MARKER, summary, path, messages, tail, restored)
+def compact_history(messages: list, *, summary: str, restored: list, preview_chars: int, store) -> list:
+    """Replace the history with a summary, then what the work needs back, then the request.
+    In the middle of a turn the last call and its results stay, so the model carries on."""
+    mid_turn = len(messages) >= 2 and is_tool_result_message(messages[-1])
+    return replace_with_summary(messages, "compact", summary, messages[-2:] if mid_turn else [], restored,
+                                preview_chars, store)
 
 
-def marker_kind(marker: str) -> str:
-    return "reactive" if marker == REACTIVE_MARKER else "compact"
+def reactive_compact(messages: list, *, summary: str, restored: list, preview_chars: int, store,
+                     tail_tokens: int) -> list:
+    """After "prompt is too long": the same, keeping only the recent groups that fit in tail_tokens."""
+    groups = message_groups(messages)
+    kept = newest_within(groups, tail_tokens, estimate_tokens) or groups[-1:]  # the newest group stays, whole
+    return replace_with_summary(messages, "reactive", summary, [m for group in kept for m in group], restored,
+                                preview_chars, store)
 
 
-def rebuild_after_summary(marker: str, summary: str, path: Path, messages: list, tail: list,
-                          restored: list) -> list:
-    """One user message: the summary, the restored context, and last the request being worked on."""
+def replace_with_summary(messages: list, kind: str, summary: str, tail: list, restored: list,
+                         preview_chars: int, store) -> list:
+    """Both summary layers: save the whole history, then one user message with the summary,
+    the restored context and, last, the request being worked on; then the tail, its big
+    results saved and previewed."""
+    path = store.save_messages(messages, kind)
+    marker = REACTIVE_MARKER if kind == "reactive" else COMPACT_MARKER
     header = (f"{marker}: the earlier conversation was summarized to free context. "
               f"The full transcript is saved at {path}.]\n\n{summary}")
-    first = {"role": "user", "content": [own_text(marker_kind(marker), header)]
-             + [own_text("restored", t) for t in restored]}
+    first = {"role": "user", "content": [own_text(kind, header)] + [own_text("restored", t) for t in restored]}
+    tail = [preview_results(m, preview_chars, store) if m["role"] == "user" else m for m in tail]
     request = current_request(messages)
     in_flight = messages and messages[-1]["role"] == "user"  # a finished turn has no pending request
     if request and in_flight and current_request(tail) != request:
@@ -1242,24 +1265,6 @@ def rebuild_after_summary(marker: str, summary: str, path: Path, messages: list,
     # Every layer hands back a history no larger than it got: a summary of a history that is
     # already short (a summary and little else) would only add its header and restored files.
     return result if estimate_tokens(result) < estimate_tokens(messages) else messages
-
-
-def reactive_compact(messages: list, *, summarize, restored: list, save_messages, save_output,
-                     preview_chars: int, tail_tokens: int) -> list:
-    """After "prompt is too long": summary plus only as many recent groups as fit in tail_tokens."""
-    summary = summarize(messages)
-    path = save_messages(messages, "reactive")
-    starts = group_starts(messages)
-    tail_start = len(messages)
-    size = 0
-    for start in reversed(starts):
-        size += estimate_tokens(messages[start:tail_start])
-        if size > tail_tokens and tail_start < len(messages):
-            break
-        tail_start = start
-    tail = [preview_results(m, preview_chars, save_output) if m["role"] == "user" else m
-            for m in messages[tail_start:]]
-    return rebuild_after_summary(REACTIVE_MARKER, summary, path, messages, tail, restored)
 
 
 # ---------------------------------------------------------------------------- recognising an overflow
@@ -1370,9 +1375,8 @@ def build_request(agent, messages: list, extra_text: str | None = None) -> dict:
     s = agent.settings
     system = [{"type": "text", "text": agent.system}]
     sent = [sendable(m) for m in messages]
-    if s.prompt_caching:
-        system[0]["cache_control"] = EPHEMERAL  # one mark caches the tools and the system prompt
-        sent = with_cache_breakpoints(sent)
+    system[0]["cache_control"] = EPHEMERAL  # one mark caches the tools and the system prompt
+    sent = with_cache_breakpoints(sent)
     if extra_text and sent and sent[-1]["role"] == "user":
         sent[-1] = with_text(sent[-1], extra_text)
     elif extra_text:
@@ -1681,7 +1685,6 @@ def exact_context_tokens(agent, messages: list) -> int:
     if agent.endpoint.can_count_tokens:
         request = build_request(agent, messages)
         request.pop("max_tokens")
-        started = time.perf_counter()
         try:
             counted = agent.client.messages.count_tokens(**request).input_tokens
         except anthropic.APIStatusError as err:
@@ -1690,8 +1693,6 @@ def exact_context_tokens(agent, messages: list) -> int:
             counted = None
         except anthropic.APIError:
             counted = None
-        finally:
-            agent.api_seconds += time.perf_counter() - started
         if isinstance(counted, int) and counted >= estimate / 2:
             agent.tokens.anchor(counted, messages)
             return counted
@@ -1766,17 +1767,13 @@ def fit_for_summary(messages: list, max_tokens: int) -> list:
         return messages
     note = {"role": "user", "content": [{"type": "text", "text": "[The oldest messages were left out of "
                                          "this request to fit the window; they are in the transcript.]"}]}
-    start, used = len(messages), estimate_tokens([note])
-    for group in reversed(group_starts(messages)):
-        size = estimate_tokens(messages[group:start])
-        if used + size > max_tokens:
-            break
-        start, used = group, used + size
-    if start == len(messages):  # not even the newest group fits: keep it, cut short
-        start = (group_starts(messages) or [0])[-1]
-        return [note] + [shorten(m, max_tokens) for m in messages[start:]] if start else \
-            [shorten(messages[0], max_tokens)]
-    return [note] + messages[start:]
+    groups = message_groups(messages)
+    kept = newest_within(groups, max_tokens - estimate_tokens([note]), estimate_tokens)
+    if kept:
+        return [note] + [m for group in kept for m in group]
+    if not groups:  # not even the newest group fits: keep it, cut short
+        return [shorten(messages[0], max_tokens)]
+    return [note] + [shorten(m, max_tokens) for m in groups[-1]]
 
 
 def summarize_with_model(agent, messages: list, focus: str, limit_tokens: int, undercount: float = 1.0) -> str:
@@ -1794,28 +1791,24 @@ def summarize_with_model(agent, messages: list, focus: str, limit_tokens: int, u
         needed = exact_context_tokens(agent, messages) * undercount + fixed
     fits = needed <= s.window
     sent = messages if fits else fit_for_summary(messages, budget)
-    started = time.perf_counter()
-    try:
-        for _ in range(SUMMARY_ATTEMPTS):
-            request = build_request(agent, sent, extra_text=instruction)
-            request.update(max_tokens=s.summary_max_tokens, tool_choice={"type": "none"})
-            try:
-                answer = send_request(agent, request, agent.overhead + estimate_tokens(sent),
-                                      label="writing the summary")
-            except ContextOverflow as err:
-                adopt_overflow(agent, err)
-                # the error may say by how much we were over: leave out that much more
-                over = err.overflow.prompt_tokens / err.overflow.window if err.overflow.window and \
-                    err.overflow.prompt_tokens else 2.0
-                budget = int(min(budget, estimate_tokens(sent)) / max(over, 1.1) * 0.9)
-                sent = fit_for_summary(messages, budget)
-                continue
-            except API_FAILURES as err:
-                raise SummaryError(api_error_text(err)) from err
-            return extract_summary("".join(b["text"] for b in answer.message["content"] if b["type"] == "text"))
-        raise SummaryError("too long to summarize even after leaving out the oldest messages")
-    finally:
-        agent.api_seconds += time.perf_counter() - started
+    for _ in range(SUMMARY_ATTEMPTS):
+        request = build_request(agent, sent, extra_text=instruction)
+        request.update(max_tokens=s.summary_max_tokens, tool_choice={"type": "none"})
+        try:
+            answer = send_request(agent, request, agent.overhead + estimate_tokens(sent),
+                                  label="writing the summary")
+        except ContextOverflow as err:
+            adopt_overflow(agent, err)
+            # the error may say by how much we were over: leave out that much more
+            over = err.overflow.prompt_tokens / err.overflow.window if err.overflow.window and \
+                err.overflow.prompt_tokens else 2.0
+            budget = int(min(budget, estimate_tokens(sent)) / max(over, 1.1) * 0.9)
+            sent = fit_for_summary(messages, budget)
+            continue
+        except API_FAILURES as err:
+            raise SummaryError(api_error_text(err)) from err
+        return extract_summary("".join(b["text"] for b in answer.message["content"] if b["type"] == "text"))
+    raise SummaryError("too long to summarize even after leaving out the oldest messages")
 
 
 def fallback_summary(messages: list, todos: list, limit_tokens: int) -> str:
@@ -1833,10 +1826,7 @@ def fallback_summary(messages: list, todos: list, limit_tokens: int) -> str:
         parts.append("Todo list:\n" + render_todos(todos))
     if last:
         parts.append(f"The assistant's last reply:\n{last[:1500]}")
-    text = "\n\n".join(parts)
-    while estimate_text_tokens(text) > limit_tokens:  # every character costs at most one token
-        text = text[:max(limit_tokens, len(text) * 3 // 4)]
-    return text
+    return head_within("\n\n".join(parts), limit_tokens - 1)
 
 
 def api_error_text(err: Exception) -> str:
@@ -1914,15 +1904,12 @@ class Agent:
     pending_compact: str | None = None
     summary_failures: int = 0
     breaker_announced: bool = False
-    disk_warned: bool = False
+    disk_warned: bool = False                         # a layer could not save: said once
     stats: dict = field(default_factory=dict)       # layer -> {"runs": n, "saved": tokens}
     last_usage: dict = field(default_factory=dict)
     usage_totals: dict = field(default_factory=dict)  # all calls of the session, summed
     tokens: TokenCounter = field(default_factory=TokenCounter)
     endpoint: Endpoint = None                         # shared with subagents; made from settings if not given
-    api_seconds: float = 0.0                          # time inside summary calls, for the benchmark
-    pipeline_seconds: list = field(default_factory=list)  # the pipeline's own time, per model call
-    handlers: dict = field(default_factory=lambda: dict(TOOL_HANDLERS))  # a replay swaps these
     show_status: bool = False                         # a status line after each turn (terminals only)
     color: bool = False                               # ANSI colours: a terminal, and NO_COLOR unset
     spinner_to: object = None                         # a terminal stream for the waiting spinner
@@ -1932,10 +1919,7 @@ class Agent:
     loaded_skills: list = field(default_factory=list)
     history: list = field(default_factory=list)       # the messages of the running loop, for read stubs
     current_call: str = ""                            # the tool_use id being run
-    last_summary: tuple = ("", "")                    # (text, "model" or "fallback")
-    last_transcript: str = ""
     log: SessionLog | None = None                     # the session log (none for subagents)
-    layer_events: list = field(default_factory=list)  # what acted since the last rewrite was logged
     secrets: list = field(default_factory=list)       # values never to show the model or write down
 
     def __post_init__(self):
@@ -1959,7 +1943,12 @@ class Agent:
         tools = [t for t in self.tools if t["name"] != "task"]
         return replace(self, tools=tools, label="task", max_steps=SUBAGENT_MAX_STEPS, todos=[],
                        pending_compact=None, last_usage={}, tokens=TokenCounter(), read_state={}, read_stubs={},
-                       history=[], loaded_skills=[], log=None, layer_events=[])
+                       history=[], loaded_skills=[], log=None)
+
+    @cached_property
+    def store(self) -> "Store":
+        """Where the layers save what they remove (a subagent gets its own, same folders)."""
+        return Store(self.workdir, self.secrets)
 
     @cached_property
     def overhead(self) -> int:
@@ -1999,22 +1988,31 @@ def count_changes(name: str, before: list, after: list) -> int:
     return changed
 
 
-def run_layer(agent, name: str, layer, messages: list, note=None) -> list:
-    """Run one layer with savers that write into the workspace; report what it did."""
-    transcripts = []
+class Store:
+    """Where the layers put what they remove, in the workspace: full tool outputs, and
+    removed messages as transcripts. The history is redacted where content enters it; this
+    is the last net before the disk. It keeps a list of what it wrote, for the reports."""
 
-    # History is redacted where content enters it; this is the last net before the disk.
-    def save_output(tool_use_id: str, text: str) -> Path:
-        return save_tool_output(agent.outputs, tool_use_id, redact(text, agent.secrets)).relative_to(agent.workdir)
+    def __init__(self, workdir: Path, secrets: list = ()):
+        self.workdir, self.secrets, self.written = workdir, list(secrets), []
 
-    def save_messages(removed: list, kind: str) -> Path:
-        path = save_transcript(agent.transcripts, redact_deep(removed, agent.secrets), kind).relative_to(agent.workdir)
-        transcripts.append(str(path))
-        agent.last_transcript = str(path)
-        return path
+    def save_output(self, tool_use_id: str, text: str) -> Path:
+        return self.wrote(save_tool_output(self.workdir / TOOL_RESULTS_DIR, tool_use_id, redact(text, self.secrets)))
 
+    def save_messages(self, messages: list, kind: str) -> Path:
+        return self.wrote(save_transcript(self.workdir / TRANSCRIPT_DIR, redact_deep(messages, self.secrets), kind))
+
+    def wrote(self, path: Path) -> Path:
+        self.written.append(path.relative_to(self.workdir))
+        return self.written[-1]
+
+
+def apply_layer(agent, layer, messages: list, note: str = "", **settings) -> list:
+    """Run one layer with the agent's store, and report what it did, once, by comparing
+    the history before and after."""
+    name, first_new = layer.__name__, len(agent.store.written)
     try:
-        result = layer(messages, save_output, save_messages)
+        result = layer(messages, store=agent.store, **settings)
     except OSError as err:
         # nothing may be removed unless it is on disk: keep the history as it is
         if not agent.disk_warned:
@@ -2028,11 +2026,12 @@ def run_layer(agent, name: str, layer, messages: list, note=None) -> list:
     record["runs"] += 1
     record["saved"] += saved
     # The result layers may point at a copy saved earlier, so name the folder, not new files.
-    where = transcripts or [TOOL_RESULTS_DIR + "/"]
+    where = [str(p) for p in agent.store.written[first_new:] if p.suffix == ".jsonl"] or [TOOL_RESULTS_DIR + "/"]
     change = f"−{format_tokens(saved)}" if saved >= 0 else f"+{format_tokens(-saved)}"
-    agent.layer_events.append({"layer": name, "saved_to": where, "tokens_saved": saved})
     agent.say(f"[{name}] {count_changes(name, messages, result)} {LAYER_VERBS[name]}, "
-              f"{change} tokens (saved to {', '.join(where)}){note() if note else ''}", "layer")
+              f"{change} tokens (saved to {', '.join(where)}){note}", "layer")
+    if agent.log:  # the rewritten history itself is logged when it replaces the old one
+        agent.log.write({"type": "layer", "layer": name, "saved_to": where, "tokens_saved": saved})
     return result
 
 
@@ -2043,15 +2042,11 @@ def format_tokens(n: int) -> str:
 def recent_user_messages(messages: list, max_tokens: int) -> str:
     """The user's own words, newest first and verbatim, up to max_tokens. A request still
     being worked on is left out: it comes last anyway (rebuild_after_summary)."""
-    said = user_words(messages)[::-1]
+    said = user_words(messages)
     in_flight = bool(messages) and messages[-1]["role"] == "user"
-    kept, used = [], 0
-    for text in said[1:] if in_flight and said else said:
-        used += estimate_text_tokens(text)
-        if used > max_tokens:
-            break
-        kept.append(f"- {text}")
-    return f"{RESTORED_MARKER}: recent user messages, newest first]\n" + "\n".join(kept) if kept else ""
+    kept = newest_within(said[:-1] if in_flight else said, max_tokens, estimate_text_tokens)[::-1]
+    return f"{RESTORED_MARKER}: recent user messages, newest first]\n" + "\n".join(f"- {t}" for t in kept) \
+        if kept else ""
 
 
 def restored_files(agent, max_tokens: int) -> list:
@@ -2069,9 +2064,7 @@ def restored_files(agent, max_tokens: int) -> list:
             raw = f.read(room * CHARS_PER_TOKEN)
         if b"\0" in raw[:8192]:
             continue
-        text = redact(raw.decode("utf-8", "replace"), agent.secrets)  # a file may hold a key
-        while estimate_text_tokens(text) > room:
-            text = text[:len(text) * 3 // 4]
+        text = head_within(redact(raw.decode("utf-8", "replace"), agent.secrets), room)  # a file may hold a key
         state = "unchanged since it was read" if short_hash(target) == digest else \
             "it CHANGED since it was last read; this is its content now"
         cut = "" if len(text.encode()) >= target.stat().st_size else "\n[... cut here; read_file shows the rest]"
@@ -2105,8 +2098,9 @@ def plan_restore(agent, messages: list, tail_tokens: int) -> tuple:
     return restored, max(limit, s.window // 40)
 
 
-def make_summary(agent, messages: list, focus: str, limit: int, undercount: float = 1.0) -> str:
-    """A summary of at most `limit` tokens, in every case: the model's, else one built without it."""
+def make_summary(agent, messages: list, focus: str, limit: int, undercount: float = 1.0) -> tuple:
+    """(a summary of at most `limit` tokens, who wrote it), in every case: the model's,
+    else one built without it."""
     if not breaker_open(agent):
         try:
             summary = summarize_with_model(agent, messages, focus, limit, undercount)
@@ -2117,67 +2111,12 @@ def make_summary(agent, messages: list, focus: str, limit: int, undercount: floa
                 raise SummaryError("empty" if not summary else
                                    f"{estimate_text_tokens(summary):,} tokens, over the {limit:,} it must fit in")
             agent.summary_failures = 0
-            agent.last_summary = (summary, "the model")
-            return summary
+            return summary, "the model"
         except SummaryError as err:
             agent.summary_failures += 1
             agent.say(f"[summary] failed ({agent.summary_failures}/{MAX_CONSECUTIVE_SUMMARY_FAILURES}): {err}; "
                       "using one built without the model")
-    summary = fallback_summary(messages, agent.todos, limit)
-    agent.last_summary = (summary, "fallback")
-    return summary
-
-
-def ledger_note(agent) -> str:
-    kept, total, _ = agent.ledger.check(agent.last_summary[0], agent.todos)
-    return f"; summary by {agent.last_summary[1]}, retained {kept}/{total} ledger facts"
-
-
-def after_compaction(agent, name: str, result: list) -> None:
-    """Show the summary's first lines, record it with the ledger check, tell the hooks."""
-    summary, source = agent.last_summary
-    for line in [l for l in summary.splitlines() if l.strip()][:3]:
-        agent.say(f"    {line[:120]}")
-    kept, total, lost = agent.ledger.check(summary, agent.todos)
-    event = {"type": "compaction", "layer": name, "summary_by": source, "summary": summary,
-             "ledger": {"retained": kept, "total": total, "lost": [f"{kind}: {key}" for kind, key in lost]}}
-    try:
-        with open(agent.workdir / agent.last_transcript, "a", encoding="utf-8") as f:
-            f.write(redact(json.dumps(event, ensure_ascii=False), agent.secrets) + "\n")
-    except OSError:
-        pass  # the messages themselves are saved; only this note is lost
-    agent.read_state.clear()  # what was read is no longer in context as it was
-    fire(agent, "PostCompact", messages=result, summary=summary, source=source)
-
-
-def run_compact_history(agent, messages: list, focus: str = "") -> list:
-    """compact_history at the edges: hooks, what comes back, the summary, the ledger check."""
-    for extra in fire(agent, "PreCompact", messages=messages, focus=focus):
-        focus = " ".join(filter(None, [focus, extra.get("instructions", "")]))
-    s = agent.settings
-    mid_turn = len(messages) >= 2 and is_tool_result_message(messages[-1])
-    tail_tokens = estimate_tokens(messages[-2:]) if mid_turn else 0
-    restored, limit = plan_restore(agent, messages, tail_tokens)
-    # What a new summary cannot remove: what comes back after it, and (about) the summary
-    # already there. Not more than that in the history: nothing worth a model call.
-    request = current_request(messages)
-    summaries = [b["text"] for m in messages for b in blocks_of(m) if b.get(OWN) in ("compact", "reactive")]
-    floor = tail_tokens + sum(map(estimate_text_tokens, restored + summaries)) + PLACEHOLDER_TOKENS + \
-        (estimate_text_tokens(request["text"]) if request else 0)
-    if estimate_tokens(messages) <= floor:
-        agent.say("[compact_history] nothing to compact: a summary would not make the context smaller")
-        return messages
-    agent.last_summary = None
-    result = run_layer(agent, "compact_history", lambda m, save_output, save_messages: compact_history(
-        m, summarize=lambda history: make_summary(agent, history, focus, limit), restored=restored,
-        save_messages=save_messages, save_output=save_output, preview_chars=s.preview_chars),
-        messages, note=lambda: ledger_note(agent))
-    if result is not messages:
-        after_compaction(agent, "compact_history", result)
-    elif agent.last_summary:
-        agent.say("[compact_history] the summary came out no smaller than the history; the history is kept "
-                  f"(transcript saved to {agent.last_transcript})")
-    return result
+    return fallback_summary(messages, agent.todos, limit), "fallback"
 
 
 def breaker_open(agent) -> bool:
@@ -2190,23 +2129,68 @@ def breaker_open(agent) -> bool:
     return True
 
 
+def nothing_to_summarize(messages: list, restored: list, tail_tokens: int) -> bool:
+    """Whether the history holds little more than a summary cannot remove: what comes back
+    after it, and (about) the summary already there. Then a model call would be wasted."""
+    request = current_request(messages)
+    summaries = [b["text"] for m in messages for b in blocks_of(m) if b.get(OWN) in ("compact", "reactive")]
+    floor = tail_tokens + sum(map(estimate_text_tokens, restored + summaries)) + PLACEHOLDER_TOKENS
+    return estimate_tokens(messages) <= floor + (estimate_text_tokens(request["text"]) if request else 0)
+
+
+def summarize_history(agent, messages: list, layer=None, focus: str = "", undercount: float = 1.0) -> list:
+    """compact_history (or reactive_compact) at the edges: the hooks, what comes back after
+    the summary, the summary itself, and the ledger check. undercount is how far the API's
+    count of a refused request exceeded our estimate."""
+    layer = layer or compact_history
+    for extra in fire(agent, "PreCompact", messages=messages, focus=focus):
+        focus = " ".join(filter(None, [focus, extra.get("instructions", "")]))
+    s, settings = agent.settings, {}
+    if layer is reactive_compact:
+        tail_tokens = settings["tail_tokens"] = int(s.threshold * REACTIVE_TAIL_SHARE / max(undercount, 1.0))
+    else:
+        mid_turn = len(messages) >= 2 and is_tool_result_message(messages[-1])
+        tail_tokens = estimate_tokens(messages[-2:]) if mid_turn else 0
+    restored, limit = plan_restore(agent, messages, tail_tokens)
+    if layer is compact_history and nothing_to_summarize(messages, restored, tail_tokens):
+        agent.say("[compact_history] nothing to compact: a summary would not make the context smaller")
+        return messages
+    summary, source = make_summary(agent, messages, focus, limit, undercount)
+    kept, total, lost = agent.ledger.check(summary, agent.todos)
+    result = apply_layer(agent, layer, messages, summary=summary, restored=restored, preview_chars=s.preview_chars,
+                         note=f"; summary by {source}, retained {kept}/{total} ledger facts", **settings)
+    transcript = agent.workdir / agent.store.written[-1]
+    if result is messages:
+        agent.say(f"[{layer.__name__}] the summary came out no smaller than the history; the history is kept "
+                  f"(transcript saved to {transcript.relative_to(agent.workdir)})")
+        return messages
+    for line in [l for l in summary.splitlines() if l.strip()][:3]:
+        agent.say(f"    {line[:120]}")
+    event = {"type": "compaction", "layer": layer.__name__, "summary_by": source, "summary": summary,
+             "ledger": {"retained": kept, "total": total, "lost": [f"{kind}: {key}" for kind, key in lost]}}
+    try:
+        with open(transcript, "a", encoding="utf-8") as f:
+            f.write(redact(json.dumps(event, ensure_ascii=False), agent.secrets) + "\n")
+    except OSError:
+        pass  # the messages themselves are saved; only this note is lost
+    agent.read_state.clear()  # what was read is no longer in context as it was
+    fire(agent, "PostCompact", messages=result, summary=summary, source=source)
+    return result
+
+
 def compact_pipeline(agent, messages: list) -> list:
     """The four layers in order: cheap ones first, the summary only when still over the threshold."""
     s = agent.settings
-    if s.cheap_layers:
-        # Budget runs first: it saves big new results before anything else could shorten them.
-        messages = run_layer(agent, "tool_result_budget", lambda m, save_output, _: tool_result_budget(
-            m, max_chars=s.budget_chars, preview_chars=s.preview_chars, save_output=save_output), messages)
-        messages = run_layer(agent, "snip_compact", lambda m, _, save_messages: snip_compact(
-            m, keep_head=SNIP_KEEP_HEAD, keep_tail=s.snip_keep_tail, at_least=SNIP_AT_LEAST,
-            min_tokens=s.clear_at_least, save_messages=save_messages, measure=agent.tokens.estimate), messages)
-        # micro_compact waits for a trigger, so it does not rewrite the cached prefix every turn.
-        if context_tokens(agent, messages) > s.micro_trigger:
-            messages = run_layer(agent, "micro_compact", lambda m, save_output, _: micro_compact(
-                m, keep_recent=KEEP_RECENT_TOOL_RESULTS, min_chars=MICRO_COMPACT_MIN_CHARS,
-                clear_at_least=s.clear_at_least, save_output=save_output), messages)
+    # Budget runs first: it saves big new results before anything else could shorten them.
+    messages = apply_layer(agent, tool_result_budget, messages, max_chars=s.budget_chars, preview_chars=s.preview_chars)
+    messages = apply_layer(agent, snip_compact, messages, keep_head=s.snip_keep_head, keep_tail=s.snip_keep_tail,
+                           at_least=s.snip_at_least, min_tokens=s.snip_min_tokens, measure=agent.tokens.estimate)
+    # micro_compact waits for a trigger, so it does not rewrite the cached prefix every turn.
+    if context_tokens(agent, messages) > s.micro_trigger:
+        messages = apply_layer(agent, micro_compact, messages, keep_recent=s.keep_recent,
+                               min_chars=s.micro_min_chars, clear_at_least=s.clear_at_least)
     if over_threshold(agent, messages):
-        messages = run_compact_history(agent, messages)
+        messages = summarize_history(agent, messages)
     return messages
 
 
@@ -2217,20 +2201,6 @@ def over_threshold(agent, messages: list) -> bool:
     if abs(tokens - s.threshold) <= s.threshold * COUNT_TOKENS_MARGIN:
         tokens = exact_context_tokens(agent, messages)
     return tokens > s.threshold
-
-
-def run_reactive_compact(agent, messages: list, undercount: float) -> list:
-    """reactive_compact at the edges; undercount is how far the API's count exceeded our estimate."""
-    s = agent.settings
-    tail_tokens = int(s.threshold * REACTIVE_TAIL_SHARE / max(undercount, 1.0))
-    restored, limit = plan_restore(agent, messages, tail_tokens)
-    result = run_layer(agent, "reactive_compact", lambda m, save_output, save_messages: reactive_compact(
-        m, summarize=lambda history: make_summary(agent, history, "", limit, undercount), restored=restored,
-        save_messages=save_messages, save_output=save_output, preview_chars=s.preview_chars,
-        tail_tokens=tail_tokens), messages, note=lambda: ledger_note(agent))
-    if result is not messages:
-        after_compaction(agent, "reactive_compact", result)
-    return result
 
 
 def remember(agent, messages: list, message: dict) -> None:
@@ -2245,9 +2215,8 @@ def replace_history(agent, messages: list, new: list, reason: str) -> None:
     if new is messages:
         return
     messages[:] = new
-    events, agent.layer_events = agent.layer_events, []
-    if agent.log:  # what replaced what, and where the removed content went
-        agent.log.write({"type": "history", "reason": reason, "layers": events, "messages": new})
+    if agent.log:  # the "layer" records before it say what acted, and where the removed content went
+        agent.log.write({"type": "history", "reason": reason, "messages": new})
 
 
 # ---------------------------------------------------------------------------- the agent loop
@@ -2383,7 +2352,7 @@ def run_tool(agent, block: dict) -> dict:
         known = {key: value for key, value in args.items() if key in schema.get("properties", {})}
         try:
             with Spinner(agent.spinner_to if name != "task" else None, f"running {name}"):
-                output, failed = agent.handlers[name](agent, **known), False
+                output, failed = TOOL_HANDLERS[name](agent, **known), False
         except ToolError as err:
             output, failed = f"Error: {err}", True
         except (OSError, ValueError, ContextOverflow, *API_FAILURES) as err:
@@ -2452,11 +2421,8 @@ def agent_loop(agent, messages: list) -> str | None:
     agent.history = messages  # the same list object: read_file checks it for repeat reads
     for _ in range(agent.max_steps):
         sync_settings(agent)  # a subagent may have learned the endpoint's window
-        started, api_before = time.perf_counter(), agent.api_seconds
         replace_history(agent, messages, compact_pipeline(agent, messages), "compaction")
         replace_history(agent, messages, true_stubs(messages, agent.read_stubs), "read stubs re-pointed")
-        # the pipeline's own cost: what it spent minus time waiting for a summary
-        agent.pipeline_seconds.append(time.perf_counter() - started - (agent.api_seconds - api_before))
         try:
             reply, stop_reason = call_model(agent, messages)
         except ContextOverflow as err:
@@ -2469,7 +2435,8 @@ def agent_loop(agent, messages: list) -> str | None:
                 continue  # the history fits the window learned: only max_tokens was too big for it
             counted = err.overflow.prompt_tokens
             undercount = counted / err.sent_tokens if counted else 1.0
-            replace_history(agent, messages, run_reactive_compact(agent, messages, undercount), "reactive_compact")
+            replace_history(agent, messages, summarize_history(agent, messages, reactive_compact, undercount=undercount),
+                           "reactive_compact")
             continue
         reply, note, refused = tidy_reply(agent, messages, reply, stop_reason)
         remember(agent, messages, reply)
@@ -2489,7 +2456,7 @@ def agent_loop(agent, messages: list) -> str | None:
             raise KeyboardInterrupt
         if agent.pending_compact is not None:
             focus, agent.pending_compact = agent.pending_compact, None
-            replace_history(agent, messages, run_compact_history(agent, messages, focus), "compact tool")
+            replace_history(agent, messages, summarize_history(agent, messages, focus=focus), "compact tool")
     agent.say(f"[stopped after {agent.max_steps} model calls in one turn; send a message to continue]")
     return None
 
@@ -2577,7 +2544,7 @@ def handle_command(agent, messages: list, line: str) -> None:
         if not messages:
             agent.say("Nothing to compact yet.")
             return
-        replace_history(agent, messages, run_compact_history(agent, messages, argument.strip()), "/compact")
+        replace_history(agent, messages, summarize_history(agent, messages, focus=argument.strip()), "/compact")
     else:
         agent.say(f"Unknown command {command}. Type /help for the list.")
 

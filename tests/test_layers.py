@@ -57,7 +57,7 @@ def test_budget_persists_largest_results_first_and_keeps_a_preview(s08, savers):
     big, medium, small = "B" * 150_000, "M" * 100_000, "s" * 10_000
     history = [user("read them"), call("a", "b", "c"), results(("a", medium), ("b", big), ("c", small))]
     before = copy.deepcopy(history)
-    out = s08.tool_result_budget(history, max_chars=200_000, preview_chars=2_000, save_output=savers.save_output)
+    out = s08.tool_result_budget(history, max_chars=200_000, preview_chars=2_000, store=savers)
     assert history == before, "the layer must not edit its input"
     contents = result_contents(out)
     assert contents["a"] == medium and contents["c"] == small
@@ -71,14 +71,14 @@ def test_budget_persists_largest_results_first_and_keeps_a_preview(s08, savers):
 
 def test_budget_leaves_results_under_the_limit_alone(s08, savers):
     history = [user("go"), call("a"), results(("a", "x" * 1000))]
-    assert s08.tool_result_budget(history, max_chars=5000, preview_chars=100, save_output=savers.save_output) is history
+    assert s08.tool_result_budget(history, max_chars=5000, preview_chars=100, store=savers) is history
     assert not savers.outputs.exists()
 
 
 def test_budget_keeps_non_ascii_output_byte_identical_on_disk(s08, savers):
     text = "上下文压缩 " * 5000 + "\udcff"  # a lone surrogate, as a decoded binary file may carry
     history = [user("go"), call("a"), results(("a", text))]
-    out = s08.tool_result_budget(history, max_chars=1000, preview_chars=100, save_output=savers.save_output)
+    out = s08.tool_result_budget(history, max_chars=1000, preview_chars=100, store=savers)
     path = next(savers.outputs.iterdir())
     assert path.read_bytes() == text.encode("utf-8", "surrogatepass")
     assert result_contents(out)["a"].count("上下文") > 0
@@ -88,7 +88,7 @@ def test_budget_keeps_non_ascii_output_byte_identical_on_disk(s08, savers):
 
 def test_snip_keeps_tool_pairs_and_saves_what_it_removes(s08, savers):
     history = [user("build it")] + pairs(40) + [answer("done"), user("now test it")] + pairs(5, start=40)
-    out = s08.snip_compact(history, keep_head=3, keep_tail=47, at_least=0, save_messages=savers.save_messages)
+    out = s08.snip_compact(history, keep_head=3, keep_tail=47, at_least=0, store=savers)
     assert_valid(out, "now test it")
     assert len(out) <= 51
     assert out[0] == history[0]
@@ -102,16 +102,16 @@ def test_snip_keeps_tool_pairs_and_saves_what_it_removes(s08, savers):
 
 def test_snip_keeps_the_current_request_when_it_falls_in_the_middle(s08, savers):
     history = [user("first"), answer(), user("the real task: rename foo to bar everywhere")] + pairs(60)
-    out = s08.snip_compact(history, keep_head=3, keep_tail=47, at_least=0, save_messages=savers.save_messages)
+    out = s08.snip_compact(history, keep_head=3, keep_tail=47, at_least=0, store=savers)
     assert len(out) < len(history)
     assert_valid(out, "the real task: rename foo to bar everywhere")
 
 
 def test_snip_folds_repeated_snips_into_one_marker(s08, savers):
     history = [user("go")] + pairs(30)
-    once = s08.snip_compact(history, keep_head=3, keep_tail=47, at_least=0, save_messages=savers.save_messages)
+    once = s08.snip_compact(history, keep_head=3, keep_tail=47, at_least=0, store=savers)
     twice = s08.snip_compact(once + pairs(10, start=30), keep_head=3, keep_tail=47,
-                             at_least=0, save_messages=savers.save_messages)
+                             at_least=0, store=savers)
     markers = [b["text"] for m in twice for b in blocks(m) if b.get("type") == "text" and b["text"].startswith("[Snipped")]
     assert len(markers) == 1
     removed = sum(len(read_transcript(p)) for p in savers.transcripts.iterdir())
@@ -121,7 +121,7 @@ def test_snip_folds_repeated_snips_into_one_marker(s08, savers):
 
 def test_snip_does_nothing_below_the_limit(s08, savers):
     history = [user("go")] + pairs(20)
-    assert s08.snip_compact(history, keep_head=3, keep_tail=47, at_least=0, save_messages=savers.save_messages) is history
+    assert s08.snip_compact(history, keep_head=3, keep_tail=47, at_least=0, store=savers) is history
 
 
 # ---------------------------------------------------------------- micro_compact
@@ -129,7 +129,7 @@ def test_snip_does_nothing_below_the_limit(s08, savers):
 def test_micro_compact_keeps_newest_results_and_saves_old_ones(s08, savers):
     history = [user("read")] + pairs(6) + [answer(), user("and now?")]
     before = copy.deepcopy(history)
-    out = s08.micro_compact(history, keep_recent=3, min_chars=120, clear_at_least=0, save_output=savers.save_output)
+    out = s08.micro_compact(history, keep_recent=3, min_chars=120, clear_at_least=0, store=savers)
     assert history == before
     contents = result_contents(out)
     for n in range(3):
@@ -143,21 +143,21 @@ def test_micro_compact_keeps_newest_results_and_saves_old_ones(s08, savers):
 
 def test_micro_compact_skips_results_shorter_than_a_placeholder(s08, savers):
     history = [user("go")] + pairs(6, size=50)
-    assert s08.micro_compact(history, keep_recent=3, min_chars=120, clear_at_least=0, save_output=savers.save_output) is history
+    assert s08.micro_compact(history, keep_recent=3, min_chars=120, clear_at_least=0, store=savers) is history
 
 
 def test_micro_compact_never_blanks_results_the_model_has_not_seen(s08, savers):
     parallel = [(f"p{n}", "y" * 800) for n in range(6)]
     history = [user("read all six"), call(*[i for i, _ in parallel]), results(*parallel)]
-    out = s08.micro_compact(history, keep_recent=3, min_chars=120, clear_at_least=0, save_output=savers.save_output)
+    out = s08.micro_compact(history, keep_recent=3, min_chars=120, clear_at_least=0, store=savers)
     assert out is history
 
 
 def test_micro_compact_points_at_an_already_persisted_copy(s08, savers):
     history = [user("go"), call("a"), results(("a", "z" * 50_000))] + pairs(4, start=1)
     budgeted = [history[0], history[1], s08.tool_result_budget(
-        history[:3], max_chars=1000, preview_chars=200, save_output=savers.save_output)[-1]] + history[3:]
-    out = s08.micro_compact(budgeted, keep_recent=3, min_chars=120, clear_at_least=0, save_output=savers.save_output)
+        history[:3], max_chars=1000, preview_chars=200, store=savers)[-1]] + history[3:]
+    out = s08.micro_compact(budgeted, keep_recent=3, min_chars=120, clear_at_least=0, store=savers)
     assert len(list(savers.outputs.iterdir())) == 2  # the big one once, plus t1
     placeholder = result_contents(out)["a"]
     assert str(savers.outputs / "a.txt") in placeholder
@@ -165,19 +165,19 @@ def test_micro_compact_points_at_an_already_persisted_copy(s08, savers):
 
 def test_micro_compact_is_stable_when_run_again(s08, savers):
     history = [user("go")] + pairs(8)
-    once = s08.micro_compact(history, keep_recent=3, min_chars=120, clear_at_least=0, save_output=savers.save_output)
-    twice = s08.micro_compact(once, keep_recent=3, min_chars=120, clear_at_least=0, save_output=savers.save_output)
+    once = s08.micro_compact(history, keep_recent=3, min_chars=120, clear_at_least=0, store=savers)
+    twice = s08.micro_compact(once, keep_recent=3, min_chars=120, clear_at_least=0, store=savers)
     assert twice is once
     assert json.dumps(once) == json.dumps(s08.micro_compact(history, keep_recent=3, min_chars=120,
-                                                            clear_at_least=0, save_output=savers.save_output))
+                                                            clear_at_least=0, store=savers))
 
 
 # ---------------------------------------------------------------- compact_history
 
 def test_compact_history_mid_turn_keeps_the_calls_in_flight_and_the_request(s08, savers):
     history = [user("old task"), answer(), user("fix the parser")] + pairs(4)
-    out = s08.compact_history(history, summarize=lambda m: "SUMMARY TEXT", restored=[], save_messages=savers.save_messages,
-                              save_output=savers.save_output, preview_chars=2000)
+    out = s08.compact_history(history, summary="SUMMARY TEXT", restored=[], store=savers,
+                              preview_chars=2000)
     assert_valid(out, "fix the parser")
     assert out[0]["content"][0]["text"].startswith("[Compacted") and "SUMMARY TEXT" in out[0]["content"][0]["text"]
     assert out[1:] == history[-2:]
@@ -186,36 +186,36 @@ def test_compact_history_mid_turn_keeps_the_calls_in_flight_and_the_request(s08,
 
 def test_compact_history_at_turn_start_ends_with_the_request(s08, savers):
     history = [user("a")] + pairs(3) + [answer(), user("next: add tests")]
-    out = s08.compact_history(history, summarize=lambda m: "S", restored=[], save_messages=savers.save_messages,
-                              save_output=savers.save_output, preview_chars=2000)
+    out = s08.compact_history(history, summary="S", restored=[], store=savers,
+                              preview_chars=2000)
     assert len(out) == 1
     assert out[0]["content"][-1] == {"type": "text", "text": "next: add tests"}
 
 
 def test_compact_history_persists_big_unseen_results_before_shortening_them(s08, savers):
     history = [user("go"), call("a"), results(("a", "q" * 30_000))]
-    out = s08.compact_history(history, summarize=lambda m: "S", restored=[], save_messages=savers.save_messages,
-                              save_output=savers.save_output, preview_chars=500)
+    out = s08.compact_history(history, summary="S", restored=[], store=savers,
+                              preview_chars=500)
     assert result_contents(out)["a"].startswith("<persisted-output")
     assert (savers.outputs / "a.txt").read_text() == "q" * 30_000
     assert_valid(out, "go")
 
 
-def test_compact_history_saves_nothing_when_the_summary_fails(s08, savers):
-    def failing(messages):
-        raise s08.SummaryError("boom")
-    with pytest.raises(s08.SummaryError):
-        s08.compact_history([user("go")] + pairs(2), summarize=failing, restored=[], save_messages=savers.save_messages,
-                            save_output=savers.save_output, preview_chars=500)
-    assert not savers.transcripts.exists()
+def test_compact_history_never_returns_a_larger_history(s08, savers):
+    history = [user("go"), answer("done")]
+    restored = ["[Restored after compaction: a.py, re-read]\n" + "x = 1\n" * 200]
+    out = s08.compact_history(history, summary="The user said go.", restored=restored, store=savers,
+                              preview_chars=500)
+    assert out is history, "a summary plus restored files would be larger than the two messages"
+    assert read_transcript(next(savers.transcripts.iterdir())) == history, "the transcript is saved all the same"
 
 
 # ---------------------------------------------------------------- reactive_compact
 
 def test_reactive_compact_keeps_only_recent_groups_that_fit(s08, savers):
     history = [user("refactor")] + pairs(30, size=4000)
-    out = s08.reactive_compact(history, summarize=lambda m: "S", restored=[], save_messages=savers.save_messages,
-                               save_output=savers.save_output, preview_chars=500, tail_tokens=3000)
+    out = s08.reactive_compact(history, summary="S", restored=[], store=savers,
+                               preview_chars=500, tail_tokens=3000)
     assert_valid(out, "refactor")
     assert s08.estimate_tokens(out) < s08.estimate_tokens(history) // 10
     assert out[0]["content"][0]["text"].startswith("[Reactive compact")
@@ -225,8 +225,8 @@ def test_reactive_compact_keeps_only_recent_groups_that_fit(s08, savers):
 def test_restored_context_sits_between_the_summary_and_the_request(s08, savers):
     history = [user("old"), answer(), user("now fix parser.py")] + pairs(2)
     restored = ["[Restored after compaction: todo list]\n[>] fix it", "[Restored after compaction: a.py, re-read]\nx"]
-    out = s08.compact_history(history, summarize=lambda m: "S", restored=restored, save_messages=savers.save_messages,
-                              save_output=savers.save_output, preview_chars=2000)
+    out = s08.compact_history(history, summary="S", restored=restored, store=savers,
+                              preview_chars=2000)
     texts = [b["text"] for b in out[0]["content"]]
     assert texts[0].startswith("[Compacted") and texts[1:3] == restored and texts[3] == "now fix parser.py"
     assert_valid(out, "now fix parser.py")
@@ -272,10 +272,10 @@ def test_micro_compact_clears_nothing_below_the_minimum(s08, savers):
     history = [user("go")] + pairs(5, size=400) + [answer(), user("next")]
     freed = sum(s08.estimate_text_tokens(f"{n}:" + "x" * 400) - s08.PLACEHOLDER_TOKENS for n in range(2))
     assert s08.micro_compact(history, keep_recent=3, min_chars=120, clear_at_least=freed + 1,
-                             save_output=savers.save_output) is history
+                             store=savers) is history
     assert not savers.outputs.exists(), "nothing is saved when nothing is cleared"
     out = s08.micro_compact(history, keep_recent=3, min_chars=120, clear_at_least=freed,
-                            save_output=savers.save_output)
+                            store=savers)
     cleared = [i for i, c in result_contents(out).items() if c.startswith("[Earlier tool result")]
     assert cleared == ["t0", "t1"]
     assert s08.estimate_tokens(history) - s08.estimate_tokens(out) >= freed
@@ -283,20 +283,20 @@ def test_micro_compact_clears_nothing_below_the_minimum(s08, savers):
 
 def test_snip_cuts_at_least_the_minimum_so_it_does_not_fire_every_turn(s08, savers):
     history = [user("go")] + pairs(26)  # 53 messages: just over head 3 + tail 47
-    out = s08.snip_compact(history, keep_head=3, keep_tail=47, at_least=20, save_messages=savers.save_messages)
+    out = s08.snip_compact(history, keep_head=3, keep_tail=47, at_least=20, store=savers)
     assert len(history) - len(out) >= 20
     assert_valid(out, "go")
     again = out + pairs(5, start=26)
     assert s08.snip_compact(again, keep_head=3, keep_tail=47, at_least=20,
-                            save_messages=savers.save_messages) is again
+                            store=savers) is again
 
 
 def test_snip_skips_a_cut_too_small_to_pay_for_the_cache_rewrite(s08, savers):
     history = [user("go")] + pairs(30, size=20)
     middle = s08.estimate_tokens(history[3:23])
     assert s08.snip_compact(history, keep_head=3, keep_tail=47, at_least=20, min_tokens=middle * 2,
-                            save_messages=savers.save_messages) is history
+                            store=savers) is history
     assert not savers.transcripts.exists()
     out = s08.snip_compact(history, keep_head=3, keep_tail=47, at_least=20, min_tokens=middle // 2,
-                           save_messages=savers.save_messages)
+                           store=savers)
     assert len(out) < len(history)

@@ -177,14 +177,13 @@ class MemoryStore:
 
 def layer(name, p, store):
     """One cheap layer with drawn parameters (so it acts often), saving into the store."""
-    save_output, save_messages = store.save_output, store.save_messages
     return {
         "tool_result_budget": lambda m: s08.tool_result_budget(m, max_chars=p["budget_chars"], preview_chars=400,
-                                                               save_output=save_output),
+                                                               store=store),
         "snip_compact": lambda m: s08.snip_compact(m, keep_head=3, keep_tail=p["keep_tail"], at_least=p["at_least"],
-                                                   min_tokens=p["min_tokens"] or 60, save_messages=save_messages),
+                                                   min_tokens=p["min_tokens"] or 60, store=store),
         "micro_compact": lambda m: s08.micro_compact(m, keep_recent=p["keep_recent"], min_chars=120,
-                                                     clear_at_least=p["clear_at_least"], save_output=save_output),
+                                                     clear_at_least=p["clear_at_least"], store=store),
     }[name]
 
 
@@ -247,8 +246,7 @@ def test_the_summary_layers_never_grow_and_reactive_fits_its_tail(name, history,
     summary = text_of(Rolled(summary_size), summary_size)
     restored = [text_of(Rolled(size), size) for size in restored_sizes]
     tail_tokens = config.threshold // (4 * undercount)
-    common = dict(summarize=lambda m: summary, restored=restored, save_messages=store.save_messages,
-                  save_output=store.save_output, preview_chars=config.preview_chars)
+    common = dict(summary=summary, restored=restored, store=store, preview_chars=config.preview_chars)
     if name == "compact_history":
         after = s08.compact_history(history, **common)
     else:

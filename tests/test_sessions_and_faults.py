@@ -30,7 +30,7 @@ def test_every_message_and_rewrite_is_logged_as_it_happens(s08, fake, make_agent
     s08.run_turn(agent, messages, "read a.txt")
     assert s08.read_session(agent.log.path) == messages
     s08.run_turn(agent, messages, "run it")
-    s08.replace_history(agent, messages, s08.run_compact_history(agent, messages), "/compact")
+    s08.replace_history(agent, messages, s08.summarize_history(agent, messages), "/compact")
     assert s08.read_session(agent.log.path) == messages
     records = [json.loads(line) for line in agent.log.path.read_text().splitlines()]
     assert [r["type"] for r in records].count("history") == 1
@@ -102,9 +102,10 @@ def test_every_tool_output_can_be_rebuilt_byte_for_byte_from_the_log(fake, works
         for message in plain(request["messages"]):
             assert json.dumps(message, sort_keys=True) in logged or message["role"] == "user" and \
                 message["content"][-1]["text"].startswith("TEXT ONLY"), message
-    rewrites = [r for r in records if r["type"] == "history"]
-    assert {e["layer"] for r in rewrites for e in r["layers"]} >= {"tool_result_budget", "compact_history"}
-    assert any(e["saved_to"] == [".task_outputs/tool-results/"] for r in rewrites for e in r["layers"])
+    acted = [r for r in records if r["type"] == "layer"]  # each layer that acted, before the rewrite it caused
+    assert {r["layer"] for r in acted} >= {"tool_result_budget", "compact_history"}
+    assert any(r["saved_to"] == [".task_outputs/tool-results/"] for r in acted)
+    assert any(r["saved_to"][0].startswith(".transcripts/compact-") for r in acted if r["layer"] == "compact_history")
 
 
 def test_secrets_never_reach_the_model_or_the_disk(fake, workspace):
