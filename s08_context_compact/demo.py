@@ -2,7 +2,7 @@
 
 A scripted model drives code.py's real agent loop and real compaction pipeline. It is not
 Claude: its replies are written below, in advance. It talks through the real anthropic
-SDK to the fake Messages API in tests/fake_anthropic.py, on 127.0.0.1, with a
+SDK to the fake Messages API in fake_anthropic.py (beside this file), on 127.0.0.1, with a
 12,000-token window. No API key and no network are needed. The steps make each layer
 fire in turn, in a temporary workspace of generated files that is kept afterwards, so
 you can read what every layer saved.
@@ -17,8 +17,7 @@ from pathlib import Path
 
 import anthropic
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from fake_anthropic import FakeAnthropic, error, server_error, text, tool_use  # noqa: E402
+from fake_anthropic import FakeAnthropic, error, server_error, text, tool_use
 
 WINDOW = 12_000
 SCRIPTED = "(scripted) "

@@ -34,7 +34,7 @@ from pathlib import Path
 
 import anthropic
 
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "s08_context_compact"))
 from fake_anthropic import FakeAnthropic, text  # noqa: E402
 
 CODE = Path(__file__).resolve().parent.parent / "s08_context_compact" / "code.py"

@@ -16,6 +16,7 @@ import anthropic
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "s08_context_compact"))  # the fake API
 import cli_runner  # noqa: E402
 from fake_anthropic import FakeAnthropic  # noqa: E402
 
