@@ -440,7 +440,7 @@ JSON_TYPES = {"string": str, "integer": int, "array": list, "object": dict, "boo
 
 def check_tool_input(schema: dict, args) -> str | None:
     """Return what is wrong with a tool call's input, or None when it fits the schema.
-    Arguments the schema does not list are not wrong (JSON Schema allows them); run_tool
+    Arguments the schema does not list are not wrong (JSON Schema allows them); use_tool
     leaves them out."""
     if not isinstance(args, dict):
         return "the input must be a JSON object"
@@ -838,7 +838,7 @@ def permission_hook(agent):
     return hook
 
 
-def fire(agent, event: str, **payload) -> list:
+def fire_hooks(agent, event: str, **payload) -> list:
     """Run every hook for an event; return what they returned (None dropped)."""
     return [r for hook in agent.hooks.get(event, []) if (r := hook(payload)) is not None]
 
@@ -1052,7 +1052,7 @@ def short_hash(path: Path) -> str:
     return hashlib.sha1(data).hexdigest()[:8]
 
 
-def mentioned(key: str, summary: str) -> bool:
+def summary_mentions(key: str, summary: str) -> bool:
     """Whether a summary still carries a fact: most of its words (or CJK characters) appear."""
     lowered = summary.lower()
     if " " not in key and ("/" in key or "::" in key):  # a path or test id: its last part is what counts
@@ -1101,7 +1101,7 @@ class Ledger:
     def check(self, summary: str, todos: list) -> tuple:
         """(facts the summary kept, all facts, the ones it lost)."""
         facts = self.facts(todos)
-        lost = [f for f in facts if not mentioned(f[1], summary)]
+        lost = [f for f in facts if not summary_mentions(f[1], summary)]
         return len(facts) - len(lost), len(facts), lost
 
     def render(self, max_tokens: int) -> str:
@@ -1472,7 +1472,7 @@ def apply_event(kind: str, data: dict, blocks: dict, usage: dict, on_text) -> st
 
 def tool_input(block: dict):
     """A tool call's input: the streamed JSON if any, else what the block started with.
-    Text that is not JSON comes back as the string it is; tidy_reply answers it."""
+    Text that is not JSON comes back as the string it is; make_reply_sendable answers it."""
     raw = block.pop("partial_json", "")
     if not raw.strip():
         return block.get("input", {})
@@ -1535,7 +1535,7 @@ def reply_from_events(events, on_text) -> tuple:
         try:
             data = json.loads(raw)
         except ValueError:
-            raise BadReply(f"the endpoint sent an event that is not JSON: {preview(raw, 60)}") from None
+            raise BadReply(f"the endpoint sent an event that is not JSON: {one_line(raw, 60)}") from None
         kind = name or (data.get("type") if isinstance(data, dict) else "")
         if kind == "error":
             raise ErrorEvent(data)
@@ -1560,11 +1560,11 @@ def reply_from_body(raw: bytes) -> tuple:
         data = json.loads(raw)
     except ValueError:
         raise BadReply("the endpoint's reply was empty" if not raw.strip() else
-                       f"the endpoint's reply is not JSON: {preview(raw.decode('utf-8', 'replace'), 60)}") from None
+                       f"the endpoint's reply is not JSON: {one_line(raw.decode('utf-8', 'replace'), 60)}") from None
     if isinstance(data, dict) and data.get("error"):
         raise ErrorEvent(data)
     if not isinstance(data, dict) or not isinstance(data.get("content"), list):
-        raise BadReply(f"the endpoint's reply is not a message: {preview(json.dumps(data), 60)}")
+        raise BadReply(f"the endpoint's reply is not a message: {one_line(json.dumps(data), 60)}")
     usage = {}
     add_usage(usage, data.get("usage"))
     try:
@@ -1747,7 +1747,7 @@ def extract_summary(text: str) -> str:
     return (match.group(1) if match else text).strip()
 
 
-def shorten(message: dict, max_chars: int) -> dict:
+def cut_long_texts(message: dict, max_chars: int) -> dict:
     """A copy with every long text and tool result cut to max_chars (for a summary request only)."""
     def cut(text: str) -> str:
         return text if len(text) <= max_chars else text[:max_chars] + " [... cut to fit ...]"
@@ -1772,8 +1772,8 @@ def fit_for_summary(messages: list, max_tokens: int) -> list:
     if kept:
         return [note] + [m for group in kept for m in group]
     if not groups:  # not even the newest group fits: keep it, cut short
-        return [shorten(messages[0], max_tokens)]
-    return [note] + [shorten(m, max_tokens) for m in groups[-1]]
+        return [cut_long_texts(messages[0], max_tokens)]
+    return [note] + [cut_long_texts(m, max_tokens) for m in groups[-1]]
 
 
 def summarize_with_model(agent, messages: list, focus: str, limit_tokens: int, undercount: float = 1.0) -> str:
@@ -1844,7 +1844,7 @@ def api_error_text(err: Exception) -> str:
     if isinstance(err, anthropic.APIConnectionError):
         return f"cannot reach the API ({err.__cause__ or err}); check ANTHROPIC_BASE_URL and the network"
     if isinstance(err, anthropic.APIStatusError):
-        return f"{err.status_code} {preview(str(body or err), 200)}"
+        return f"{err.status_code} {one_line(str(body or err), 200)}"
     return str(err)
 
 
@@ -2143,7 +2143,7 @@ def summarize_history(agent, messages: list, layer=None, focus: str = "", underc
     the summary, the summary itself, and the ledger check. undercount is how far the API's
     count of a refused request exceeded our estimate."""
     layer = layer or compact_history
-    for extra in fire(agent, "PreCompact", messages=messages, focus=focus):
+    for extra in fire_hooks(agent, "PreCompact", messages=messages, focus=focus):
         focus = " ".join(filter(None, [focus, extra.get("instructions", "")]))
     s, settings = agent.settings, {}
     if layer is reactive_compact:
@@ -2174,7 +2174,7 @@ def summarize_history(agent, messages: list, layer=None, focus: str = "", underc
     except OSError:
         pass  # the messages themselves are saved; only this note is lost
     agent.read_state.clear()  # what was read is no longer in context as it was
-    fire(agent, "PostCompact", messages=result, summary=summary, source=source)
+    fire_hooks(agent, "PostCompact", messages=result, summary=summary, source=source)
     return result
 
 
@@ -2203,7 +2203,7 @@ def over_threshold(agent, messages: list) -> bool:
     return tokens > s.threshold
 
 
-def remember(agent, messages: list, message: dict) -> None:
+def append_message(agent, messages: list, message: dict) -> None:
     """Append a message to the history, and to the session log the same moment."""
     messages.append(message)
     if agent.log:
@@ -2224,14 +2224,14 @@ def replace_history(agent, messages: list, new: list, reason: str) -> None:
 INTERRUPTED = "[Interrupted by the user: this request was cancelled. Do not resume it unless the user asks.]"
 
 
-def remember_interruption(agent, messages: list, partial: str) -> None:
+def record_interruption(agent, messages: list, partial: str) -> None:
     """After Ctrl-C, the history says so: the reply the user saw stream (if any) is kept,
     marked interrupted, and the model is told the work was cancelled. The next prompt is
     then a message of its own, not merged into the cancelled one."""
     if not messages or messages[-1]["role"] != "user":
         return
     said = f"{partial.rstrip()}\n\n{INTERRUPTED}" if partial.strip() else INTERRUPTED
-    remember(agent, messages, {"role": "assistant", "content": [own_text("interrupted", said)]})
+    append_message(agent, messages, {"role": "assistant", "content": [own_text("interrupted", said)]})
 
 
 def true_stubs(messages: list, stubs: dict) -> list:
@@ -2272,7 +2272,7 @@ def call_model(agent, messages: list) -> tuple:
         answer = send_request(agent, build_request(agent, messages), context_tokens(agent, messages),
                               on_text=None if agent.label else show)
     except KeyboardInterrupt as stop:
-        stop.partial = "".join(printed)  # what the user saw stays in the history (remember_interruption)
+        stop.partial = "".join(printed)  # what the user saw stays in the history (record_interruption)
         raise
     if printed:
         agent.out()
@@ -2330,22 +2330,22 @@ def sync_settings(agent) -> None:
         agent.log.note_endpoint(agent.endpoint.facts())
 
 
-def preview(text: str, width: int = 100) -> str:
+def one_line(text: str, width: int = 100) -> str:
     line = " ".join(str(text).split())
     return line if len(line) <= width else line[:width - 1] + "…"
 
 
-def run_tool(agent, block: dict) -> dict:
+def use_tool(agent, block: dict) -> dict:
     """Run one tool call through the hooks; always returns a tool_result block."""
     name, args = block["name"], block["input"]
-    agent.say(f"> {name}: {preview(json.dumps(args, ensure_ascii=False), 90)}", "tool")
+    agent.say(f"> {name}: {one_line(json.dumps(args, ensure_ascii=False), 90)}", "tool")
     schema = next((t["input_schema"] for t in agent.tools if t["name"] == name), None)
     if schema is None:
         output, failed = (f"Error: unknown tool '{name}'. Available tools: "
                           f"{', '.join(t['name'] for t in agent.tools)}."), True
     elif problem := check_tool_input(schema, args):
         output, failed = f"Error: {name} was called wrongly: {problem}. Call it again with valid input.", True
-    elif denied := [r["deny"] for r in fire(agent, "PreToolUse", name=name, input=args) if "deny" in r]:
+    elif denied := [r["deny"] for r in fire_hooks(agent, "PreToolUse", name=name, input=args) if "deny" in r]:
         output, failed = denied[0], True
     else:
         agent.current_call = block["id"]
@@ -2359,14 +2359,14 @@ def run_tool(agent, block: dict) -> dict:
             output, failed = f"Error: {name} failed: {type(err).__name__}: {err}", True
         if ignored := sorted(set(args) - set(known)):
             output += f"\n(ignored argument(s) {name} does not take: {', '.join(ignored)})"
-        fire(agent, "PostToolUse", name=name, input=args, output=output, is_error=failed)
+        fire_hooks(agent, "PostToolUse", name=name, input=args, output=output, is_error=failed)
     output = redact(output, agent.secrets)  # a secret printed by a tool never reaches the model or disk
-    agent.say(f"  {'✗' if failed else '<'} {preview(output)}", "error" if failed else "tool")
+    agent.say(f"  {'✗' if failed else '<'} {one_line(output)}", "error" if failed else "tool")
     result = {"type": "tool_result", "tool_use_id": block["id"], "content": output}
     return {**result, "is_error": True} if failed else result
 
 
-def tidy_reply(agent, messages: list, reply: dict, stop_reason: str) -> tuple:
+def make_reply_sendable(agent, messages: list, reply: dict, stop_reason: str) -> tuple:
     """Fix what would break the next request: a tool call cut off by max_tokens (dropped,
     with a note for the model), a tool_use id used before (renamed), and an input that is
     not a JSON object (kept as {} so later requests stay valid, and answered with an error).
@@ -2386,7 +2386,7 @@ def tidy_reply(agent, messages: list, reply: dict, stop_reason: str) -> tuple:
             seen.add(unique)
             content[k] = {**block, "id": unique}
             if not isinstance(block["input"], dict):
-                refused[unique] = (f"its input was not a JSON object (received {preview(json.dumps(block['input']), 80)}),"
+                refused[unique] = (f"its input was not a JSON object (received {one_line(json.dumps(block['input']), 80)}),"
                                    " so it was not run")
                 content[k]["input"] = {}
     if content == reply["content"]:
@@ -2394,7 +2394,7 @@ def tidy_reply(agent, messages: list, reply: dict, stop_reason: str) -> tuple:
     return {**reply, "content": content or [{"type": "text", "text": "(reply cut off)"}]}, note, refused
 
 
-def run_tool_batch(agent, tool_uses: list, refused: dict) -> tuple:
+def use_tools(agent, tool_uses: list, refused: dict) -> tuple:
     """Run every call in order (a refused one is answered with why). On Ctrl-C the rest
     are answered as interrupted."""
     results = []
@@ -2406,7 +2406,7 @@ def run_tool_batch(agent, tool_uses: list, refused: dict) -> tuple:
                                 "content": f"Error: this call to {block['name']} failed: {refused[block['id']]}. "
                                            "Call it again with a JSON object as its input."})
             else:
-                results.append(run_tool(agent, block))
+                results.append(use_tool(agent, block))
         return results, False
     except KeyboardInterrupt:
         for block in tool_uses[len(results):]:
@@ -2438,19 +2438,19 @@ def agent_loop(agent, messages: list) -> str | None:
             replace_history(agent, messages, summarize_history(agent, messages, reactive_compact, undercount=undercount),
                            "reactive_compact")
             continue
-        reply, note, refused = tidy_reply(agent, messages, reply, stop_reason)
-        remember(agent, messages, reply)
+        reply, note, refused = make_reply_sendable(agent, messages, reply, stop_reason)
+        append_message(agent, messages, reply)
         tool_uses = [b for b in reply["content"] if b.get("type") == "tool_use"]
         if not tool_uses and note:  # cut short: tell the model and let it go on
-            remember(agent, messages, {"role": "user", "content": [own_text("note", note)]})
+            append_message(agent, messages, {"role": "user", "content": [own_text("note", note)]})
             continue
         if not tool_uses:
             final = "\n".join(b["text"] for b in reply["content"] if b.get("type") == "text")
-            fire(agent, "Stop", messages=messages, final=final)
+            fire_hooks(agent, "Stop", messages=messages, final=final)
             return final
-        results, interrupted = run_tool_batch(agent, tool_uses, refused)
+        results, interrupted = use_tools(agent, tool_uses, refused)
         notes = [own_text("note", note)] if note else []
-        remember(agent, messages, {"role": "user", "content": results + notes})
+        append_message(agent, messages, {"role": "user", "content": results + notes})
         if interrupted:
             agent.pending_compact = None  # an interrupted batch leaves nothing to do later
             raise KeyboardInterrupt
@@ -2564,9 +2564,9 @@ def park_long_prompt(agent, prompt: str) -> str | None:
             f"{path.relative_to(agent.workdir)}: read it in parts with read_file and do what it asks.")
 
 
-def run_turn(agent, messages: list, prompt: str) -> None:
+def take_turn(agent, messages: list, prompt: str) -> None:
     prompt = redact(prompt, agent.secrets)  # before any hook: the ledger quotes prompts verbatim
-    blocked = [r["block"] for r in fire(agent, "UserPromptSubmit", prompt=prompt) if "block" in r]
+    blocked = [r["block"] for r in fire_hooks(agent, "UserPromptSubmit", prompt=prompt) if "block" in r]
     if blocked:
         agent.say(f"(prompt blocked by a hook: {blocked[0]})")
         return
@@ -2645,9 +2645,9 @@ def repl(agent, interactive: bool, messages: list) -> int:
             if line.startswith("/"):
                 handle_command(agent, messages, line)
             else:
-                run_turn(agent, messages, line)
+                take_turn(agent, messages, line)
         except KeyboardInterrupt as stop:  # a layer only replaces history when done, so it is intact
-            remember_interruption(agent, messages, getattr(stop, "partial", ""))
+            record_interruption(agent, messages, getattr(stop, "partial", ""))
             agent.say("\n(interrupted; the conversation is kept, type your next message)")
 
 
@@ -2674,7 +2674,7 @@ def list_sessions(workdir: Path) -> str:
         history = read_session(path, warn=print)
         first = current_request(history[:1]) if history else None
         when = time.strftime("%Y-%m-%d %H:%M", time.localtime(path.stat().st_mtime))
-        prompt = preview(first["text"], 50) if first else "(no prompt yet)"
+        prompt = one_line(first["text"], 50) if first else "(no prompt yet)"
         rows.append(f"  {path.stem.removeprefix('session-'):<24} {when}  {len(history):>4} messages  "
                     f"{path.stat().st_size / 1024:>8.1f} KB  {prompt}")
     return "Sessions in this workspace (newest last):\n" + "\n".join(rows) if rows else \

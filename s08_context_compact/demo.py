@@ -127,14 +127,14 @@ def play_step(code, agent, fake, messages, title, what, prompt, script, say) -> 
         for _ in range(script["commands"]):
             if script.get("between"):  # new work first: a summary of a summary frees nothing
                 say(f"s08 >> {script['between']}")
-                code.run_turn(agent, messages, script["between"])
+                code.take_turn(agent, messages, script["between"])
             say(f"s08 >> {prompt}")
             code.handle_command(agent, messages, prompt)
     else:
         for turn in range(script.get("turns", 1)):
             asked = prompt if turn == 0 else f"Go on with part {turn}"
             say(f"s08 >> {asked}")
-            code.run_turn(agent, messages, asked)
+            code.take_turn(agent, messages, asked)
     new_files = sorted(str(p.relative_to(agent.workdir)) for p in files_under(agent.workdir) - before_files)
     after_tokens = code.context_tokens(agent, messages)
     say(f"   context before {before_tokens:,} tokens, after {after_tokens:,}; "

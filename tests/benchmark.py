@@ -234,7 +234,7 @@ def play(code, session: Session, settings, workdir: Path, caching: bool = True, 
         for prompt, replies in session.turns:
             fake.replies.clear()
             fake.reply(*[{"content": content} for content in replies])
-            code.run_turn(agent, messages, prompt)
+            code.take_turn(agent, messages, prompt)
         return figures(agent, fake, settings, clock.pipeline)
 
 

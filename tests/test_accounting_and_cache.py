@@ -87,7 +87,7 @@ def test_cjk_heavy_history_does_not_overflow(s08, make_agent, workspace):
         messages = []
         for n in range(10):
             fake.reply(tool_use("read_file", {"path": f"笔记{n}.md"}), text(f"第{n}个文件读完了。"))
-            s08.run_turn(agent, messages, f"请读第{n}个文件")
+            s08.take_turn(agent, messages, f"请读第{n}个文件")
             assert_valid(messages, f"请读第{n}个文件")
         assert fake.rejections == [], "a 4-characters-a-token estimate would have overflowed here"
         assert "API error" not in agent.out.text
@@ -99,8 +99,8 @@ def test_cache_breakpoints_are_stable_across_two_ordinary_turns(s08, make_agent,
     fake.reply(tool_use("read_file", {"path": "notes.md"}), text("Read it."), text("Second answer."))
     agent = make_agent()
     messages = []
-    s08.run_turn(agent, messages, "read notes.md")
-    s08.run_turn(agent, messages, "thanks")
+    s08.take_turn(agent, messages, "read notes.md")
+    s08.take_turn(agent, messages, "thanks")
     first, second, third = fake.main_requests
     assert first["system"][-1]["cache_control"] == {"type": "ephemeral"}
     assert "cache_control" in blocks(third["messages"][-1])[-1]
@@ -127,7 +127,7 @@ def test_a_session_reads_most_of_its_prompt_from_the_cache(s08, make_agent, work
         for n in range(8):
             fake.reply(tool_uses([("read_file", {"path": f"m{n}.py"}), ("glob", {"pattern": "*.py"})]),
                        text(f"module {n} read"))
-            s08.run_turn(agent, messages, f"read m{n}.py")
+            s08.take_turn(agent, messages, f"read m{n}.py")
         later = fake.usage_log[2:]
         read = sum(u["cache_read_input_tokens"] for u in later)
         sent = sum(u["cache_read_input_tokens"] + u["cache_creation_input_tokens"] + u["input_tokens"] for u in later)
@@ -143,7 +143,7 @@ def test_micro_compaction_waits_for_its_trigger_and_clears_at_least_the_minimum(
         for turn in range(12):  # 48 messages: snip_compact stays out of it
             fake.reply(tool_uses([("read_file", {"path": f"f{3 * turn + k}.txt"}) for k in range(3)]),
                        text(f"read batch {turn}"))
-            s08.run_turn(agent, messages, f"read batch {turn}")
+            s08.take_turn(agent, messages, f"read batch {turn}")
         assert "snip_compact" not in agent.stats
         runs = agent.stats["micro_compact"]["runs"]
         assert 1 <= runs <= 3, f"micro_compact ran {runs} times in 12 turns"
@@ -157,7 +157,7 @@ def test_the_summary_request_continues_the_cached_conversation(s08, make_agent, 
         agent = make_agent(server=fake)
         messages = []
         fake.reply(tool_use("read_file", {"path": "spec.md"}), text("Read the spec."))
-        s08.run_turn(agent, messages, "read the spec")
+        s08.take_turn(agent, messages, "read the spec")
         fake.summary(text("<summary>Read the spec.</summary>"))
         messages[:] = s08.summarize_history(agent, messages, focus="keep the requirements")
         summary = fake.summary_requests[0]
@@ -171,11 +171,11 @@ def test_the_summary_request_continues_the_cached_conversation(s08, make_agent, 
 
 def test_status_line_after_each_turn_dim_only_with_colour(s08, make_agent, fake):
     agent = make_agent(window=30_000, show_status=True, color=True)
-    s08.run_turn(agent, [], "hello")
+    s08.take_turn(agent, [], "hello")
     line = agent.out[-1]
     assert line.startswith("\033[2mcontext ") and "/30.0k tokens (" in line and "auto-compact in " in line
     plain_agent = make_agent(window=30_000, show_status=True, color=False)
-    s08.run_turn(plain_agent, [], "again")
+    s08.take_turn(plain_agent, [], "again")
     assert plain_agent.out[-1].startswith("context ") and "\033[" not in plain_agent.out[-1]
 
 

@@ -123,7 +123,7 @@ def test_reactive_compact_is_tried_once_then_the_error_is_reported(s08, make_age
     with FakeAnthropic(context_window=500) as fake:  # smaller than the system prompt alone
         agent = make_agent(window=20_000, server=fake)
         messages = []
-        s08.run_turn(agent, messages, "hello")
+        s08.take_turn(agent, messages, "hello")
         assert len(rejected_main_requests(fake)) == 2
         assert "API error: the context window overflowed (prompt is too long: " in agent.out.text
         assert "try /compact" in agent.out.text
@@ -137,7 +137,7 @@ def test_repeated_500s_trip_the_breaker_and_the_session_still_finishes(s08, fake
     # every reply is long enough to push the next turn over the threshold again
     fake.reply(*[text(f"answer {n} " + "long " * 11_000) for n in range(6)])
     for n in range(6):
-        s08.run_turn(agent, messages, f"turn {n}")
+        s08.take_turn(agent, messages, f"turn {n}")
         assert_valid(messages, f"turn {n}")
     attempts = s08.MAX_API_ATTEMPTS
     assert len(fake.summary_requests) == 3 * attempts, "each summary is retried, then none after the breaker trips"
@@ -152,10 +152,10 @@ def test_a_successful_summary_resets_the_failure_count(s08, fake, make_agent):
     messages = chat_history(12, 2_000)
     fake.summary(*[server_error() for _ in range(2 * s08.MAX_API_ATTEMPTS)], text("<summary>fine</summary>"))
     fake.reply(*[text("long " * 11_000) for _ in range(3)])
-    s08.run_turn(agent, messages, "one")
-    s08.run_turn(agent, messages, "two")
+    s08.take_turn(agent, messages, "one")
+    s08.take_turn(agent, messages, "two")
     assert agent.summary_failures == 2
-    s08.run_turn(agent, messages, "three")
+    s08.take_turn(agent, messages, "three")
     assert agent.summary_failures == 0 and "fine" in first_text(fake.main_requests[-1])
 
 
@@ -204,7 +204,7 @@ def test_hooks_see_every_event(s08, fake, make_agent):
     fake.reply(tool_uses([("write_file", {"path": "a.txt", "content": "x"}), ("bash", {"command": "true"})]),
                tool_use("compact", {}), text("done"))
     messages = []
-    s08.run_turn(agent, messages, "go")
+    s08.take_turn(agent, messages, "go")
     assert seen == ["UserPromptSubmit", "PreToolUse", "PreToolUse", "PostToolUse", "PreToolUse", "PostToolUse",
                     "PreCompact", "PostCompact", "Stop"]
     denied = fake.main_requests[1]["messages"][-1]["content"][0]
@@ -216,7 +216,7 @@ def test_a_user_prompt_hook_can_block_a_prompt(s08, fake, make_agent):
     agent = make_agent()
     agent.hooks["UserPromptSubmit"].append(lambda p: {"block": "no secrets"} if "password" in p["prompt"] else None)
     messages = []
-    s08.run_turn(agent, messages, "my password is hunter2")
+    s08.take_turn(agent, messages, "my password is hunter2")
     assert messages == [] and fake.requests == [] and "no secrets" in agent.out.text
 
 
@@ -225,7 +225,7 @@ def test_a_passing_api_error_is_retried_with_a_notice(s08, fake, make_agent):
                text("Got through."))
     agent = make_agent()
     messages = []
-    s08.run_turn(agent, messages, "first")
+    s08.take_turn(agent, messages, "first")
     assert "[api] 529 overloaded_error: Overloaded; retrying in 0.0s (retry 1 of 3)" in agent.out.text
     assert "[api] 429 rate_limit_error: Slow down; retrying" in agent.out.text
     assert messages[-1]["content"] == [{"type": "text", "text": "Got through."}]
@@ -235,11 +235,11 @@ def test_api_errors_that_persist_print_one_line_and_the_session_goes_on(s08, fak
     fake.reply(*[error(500, "api_error", "Internal server error")] * s08.MAX_API_ATTEMPTS, text("Back again."))
     agent = make_agent()
     messages = []
-    s08.run_turn(agent, messages, "first")
+    s08.take_turn(agent, messages, "first")
     assert len(fake.main_requests) == s08.MAX_API_ATTEMPTS, "retries are bounded"
     assert "API error: 500 api_error: Internal server error" in agent.out.text
     assert "Your message was not sent; send it again" in agent.out.text and messages == []
-    s08.run_turn(agent, messages, "second")
+    s08.take_turn(agent, messages, "second")
     assert messages[0]["content"] == [{"type": "text", "text": "second"}], "a prompt never answered is not sent twice"
     assert messages[-1]["content"] == [{"type": "text", "text": "Back again."}]
     assert_requests_valid(fake)
@@ -250,7 +250,7 @@ def test_a_stream_cut_mid_reply_is_retried_and_the_partial_reply_not_kept(s08, f
                     drop_after_block=1), text("Complete this time."))
     agent = make_agent()
     messages = []
-    s08.run_turn(agent, messages, "go")
+    s08.take_turn(agent, messages, "go")
     assert "stream ended before the message was complete" in agent.out.text and "retrying" in agent.out.text
     assert "> bash" not in agent.out.text, "the cut tool calls were not run"
     assert messages == [user("go"), {"role": "assistant", "content": [{"type": "text", "text": "Complete this time."}]}]
@@ -261,7 +261,7 @@ def test_a_stream_cut_every_time_ends_the_turn_cleanly(s08, fake, make_agent):
     fake.reply(*[dict(text("partial " * 50), drop_after_block=0)] * s08.MAX_API_ATTEMPTS, text("later"))
     agent = make_agent()
     messages = []
-    s08.run_turn(agent, messages, "go")
+    s08.take_turn(agent, messages, "go")
     assert "API error: the reply stream ended before the message was complete" in agent.out.text
     assert messages == [], "the prompt the model never answered is withdrawn, to be sent again"
 
@@ -270,7 +270,7 @@ def test_unreachable_endpoint_is_reported_clearly(s08, make_agent):
     with FakeAnthropic() as dead:
         pass  # closed: nothing listens on its port any more
     agent = make_agent(server=dead)
-    s08.run_turn(agent, [], "hello")
+    s08.take_turn(agent, [], "hello")
     assert "cannot reach the API" in agent.out.text and "ANTHROPIC_BASE_URL" in agent.out.text
 
 
@@ -305,7 +305,7 @@ def test_a_long_session_never_sends_an_invalid_request(s08, make_agent, workspac
             fake.reply(tool_uses([("read_file", {"path": f"f{(turn + k) % 12}.txt"}) for k in range(3)]),
                        tool_use("bash", {"command": f"cat f{turn}.txt f{turn + 1}.txt"}),
                        text(f"turn {turn} done"))
-            s08.run_turn(agent, messages, f"turn {turn}: read some files")
+            s08.take_turn(agent, messages, f"turn {turn}: read some files")
             assert_valid(messages, f"turn {turn}: read some files")
         assert fake.rejections == [] or all(r.startswith("prompt is too long") for r in fake.rejections)
         assert "API error" not in agent.out.text

@@ -20,7 +20,7 @@ def run_tool_call(s08, make_agent, fake, name, args):
     fake.reply(tool_use(name, args), text("ok"))
     agent = make_agent()
     messages = []
-    s08.run_turn(agent, messages, f"please {name}")
+    s08.take_turn(agent, messages, f"please {name}")
     return next(b for m in messages for b in blocks(m) if b.get("type") == "tool_result")
 
 
@@ -54,7 +54,7 @@ def test_an_edit_on_a_full_disk_leaves_the_file_intact(s08, make_agent, fake, fu
     agent = make_agent()
     agent.workdir = full_disk
     messages = []
-    s08.run_turn(agent, messages, "edit big.py")
+    s08.take_turn(agent, messages, "edit big.py")
     result = next(b for m in messages for b in blocks(m) if b.get("type") == "tool_result")
     assert result["is_error"] and "could not write big.py" in result["content"] and "unchanged" in result["content"]
     assert (full_disk / "big.py").read_bytes() == original
@@ -68,7 +68,7 @@ def test_a_write_on_a_full_disk_leaves_the_old_content(s08, make_agent, fake, fu
     agent = make_agent()
     agent.workdir = full_disk
     messages = []
-    s08.run_turn(agent, messages, "write notes")
+    s08.take_turn(agent, messages, "write notes")
     result = next(b for m in messages for b in blocks(m) if b.get("type") == "tool_result")
     assert result["is_error"] and "the file is unchanged" in result["content"]
     assert (full_disk / "notes.txt").read_bytes() == b"keep me\n"
@@ -182,7 +182,7 @@ def test_a_100mb_bash_output_is_on_disk_byte_for_byte_with_flat_memory(s08, make
     agent = make_agent()
     tracemalloc.start()
     try:
-        result = s08.run_tool(agent, {"type": "tool_use", "id": "toolu_big", "name": "bash",
+        result = s08.use_tool(agent, {"type": "tool_use", "id": "toolu_big", "name": "bash",
                                       "input": {"command": command}})
         peak = tracemalloc.get_traced_memory()[1]
     finally:
@@ -198,7 +198,7 @@ def test_a_100mb_bash_output_is_on_disk_byte_for_byte_with_flat_memory(s08, make
 
 def test_a_short_bash_output_leaves_no_file(s08, make_agent, workspace):
     agent = make_agent()
-    result = s08.run_tool(agent, {"type": "tool_use", "id": "toolu_small", "name": "bash",
+    result = s08.use_tool(agent, {"type": "tool_use", "id": "toolu_small", "name": "bash",
                                   "input": {"command": "echo small"}})
     assert result["content"] == "small"
     assert not (workspace / ".task_outputs").exists() or not list((workspace / ".task_outputs").rglob("*.*"))
@@ -210,7 +210,7 @@ def test_a_secret_across_chunks_and_the_head_boundary_never_leaks(s08, make_agen
     script = (f"import sys; sys.stdout.write('x' * {head - 10}); sys.stdout.flush(); "
               f"sys.stdout.write('{secret[:20]}'); sys.stdout.flush(); sys.stdout.write('{secret[20:]}' + 'y' * 300000)")
     agent = make_agent(secrets=[secret])
-    result = s08.run_tool(agent, {"type": "tool_use", "id": "toolu_s", "name": "bash",
+    result = s08.use_tool(agent, {"type": "tool_use", "id": "toolu_s", "name": "bash",
                                   "input": {"command": f"{sys.executable} -c \"{script}\""}})
     assert "sk-live" not in result["content"] and "QQQQ" not in result["content"]
     saved = (workspace / ".task_outputs" / "tool-results" / "toolu_s.txt").read_bytes()
@@ -293,7 +293,7 @@ def test_a_repeat_read_never_points_at_a_result_that_was_cleared(s08, make_agent
                *[tool_use("read_file", {"path": f"b{n}.txt"}) for n in range(8)], text("done"))
     agent = make_agent(window=12_000)
     messages = []
-    s08.run_turn(agent, messages, "read a.txt twice, then the b files")
+    s08.take_turn(agent, messages, "read a.txt twice, then the b files")
     assert "[micro_compact]" in agent.out.text and fake.invalid == []
     for request in fake.main_requests:
         results = {b["tool_use_id"]: b["content"] for m in request["messages"] for b in blocks(m)
@@ -313,10 +313,10 @@ def test_an_api_error_after_a_compaction_withdraws_only_the_prompt(s08, make_age
     fake.reply(text("first answer"), *[{"error": {"status": 500, "type": "api_error", "message": "down"}}] * 4)
     agent = make_agent()
     messages = []
-    s08.run_turn(agent, messages, "first question")
+    s08.take_turn(agent, messages, "first question")
     s08.handle_command(agent, messages, "/compact")
     summary = messages[0]["content"][0]["text"]
-    s08.run_turn(agent, messages, "second question")
+    s08.take_turn(agent, messages, "second question")
     assert "Your message was not sent" in agent.out.text
     assert messages and messages[0]["content"][0]["text"] == summary, "the summary survives the failed turn"
     assert "second question" not in json.dumps(messages)

@@ -139,7 +139,7 @@ def test_an_overflow_teaches_the_window_and_the_session_is_not_refused_again(s08
             (workspace / f"f{n}.txt").write_text(f"file {n} " + "lorem ipsum dolor sit amet " * 60)
         fake.reply(*[tool_use("read_file", {"path": f"f{n}.txt"}) for n in range(30)], text("read them all"))
         messages = []
-        s08.run_turn(agent, messages, "read f0 to f29")
+        s08.take_turn(agent, messages, "read f0 to f29")
         assert len(fake.overflows) == 1 and fake.invalid == []
         assert "[window] the endpoint's limit is 12,000 tokens (was assuming 200,000)" in agent.out.text
         assert agent.settings.window == 12_000 and agent.settings.threshold < 12_000
@@ -214,7 +214,7 @@ def test_thinking_blocks_go_back_verbatim_in_a_tool_loop(s08, make_agent, worksp
         fake.reply(tool_use("read_file", {"path": "a.txt"}), tool_use("read_file", {"path": "a.txt", "offset": 1}),
                    text("done"))
         messages = []
-        s08.run_turn(agent, messages, "read a.txt twice")
+        s08.take_turn(agent, messages, "read a.txt twice")
         assert fake.invalid == [] and "done" in agent.out.text
         thought = blocks(messages[1])[0]
         assert thought["type"] == "thinking" and thought["signature"] and thought["thinking"]
@@ -227,7 +227,7 @@ def test_redacted_thinking_is_kept_as_sent(s08, make_agent, fake):
                             {"type": "tool_use", "name": "glob", "input": {"pattern": "*"}}]}, text("ok"))
     agent = make_agent()
     messages = []
-    s08.run_turn(agent, messages, "list")
+    s08.take_turn(agent, messages, "list")
     assert blocks(messages[1])[0] == {"type": "redacted_thinking", "data": "c2VjcmV0"}
     assert fake.main_requests[1]["messages"][1]["content"][0]["data"] == "c2VjcmV0"
 
@@ -240,7 +240,7 @@ def test_kimi_tool_ids_are_echoed_and_kept_unique(s08, make_agent, workspace):
         fake.reply(tool_use("read_file", {"path": "a.txt"}), tool_use("read_file", {"path": "a.txt", "limit": 5}),
                    text("ok"))
         messages = []
-        s08.run_turn(agent, messages, "go")
+        s08.take_turn(agent, messages, "go")
         assert fake.invalid == []
         results = [b["tool_use_id"] for m in messages for b in blocks(m) if b.get("type") == "tool_result"]
         assert results == ["functions.read_file:0", "functions.read_file:0_1"]
@@ -251,7 +251,7 @@ def test_a_tool_input_that_is_not_an_object_is_refused_and_history_stays_valid(s
     fake.reply(tool_use("read_file", bad_input), text("sorry"))
     agent = make_agent()
     messages = []
-    s08.run_turn(agent, messages, "read something")
+    s08.take_turn(agent, messages, "read something")
     assert fake.invalid == []
     call, result = blocks(messages[1])[0], blocks(messages[2])[0]
     assert call["input"] == {} and result["is_error"]
@@ -263,7 +263,7 @@ def test_broken_tool_json_gets_an_error_result(s08, make_agent, fake):
     fake.reply(broken_tool_json("read_file"), text("retrying later"))
     agent = make_agent()
     messages = []
-    s08.run_turn(agent, messages, "read a.py")
+    s08.take_turn(agent, messages, "read a.py")
     result = blocks(messages[2])[0]
     assert result["is_error"] and "not a JSON object" in result["content"] and '{\\"path\\"' in result["content"]
     assert fake.invalid == [] and "retrying later" in agent.out.text
@@ -289,7 +289,7 @@ def test_a_bad_reply_is_retried_once_and_the_turn_goes_on(s08, make_agent, fake,
     fake.reply(bad, text("recovered"))
     agent = make_agent()
     messages = []
-    s08.run_turn(agent, messages, "hello")
+    s08.take_turn(agent, messages, "hello")
     assert f"{said}" in agent.out.text and "retrying in" in agent.out.text
     assert "recovered" in agent.out.text and len(fake.requests) == 2
     assert_valid(messages + [user("next")], "next")
@@ -299,7 +299,7 @@ def test_a_json_body_instead_of_a_stream_is_read_as_the_message(s08, make_agent,
     fake.reply(malformed("json_body", reply=text("whole answer")))
     agent = make_agent()
     messages = []
-    s08.run_turn(agent, messages, "hello")
+    s08.take_turn(agent, messages, "hello")
     assert "API error" not in agent.out.text and messages[-1]["content"] == [{"type": "text", "text": "whole answer"}]
 
 
@@ -307,10 +307,10 @@ def test_an_error_event_that_will_not_pass_is_reported_once(s08, make_agent, fak
     fake.reply(error_event("invalid_request_error", "tools.0: something odd"), text("later"))
     agent = make_agent()
     messages = []
-    s08.run_turn(agent, messages, "hello")
+    s08.take_turn(agent, messages, "hello")
     assert "API error: error inside the reply stream: invalid_request_error: tools.0: something odd" in agent.out.text
     assert len(fake.requests) == 1, "not retried: the same request would fail the same way"
-    s08.run_turn(agent, messages, "again")
+    s08.take_turn(agent, messages, "again")
     assert "later" in agent.out.text
 
 
@@ -320,7 +320,7 @@ def test_an_endpoint_that_never_answers_is_abandoned(s08, make_agent, fake):
     agent.client = agent.client.with_options(timeout=anthropic.Timeout(0.5, connect=2))
     fake.reply(hang(5), text("finally"))
     messages = []
-    s08.run_turn(agent, messages, "hello")
+    s08.take_turn(agent, messages, "hello")
     assert "did not answer in time" in agent.out.text
     assert "finally" in agent.out.text and len(fake.requests) == 2
     wait_until(lambda: fake.stalls == ["client closed"])
@@ -334,7 +334,7 @@ def test_keep_alives_alone_do_not_hold_a_turn(s08, make_agent, fake, style):
     fake.reply(pings_only(20, style), text("finally"))
     started = time.monotonic()
     messages = []
-    s08.run_turn(agent, messages, "hello")
+    s08.take_turn(agent, messages, "hello")
     assert time.monotonic() - started < 15, "abandoned after the idle timeout, not after the 20 s of keep-alives"
     assert "the endpoint sent nothing but pings or comments for 0.6s" in agent.out.text
     assert "finally" in agent.out.text
@@ -345,7 +345,7 @@ def test_a_byte_that_is_not_utf8_in_a_stream_is_not_fatal(s08, make_agent, fake)
     fake.reply(malformed("bad_utf8"))
     agent = make_agent()
     messages = []
-    s08.run_turn(agent, messages, "hello")
+    s08.take_turn(agent, messages, "hello")
     assert "caf\ufffd ok" in agent.out.text and "API error" not in agent.out.text
 
 
@@ -355,7 +355,7 @@ def test_a_prompt_bigger_than_the_real_window_is_refused_only_once(s08, make_age
         agent = make_agent(window=200_000, server=fake)
         fake.reply(text("read your message from the file"))
         messages = []
-        s08.run_turn(agent, messages, "please review this: " + "lorem ipsum dolor " * 1_700)
+        s08.take_turn(agent, messages, "please review this: " + "lorem ipsum dolor " * 1_700)
         assert len(fake.overflows) == 1 and fake.invalid == [], fake.rejections
         assert "API error" not in agent.out.text and "read your message from the file" in agent.out.text
         sent = json.dumps(fake.main_requests[-1])

@@ -27,9 +27,9 @@ def test_every_message_and_rewrite_is_logged_as_it_happens(s08, fake, make_agent
     fake.reply(tool_use("read_file", {"path": "a.txt"}), text("Read."), tool_use("bash", {"command": "echo x"}),
                text("Ran."))
     messages = []
-    s08.run_turn(agent, messages, "read a.txt")
+    s08.take_turn(agent, messages, "read a.txt")
     assert s08.read_session(agent.log.path) == messages
-    s08.run_turn(agent, messages, "run it")
+    s08.take_turn(agent, messages, "run it")
     s08.replace_history(agent, messages, s08.summarize_history(agent, messages), "/compact")
     assert s08.read_session(agent.log.path) == messages
     records = [json.loads(line) for line in agent.log.path.read_text().splitlines()]
@@ -39,7 +39,7 @@ def test_every_message_and_rewrite_is_logged_as_it_happens(s08, fake, make_agent
 def test_a_torn_last_line_is_skipped(s08, fake, make_agent, workspace):
     agent = logged_agent(s08, make_agent, workspace)
     messages = []
-    s08.run_turn(agent, messages, "hello")
+    s08.take_turn(agent, messages, "hello")
     with open(agent.log.path, "a") as f:
         f.write('{"type": "message", "message": {"role": "user", "cont')
     assert s08.read_session(agent.log.path) == messages
@@ -171,7 +171,7 @@ def test_a_prompt_too_big_for_the_window_is_saved_and_referenced(s08, fake, make
     agent = make_agent(window=12_000)
     huge = "please review this log: " + "error line\n" * 3_000
     messages = []
-    s08.run_turn(agent, messages, huge)
+    s08.take_turn(agent, messages, huge)
     sent = plain(fake.requests[0]["messages"])[0]["content"][0]["text"]
     assert sent.startswith("My message is too long to send whole") and len(sent) < 500
     path = workspace / sent.split("saved at ")[1].split(":")[0]
@@ -220,7 +220,7 @@ def test_duplicate_tool_use_ids_are_made_unique(s08, fake, make_agent):
 # ---------------------------------------------------------------- hostile and odd input
 
 def call(s08, agent, tool, **args):
-    result = s08.run_tool(agent, {"type": "tool_use", "id": "toolu_h", "name": tool, "input": args})
+    result = s08.use_tool(agent, {"type": "tool_use", "id": "toolu_h", "name": tool, "input": args})
     return result["content"], result.get("is_error", False)
 
 

@@ -77,7 +77,7 @@ def test_after_compaction_the_work_comes_back_in_order(s08, fake, make_agent, wo
                                                  {"content": "test b.py", "status": "pending"}]}),
                text("Both read."), text("Continuing."))
     messages = chat(3, 4_000)  # earlier work, so the summary frees room (a layer never grows the context)
-    s08.run_turn(agent, messages, "read a.py and b.py; never change the public API")
+    s08.take_turn(agent, messages, "read a.py and b.py; never change the public API")
     (workspace / "a.py").write_text("def a():\n    return 42\n")
     (workspace / "b.py").unlink()
     s08.add_user_text(messages, "now the next step")
@@ -108,12 +108,12 @@ def test_read_stub_for_an_unchanged_file_but_not_after_compaction(s08, fake, mak
                tool_use("read_file", {"path": "notes.txt"}, "toolu_r3"), text("Read again."))
     agent = make_agent()
     messages = []
-    s08.run_turn(agent, messages, "read it twice")
+    s08.take_turn(agent, messages, "read it twice")
     results = {b["tool_use_id"]: b["content"] for m in messages for b in blocks(m) if b.get("type") == "tool_result"}
     assert "line one" in results["toolu_r1"]
     assert results["toolu_r2"].startswith("(unchanged: notes.txt") and "toolu_r1" in results["toolu_r2"]
     messages[:] = s08.summarize_history(agent, messages)
-    s08.run_turn(agent, messages, "read it once more")
+    s08.take_turn(agent, messages, "read it once more")
     last = [b for b in blocks(messages[-2]) if b.get("type") == "tool_result"][0]
     assert "line one" in last["content"], "after compaction the content is no longer in context: no stub"
 
@@ -123,10 +123,10 @@ def test_a_changed_file_is_read_in_full(s08, fake, make_agent, workspace):
     agent = make_agent()
     fake.reply(tool_use("read_file", {"path": "n.txt"}), text("ok"))
     messages = []
-    s08.run_turn(agent, messages, "read")
+    s08.take_turn(agent, messages, "read")
     (workspace / "n.txt").write_text("version two\n")
     fake.reply(tool_use("read_file", {"path": "n.txt"}), text("ok"))
-    s08.run_turn(agent, messages, "read again")
+    s08.take_turn(agent, messages, "read again")
     assert "version two" in [b for b in blocks(messages[-2]) if b.get("type") == "tool_result"][0]["content"]
 
 
@@ -138,7 +138,7 @@ def test_the_ledger_records_what_happened_and_checks_the_summary(s08, fake, make
                           ("write_file", {"path": "fix.py", "content": "x = 1\n"})]),
                text("Tried."))
     messages = chat(3, 4_000)  # earlier work, so the summary frees room
-    s08.run_turn(agent, messages, "Fix app.py. You must keep Python 3.9 support.\n不要修改测试文件。")
+    s08.take_turn(agent, messages, "Fix app.py. You must keep Python 3.9 support.\n不要修改测试文件。")
     ledger = agent.ledger
     assert list(ledger.reads) == ["app.py"] and list(ledger.writes) == ["fix.py"]
     assert ledger.commands[-1][1] == 1 and "tests/test_app.py::test_greets" in ledger.failing

@@ -12,7 +12,7 @@ def agent(make_agent):
 
 
 def call(s08, agent, tool, **args):
-    result = s08.run_tool(agent, {"type": "tool_use", "id": "toolu_t", "name": tool, "input": args})
+    result = s08.use_tool(agent, {"type": "tool_use", "id": "toolu_t", "name": tool, "input": args})
     return result["content"], result.get("is_error", False)
 
 
@@ -34,7 +34,7 @@ def test_wrong_arguments_are_reported_not_raised(s08, agent, args, expected):
 
 
 def test_input_that_is_not_an_object_is_reported(s08, agent):
-    result = s08.run_tool(agent, {"type": "tool_use", "id": "x", "name": "bash", "input": "ls"})
+    result = s08.use_tool(agent, {"type": "tool_use", "id": "x", "name": "bash", "input": "ls"})
     assert result["is_error"] and "JSON object" in result["content"]
 
 
