@@ -19,6 +19,7 @@ Run it from the folder you want the agent to work in (README.md has the rest):
     python s08_context_compact/code.py --demo     # watch every layer fire, offline, no key
 """
 
+
 import argparse
 import hashlib
 import json
@@ -40,26 +41,40 @@ from pathlib import Path
 import anthropic
 import httpx2  # the SDK's HTTP library: its errors can surface while a stream is being read
 
-# ---------------------------------------------------------------------------- constants
-# Sizes in tokens are derived from the context window (see Settings); the numbers here
-# are the chapter's defaults and the ceilings those derived values never exceed.
+
+# ==== PART 1: THE CHAPTER =========================================================================
+# Read from here to agent_loop in the order the chapter README explains it. Part 2, the
+# command line around it (REPL, session log, reading replies, configuration), starts below
+# agent_loop. What earlier chapters built (the nine tools, hooks, the permission check)
+# sits between the two.
+
+# ---- settings, derived from the window -----------------------------------------------------------
+# Sizes in tokens are derived from the context window (Settings.for_window); the numbers
+# here are the chapter's defaults and the ceilings the derived values never exceed.
+# the window and the threshold
 DEFAULT_CONTEXT_WINDOW = 200_000    # tokens, when neither CONTEXT_WINDOW nor the Models API says
 MIN_CONTEXT_WINDOW = 4_000          # below this the system prompt and tools alone fill the window
 MAX_OUTPUT_TOKENS = 8_192           # asked for on every call, so reserved out of the window
 AUTOCOMPACT_BUFFER_TOKENS = 13_000  # headroom for the estimate's error before the API's hard wall
+COUNT_TOKENS_MARGIN = 0.1           # this close to the threshold, ask the API for the exact count
+ESTIMATE_MARGIN = 0.85              # sizing by estimate alone, assume it may be 15% low
+CHARS_PER_TOKEN = 4                 # for ASCII text; other characters count one token each
+# tool_result_budget
 TOOL_RESULT_BUDGET_CHARS = 200_000  # chapter: tool output allowed in one message
 TOOL_RESULT_BUDGET_SHARE = 0.3      # ...and never more than this share of the usable context
 PREVIEW_CHARS = 2_000               # what stays in context of a result that went to disk
+# snip_compact
 SNIP_KEEP_HEAD = 3                  # the first request and its setup stay visible
 SNIP_KEEP_TAIL = 47                 # current work; head + tail = 50 messages before snipping
 SNIP_AT_LEAST = 20                  # a snip rewrites the cache after the head: make it worth it...
 SNIP_FREES_AT_LEAST_SHARE = 0.25    # ...by cutting at least 20 messages and this share of the threshold
+# micro_compact
 KEEP_RECENT_TOOL_RESULTS = 3        # micro_compact leaves the newest results alone
 MICRO_COMPACT_MIN_CHARS = 120       # a placeholder is no shorter than this, so skip smaller results
 MICRO_TRIGGER_SHARE = 0.7           # micro_compact acts only above this share of the threshold...
 CLEAR_AT_LEAST_SHARE = 0.25          # ...and only if it frees at least this share (cache-aware)
-COUNT_TOKENS_MARGIN = 0.1           # this close to the threshold, ask the API for the exact count
-ESTIMATE_MARGIN = 0.85              # sizing by estimate alone, assume it may be 15% low
+PLACEHOLDER_TOKENS = 60             # a placeholder, long path included (over, not under)
+# compact_history: the summary, its breaker, and what comes back after it
 SUMMARY_MAX_TOKENS = 20_000         # ceiling for the summary's own output
 SUMMARY_ATTEMPTS = 4                # "too long" retries, each dropping more of the oldest messages
 MAX_CONSECUTIVE_SUMMARY_FAILURES = 3  # circuit breaker: stop paying for summaries that fail
@@ -71,15 +86,31 @@ POST_COMPACT_USER_TOKENS = 5_000    # recent user messages restored verbatim, ne
 LEDGER_TOKENS = 2_000               # the fact ledger re-injected after compaction
 CONSTRAINT_WORDS = re.compile(r"\b(must|mustn't|don't|do not|never|always)\b|必须|不要|不能|不许|禁止|务必|永远|总是",
                               re.IGNORECASE)  # a user line with one of these is a constraint
+# reactive_compact
 MAX_REACTIVE_RETRIES = 1            # per turn; a second "too long" is reported, not looped on
+REACTIVE_TAIL_SHARE = 0.25          # reactive_compact keeps recent messages up to this share
+NO_NUMBERS_SHRINK = 0.8             # an overflow that names no limit: assume this share of the rejected size
+# what the layers write, and how the program marks its own blocks
+TRANSCRIPT_DIR = ".transcripts"
+TOOL_RESULTS_DIR = ".task_outputs/tool-results"
+COMPACT_MARKER = "[Compacted"       # text our own messages start with, so they are
+SNIP_MARKER = "[Snipped"            # never mistaken for the user's request
+REACTIVE_MARKER = "[Reactive compact"
+RESTORED_MARKER = "[Restored after compaction"
+NOTE_MARKER = "[Program note"
+PERSISTED_TAG = "<persisted-output"
+PLACEHOLDER_PREFIX = "[Earlier tool result"
+# The program knows its own blocks by a field, never by their text: a user may type any of
+# the texts above. The field (and its companions) is stripped from every request.
+OWN = "_s08"                        # on a block the program wrote: its kind ("snip", "placeholder", ...)
+PROGRAM_FIELDS = (OWN, "snipped", "saved_at")
+# the loop and the tools (earlier chapters)
+MAX_STEPS_PER_TURN = 100            # model calls in one user turn before we stop and ask
+SUBAGENT_MAX_STEPS = 30
 MAX_API_ATTEMPTS = 4                # a call and up to 3 retries for 429, 5xx and dropped connections
 RETRY_BASE_SECONDS = 1.0            # backoff 1 s, 2 s, 4 s (±20%), unless the API says when
 CONNECT_TIMEOUT = 10.0              # seconds to reach the endpoint (API_CONNECT_TIMEOUT)
 IDLE_TIMEOUT = 120.0                # a stream silent this long (pings aside) is abandoned (API_IDLE_TIMEOUT)
-NO_NUMBERS_SHRINK = 0.8             # an overflow that names no limit: assume this share of the rejected size
-REACTIVE_TAIL_SHARE = 0.25          # reactive_compact keeps recent messages up to this share
-CHARS_PER_TOKEN = 4                 # for ASCII text; other characters count one token each
-
 BASH_TIMEOUT = 120                  # seconds, unless the call asks for another (max 600)
 BASH_OUTPUT_HEAD = 200_000          # characters of command output kept in memory...
 BASH_OUTPUT_TAIL = 20_000           # ...plus the last ones, so errors at the end survive
@@ -88,23 +119,6 @@ READ_MAX_CHARS = 200_000            # one read_file call returns at most this mu
 READ_MAX_LINE_CHARS = 2_000         # minified files: cut single lines, not whole reads
 EDIT_MAX_BYTES = 10_000_000         # edit_file loads the whole file: refuse bigger ones
 GLOB_MAX_RESULTS = 200
-MAX_STEPS_PER_TURN = 100            # model calls in one user turn before we stop and ask
-SUBAGENT_MAX_STEPS = 30
-
-COMPACT_MARKER = "[Compacted"       # text our own messages start with, so they are
-SNIP_MARKER = "[Snipped"            # never mistaken for the user's request
-REACTIVE_MARKER = "[Reactive compact"
-RESTORED_MARKER = "[Restored after compaction"
-NOTE_MARKER = "[Program note"
-PERSISTED_TAG = "<persisted-output"
-PLACEHOLDER_PREFIX = "[Earlier tool result"
-PLACEHOLDER_TOKENS = 60             # a placeholder, long path included (over, not under)
-# The program knows its own blocks by a field, never by their text: a user may type any of
-# the texts above. The field (and its companions) is stripped from every request.
-OWN = "_s08"                        # on a block the program wrote: its kind ("snip", "placeholder", ...)
-PROGRAM_FIELDS = (OWN, "snipped", "saved_at")
-TRANSCRIPT_DIR = ".transcripts"
-TOOL_RESULTS_DIR = ".task_outputs/tool-results"
 
 
 @dataclass(frozen=True)
@@ -161,36 +175,210 @@ class Settings:
         return replace(Settings.for_window(self.model, window), **overrides)
 
 
-@dataclass
-class Endpoint:
-    """What the session knows about the endpoint, shared by the agent and its subagents.
-    Compatible endpoints differ: their window, whether they count max_tokens against it,
-    whether they offer count_tokens, and whether their usage figures add up."""
-    window: int
-    window_source: str = "the settings this agent was given"
-    model: str = ""
-    counts_output: bool = False       # the window bounds prompt + max_tokens
-    can_count_tokens: bool = True     # False once count_tokens answered 404 (or failed): not asked again
-    models_api: bool = True           # False once the Models API answered 404
-    learned: bool = False             # the window came from an overflow: it caps any other source
-    reads_in_input: bool | None = None  # do its input_tokens include the cache reads? (Kimi: yes)
-    largest_accepted: tuple = (0, 0)  # (prompt, prompt + max_tokens) of the biggest request answered
-    usage_note: str = ""              # set when the endpoint's usage could not be taken as it is
+# ---- the history, as plain dicts -----------------------------------------------------------------
+# History is a list of plain dicts in the API's wire format. These helpers read it.
 
-    def accepted(self, prompt_tokens: int, max_tokens: int) -> None:
-        self.largest_accepted = (max(self.largest_accepted[0], prompt_tokens),
-                                 max(self.largest_accepted[1], prompt_tokens + max_tokens))
-
-    def facts(self) -> dict:
-        """What the session log keeps, so --resume starts from what was learned."""
-        return {"model": self.model, "window": self.window, "window_source": self.window_source, "learned": self.learned,
-                "counts_output": self.counts_output, "count_tokens": self.can_count_tokens,
-                "models_api": self.models_api}
+def blocks_of(message: dict) -> list:
+    content = message["content"]
+    return [{"type": "text", "text": content}] if isinstance(content, str) else content
 
 
-# ---------------------------------------------------------------------------- saving to disk
-# The only writes the compaction layers cause. Files are opened with "x" (create, never
-# replace) under names that are new each time, so nothing is ever overwritten.
+def has_tool_use(message: dict) -> bool:
+    return message["role"] == "assistant" and any(b.get("type") == "tool_use" for b in blocks_of(message))
+
+
+def is_tool_result_message(message: dict) -> bool:
+    return message["role"] == "user" and any(b.get("type") == "tool_result" for b in blocks_of(message))
+
+
+def result_text(block: dict) -> str:
+    content = block.get("content", "")
+    if isinstance(content, str):
+        return content
+    return "\n".join(part.get("text", "") for part in content if part.get("type") == "text")
+
+
+def own_text(kind: str, text: str, **fields) -> dict:
+    """A text block the program wrote (a summary header, a marker, a note)."""
+    return {"type": "text", "text": text, OWN: kind, **fields}
+
+
+def sendable(message: dict) -> dict:
+    """The message as the API takes it: the program's own fields off its blocks."""
+    content = blocks_of(message)
+    if not any(OWN in block for block in content):
+        return message
+    return {**message, "content": [{k: v for k, v in b.items() if k not in PROGRAM_FIELDS} for b in content]}
+
+
+def is_request_block(block: dict) -> bool:
+    return block.get("type") == "text" and OWN not in block
+
+
+def current_request(messages: list) -> dict | None:
+    """The newest text block the user typed (our own markers are not requests)."""
+    for message in reversed(messages):
+        if message["role"] == "user":
+            for block in reversed(blocks_of(message)):
+                if is_request_block(block):
+                    return {"type": "text", "text": block["text"]}
+    return None
+
+
+def user_words(messages: list) -> list:
+    """Every text block the user typed, oldest first (our own markers left out)."""
+    return [b["text"] for m in messages if m["role"] == "user" for b in blocks_of(m) if is_request_block(b)]
+
+
+def still_in_context(messages: list, tool_use_id: str) -> bool:
+    """Whether a tool result is still in the history with its full text (not cleared or previewed)."""
+    for message in messages:
+        for block in blocks_of(message):
+            if block.get("type") == "tool_result" and block["tool_use_id"] == tool_use_id:
+                return OWN not in block  # not a placeholder, not a preview
+    return False
+
+
+def tool_names(messages: list) -> dict:
+    return {b["id"]: b["name"] for m in messages if m["role"] == "assistant"
+            for b in blocks_of(m) if b.get("type") == "tool_use"}
+
+
+def with_text(message: dict, *texts) -> dict:
+    """A copy of a user message with text blocks (or strings) appended after its tool results."""
+    return {**message, "content": blocks_of(message) + [t if isinstance(t, dict) else {"type": "text", "text": t}
+                                                        for t in texts]}
+
+
+def group_starts(messages: list) -> list:
+    """Indexes where the history may be cut: each assistant message starts a group with its results."""
+    return [i for i, m in enumerate(messages) if m["role"] == "assistant"]
+
+
+def message_groups(messages: list) -> list:
+    """The history from its first assistant message on, as groups: a call and its results
+    (and any user words after them) travel together."""
+    starts = group_starts(messages)
+    return [messages[start:end] for start, end in zip(starts, starts[1:] + [len(messages)])]
+
+
+# ---- counting tokens -----------------------------------------------------------------------------
+# Layers copy what they change and never edit a message in place: the TokenCounter
+# knows unchanged messages by identity, so only what is new is estimated.
+
+def estimate_text_tokens(text: str) -> int:
+    ascii_chars = len(text.encode("ascii", "ignore"))
+    return ascii_chars // CHARS_PER_TOKEN + (len(text) - ascii_chars) + 1
+
+
+def estimate_tokens(messages: list) -> int:
+    """A character-based estimate of what is sent: ASCII at 4 characters a token, anything
+    else one each."""
+    return sum(estimate_text_tokens(json.dumps(sendable(m), ensure_ascii=False)) for m in messages)
+
+
+def newest_within(items: list, max_tokens: int, size) -> list:
+    """The newest items that together cost at most max_tokens, in their order. Used wherever
+    recent things are kept and older ones let go: recent groups, user messages, ledger lines."""
+    kept, used = [], 0
+    for item in reversed(items):
+        used += size(item)
+        if used > max_tokens:
+            break
+        kept.append(item)
+    return kept[::-1]
+
+
+def head_within(text: str, max_tokens: int) -> str:
+    """The start of text that costs at most max_tokens: four characters a token in ASCII,
+    one in Chinese. Cut by a quarter at a time, so long texts need few measurements."""
+    head = text[:max_tokens * CHARS_PER_TOKEN]
+    while head and estimate_text_tokens(head) > max_tokens + 1:  # the estimate adds 1 to any text
+        head = head[:len(head) * 3 // 4]
+    return head
+
+
+class TokenCounter:
+    """The context's size, anchored to the API: the last response's usage is exact, and
+    only messages added or changed since are estimated."""
+
+    def __init__(self):
+        self.sizes = {}              # id(message) -> (message, estimate): each message measured once
+        self.anchor_tokens = None
+        self.anchor_messages = []
+
+    def size(self, message: dict) -> int:
+        entry = self.sizes.get(id(message))
+        if entry is None or entry[0] is not message:
+            entry = self.sizes[id(message)] = (message, estimate_tokens([message]))
+        return entry[1]
+
+    def estimate(self, messages: list) -> int:
+        return sum(self.size(m) for m in messages)
+
+    def anchor(self, tokens: int, messages: list) -> None:
+        self.anchor_tokens, self.anchor_messages = tokens, list(messages)
+        if len(self.sizes) > 4 * len(messages) + 100:  # forget messages no longer in history
+            self.sizes = {id(m): (m, self.size(m)) for m in messages}
+
+    def count(self, messages: list, overhead: int) -> int:
+        if self.anchor_tokens is None:
+            return overhead + self.estimate(messages)
+        same = 0  # layers copy only what they change, so identity marks what is unchanged
+        for old, new in zip(self.anchor_messages, messages):
+            if old is not new:
+                break
+            same += 1
+        before, after = self.anchor_messages[same:], messages[same:]
+        if before and after:  # something was rewritten: compare what is gone with what is new
+            now = {id(m) for m in after}
+            gone = [m for m in before if id(m) not in now]
+            if same == 0 and len(gone) == len(before):  # nothing in common (a summary): the anchor says nothing
+                return overhead + self.estimate(messages)
+            then = {id(m) for m in before}
+            before, after = gone, [m for m in after if id(m) not in then]
+        return self.anchor_tokens - self.estimate(before) + self.estimate(after)
+
+
+def context_tokens(agent, messages: list) -> int:
+    """Tokens the next request will carry: exact up to the last response, estimated after."""
+    return agent.tokens.count(messages, agent.overhead)
+
+
+def exact_context_tokens(agent, messages: list) -> int:
+    """Ask count_tokens when the endpoint offers it; otherwise fall back to the estimate."""
+    estimate = context_tokens(agent, messages)
+    if agent.endpoint.can_count_tokens:
+        request = build_request(agent, messages)
+        request.pop("max_tokens")
+        try:
+            counted = agent.client.messages.count_tokens(**request).input_tokens
+        except anthropic.APIStatusError as err:
+            # 404 (or 405, 501): not offered here, so never ask again; anything else: not this time
+            agent.endpoint.can_count_tokens = err.status_code not in (404, 405, 501)
+            counted = None
+        except anthropic.APIError:
+            counted = None
+        if isinstance(counted, int) and counted >= estimate / 2:
+            agent.tokens.anchor(counted, messages)
+            return counted
+        if counted is not None:
+            agent.endpoint.can_count_tokens = False  # a count far below what is sent is not a count of it
+    return estimate
+
+
+def over_threshold(agent, messages: list) -> bool:
+    """Compare with the threshold; near it, an exact count decides rather than an estimate."""
+    s = agent.settings
+    tokens = context_tokens(agent, messages)
+    if abs(tokens - s.threshold) <= s.threshold * COUNT_TOKENS_MARGIN:
+        tokens = exact_context_tokens(agent, messages)
+    return tokens > s.threshold
+
+
+# ---- saving before removing ----------------------------------------------------------------------
+# The only writes the layers cause. Files are opened with "x" (create, never replace)
+# under names that are new each time, so nothing is ever overwritten.
 
 def output_names(folder: Path, tool_use_id: str):
     """Where a tool call's output may go: <id>.txt, then <id>-1.txt, ... (a bounded number)."""
@@ -226,165 +414,1069 @@ def save_transcript(folder: Path, messages: list, kind: str) -> Path:
     return path
 
 
-# ---------------------------------------------------------------------------- the session log
-# Every message is appended the moment it enters the history, and every rewrite of the
-# history is recorded whole, so a crash loses at most the line being written and
-# --resume can rebuild exactly what the model saw last.
-SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD", re.IGNORECASE)
+class Store:
+    """Where the layers put what they remove, in the workspace: full tool outputs, and
+    removed messages as transcripts. The history is redacted where content enters it; this
+    is the last net before the disk. It keeps a list of what it wrote, for the reports."""
+
+    def __init__(self, workdir: Path, secrets: list = ()):
+        self.workdir, self.secrets, self.written = workdir, list(secrets), []
+
+    def save_output(self, tool_use_id: str, text: str) -> Path:
+        return self.wrote(save_tool_output(self.workdir / TOOL_RESULTS_DIR, tool_use_id, redact(text, self.secrets)))
+
+    def save_messages(self, messages: list, kind: str) -> Path:
+        return self.wrote(save_transcript(self.workdir / TRANSCRIPT_DIR, redact_deep(messages, self.secrets), kind))
+
+    def wrote(self, path: Path) -> Path:
+        self.written.append(path.relative_to(self.workdir))
+        return self.written[-1]
 
 
-URL_PASSWORD = re.compile(r"[a-z][a-z0-9+.-]*://[^:/@\s]*:([^@/\s]{8,})@", re.IGNORECASE)
-SETTINGS_NAMES = ("MODEL_ID", "ANTHROPIC_BASE_URL", "CONTEXT_WINDOW", "API_CONNECT_TIMEOUT", "API_IDLE_TIMEOUT")
+# ---- the compaction layers -----------------------------------------------------------------------
+# Each takes the history and returns it, changed or not; what it removes it first saves
+# through the store it is handed.
+
+def persisted_preview(path: Path, text: str, preview_chars: int) -> str:
+    # Fixed wording, so clearing the same content twice produces the same bytes.
+    head = head_within(text, preview_chars // CHARS_PER_TOKEN)
+    return (f"{PERSISTED_TAG} path=\"{path}\" chars=\"{len(text)}\">\n"
+            f"This result was too large to keep in context. The full output is saved at {path}; "
+            f"read it (read_file with offset/limit) if you need more than this preview.\n"
+            f"Preview (first {len(head)} characters):\n{head}\n</persisted-output>")
 
 
-def secret_values(environ, dotenv_files: tuple = ()) -> list:
-    """What must never reach the model, a log or a file, longest first: values of
-    environment variables named like secrets; every value of 8 or more characters in the
-    workspace's .env files (this program's own settings aside: a request carries the
-    model's id); and the password of any user:password@host URL among all of them."""
-    values = {v for k, v in environ.items() if SECRET_NAME.search(k) and len(v) >= 8}
-    urls = set()
-    for found in dotenv_files:
-        values |= {v for k, v in found.items() if v and len(v) >= 8 and k not in SETTINGS_NAMES}
-        urls |= {v for v in found.values() if v}
-    values |= {m for v in values | urls for m in URL_PASSWORD.findall(v)}
-    return sorted(values, key=len, reverse=True)
+def replace_result(block: dict, content: str, kind: str | None = None, saved_at: str | None = None) -> dict:
+    """A copy of a tool result with new content; kind and saved_at mark a preview or a placeholder."""
+    marks = {OWN: kind, **({"saved_at": str(saved_at)} if saved_at else {})} if kind else {}
+    return {**block, "content": content, **marks}
 
 
-def redact_deep(value, secrets: list):
-    """A request (or any JSON value) with every secret in its strings replaced. What holds
-    no secret comes back as the same object, so a clean history is walked, not copied."""
-    if isinstance(value, str):
-        return redact(value, secrets)
-    if isinstance(value, dict):
-        items = {key: redact_deep(item, secrets) for key, item in value.items()}
-        return value if all(items[key] is item for key, item in value.items()) else items
-    if isinstance(value, list):
-        items = [redact_deep(item, secrets) for item in value]
-        return value if all(new is old for new, old in zip(items, value)) else items
-    return value
+def fewer_tokens(new: str, old: str) -> bool:
+    """Whether a replacement costs fewer tokens than the text it replaces, measured as it
+    stands in a request (inside JSON). A layer replaces nothing otherwise: it must never grow."""
+    return estimate_text_tokens(json.dumps(new, ensure_ascii=False)) < \
+        estimate_text_tokens(json.dumps(old, ensure_ascii=False))
 
 
-def redact(text: str, secrets: list) -> str:
-    for value in secrets:
-        if value in text:
-            text = text.replace(value, "[redacted]")
-    return text
+def previewed(block: dict, preview_chars: int, store) -> dict:
+    """A tool result saved to disk and replaced by a preview, when the preview is the smaller."""
+    text = result_text(block)
+    if estimate_text_tokens(text) <= preview_chars // CHARS_PER_TOKEN or OWN in block:
+        return block
+    path = store.save_output(block["tool_use_id"], text)
+    preview = persisted_preview(path, text, preview_chars)
+    return replace_result(block, preview, "preview", path) if fewer_tokens(preview, text) else block
 
 
-class SessionLog:
-    """An append-only JSON-lines file, flushed to disk after every record."""
+def preview_results(message: dict, preview_chars: int, store) -> dict:
+    """Persist every result in a message that is longer than a preview, keeping the preview."""
+    return {**message, "content": [previewed(b, preview_chars, store) if b.get("type") == "tool_result"
+                                   else b for b in blocks_of(message)]}
 
-    def __init__(self, path: Path, secrets: list = (), warn=print, header: dict | None = None,
-                 endpoint: dict | None = None):
-        self.path, self.secrets, self.warn = path, list(secrets), warn
-        self.header = header  # written with the first record: a session with no messages leaves no file
-        self.file = None
-        self.failed = False
-        self.endpoint = endpoint or (header or {}).get("endpoint")  # the endpoint facts written last
 
-    def note_endpoint(self, facts: dict) -> None:
-        """Record what was learned about the endpoint (its window, say), when it changes."""
-        if facts != self.endpoint:
-            self.endpoint = facts
-            self.write({"type": "endpoint", **facts})
+def tool_result_budget(messages: list, *, max_chars: int, preview_chars: int, store) -> list:
+    """Keep the newest message's tool results under max_chars; the largest go to disk first."""
+    if not messages or not is_tool_result_message(messages[-1]):
+        return messages
+    last = messages[-1]
+    blocks = list(blocks_of(last))
+    sizes = {k: len(result_text(b)) for k, b in enumerate(blocks) if b.get("type") == "tool_result"}
+    total = sum(sizes.values())
+    if total <= max_chars:
+        return messages
+    for k in sorted(sizes, key=sizes.get, reverse=True):
+        if total > max_chars:
+            blocks[k] = previewed(blocks[k], preview_chars, store)
+            total -= sizes[k] - len(result_text(blocks[k]))
+    if all(new is old for new, old in zip(blocks, blocks_of(last))):
+        return messages
+    return messages[:-1] + [{**last, "content": blocks}]
 
-    def write(self, record: dict) -> None:
-        if self.failed:
-            return
-        if self.header:
-            header, self.header = self.header, None
-            self.write(header)
-            if self.failed:
-                return
-        line = redact(json.dumps(record, ensure_ascii=False), self.secrets)  # a last net for secrets
+
+def snip_compact(messages: list, *, keep_head: int, keep_tail: int, at_least: int, min_tokens: int = 0,
+                 store, measure=estimate_tokens) -> list:
+    """Drop the middle of a long history, never splitting a tool_use from its tool_result."""
+    if len(messages) <= keep_head + keep_tail:
+        return messages
+    # Every snip changes the head, so the cache is rewritten after it: cut at least
+    # `at_least` messages at once, and the next snip is that many messages away.
+    keep_tail = max(1, min(keep_tail, len(messages) - keep_head - at_least))
+    starts = group_starts(messages)
+    # The head ends just before an assistant message, the tail begins with one: both
+    # cut points fall between a tool_result message and the next call, never inside a pair.
+    head_end = next((i for i in starts if i >= keep_head), None)
+    tail_start = next((i for i in reversed(starts) if i <= len(messages) - keep_tail), None)
+    if head_end is None or tail_start is None or tail_start <= head_end:
+        return messages
+    removed = messages[head_end:tail_start]
+    if measure(removed) < min_tokens:
+        return messages  # too little to pay for rewriting the cache after the head
+    path = store.save_messages(removed, "snip")
+    head_last = messages[head_end - 1]
+    earlier = sum(b.get("snipped", 0) for b in blocks_of(head_last) if b.get(OWN) == "snip")  # one marker, folded
+    kept_blocks = [b for b in blocks_of(head_last) if b.get(OWN) != "snip"]
+    snipped = earlier + len(removed)
+    texts = [own_text("snip", f"{SNIP_MARKER} {snipped} messages from the middle of the conversation; "
+                              f"the latest ones are saved in {path}]", snipped=snipped)]
+    request = current_request(messages)
+    if request and current_request(messages[:head_end] + messages[tail_start:]) != request:
+        texts.append(request["text"])  # the user's current request stays visible verbatim
+    new_head_last = with_text({**head_last, "content": kept_blocks}, *texts)
+    return messages[:head_end - 1] + [new_head_last] + messages[tail_start:]
+
+
+def micro_compact(messages: list, *, keep_recent: int, min_chars: int, clear_at_least: int, store) -> list:
+    """Replace all but the newest tool results with a pointer to their saved copy."""
+    positions = [(i, k) for i, m in enumerate(messages) if is_tool_result_message(m)
+                 for k, b in enumerate(blocks_of(m)) if b.get("type") == "tool_result"]
+    protected = set(positions[-keep_recent:]) if keep_recent else set()
+    if messages and is_tool_result_message(messages[-1]):
+        # results in the last message have not been seen by the model yet
+        protected |= {(i, k) for i, k in positions if i == len(messages) - 1}
+    stale = [(i, k) for i, k in positions if (i, k) not in protected
+             and len(result_text(blocks_of(messages[i])[k])) > min_chars
+             and blocks_of(messages[i])[k].get(OWN) != "placeholder"]
+    # Clearing rewrites the cache from the first cleared result on; below the minimum
+    # the rewrite costs more than the tokens it frees, so clear nothing.
+    freed = sum(estimate_text_tokens(result_text(blocks_of(messages[i])[k])) - PLACEHOLDER_TOKENS for i, k in stale)
+    if not stale or freed < clear_at_least:
+        return messages
+    names = tool_names(messages)
+    changed = {}
+    for i, k in stale:
+        block = blocks_of(changed.get(i, messages[i]))[k]
+        text = result_text(block)
+        path = block.get("saved_at") if block.get(OWN) == "preview" else store.save_output(block["tool_use_id"], text)
+        placeholder = (f"{PLACEHOLDER_PREFIX} ({names.get(block['tool_use_id'], 'tool')}) cleared to save "
+                       f"context. Full output: {path}. Read that file if you need it again.]")
+        if not fewer_tokens(placeholder, text):
+            continue  # a long path can make the pointer cost more than a short result
+        blocks = list(blocks_of(changed.get(i, messages[i])))
+        blocks[k] = replace_result(block, placeholder, "placeholder", path)
+        changed[i] = {**messages[i], "content": blocks}
+    return [changed.get(i, m) for i, m in enumerate(messages)] if changed else messages
+
+
+def compact_history(messages: list, *, summary: str, restored: list, preview_chars: int, store) -> list:
+    """Replace the history with a summary, then what the work needs back, then the request.
+    In the middle of a turn the last call and its results stay, so the model carries on."""
+    mid_turn = len(messages) >= 2 and is_tool_result_message(messages[-1])
+    return replace_with_summary(messages, "compact", summary, messages[-2:] if mid_turn else [], restored,
+                                preview_chars, store)
+
+
+def reactive_compact(messages: list, *, summary: str, restored: list, preview_chars: int, store,
+                     tail_tokens: int) -> list:
+    """After "prompt is too long": the same, keeping only the recent groups that fit in tail_tokens."""
+    groups = message_groups(messages)
+    kept = newest_within(groups, tail_tokens, estimate_tokens) or groups[-1:]  # the newest group stays, whole
+    return replace_with_summary(messages, "reactive", summary, [m for group in kept for m in group], restored,
+                                preview_chars, store)
+
+
+def replace_with_summary(messages: list, kind: str, summary: str, tail: list, restored: list,
+                         preview_chars: int, store) -> list:
+    """Both summary layers: save the whole history, then one user message with the summary,
+    the restored context and, last, the request being worked on; then the tail, its big
+    results saved and previewed."""
+    path = store.save_messages(messages, kind)
+    marker = REACTIVE_MARKER if kind == "reactive" else COMPACT_MARKER
+    header = (f"{marker}: the earlier conversation was summarized to free context. "
+              f"The full transcript is saved at {path}.]\n\n{summary}")
+    first = {"role": "user", "content": [own_text(kind, header)] + [own_text("restored", t) for t in restored]}
+    tail = [preview_results(m, preview_chars, store) if m["role"] == "user" else m for m in tail]
+    request = current_request(messages)
+    in_flight = messages and messages[-1]["role"] == "user"  # a finished turn has no pending request
+    if request and in_flight and current_request(tail) != request:
+        first["content"].append(request)
+    result = [first] + tail
+    # Every layer hands back a history no larger than it got: a summary of a history that is
+    # already short (a summary and little else) would only add its header and restored files.
+    return result if estimate_tokens(result) < estimate_tokens(messages) else messages
+
+
+# ---- the summary ---------------------------------------------------------------------------------
+# One model call, guarded at both ends; a breaker after repeated failures, and a summary
+# built without the model so compaction succeeds in every case.
+
+SUMMARY_INSTRUCTIONS = """TEXT ONLY, NO TOOLS. Do not call any tool in this answer: this turn only writes a
+summary, and a tool call here would be lost.
+
+The conversation above is about to be replaced by the summary you write now. The work will
+continue from your summary alone, so leave out nothing that matters and nothing vague.
+
+First think inside <analysis></analysis>: go through the conversation in order and note
+what the user asked each time, what was done, which files and code were involved, what
+went wrong and how it was fixed, and what was still open at the end.
+
+Then write the summary inside <summary></summary>, with these numbered sections:
+1. Primary request and intent: everything the user asked for, in detail.
+2. Key technical concepts: the technologies, libraries and conventions that matter.
+3. Files and code sections: each file read, changed or created, why it matters, and the
+   snippets that matter, verbatim.
+4. Errors and fixes: each error met, how it was fixed, and what the user said about it.
+5. Problem solving: what was solved, and what is still being worked out.
+6. All user messages: every message the user wrote (not tool results), verbatim where short.
+7. Pending tasks: what the user asked for that is not done yet.
+8. Current work: exactly what was being done just before this summary, with file names
+   and code.
+9. Next step: only if it follows from the latest request (quote it); leave it out if the
+   work was finished.
+{extra}Only the <summary> is kept; the <analysis> is thrown away.
+
+Reminder: answer with text only. Do not call any tools."""
+
+
+class SummaryError(Exception):
+    """The summary call failed, or returned nothing usable."""
+
+
+def summary_instructions(focus: str, limit_tokens: int) -> str:
+    extra = f"Focus especially on: {focus}\n" if focus else ""
+    extra += f"Keep the <summary> under {limit_tokens:,} tokens (about {limit_tokens * 3 // 4:,} words).\n"
+    return SUMMARY_INSTRUCTIONS.replace("{extra}", extra)
+
+
+def extract_summary(text: str) -> str:
+    text = re.sub(r"<analysis>.*?(</analysis>|$)", "", text, flags=re.S)
+    match = re.search(r"<summary>(.*?)(</summary>|$)", text, re.S)
+    return (match.group(1) if match else text).strip()
+
+
+def cut_long_texts(message: dict, max_chars: int) -> dict:
+    """A copy with every long text and tool result cut to max_chars (for a summary request only)."""
+    def cut(text: str) -> str:
+        return text if len(text) <= max_chars else text[:max_chars] + " [... cut to fit ...]"
+    content = []
+    for block in blocks_of(message):
+        if block.get("type") == "text":
+            block = {**block, "text": cut(block["text"])}
+        elif block.get("type") == "tool_result":
+            block = replace_result(block, cut(result_text(block)))
+        content.append(block)
+    return {**message, "content": content}
+
+
+def fit_for_summary(messages: list, max_tokens: int) -> list:
+    """The newest whole message groups that fit in max_tokens; tool pairs are never split."""
+    if estimate_tokens(messages) <= max_tokens:
+        return messages
+    note = {"role": "user", "content": [{"type": "text", "text": "[The oldest messages were left out of "
+                                         "this request to fit the window; they are in the transcript.]"}]}
+    groups = message_groups(messages)
+    kept = newest_within(groups, max_tokens - estimate_tokens([note]), estimate_tokens)
+    if kept:
+        return [note] + [m for group in kept for m in group]
+    if not groups:  # not even the newest group fits: keep it, cut short
+        return [cut_long_texts(messages[0], max_tokens)]
+    return [note] + [cut_long_texts(m, max_tokens) for m in groups[-1]]
+
+
+def summarize_with_model(agent, messages: list, focus: str, limit_tokens: int, undercount: float = 1.0) -> str:
+    """One summary from the model (several calls only if it must drop old messages to fit).
+
+    The request continues the cached conversation when it fits: same system, tools and
+    messages, the instruction added at the end, and tool_choice "none". undercount > 1 says
+    the API counted that many times more tokens than we estimate. Raises SummaryError."""
+    s = agent.settings
+    instruction = summary_instructions(focus, limit_tokens)
+    fixed = estimate_text_tokens(instruction) + s.summary_max_tokens
+    budget = int((s.window - fixed - agent.overhead) / undercount * ESTIMATE_MARGIN)
+    needed = context_tokens(agent, messages) * undercount + fixed
+    if s.window * (1 - COUNT_TOKENS_MARGIN) < needed <= s.window:  # too close to call on an estimate
+        needed = exact_context_tokens(agent, messages) * undercount + fixed
+    fits = needed <= s.window
+    sent = messages if fits else fit_for_summary(messages, budget)
+    for _ in range(SUMMARY_ATTEMPTS):
+        request = build_request(agent, sent, extra_text=instruction)
+        request.update(max_tokens=s.summary_max_tokens, tool_choice={"type": "none"})
         try:
-            if self.file is None:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
-                self.file = open(self.path, "a", encoding="utf-8")
-            self.file.write(line + "\n")
-            self.file.flush()
-            os.fsync(self.file.fileno())
-        except OSError as err:
-            self.failed = True  # say it once; the session itself goes on
-            self.warn(f"[session log] cannot write {self.path} ({err}); this session will not be resumable.")
-
-
-def logged_endpoint(path: Path, model: str) -> dict | None:
-    """The endpoint facts a session log recorded last, if it was for the same model."""
-    facts, header_model = None, None
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-        try:
-            record = json.loads(line)
-        except ValueError:
+            answer = send_request(agent, request, agent.overhead + estimate_tokens(sent),
+                                  label="writing the summary")
+        except ContextOverflow as err:
+            adopt_overflow(agent, err)
+            # the error may say by how much we were over: leave out that much more
+            over = err.overflow.prompt_tokens / err.overflow.window if err.overflow.window and \
+                err.overflow.prompt_tokens else 2.0
+            budget = int(min(budget, estimate_tokens(sent)) / max(over, 1.1) * 0.9)
+            sent = fit_for_summary(messages, budget)
             continue
-        if not isinstance(record, dict):
-            continue
-        if record.get("type") == "session":
-            header_model, facts = record.get("model"), record.get("endpoint") or facts
-        elif record.get("type") == "endpoint" and record.get("model", header_model) == model:
-            facts = {k: v for k, v in record.items() if k != "type"}
-    return facts if facts and (facts.get("model") or header_model) == model else None
+        except API_FAILURES as err:
+            raise SummaryError(api_error_text(err)) from err
+        return extract_summary("".join(b["text"] for b in answer.message["content"] if b["type"] == "text"))
+    raise SummaryError("too long to summarize even after leaving out the oldest messages")
 
 
-BLOCK_FIELDS = {"text": ("text",), "tool_use": ("id", "name"), "tool_result": ("tool_use_id",)}
+def fallback_summary(messages: list, todos: list, limit_tokens: int) -> str:
+    """A summary assembled without the model, so compaction succeeds in every case."""
+    said = user_words(messages)
+    paths = [b["input"]["path"] for m in messages if m["role"] == "assistant" for b in blocks_of(m)
+             if b.get("type") == "tool_use" and isinstance(b["input"].get("path"), str)]
+    last = next((b["text"] for m in reversed(messages) if m["role"] == "assistant"
+                 for b in blocks_of(m) if b.get("type") == "text"), "")
+    parts = ["(Assembled without the model, because the summary call failed: the user's messages, "
+             "the files touched, the todo list and the last reply. The transcript has the rest.)",
+             "User messages, oldest first:\n" + "\n".join(f"- {t[:500]}" for t in said[-20:]),
+             "Files touched: " + (", ".join(dict.fromkeys(paths)) or "none")]
+    if todos:
+        parts.append("Todo list:\n" + render_todos(todos))
+    if last:
+        parts.append(f"The assistant's last reply:\n{last[:1500]}")
+    return head_within("\n\n".join(parts), limit_tokens - 1)
 
 
-def is_message(value) -> bool:
-    """Whether a logged record holds a message the program can work with."""
-    if not isinstance(value, dict) or value.get("role") not in ("user", "assistant"):
+def breaker_open(agent) -> bool:
+    if agent.summary_failures < MAX_CONSECUTIVE_SUMMARY_FAILURES:
         return False
-    content = value.get("content")
-    return isinstance(content, str) or isinstance(content, list) and all(
-        isinstance(b, dict) and all(isinstance(b.get(k), str) for k in BLOCK_FIELDS.get(b.get("type"), ("type",)))
-        for b in content)
+    if not agent.breaker_announced:
+        agent.say(f"[summary] {MAX_CONSECUTIVE_SUMMARY_FAILURES} summaries failed in a row; no more summary "
+                  "calls this session. Compaction goes on with summaries built without the model.")
+        agent.breaker_announced = True
+    return True
 
 
-def read_session(path: Path, warn=None) -> list:
-    """Replay a session log into the history it last held. A line that is not a whole,
-    well-formed record (torn by a crash, or edited) is skipped, and warn() says how many."""
-    history, skipped = [], 0
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+def make_summary(agent, messages: list, focus: str, limit: int, undercount: float = 1.0) -> tuple:
+    """(a summary of at most `limit` tokens, who wrote it), in every case: the model's,
+    else one built without it."""
+    if not breaker_open(agent):
         try:
-            record = json.loads(line)
-        except ValueError:
-            record = None
-        kind = record.get("type") if isinstance(record, dict) else None
-        if kind == "message" and is_message(record.get("message")):
-            history.append(record["message"])
-        elif kind == "replace_last" and history and is_message(record.get("message")):
-            history[-1] = record["message"]
-        elif kind == "history" and isinstance(record.get("messages"), list) and \
-                all(is_message(m) for m in record["messages"]):
-            history = record["messages"]
-        elif kind not in ("session", "endpoint", "layer"):
-            skipped += 1
-    if skipped and warn:
-        warn(f"[session log] skipped {skipped} unreadable record(s) in {path.name}")
-    return history
+            summary = summarize_with_model(agent, messages, focus, limit, undercount)
+            if not summary or estimate_text_tokens(summary) > limit:  # ask once for a shorter one
+                summary = summarize_with_model(agent, messages, f"{focus} Your last summary was too long "
+                                               f"or empty: stay well under {limit:,} tokens.".strip(), limit, undercount)
+            if not summary or estimate_text_tokens(summary) > limit:
+                raise SummaryError("empty" if not summary else
+                                   f"{estimate_text_tokens(summary):,} tokens, over the {limit:,} it must fit in")
+            agent.summary_failures = 0
+            return summary, "the model"
+        except SummaryError as err:
+            agent.summary_failures += 1
+            agent.say(f"[summary] failed ({agent.summary_failures}/{MAX_CONSECUTIVE_SUMMARY_FAILURES}): {err}; "
+                      "using one built without the model")
+    return fallback_summary(messages, agent.todos, limit), "fallback"
 
 
-def repair_torn_tail(path: Path) -> int:
-    """Cut a last line the program was killed while writing, so new records start on a
-    line of their own; return how many bytes were cut."""
+# ---- what comes back after a summary -------------------------------------------------------------
+# The fact ledger is what actually happened, recorded by hooks: it is put back after
+# every compaction and checked against the summary.
+
+def recent_user_messages(messages: list, max_tokens: int) -> str:
+    """The user's own words, newest first and verbatim, up to max_tokens. A request still
+    being worked on is left out: it comes last anyway (rebuild_after_summary)."""
+    said = user_words(messages)
+    in_flight = bool(messages) and messages[-1]["role"] == "user"
+    kept = newest_within(said[:-1] if in_flight else said, max_tokens, estimate_text_tokens)[::-1]
+    return f"{RESTORED_MARKER}: recent user messages, newest first]\n" + "\n".join(f"- {t}" for t in kept) \
+        if kept else ""
+
+
+def restored_files(agent, max_tokens: int) -> list:
+    """The most recently read files, re-read from disk now; a changed or vanished file says so."""
+    blocks, used = [], 0
+    for path, (_, _, digest) in list(reversed(agent.ledger.reads.items()))[:POST_COMPACT_MAX_FILES]:
+        target = inside_workspace(agent.workdir, path)
+        if target is None or not target.is_file():
+            blocks.append(f"{RESTORED_MARKER}: {path}] This file was read earlier and has since vanished.")
+            continue
+        room = min(agent.settings.restore_file_tokens, max_tokens - used)
+        if room <= 50:
+            continue
+        with open(target, "rb") as f:
+            raw = f.read(room * CHARS_PER_TOKEN)
+        if b"\0" in raw[:8192]:
+            continue
+        text = head_within(redact(raw.decode("utf-8", "replace"), agent.secrets), room)  # a file may hold a key
+        state = "unchanged since it was read" if short_hash(target) == digest else \
+            "it CHANGED since it was last read; this is its content now"
+        cut = "" if len(text.encode()) >= target.stat().st_size else "\n[... cut here; read_file shows the rest]"
+        blocks.append(f"{RESTORED_MARKER}: {path}, re-read from disk, {state}]\n{text}{cut}")
+        used += estimate_text_tokens(blocks[-1])
+    return blocks
+
+
+def plan_restore(agent, messages: list, tail_tokens: int) -> tuple:
+    """What comes back after a summary, and how many tokens that leaves the summary.
+
+    Everything together stays under compacted_max (a quarter of the window); at least a
+    third of that is kept for the summary itself."""
+    s = agent.settings
+    request = current_request(messages)
+    fixed = agent.overhead + tail_tokens + (estimate_text_tokens(request["text"]) if request else 0) + 100
+    room = s.compacted_max - fixed - s.compacted_max // 3
+    parts = [agent.ledger.render(min(s.ledger_tokens, max(room, 0)))]
+    if parts[0]:
+        parts[0] = f"{RESTORED_MARKER}: fact ledger]\n{parts[0]}"
+    parts.append(recent_user_messages(messages, min(s.restore_user_tokens, room - estimate_text_tokens(parts[0]))))
+    used = sum(estimate_text_tokens(p) for p in parts)
+    parts += restored_files(agent, min(s.restore_files_tokens, room - used))
+    if agent.todos:
+        parts.append(f"{RESTORED_MARKER}: todo list]\n{render_todos(agent.todos)}")
+    if agent.loaded_skills:
+        parts.append(f"{RESTORED_MARKER}: skills loaded earlier] {', '.join(agent.loaded_skills)} "
+                     "(call load_skill again to see their instructions)")
+    restored = [p for p in parts if p]
+    limit = s.compacted_max - fixed - sum(estimate_text_tokens(p) for p in restored)
+    return restored, max(limit, s.window // 40)
+
+
+def short_hash(path: Path) -> str:
+    size = path.stat().st_size
+    data = path.read_bytes() if size <= 8_000_000 else f"{size}:{path.stat().st_mtime_ns}".encode()
+    return hashlib.sha1(data).hexdigest()[:8]
+
+
+def summary_mentions(key: str, summary: str) -> bool:
+    """Whether a summary still carries a fact: most of its words (or CJK characters) appear."""
+    lowered = summary.lower()
+    if " " not in key and ("/" in key or "::" in key):  # a path or test id: its last part is what counts
+        return re.split(r"/|::", key)[-1].lower() in lowered
+    parts = re.findall(r"[a-z0-9_.-]{3,}", key.lower()) + sorted(set(re.findall(r"[\u3040-\u9fff]", key)))
+    return bool(parts) and sum(part in lowered for part in parts) >= 0.6 * len(parts)
+
+
+class Ledger:
+    """Files read and written, commands and exit codes, failing tests, and the user's constraints."""
+
+    def __init__(self):
+        self.reads = {}        # path -> (size, mtime_ns, hash), the most recent read last
+        self.writes = {}       # path -> (size, hash)
+        self.commands = []     # (command, exit code)
+        self.failing = {}      # test ids seen failing, in order
+        self.constraints = []  # the user's lines with must / never / 必须 ..., verbatim
+
+    def note_read(self, path: str, target: Path) -> None:
+        self.reads.pop(path, None)
+        self.reads[path] = (target.stat().st_size, target.stat().st_mtime_ns, short_hash(target))
+
+    def note_write(self, path: str, target: Path) -> None:
+        self.writes[path] = (target.stat().st_size, short_hash(target))
+
+    def note_command(self, command: str, output: str) -> None:
+        code = re.search(r"\[exit code (\d+)\]$", output)
+        timed_out = re.search(r"\[timed out after \d+s", output)
+        self.commands.append((command, "timeout" if timed_out else int(code.group(1)) if code else 0))
+        for test in re.findall(r"^(?:FAILED|ERROR) (\S+)|^--- FAIL: (\S+)", output, re.M):
+            self.failing[test[0] or test[1]] = True
+
+    def note_prompt(self, prompt: str) -> None:
+        for line in re.split(r"(?<=[.!?。！？])\s+|\n", prompt):
+            if CONSTRAINT_WORDS.search(line) and line.strip() not in self.constraints:
+                self.constraints = (self.constraints + [line.strip()[:300]])[-20:]
+
+    def facts(self, todos: list) -> list:
+        """Every fact as (what it is, the words a summary that kept it would contain)."""
+        facts = [("read", p) for p in self.reads] + [("wrote", p) for p in self.writes]
+        facts += [("failing test", t) for t in self.failing]
+        facts += [("failed command", c) for c, code in self.commands if code != 0]
+        facts += [("constraint", c) for c in self.constraints] + [("todo", t["content"]) for t in todos]
+        return list(dict.fromkeys(facts))
+
+    def check(self, summary: str, todos: list) -> tuple:
+        """(facts the summary kept, all facts, the ones it lost)."""
+        facts = self.facts(todos)
+        lost = [f for f in facts if not summary_mentions(f[1], summary)]
+        return len(facts) - len(lost), len(facts), lost
+
+    def render(self, max_tokens: int) -> str:
+        lines = [f"- read {p} ({size:,} bytes, {h})" for p, (size, _, h) in self.reads.items()]
+        lines += [f"- wrote {p} ({size:,} bytes, {h})" for p, (size, h) in self.writes.items()]
+        lines += [f"- ran `{c[:120]}` → exit {code}" for c, code in self.commands[-10:]]
+        lines += [f"- saw failing test {t}" for t in self.failing]
+        lines += [f"- the user said: \"{c}\"" for c in self.constraints]
+        kept = newest_within(lines, max_tokens, estimate_text_tokens)  # the newest facts when not all fit
+        if not kept:
+            return ""
+        return "\n".join(["Fact ledger (recorded from tool calls and the user's words, not from the summary):"] + kept)
+
+
+def ledger_hooks(agent) -> dict:
+    """The hooks that feed the ledger: after each tool call, and on each user prompt."""
+    def after_tool(event: dict):
+        name, args = event["name"], event["input"]
+        if event["is_error"]:
+            return None
+        if name in ("read_file", "write_file", "edit_file"):
+            target = inside_workspace(agent.workdir, args["path"])
+            if target and target.is_file():
+                (agent.ledger.note_read if name == "read_file" else agent.ledger.note_write)(args["path"], target)
+        elif name == "bash":
+            agent.ledger.note_command(args["command"], event["output"])
+        return None
+
+    def on_prompt(event: dict):
+        agent.ledger.note_prompt(event["prompt"])
+        return None
+    return {"PostToolUse": after_tool, "UserPromptSubmit": on_prompt}
+
+
+# ---- the pipeline --------------------------------------------------------------------------------
+
+LAYER_VERBS = {"tool_result_budget": "large results → disk + preview",
+               "snip_compact": "middle messages snipped",
+               "micro_compact": "old results → placeholders",
+               "compact_history": "messages → summary",
+               "reactive_compact": "messages → summary + recent tail"}
+
+
+def count_changes(name: str, before: list, after: list) -> int:
+    """How many messages (or, for the result layers, tool results) a layer changed."""
+    if name in ("compact_history", "reactive_compact"):
+        return len(before)
+    if name == "snip_compact":
+        return len(before) - len(after)  # the marker joins an existing message
+    changed = 0
+    for old, new in zip(before, after):
+        if old is not new:  # layers copy only what they change
+            changed += sum(x is not y for x, y in zip(blocks_of(old), blocks_of(new)))
+    return changed
+
+
+def apply_layer(agent, layer, messages: list, note: str = "", **settings) -> list:
+    """Run one layer with the agent's store, and report what it did, once, by comparing
+    the history before and after."""
+    name, first_new = layer.__name__, len(agent.store.written)
     try:
-        with open(path, "rb+") as f:
-            data = f.read()
-            if not data or data.endswith(b"\n"):
-                return 0
-            keep = data.rfind(b"\n") + 1
-            try:
-                json.loads(data[keep:])
-                f.write(b"\n")  # a whole record that only lost its newline is kept
-                return 0
-            except ValueError:
-                f.truncate(keep)
+        result = layer(messages, store=agent.store, **settings)
+    except OSError as err:
+        # nothing may be removed unless it is on disk: keep the history as it is
+        if not agent.disk_warned:
+            agent.say(f"[{name}] cannot save to disk ({err}); keeping content in context instead.")
+            agent.disk_warned = True
+        return messages
+    if result is messages:
+        return messages
+    saved = agent.tokens.estimate(messages) - agent.tokens.estimate(result)
+    record = agent.stats.setdefault(name, {"runs": 0, "saved": 0})
+    record["runs"] += 1
+    record["saved"] += saved
+    # The result layers may point at a copy saved earlier, so name the folder, not new files.
+    where = [str(p) for p in agent.store.written[first_new:] if p.suffix == ".jsonl"] or [TOOL_RESULTS_DIR + "/"]
+    change = f"−{format_tokens(saved)}" if saved >= 0 else f"+{format_tokens(-saved)}"
+    agent.say(f"[{name}] {count_changes(name, messages, result)} {LAYER_VERBS[name]}, "
+              f"{change} tokens (saved to {', '.join(where)}){note}", "layer")
+    if agent.log:  # the rewritten history itself is logged when it replaces the old one
+        agent.log.write({"type": "layer", "layer": name, "saved_to": where, "tokens_saved": saved})
+    return result
+
+
+def nothing_to_summarize(messages: list, restored: list, tail_tokens: int) -> bool:
+    """Whether the history holds little more than a summary cannot remove: what comes back
+    after it, and (about) the summary already there. Then a model call would be wasted."""
+    request = current_request(messages)
+    summaries = [b["text"] for m in messages for b in blocks_of(m) if b.get(OWN) in ("compact", "reactive")]
+    floor = tail_tokens + sum(map(estimate_text_tokens, restored + summaries)) + PLACEHOLDER_TOKENS
+    return estimate_tokens(messages) <= floor + (estimate_text_tokens(request["text"]) if request else 0)
+
+
+def summarize_history(agent, messages: list, layer=None, focus: str = "", undercount: float = 1.0) -> list:
+    """compact_history (or reactive_compact) at the edges: the hooks, what comes back after
+    the summary, the summary itself, and the ledger check. undercount is how far the API's
+    count of a refused request exceeded our estimate."""
+    layer = layer or compact_history
+    for extra in fire_hooks(agent, "PreCompact", messages=messages, focus=focus):
+        focus = " ".join(filter(None, [focus, extra.get("instructions", "")]))
+    s, settings = agent.settings, {}
+    if layer is reactive_compact:
+        tail_tokens = settings["tail_tokens"] = int(s.threshold * REACTIVE_TAIL_SHARE / max(undercount, 1.0))
+    else:
+        mid_turn = len(messages) >= 2 and is_tool_result_message(messages[-1])
+        tail_tokens = estimate_tokens(messages[-2:]) if mid_turn else 0
+    restored, limit = plan_restore(agent, messages, tail_tokens)
+    if layer is compact_history and nothing_to_summarize(messages, restored, tail_tokens):
+        agent.say("[compact_history] nothing to compact: a summary would not make the context smaller")
+        return messages
+    summary, source = make_summary(agent, messages, focus, limit, undercount)
+    kept, total, lost = agent.ledger.check(summary, agent.todos)
+    result = apply_layer(agent, layer, messages, summary=summary, restored=restored, preview_chars=s.preview_chars,
+                         note=f"; summary by {source}, retained {kept}/{total} ledger facts", **settings)
+    transcript = agent.workdir / agent.store.written[-1]
+    if result is messages:
+        agent.say(f"[{layer.__name__}] the summary came out no smaller than the history; the history is kept "
+                  f"(transcript saved to {transcript.relative_to(agent.workdir)})")
+        return messages
+    for line in [l for l in summary.splitlines() if l.strip()][:3]:
+        agent.say(f"    {line[:120]}")
+    event = {"type": "compaction", "layer": layer.__name__, "summary_by": source, "summary": summary,
+             "ledger": {"retained": kept, "total": total, "lost": [f"{kind}: {key}" for kind, key in lost]}}
+    try:
+        with open(transcript, "a", encoding="utf-8") as f:
+            f.write(redact(json.dumps(event, ensure_ascii=False), agent.secrets) + "\n")
     except OSError:
-        return 0  # not writable: SessionLog says so when it tries to append
-    return len(data) - keep
+        pass  # the messages themselves are saved; only this note is lost
+    agent.read_state.clear()  # what was read is no longer in context as it was
+    fire_hooks(agent, "PostCompact", messages=result, summary=summary, source=source)
+    return result
 
 
-# ---------------------------------------------------------------------------- tools
+def compact_pipeline(agent, messages: list) -> list:
+    """The four layers in order: cheap ones first, the summary only when still over the threshold."""
+    s = agent.settings
+    # Budget runs first: it saves big new results before anything else could shorten them.
+    messages = apply_layer(agent, tool_result_budget, messages, max_chars=s.budget_chars, preview_chars=s.preview_chars)
+    messages = apply_layer(agent, snip_compact, messages, keep_head=s.snip_keep_head, keep_tail=s.snip_keep_tail,
+                           at_least=s.snip_at_least, min_tokens=s.snip_min_tokens, measure=agent.tokens.estimate)
+    # micro_compact waits for a trigger, so it does not rewrite the cached prefix every turn.
+    if context_tokens(agent, messages) > s.micro_trigger:
+        messages = apply_layer(agent, micro_compact, messages, keep_recent=s.keep_recent,
+                               min_chars=s.micro_min_chars, clear_at_least=s.clear_at_least)
+    if over_threshold(agent, messages):
+        messages = summarize_history(agent, messages)
+    return messages
+
+
+# ---- recognising an overflow ---------------------------------------------------------------------
+# reactive_compact runs when the endpoint says the prompt did not fit. Anthropic-compatible
+# endpoints say so in many wordings, under different statuses, and some as a successful
+# reply whose stop_reason is "model_context_window_exceeded". One table decides them all.
+# Named groups: n = the prompt's tokens, m = max_tokens, t = n + m, w = the window. The
+# flag is True where the endpoint counts max_tokens against the window.
+OVERFLOW_WORDINGS = [
+    (r"prompt is too long: (?P<n>\d+) tokens > (?P<w>\d+) maximum", False),            # Anthropic
+    (r"input length and `max_tokens` exceed context limit: (?P<n>\d+) \+ (?P<m>\d+) > (?P<w>\d+)", True),  # Anthropic
+    (r"maximum context length is (?P<w>\d+) tokens\. However, you requested (?P<t>\d+) tokens"
+     r"(?: \((?P<n>\d+) in the messages, (?P<m>\d+) in the completion\))?", True),     # DeepSeek, OpenRouter
+    (r"The input \((?P<n>\d+) tokens\) is longer than the model's context length \((?P<w>\d+) tokens\)", False),  # vLLM
+    (r"maximum context length is (?P<w>\d+) tokens(?:\. However, your messages resulted in (?P<n>\d+) tokens)?",
+     False),                                                                            # OpenAI-style, others
+    (r"exceeded model token limit: (?P<w>\d+) \(requested: (?P<t>\d+)\)", True),      # Kimi
+    (r"context window exceeds limit", True),                                           # MiniMax (code 2013)
+    (r"request \((?P<n>\d+) tokens\) exceeds the available context size \((?P<w>\d+) tokens\)", False),  # llama.cpp
+    (r"exceeds the available context size", False),                                   # llama.cpp, older
+    (r"prompt exceeds max length|prompt (is )?too long", False),                       # GLM (code 1261), others
+    (r"context_length_exceeded|ContextWindowExceeded|request_too_large"
+     r"|exceeds? (the )?(model'?s? )?context (window|length)", False),                 # codes, LiteLLM, proxies
+]
+
+
+@dataclass
+class Endpoint:
+    """What the session knows about the endpoint, shared by the agent and its subagents.
+    Compatible endpoints differ: their window, whether they count max_tokens against it,
+    whether they offer count_tokens, and whether their usage figures add up."""
+    window: int
+    window_source: str = "the settings this agent was given"
+    model: str = ""
+    counts_output: bool = False       # the window bounds prompt + max_tokens
+    can_count_tokens: bool = True     # False once count_tokens answered 404 (or failed): not asked again
+    models_api: bool = True           # False once the Models API answered 404
+    learned: bool = False             # the window came from an overflow: it caps any other source
+    reads_in_input: bool | None = None  # do its input_tokens include the cache reads? (Kimi: yes)
+    largest_accepted: tuple = (0, 0)  # (prompt, prompt + max_tokens) of the biggest request answered
+    usage_note: str = ""              # set when the endpoint's usage could not be taken as it is
+
+    def accepted(self, prompt_tokens: int, max_tokens: int) -> None:
+        self.largest_accepted = (max(self.largest_accepted[0], prompt_tokens),
+                                 max(self.largest_accepted[1], prompt_tokens + max_tokens))
+
+    def facts(self) -> dict:
+        """What the session log keeps, so --resume starts from what was learned."""
+        return {"model": self.model, "window": self.window, "window_source": self.window_source, "learned": self.learned,
+                "counts_output": self.counts_output, "count_tokens": self.can_count_tokens,
+                "models_api": self.models_api}
+
+
+@dataclass(frozen=True)
+class Overflow:
+    """What the endpoint said when a prompt did not fit; a size is None when it did not say."""
+    wording: str
+    prompt_tokens: int | None = None
+    window: int | None = None
+    counts_output: bool = False
+
+
+class ContextOverflow(Exception):
+    """A request refused (or cut off) because the prompt did not fit the endpoint's window."""
+
+    def __init__(self, overflow: Overflow, sent_tokens: int, max_tokens: int):
+        super().__init__(f"the context window overflowed ({overflow.wording})")
+        self.overflow, self.sent_tokens, self.max_tokens = overflow, sent_tokens, max_tokens
+
+
+def context_overflow(err: Exception | None = None, *, stop_reason: str | None = None,
+                     max_tokens: int = 0) -> Overflow | None:
+    """Whether an API error, or a successful reply's stop_reason, says the context overflowed."""
+    if stop_reason == "model_context_window_exceeded":  # the input fit; input + max_tokens did not
+        return Overflow("stop_reason model_context_window_exceeded", counts_output=True)
+    if err is None:
+        return None
+    status, body = getattr(err, "status_code", None), getattr(err, "body", None)
+    words = json.dumps(body, ensure_ascii=False) if isinstance(body, (dict, list)) else str(body or err)
+    if status == 429 or "rate_limit" in words:
+        return None  # "Too many tokens, please wait" is about speed, not size
+    for pattern, counts_output in OVERFLOW_WORDINGS:
+        found = re.search(pattern, words, re.IGNORECASE)
+        if found:
+            sizes = {key: int(value) for key, value in found.groupdict().items() if value}
+            prompt = sizes.get("n") or (sizes["t"] - max_tokens if "t" in sizes else None)
+            return Overflow(found.group(0)[:100], prompt, sizes.get("w"), counts_output)
+    if status == 413:  # request_too_large, sometimes with no body at all
+        return Overflow("413 request too large")
+    return None
+
+
+def learned_window(overflow: Overflow, *, window: int, sent_tokens: int, max_tokens: int,
+                   largest_accepted: tuple) -> int:
+    """The window to assume after an overflow: the one it states, else an estimate below
+    the rejected request and no lower than the largest request the endpoint accepted.
+
+    largest_accepted is (prompt tokens, prompt + max_tokens) of the biggest request that got a reply."""
+    if overflow.window:  # a stated limit above ours means our estimate was low, not the window
+        return max(MIN_CONTEXT_WINDOW, min(overflow.window, window))
+    rejected = (overflow.prompt_tokens or sent_tokens) + (max_tokens if overflow.counts_output else 0)
+    accepted = largest_accepted[1] if overflow.counts_output else largest_accepted[0]
+    if accepted >= rejected // 2:
+        guess = accepted  # the refusal came after a small step: the limit is just above this
+    elif accepted:
+        guess = int((accepted * rejected) ** 0.5)  # after a big step: halfway, on a log scale
+    else:
+        guess = int(rejected * NO_NUMBERS_SHRINK)
+    return max(MIN_CONTEXT_WINDOW, min(guess, int(rejected * 0.95), window))
+
+
+def adopt_overflow(agent, err: ContextOverflow) -> bool:
+    """Learn from an overflow what the endpoint's window really is, and size everything to
+    it; True when the window shrank."""
+    endpoint, overflow = agent.endpoint, err.overflow
+    if not overflow.window and err.sent_tokens < MIN_CONTEXT_WINDOW:
+        overflow = replace(overflow, counts_output=True)  # a prompt this small can only be refused for max_tokens
+    endpoint.counts_output = endpoint.counts_output or overflow.counts_output
+    window = learned_window(overflow, window=endpoint.window, sent_tokens=err.sent_tokens,
+                            max_tokens=err.max_tokens, largest_accepted=endpoint.largest_accepted)
+    shrank = window < endpoint.window
+    if shrank:
+        if err.overflow.window:
+            agent.say(f"[window] the endpoint's limit is {window:,} tokens (was assuming {endpoint.window:,})", "layer")
+            endpoint.window_source = "the endpoint's overflow message"
+        else:
+            output = f" + {err.max_tokens:,} for the reply" if overflow.counts_output else ""
+            agent.say(f"[window] the endpoint refused about {err.sent_tokens:,} tokens{output} without naming its "
+                      f"limit; assuming a window of {window:,} from now on (was {endpoint.window:,})", "layer")
+            endpoint.window_source = "an overflow that named no limit (below the refused size)"
+        endpoint.window, endpoint.learned = window, True
+    sync_settings(agent)
+    return shrank
+
+
+def sync_settings(agent) -> None:
+    """Size the settings to the endpoint's window (a subagent may have learned it), and
+    keep what was learned in the session log, so --resume starts from it."""
+    agent.settings = agent.settings.resized(agent.endpoint.window)
+    if agent.log:
+        agent.log.note_endpoint(agent.endpoint.facts())
+
+
+def park_oversized_request(agent, messages: list) -> list:
+    """After the window shrank, a request too big for it is moved to a file (as a long
+    prompt is from the start), so the retry is not refused for its size again."""
+    request = current_request(messages)
+    if not request or estimate_text_tokens(request["text"]) <= agent.settings.threshold // 2:
+        return messages
+    pointer = park_long_prompt(agent, request["text"])
+    for i in range(len(messages) - 1, -1, -1):
+        texts = [b.get("text") for b in blocks_of(messages[i])]
+        if pointer and messages[i]["role"] == "user" and request["text"] in texts:
+            content = [{**b, "text": pointer} if b.get("text") == request["text"] else b for b in blocks_of(messages[i])]
+            return messages[:i] + [{**messages[i], "content": content}] + messages[i + 1:]
+    return messages
+
+
+# ---- the request and the prompt cache ------------------------------------------------------------
+# The API caches the prompt prefix up to each block marked with cache_control (tools,
+# then system, then messages). A cache read costs 0.1× an input token, a cache write 1.25×.
+# Marks go on copies: the history itself never holds them.
+
+# The API caches the prompt prefix up to each block marked with cache_control (tools,
+# then system, then messages). A cache read costs 0.1× an input token, a cache write 1.25×.
+# Marks go on copies: the history itself never holds them.
+EPHEMERAL = {"type": "ephemeral"}
+
+
+def mark_last_block(message: dict) -> dict:
+    content = blocks_of(message)
+    return {**message, "content": content[:-1] + [{**content[-1], "cache_control": EPHEMERAL}]}
+
+
+def with_cache_breakpoints(messages: list) -> list:
+    """Mark the newest message, and the one the previous request ended on (two back),
+    so the next request reads everything up to here from the cache."""
+    marked = list(messages)
+    for index in {len(messages) - 1, len(messages) - 3} - {-1, -2, -3}:
+        marked[index] = mark_last_block(marked[index])
+    return marked
+
+
+def build_request(agent, messages: list, extra_text: str | None = None) -> dict:
+    """The Messages API request for a history: tools and system first, cache marks added."""
+    s = agent.settings
+    system = [{"type": "text", "text": agent.system}]
+    sent = [sendable(m) for m in messages]
+    system[0]["cache_control"] = EPHEMERAL  # one mark caches the tools and the system prompt
+    sent = with_cache_breakpoints(sent)
+    if extra_text and sent and sent[-1]["role"] == "user":
+        sent[-1] = with_text(sent[-1], extra_text)
+    elif extra_text:
+        sent.append({"role": "user", "content": [{"type": "text", "text": extra_text}]})
+    request = {"model": s.model, "max_tokens": s.max_output, "system": system, "tools": agent.tools, "messages": sent}
+    return redact_deep(request, agent.secrets) if agent.secrets else request  # the last net before it leaves
+
+
+# ---- the agent loop ------------------------------------------------------------------------------
+
+@dataclass
+class Agent:
+    """What one agent loop needs: the client, the settings, the workspace, and session state."""
+    client: object
+    settings: Settings
+    workdir: Path
+    system: str
+    tools: list
+    skills: dict = field(default_factory=dict)
+    hooks: dict = field(default_factory=dict)
+    confirm: object = None          # confirm(question) -> (allowed, reason)
+    out: object = print
+    label: str = ""
+    max_steps: int = MAX_STEPS_PER_TURN
+    todos: list = field(default_factory=list)
+    pending_compact: str | None = None
+    summary_failures: int = 0
+    breaker_announced: bool = False
+    disk_warned: bool = False                         # a layer could not save: said once
+    stats: dict = field(default_factory=dict)       # layer -> {"runs": n, "saved": tokens}
+    last_usage: dict = field(default_factory=dict)
+    usage_totals: dict = field(default_factory=dict)  # all calls of the session, summed
+    tokens: TokenCounter = field(default_factory=TokenCounter)
+    endpoint: Endpoint = None                         # shared with subagents; made from settings if not given
+    show_status: bool = False                         # a status line after each turn (terminals only)
+    color: bool = False                               # ANSI colours: a terminal, and NO_COLOR unset
+    spinner_to: object = None                         # a terminal stream for the waiting spinner
+    ledger: Ledger = field(default_factory=Ledger)
+    read_state: dict = field(default_factory=dict)    # (path, offset, limit) -> (size, mtime, call id)
+    read_stubs: dict = field(default_factory=dict)    # stub's call id -> (id of the result it points at, path)
+    loaded_skills: list = field(default_factory=list)
+    history: list = field(default_factory=list)       # the messages of the running loop, for read stubs
+    current_call: str = ""                            # the tool_use id being run
+    log: object = None                                # the SessionLog (none for subagents)
+    secrets: list = field(default_factory=list)       # values never to show the model or write down
+
+    def __post_init__(self):
+        if self.endpoint is None:
+            self.endpoint = Endpoint(self.settings.window)
+
+    @property
+    def transcripts(self) -> Path:
+        return self.workdir / TRANSCRIPT_DIR
+
+    @property
+    def outputs(self) -> Path:
+        return self.workdir / TOOL_RESULTS_DIR
+
+    def say(self, text: str, style: str = "") -> None:
+        prefix = f"  [{self.label}] " if self.label else ""
+        text = prefix + text.replace("\n", "\n" + prefix) if prefix else text
+        self.out(f"{STYLES[style]}{text}\033[0m" if self.color and style else text)
+
+    def subagent(self) -> "Agent":
+        tools = [t for t in self.tools if t["name"] != "task"]
+        return replace(self, tools=tools, label="task", max_steps=SUBAGENT_MAX_STEPS, todos=[],
+                       pending_compact=None, last_usage={}, tokens=TokenCounter(), read_state={}, read_stubs={},
+                       history=[], loaded_skills=[], log=None)
+
+    @cached_property
+    def store(self) -> "Store":
+        """Where the layers save what they remove (a subagent gets its own, same folders)."""
+        return Store(self.workdir, self.secrets)
+
+    @cached_property
+    def overhead(self) -> int:
+        """Tokens of the system prompt and tool definitions, sent with every request."""
+        return estimate_text_tokens(self.system + json.dumps(self.tools))
+
+
+def build_system_prompt(workdir: Path, skills: dict) -> str:
+    listed = "\n".join(f"- {name}: {s['description']}" for name, s in skills.items()) or "(none)"
+    return (f"You are a coding agent working in {workdir}. Use the tools to inspect and change files "
+            "and to run commands; keep going until the user's request is done, then answer briefly.\n"
+            "Long conversations are compacted: old tool results become pointers to files under "
+            f"{TOOL_RESULTS_DIR}/ and old messages are summarized. Read those files again when you "
+            "need the details. Call compact yourself when you finish a phase of work.\n"
+            f"Skills (load one with load_skill before using it):\n{listed}")
+
+
+def append_message(agent, messages: list, message: dict) -> None:
+    """Append a message to the history, and to the session log the same moment."""
+    messages.append(message)
+    if agent.log:
+        agent.log.write({"type": "message", "message": message})
+
+
+def replace_history(agent, messages: list, new: list, reason: str) -> None:
+    """Put a rewritten history in place (same list object), and record it whole."""
+    if new is messages:
+        return
+    messages[:] = new
+    if agent.log:  # the "layer" records before it say what acted, and where the removed content went
+        agent.log.write({"type": "history", "reason": reason, "messages": new})
+
+
+INTERRUPTED = "[Interrupted by the user: this request was cancelled. Do not resume it unless the user asks.]"
+
+
+def record_interruption(agent, messages: list, partial: str) -> None:
+    """After Ctrl-C, the history says so: the reply the user saw stream (if any) is kept,
+    marked interrupted, and the model is told the work was cancelled. The next prompt is
+    then a message of its own, not merged into the cancelled one."""
+    if not messages or messages[-1]["role"] != "user":
+        return
+    said = f"{partial.rstrip()}\n\n{INTERRUPTED}" if partial.strip() else INTERRUPTED
+    append_message(agent, messages, {"role": "assistant", "content": [own_text("interrupted", said)]})
+
+
+def true_stubs(messages: list, stubs: dict) -> list:
+    """A repeated read answered "as in result X above" must stay true in what is sent: when
+    a layer has since cleared X (or a summary took it), the stub says where the text went."""
+    if not stubs:
+        return messages
+    found = {b["tool_use_id"]: b for m in messages for b in blocks_of(m) if b.get("type") == "tool_result"}
+    stale = {call: (target, path) for call, (target, path) in stubs.items()
+             if call in found and OWN not in found[call] and (target not in found or OWN in found[target])}
+    if not stale:
+        return messages
+    out = []
+    for message in messages:
+        if any(b.get("tool_use_id") in stale for b in blocks_of(message)):
+            message = {**message, "content": [restub(b, *stale[b["tool_use_id"]], found.get(stale[b["tool_use_id"]][0]))
+                                              if b.get("tool_use_id") in stale else b for b in blocks_of(message)]}
+        out.append(message)
+    return out
+
+
+def restub(block: dict, target: str, path: str, earlier: dict | None) -> dict:
+    where = f"its full text is saved at {earlier['saved_at']}" if earlier and earlier.get("saved_at") else \
+        "it is no longer in the conversation"
+    return replace_result(block, f"(a repeat read of {path}: the earlier result {target} was cleared since, and "
+                                 f"{where}; call read_file on {path} again to see it)", "stub")
+
+
+def call_model(agent, messages: list) -> tuple:
+    """One model call: (assistant message, stop_reason). The main agent's text is printed
+    as it arrives. Raises ContextOverflow when the prompt did not fit."""
+    printed = []
+
+    def show(chunk: str) -> None:
+        agent.out(chunk, end="", flush=True)
+        printed.append(chunk)
+    try:
+        answer = send_request(agent, build_request(agent, messages), context_tokens(agent, messages),
+                              on_text=None if agent.label else show)
+    except KeyboardInterrupt as stop:
+        stop.partial = "".join(printed)  # what the user saw stays in the history (record_interruption)
+        raise
+    if printed:
+        agent.out()
+    reply = answer.message
+    if answer.prompt_tokens:  # usage is exact: it anchors the size of history + reply
+        output = answer.usage.get("output_tokens") or agent.tokens.size(reply)
+        agent.tokens.anchor(answer.prompt_tokens + output, messages + [reply])
+    return reply, answer.stop_reason
+
+
+def make_reply_sendable(agent, messages: list, reply: dict, stop_reason: str) -> tuple:
+    """Fix what would break the next request: a tool call cut off by max_tokens (dropped,
+    with a note for the model), a tool_use id used before (renamed), and an input that is
+    not a JSON object (kept as {} so later requests stay valid, and answered with an error).
+    Returns (reply, note, {tool_use id: why it will not run})."""
+    content, note, refused = list(reply["content"]), "", {}
+    if stop_reason == "max_tokens" and content and content[-1].get("type") == "tool_use":
+        cut = content.pop()  # its input is incomplete: never run it
+        note = (f"{NOTE_MARKER}: your reply reached the output limit ({agent.settings.max_output:,} tokens) in the "
+                f"middle of a call to {cut['name']}, so that call was not run. Continue from there, and split "
+                "large content into several smaller calls.]")
+    seen = set(tool_names(messages))
+    for k, block in enumerate(content):
+        if block.get("type") == "tool_use":
+            unique, n = block["id"], 1
+            while unique in seen:
+                unique, n = f"{block['id']}_{n}", n + 1
+            seen.add(unique)
+            content[k] = {**block, "id": unique}
+            if not isinstance(block["input"], dict):
+                refused[unique] = (f"its input was not a JSON object (received {one_line(json.dumps(block['input']), 80)}),"
+                                   " so it was not run")
+                content[k]["input"] = {}
+    if content == reply["content"]:
+        return reply, note, refused  # the same object: the token counter's anchor still knows it
+    return {**reply, "content": content or [{"type": "text", "text": "(reply cut off)"}]}, note, refused
+
+
+def use_tools(agent, tool_uses: list, refused: dict) -> tuple:
+    """Run every call in order (a refused one is answered with why). On Ctrl-C the rest
+    are answered as interrupted."""
+    results = []
+    try:
+        for block in tool_uses:
+            if block["id"] in refused:
+                agent.say(f"  ✗ {block['name']}: {refused[block['id']]}", "error")
+                results.append({"type": "tool_result", "tool_use_id": block["id"], "is_error": True,
+                                "content": f"Error: this call to {block['name']} failed: {refused[block['id']]}. "
+                                           "Call it again with a JSON object as its input."})
+            else:
+                results.append(use_tool(agent, block))
+        return results, False
+    except KeyboardInterrupt:
+        for block in tool_uses[len(results):]:
+            results.append({"type": "tool_result", "tool_use_id": block["id"], "is_error": True,
+                            "content": "Interrupted by the user before this finished."})
+        return results, True
+
+
+def agent_loop(agent, messages: list) -> str | None:
+    """One user turn: compact, call the model, run its tools, repeat until it stops calling tools."""
+    reactive_retries = 0
+    agent.history = messages  # the same list object: read_file checks it for repeat reads
+    for _ in range(agent.max_steps):
+        sync_settings(agent)  # a subagent may have learned the endpoint's window
+        replace_history(agent, messages, compact_pipeline(agent, messages), "compaction")
+        replace_history(agent, messages, true_stubs(messages, agent.read_stubs), "read stubs re-pointed")
+        try:
+            reply, stop_reason = call_model(agent, messages)
+        except ContextOverflow as err:
+            shrank = adopt_overflow(agent, err)  # a smaller window: every threshold is recomputed first
+            if reactive_retries >= MAX_REACTIVE_RETRIES:
+                raise
+            reactive_retries += 1
+            replace_history(agent, messages, park_oversized_request(agent, messages), "request parked")
+            if shrank and context_tokens(agent, messages) <= agent.settings.threshold:
+                continue  # the history fits the window learned: only max_tokens was too big for it
+            counted = err.overflow.prompt_tokens
+            undercount = counted / err.sent_tokens if counted else 1.0
+            replace_history(agent, messages, summarize_history(agent, messages, reactive_compact, undercount=undercount),
+                           "reactive_compact")
+            continue
+        reply, note, refused = make_reply_sendable(agent, messages, reply, stop_reason)
+        append_message(agent, messages, reply)
+        tool_uses = [b for b in reply["content"] if b.get("type") == "tool_use"]
+        if not tool_uses and note:  # cut short: tell the model and let it go on
+            append_message(agent, messages, {"role": "user", "content": [own_text("note", note)]})
+            continue
+        if not tool_uses:
+            final = "\n".join(b["text"] for b in reply["content"] if b.get("type") == "text")
+            fire_hooks(agent, "Stop", messages=messages, final=final)
+            return final
+        results, interrupted = use_tools(agent, tool_uses, refused)
+        notes = [own_text("note", note)] if note else []
+        append_message(agent, messages, {"role": "user", "content": results + notes})
+        if interrupted:
+            agent.pending_compact = None  # an interrupted batch leaves nothing to do later
+            raise KeyboardInterrupt
+        if agent.pending_compact is not None:
+            focus, agent.pending_compact = agent.pending_compact, None
+            replace_history(agent, messages, summarize_history(agent, messages, focus=focus), "compact tool")
+    agent.say(f"[stopped after {agent.max_steps} model calls in one turn; send a message to continue]")
+    return None
+
+
+# ---- earlier chapters: the tools, hooks, the permission check ------------------------------------
 
 class ToolError(Exception):
     """A tool failure the model can act on; the message says what to try next."""
@@ -394,6 +1486,7 @@ TODO_ITEM_SCHEMA = {"type": "object", "properties": {
     "content": {"type": "string"},
     "status": {"type": "string", "enum": ["pending", "in_progress", "completed"]}},
     "required": ["content", "status"]}
+
 
 TOOLS = [
     {"name": "bash", "description": "Run a shell command in the workspace. Output is capped; "
@@ -435,6 +1528,7 @@ TOOLS = [
      "input_schema": {"type": "object", "properties": {"focus": {"type": "string"}}}},
 ]
 
+
 JSON_TYPES = {"string": str, "integer": int, "array": list, "object": dict, "boolean": bool}
 
 
@@ -456,6 +1550,37 @@ def check_tool_input(schema: dict, args) -> str | None:
         if python_type and (not isinstance(value, python_type) or wrong_bool):
             return f"argument '{key}' must be of type {expected}, got {type(value).__name__}"
     return None
+
+
+def use_tool(agent, block: dict) -> dict:
+    """Run one tool call through the hooks; always returns a tool_result block."""
+    name, args = block["name"], block["input"]
+    agent.say(f"> {name}: {one_line(json.dumps(args, ensure_ascii=False), 90)}", "tool")
+    schema = next((t["input_schema"] for t in agent.tools if t["name"] == name), None)
+    if schema is None:
+        output, failed = (f"Error: unknown tool '{name}'. Available tools: "
+                          f"{', '.join(t['name'] for t in agent.tools)}."), True
+    elif problem := check_tool_input(schema, args):
+        output, failed = f"Error: {name} was called wrongly: {problem}. Call it again with valid input.", True
+    elif denied := [r["deny"] for r in fire_hooks(agent, "PreToolUse", name=name, input=args) if "deny" in r]:
+        output, failed = denied[0], True
+    else:
+        agent.current_call = block["id"]
+        known = {key: value for key, value in args.items() if key in schema.get("properties", {})}
+        try:
+            with Spinner(agent.spinner_to if name != "task" else None, f"running {name}"):
+                output, failed = TOOL_HANDLERS[name](agent, **known), False
+        except ToolError as err:
+            output, failed = f"Error: {err}", True
+        except (OSError, ValueError, ContextOverflow, *API_FAILURES) as err:
+            output, failed = f"Error: {name} failed: {type(err).__name__}: {err}", True
+        if ignored := sorted(set(args) - set(known)):
+            output += f"\n(ignored argument(s) {name} does not take: {', '.join(ignored)})"
+        fire_hooks(agent, "PostToolUse", name=name, input=args, output=output, is_error=failed)
+    output = redact(output, agent.secrets)  # a secret printed by a tool never reaches the model or disk
+    agent.say(f"  {'✗' if failed else '<'} {one_line(output)}", "error" if failed else "tool")
+    result = {"type": "tool_result", "tool_use_id": block["id"], "content": output}
+    return {**result, "is_error": True} if failed else result
 
 
 def inside_workspace(workdir: Path, path: str) -> Path | None:
@@ -795,16 +1920,19 @@ def discover_skills(folders: list) -> dict:
     return skills
 
 
-# ---------------------------------------------------------------------------- hooks and permission
-
 HOOK_EVENTS = ("UserPromptSubmit", "PreToolUse", "PostToolUse", "Stop", "PreCompact", "PostCompact")
+
 
 DENY_PATTERNS = [r"\brm\s+-[a-zA-Z]*r[a-zA-Z]*f?\s+(/|~|\$HOME)(\s|$)", r"\bsudo\b", r"\bmkfs",
                  r"\bdd\b.*\bof=/dev/", r"\b(shutdown|reboot|halt|poweroff)\b", r":\(\)\s*\{",
                  r">\s*/dev/sd", r"\bchmod\s+-R\s+777\s+/(\s|$)"]
+
+
 CONFIRM_PATTERNS = [r"\brm\b", r"\bgit\s+push\b", r"\bgit\s+reset\s+--hard", r"\bgit\s+clean\b",
                     r"\bgit\s+checkout\s+--\s", r"\bchmod\b", r"\bchown\b", r"\bkill(all)?\b",
                     r"\btruncate\b", r"\bmv\b"]
+
+
 FILE_TOOLS = ("read_file", "write_file", "edit_file", "glob")
 
 
@@ -843,299 +1971,6 @@ def fire_hooks(agent, event: str, **payload) -> list:
     return [r for hook in agent.hooks.get(event, []) if (r := hook(payload)) is not None]
 
 
-# ---------------------------------------------------------------------------- message helpers
-# History is a list of plain dicts in the API's wire format. These helpers read it.
-
-def blocks_of(message: dict) -> list:
-    content = message["content"]
-    return [{"type": "text", "text": content}] if isinstance(content, str) else content
-
-
-def has_tool_use(message: dict) -> bool:
-    return message["role"] == "assistant" and any(b.get("type") == "tool_use" for b in blocks_of(message))
-
-
-def is_tool_result_message(message: dict) -> bool:
-    return message["role"] == "user" and any(b.get("type") == "tool_result" for b in blocks_of(message))
-
-
-def result_text(block: dict) -> str:
-    content = block.get("content", "")
-    if isinstance(content, str):
-        return content
-    return "\n".join(part.get("text", "") for part in content if part.get("type") == "text")
-
-
-def own_text(kind: str, text: str, **fields) -> dict:
-    """A text block the program wrote (a summary header, a marker, a note)."""
-    return {"type": "text", "text": text, OWN: kind, **fields}
-
-
-def sendable(message: dict) -> dict:
-    """The message as the API takes it: the program's own fields off its blocks."""
-    content = blocks_of(message)
-    if not any(OWN in block for block in content):
-        return message
-    return {**message, "content": [{k: v for k, v in b.items() if k not in PROGRAM_FIELDS} for b in content]}
-
-
-def is_request_block(block: dict) -> bool:
-    return block.get("type") == "text" and OWN not in block
-
-
-def current_request(messages: list) -> dict | None:
-    """The newest text block the user typed (our own markers are not requests)."""
-    for message in reversed(messages):
-        if message["role"] == "user":
-            for block in reversed(blocks_of(message)):
-                if is_request_block(block):
-                    return {"type": "text", "text": block["text"]}
-    return None
-
-
-def user_words(messages: list) -> list:
-    """Every text block the user typed, oldest first (our own markers left out)."""
-    return [b["text"] for m in messages if m["role"] == "user" for b in blocks_of(m) if is_request_block(b)]
-
-
-def still_in_context(messages: list, tool_use_id: str) -> bool:
-    """Whether a tool result is still in the history with its full text (not cleared or previewed)."""
-    for message in messages:
-        for block in blocks_of(message):
-            if block.get("type") == "tool_result" and block["tool_use_id"] == tool_use_id:
-                return OWN not in block  # not a placeholder, not a preview
-    return False
-
-
-def tool_names(messages: list) -> dict:
-    return {b["id"]: b["name"] for m in messages if m["role"] == "assistant"
-            for b in blocks_of(m) if b.get("type") == "tool_use"}
-
-
-def with_text(message: dict, *texts) -> dict:
-    """A copy of a user message with text blocks (or strings) appended after its tool results."""
-    return {**message, "content": blocks_of(message) + [t if isinstance(t, dict) else {"type": "text", "text": t}
-                                                        for t in texts]}
-
-
-def group_starts(messages: list) -> list:
-    """Indexes where the history may be cut: each assistant message starts a group with its results."""
-    return [i for i, m in enumerate(messages) if m["role"] == "assistant"]
-
-
-def message_groups(messages: list) -> list:
-    """The history from its first assistant message on, as groups: a call and its results
-    (and any user words after them) travel together."""
-    starts = group_starts(messages)
-    return [messages[start:end] for start, end in zip(starts, starts[1:] + [len(messages)])]
-
-
-def estimate_text_tokens(text: str) -> int:
-    ascii_chars = len(text.encode("ascii", "ignore"))
-    return ascii_chars // CHARS_PER_TOKEN + (len(text) - ascii_chars) + 1
-
-
-def estimate_tokens(messages: list) -> int:
-    """A character-based estimate of what is sent: ASCII at 4 characters a token, anything
-    else one each."""
-    return sum(estimate_text_tokens(json.dumps(sendable(m), ensure_ascii=False)) for m in messages)
-
-
-class TokenCounter:
-    """The context's size, anchored to the API: the last response's usage is exact, and
-    only messages added or changed since are estimated."""
-
-    def __init__(self):
-        self.sizes = {}              # id(message) -> (message, estimate): each message measured once
-        self.anchor_tokens = None
-        self.anchor_messages = []
-
-    def size(self, message: dict) -> int:
-        entry = self.sizes.get(id(message))
-        if entry is None or entry[0] is not message:
-            entry = self.sizes[id(message)] = (message, estimate_tokens([message]))
-        return entry[1]
-
-    def estimate(self, messages: list) -> int:
-        return sum(self.size(m) for m in messages)
-
-    def anchor(self, tokens: int, messages: list) -> None:
-        self.anchor_tokens, self.anchor_messages = tokens, list(messages)
-        if len(self.sizes) > 4 * len(messages) + 100:  # forget messages no longer in history
-            self.sizes = {id(m): (m, self.size(m)) for m in messages}
-
-    def count(self, messages: list, overhead: int) -> int:
-        if self.anchor_tokens is None:
-            return overhead + self.estimate(messages)
-        same = 0  # layers copy only what they change, so identity marks what is unchanged
-        for old, new in zip(self.anchor_messages, messages):
-            if old is not new:
-                break
-            same += 1
-        before, after = self.anchor_messages[same:], messages[same:]
-        if before and after:  # something was rewritten: compare what is gone with what is new
-            now = {id(m) for m in after}
-            gone = [m for m in before if id(m) not in now]
-            if same == 0 and len(gone) == len(before):  # nothing in common (a summary): the anchor says nothing
-                return overhead + self.estimate(messages)
-            then = {id(m) for m in before}
-            before, after = gone, [m for m in after if id(m) not in then]
-        return self.anchor_tokens - self.estimate(before) + self.estimate(after)
-
-
-def newest_within(items: list, max_tokens: int, size) -> list:
-    """The newest items that together cost at most max_tokens, in their order. Used wherever
-    recent things are kept and older ones let go: recent groups, user messages, ledger lines."""
-    kept, used = [], 0
-    for item in reversed(items):
-        used += size(item)
-        if used > max_tokens:
-            break
-        kept.append(item)
-    return kept[::-1]
-
-
-def head_within(text: str, max_tokens: int) -> str:
-    """The start of text that costs at most max_tokens: four characters a token in ASCII,
-    one in Chinese. Cut by a quarter at a time, so long texts need few measurements."""
-    head = text[:max_tokens * CHARS_PER_TOKEN]
-    while head and estimate_text_tokens(head) > max_tokens + 1:  # the estimate adds 1 to any text
-        head = head[:len(head) * 3 // 4]
-    return head
-
-
-def persisted_preview(path: Path, text: str, preview_chars: int) -> str:
-    # Fixed wording, so clearing the same content twice produces the same bytes.
-    head = head_within(text, preview_chars // CHARS_PER_TOKEN)
-    return (f"{PERSISTED_TAG} path=\"{path}\" chars=\"{len(text)}\">\n"
-            f"This result was too large to keep in context. The full output is saved at {path}; "
-            f"read it (read_file with offset/limit) if you need more than this preview.\n"
-            f"Preview (first {len(head)} characters):\n{head}\n</persisted-output>")
-
-
-def replace_result(block: dict, content: str, kind: str | None = None, saved_at: str | None = None) -> dict:
-    """A copy of a tool result with new content; kind and saved_at mark a preview or a placeholder."""
-    marks = {OWN: kind, **({"saved_at": str(saved_at)} if saved_at else {})} if kind else {}
-    return {**block, "content": content, **marks}
-
-
-def fewer_tokens(new: str, old: str) -> bool:
-    """Whether a replacement costs fewer tokens than the text it replaces, measured as it
-    stands in a request (inside JSON). A layer replaces nothing otherwise: it must never grow."""
-    return estimate_text_tokens(json.dumps(new, ensure_ascii=False)) < \
-        estimate_text_tokens(json.dumps(old, ensure_ascii=False))
-
-
-def previewed(block: dict, preview_chars: int, store) -> dict:
-    """A tool result saved to disk and replaced by a preview, when the preview is the smaller."""
-    text = result_text(block)
-    if estimate_text_tokens(text) <= preview_chars // CHARS_PER_TOKEN or OWN in block:
-        return block
-    path = store.save_output(block["tool_use_id"], text)
-    preview = persisted_preview(path, text, preview_chars)
-    return replace_result(block, preview, "preview", path) if fewer_tokens(preview, text) else block
-
-
-def preview_results(message: dict, preview_chars: int, store) -> dict:
-    """Persist every result in a message that is longer than a preview, keeping the preview."""
-    return {**message, "content": [previewed(b, preview_chars, store) if b.get("type") == "tool_result"
-                                   else b for b in blocks_of(message)]}
-
-
-# ---------------------------------------------------------------------------- the fact ledger
-# A summary is the model's words. The ledger is what actually happened, recorded by hooks:
-# it is put back after every compaction and checked against the summary.
-
-def short_hash(path: Path) -> str:
-    size = path.stat().st_size
-    data = path.read_bytes() if size <= 8_000_000 else f"{size}:{path.stat().st_mtime_ns}".encode()
-    return hashlib.sha1(data).hexdigest()[:8]
-
-
-def summary_mentions(key: str, summary: str) -> bool:
-    """Whether a summary still carries a fact: most of its words (or CJK characters) appear."""
-    lowered = summary.lower()
-    if " " not in key and ("/" in key or "::" in key):  # a path or test id: its last part is what counts
-        return re.split(r"/|::", key)[-1].lower() in lowered
-    parts = re.findall(r"[a-z0-9_.-]{3,}", key.lower()) + sorted(set(re.findall(r"[\u3040-\u9fff]", key)))
-    return bool(parts) and sum(part in lowered for part in parts) >= 0.6 * len(parts)
-
-
-class Ledger:
-    """Files read and written, commands and exit codes, failing tests, and the user's constraints."""
-
-    def __init__(self):
-        self.reads = {}        # path -> (size, mtime_ns, hash), the most recent read last
-        self.writes = {}       # path -> (size, hash)
-        self.commands = []     # (command, exit code)
-        self.failing = {}      # test ids seen failing, in order
-        self.constraints = []  # the user's lines with must / never / 必须 ..., verbatim
-
-    def note_read(self, path: str, target: Path) -> None:
-        self.reads.pop(path, None)
-        self.reads[path] = (target.stat().st_size, target.stat().st_mtime_ns, short_hash(target))
-
-    def note_write(self, path: str, target: Path) -> None:
-        self.writes[path] = (target.stat().st_size, short_hash(target))
-
-    def note_command(self, command: str, output: str) -> None:
-        code = re.search(r"\[exit code (\d+)\]$", output)
-        timed_out = re.search(r"\[timed out after \d+s", output)
-        self.commands.append((command, "timeout" if timed_out else int(code.group(1)) if code else 0))
-        for test in re.findall(r"^(?:FAILED|ERROR) (\S+)|^--- FAIL: (\S+)", output, re.M):
-            self.failing[test[0] or test[1]] = True
-
-    def note_prompt(self, prompt: str) -> None:
-        for line in re.split(r"(?<=[.!?。！？])\s+|\n", prompt):
-            if CONSTRAINT_WORDS.search(line) and line.strip() not in self.constraints:
-                self.constraints = (self.constraints + [line.strip()[:300]])[-20:]
-
-    def facts(self, todos: list) -> list:
-        """Every fact as (what it is, the words a summary that kept it would contain)."""
-        facts = [("read", p) for p in self.reads] + [("wrote", p) for p in self.writes]
-        facts += [("failing test", t) for t in self.failing]
-        facts += [("failed command", c) for c, code in self.commands if code != 0]
-        facts += [("constraint", c) for c in self.constraints] + [("todo", t["content"]) for t in todos]
-        return list(dict.fromkeys(facts))
-
-    def check(self, summary: str, todos: list) -> tuple:
-        """(facts the summary kept, all facts, the ones it lost)."""
-        facts = self.facts(todos)
-        lost = [f for f in facts if not summary_mentions(f[1], summary)]
-        return len(facts) - len(lost), len(facts), lost
-
-    def render(self, max_tokens: int) -> str:
-        lines = [f"- read {p} ({size:,} bytes, {h})" for p, (size, _, h) in self.reads.items()]
-        lines += [f"- wrote {p} ({size:,} bytes, {h})" for p, (size, h) in self.writes.items()]
-        lines += [f"- ran `{c[:120]}` → exit {code}" for c, code in self.commands[-10:]]
-        lines += [f"- saw failing test {t}" for t in self.failing]
-        lines += [f"- the user said: \"{c}\"" for c in self.constraints]
-        kept = newest_within(lines, max_tokens, estimate_text_tokens)  # the newest facts when not all fit
-        if not kept:
-            return ""
-        return "\n".join(["Fact ledger (recorded from tool calls and the user's words, not from the summary):"] + kept)
-
-
-def ledger_hooks(agent) -> dict:
-    """The hooks that feed the ledger: after each tool call, and on each user prompt."""
-    def after_tool(event: dict):
-        name, args = event["name"], event["input"]
-        if event["is_error"]:
-            return None
-        if name in ("read_file", "write_file", "edit_file"):
-            target = inside_workspace(agent.workdir, args["path"])
-            if target and target.is_file():
-                (agent.ledger.note_read if name == "read_file" else agent.ledger.note_write)(args["path"], target)
-        elif name == "bash":
-            agent.ledger.note_command(args["command"], event["output"])
-        return None
-
-    def on_prompt(event: dict):
-        agent.ledger.note_prompt(event["prompt"])
-        return None
-    return {"PostToolUse": after_tool, "UserPromptSubmit": on_prompt}
-
-
 def install_default_hooks(agent) -> None:
     """Every hook event, with the permission check and the ledger's recorders installed."""
     agent.hooks = {event: [] for event in HOOK_EVENTS}
@@ -1144,246 +1979,17 @@ def install_default_hooks(agent) -> None:
         agent.hooks[event].append(hook)
 
 
-# ---------------------------------------------------------------------------- the compaction layers
-
-def tool_result_budget(messages: list, *, max_chars: int, preview_chars: int, store) -> list:
-    """Keep the newest message's tool results under max_chars; the largest go to disk first."""
-    if not messages or not is_tool_result_message(messages[-1]):
-        return messages
-    last = messages[-1]
-    blocks = list(blocks_of(last))
-    sizes = {k: len(result_text(b)) for k, b in enumerate(blocks) if b.get("type") == "tool_result"}
-    total = sum(sizes.values())
-    if total <= max_chars:
-        return messages
-    for k in sorted(sizes, key=sizes.get, reverse=True):
-        if total > max_chars:
-            blocks[k] = previewed(blocks[k], preview_chars, store)
-            total -= sizes[k] - len(result_text(blocks[k]))
-    if all(new is old for new, old in zip(blocks, blocks_of(last))):
-        return messages
-    return messages[:-1] + [{**last, "content": blocks}]
+# ==== PART 2: THE COMMAND LINE AROUND IT ==========================================================
+# Everything a person at a terminal needs, and nothing the chapter is about: reading and
+# retrying API replies, secrets, the session log and --resume, the REPL and its commands,
+# and configuration.
 
 
-def snip_compact(messages: list, *, keep_head: int, keep_tail: int, at_least: int, min_tokens: int = 0,
-                 store, measure=estimate_tokens) -> list:
-    """Drop the middle of a long history, never splitting a tool_use from its tool_result."""
-    if len(messages) <= keep_head + keep_tail:
-        return messages
-    # Every snip changes the head, so the cache is rewritten after it: cut at least
-    # `at_least` messages at once, and the next snip is that many messages away.
-    keep_tail = max(1, min(keep_tail, len(messages) - keep_head - at_least))
-    starts = group_starts(messages)
-    # The head ends just before an assistant message, the tail begins with one: both
-    # cut points fall between a tool_result message and the next call, never inside a pair.
-    head_end = next((i for i in starts if i >= keep_head), None)
-    tail_start = next((i for i in reversed(starts) if i <= len(messages) - keep_tail), None)
-    if head_end is None or tail_start is None or tail_start <= head_end:
-        return messages
-    removed = messages[head_end:tail_start]
-    if measure(removed) < min_tokens:
-        return messages  # too little to pay for rewriting the cache after the head
-    path = store.save_messages(removed, "snip")
-    head_last = messages[head_end - 1]
-    earlier = sum(b.get("snipped", 0) for b in blocks_of(head_last) if b.get(OWN) == "snip")  # one marker, folded
-    kept_blocks = [b for b in blocks_of(head_last) if b.get(OWN) != "snip"]
-    snipped = earlier + len(removed)
-    texts = [own_text("snip", f"{SNIP_MARKER} {snipped} messages from the middle of the conversation; "
-                              f"the latest ones are saved in {path}]", snipped=snipped)]
-    request = current_request(messages)
-    if request and current_request(messages[:head_end] + messages[tail_start:]) != request:
-        texts.append(request["text"])  # the user's current request stays visible verbatim
-    new_head_last = with_text({**head_last, "content": kept_blocks}, *texts)
-    return messages[:head_end - 1] + [new_head_last] + messages[tail_start:]
-
-
-def micro_compact(messages: list, *, keep_recent: int, min_chars: int, clear_at_least: int, store) -> list:
-    """Replace all but the newest tool results with a pointer to their saved copy."""
-    positions = [(i, k) for i, m in enumerate(messages) if is_tool_result_message(m)
-                 for k, b in enumerate(blocks_of(m)) if b.get("type") == "tool_result"]
-    protected = set(positions[-keep_recent:]) if keep_recent else set()
-    if messages and is_tool_result_message(messages[-1]):
-        # results in the last message have not been seen by the model yet
-        protected |= {(i, k) for i, k in positions if i == len(messages) - 1}
-    stale = [(i, k) for i, k in positions if (i, k) not in protected
-             and len(result_text(blocks_of(messages[i])[k])) > min_chars
-             and blocks_of(messages[i])[k].get(OWN) != "placeholder"]
-    # Clearing rewrites the cache from the first cleared result on; below the minimum
-    # the rewrite costs more than the tokens it frees, so clear nothing.
-    freed = sum(estimate_text_tokens(result_text(blocks_of(messages[i])[k])) - PLACEHOLDER_TOKENS for i, k in stale)
-    if not stale or freed < clear_at_least:
-        return messages
-    names = tool_names(messages)
-    changed = {}
-    for i, k in stale:
-        block = blocks_of(changed.get(i, messages[i]))[k]
-        text = result_text(block)
-        path = block.get("saved_at") if block.get(OWN) == "preview" else store.save_output(block["tool_use_id"], text)
-        placeholder = (f"{PLACEHOLDER_PREFIX} ({names.get(block['tool_use_id'], 'tool')}) cleared to save "
-                       f"context. Full output: {path}. Read that file if you need it again.]")
-        if not fewer_tokens(placeholder, text):
-            continue  # a long path can make the pointer cost more than a short result
-        blocks = list(blocks_of(changed.get(i, messages[i])))
-        blocks[k] = replace_result(block, placeholder, "placeholder", path)
-        changed[i] = {**messages[i], "content": blocks}
-    return [changed.get(i, m) for i, m in enumerate(messages)] if changed else messages
-
-
-def compact_history(messages: list, *, summary: str, restored: list, preview_chars: int, store) -> list:
-    """Replace the history with a summary, then what the work needs back, then the request.
-    In the middle of a turn the last call and its results stay, so the model carries on."""
-    mid_turn = len(messages) >= 2 and is_tool_result_message(messages[-1])
-    return replace_with_summary(messages, "compact", summary, messages[-2:] if mid_turn else [], restored,
-                                preview_chars, store)
-
-
-def reactive_compact(messages: list, *, summary: str, restored: list, preview_chars: int, store,
-                     tail_tokens: int) -> list:
-    """After "prompt is too long": the same, keeping only the recent groups that fit in tail_tokens."""
-    groups = message_groups(messages)
-    kept = newest_within(groups, tail_tokens, estimate_tokens) or groups[-1:]  # the newest group stays, whole
-    return replace_with_summary(messages, "reactive", summary, [m for group in kept for m in group], restored,
-                                preview_chars, store)
-
-
-def replace_with_summary(messages: list, kind: str, summary: str, tail: list, restored: list,
-                         preview_chars: int, store) -> list:
-    """Both summary layers: save the whole history, then one user message with the summary,
-    the restored context and, last, the request being worked on; then the tail, its big
-    results saved and previewed."""
-    path = store.save_messages(messages, kind)
-    marker = REACTIVE_MARKER if kind == "reactive" else COMPACT_MARKER
-    header = (f"{marker}: the earlier conversation was summarized to free context. "
-              f"The full transcript is saved at {path}.]\n\n{summary}")
-    first = {"role": "user", "content": [own_text(kind, header)] + [own_text("restored", t) for t in restored]}
-    tail = [preview_results(m, preview_chars, store) if m["role"] == "user" else m for m in tail]
-    request = current_request(messages)
-    in_flight = messages and messages[-1]["role"] == "user"  # a finished turn has no pending request
-    if request and in_flight and current_request(tail) != request:
-        first["content"].append(request)
-    result = [first] + tail
-    # Every layer hands back a history no larger than it got: a summary of a history that is
-    # already short (a summary and little else) would only add its header and restored files.
-    return result if estimate_tokens(result) < estimate_tokens(messages) else messages
-
-
-# ---------------------------------------------------------------------------- recognising an overflow
-# reactive_compact runs when the endpoint says the prompt did not fit. Anthropic-compatible
-# endpoints say so in many wordings, under different statuses, and some as a successful
-# reply whose stop_reason is "model_context_window_exceeded". One table decides them all.
-# Named groups: n = the prompt's tokens, m = max_tokens, t = n + m, w = the window. The
-# flag is True where the endpoint counts max_tokens against the window.
-OVERFLOW_WORDINGS = [
-    (r"prompt is too long: (?P<n>\d+) tokens > (?P<w>\d+) maximum", False),            # Anthropic
-    (r"input length and `max_tokens` exceed context limit: (?P<n>\d+) \+ (?P<m>\d+) > (?P<w>\d+)", True),  # Anthropic
-    (r"maximum context length is (?P<w>\d+) tokens\. However, you requested (?P<t>\d+) tokens"
-     r"(?: \((?P<n>\d+) in the messages, (?P<m>\d+) in the completion\))?", True),     # DeepSeek, OpenRouter
-    (r"The input \((?P<n>\d+) tokens\) is longer than the model's context length \((?P<w>\d+) tokens\)", False),  # vLLM
-    (r"maximum context length is (?P<w>\d+) tokens(?:\. However, your messages resulted in (?P<n>\d+) tokens)?",
-     False),                                                                            # OpenAI-style, others
-    (r"exceeded model token limit: (?P<w>\d+) \(requested: (?P<t>\d+)\)", True),      # Kimi
-    (r"context window exceeds limit", True),                                           # MiniMax (code 2013)
-    (r"request \((?P<n>\d+) tokens\) exceeds the available context size \((?P<w>\d+) tokens\)", False),  # llama.cpp
-    (r"exceeds the available context size", False),                                   # llama.cpp, older
-    (r"prompt exceeds max length|prompt (is )?too long", False),                       # GLM (code 1261), others
-    (r"context_length_exceeded|ContextWindowExceeded|request_too_large"
-     r"|exceeds? (the )?(model'?s? )?context (window|length)", False),                 # codes, LiteLLM, proxies
-]
-
-
-@dataclass(frozen=True)
-class Overflow:
-    """What the endpoint said when a prompt did not fit; a size is None when it did not say."""
-    wording: str
-    prompt_tokens: int | None = None
-    window: int | None = None
-    counts_output: bool = False
-
-
-class ContextOverflow(Exception):
-    """A request refused (or cut off) because the prompt did not fit the endpoint's window."""
-
-    def __init__(self, overflow: Overflow, sent_tokens: int, max_tokens: int):
-        super().__init__(f"the context window overflowed ({overflow.wording})")
-        self.overflow, self.sent_tokens, self.max_tokens = overflow, sent_tokens, max_tokens
-
-
-def context_overflow(err: Exception | None = None, *, stop_reason: str | None = None,
-                     max_tokens: int = 0) -> Overflow | None:
-    """Whether an API error, or a successful reply's stop_reason, says the context overflowed."""
-    if stop_reason == "model_context_window_exceeded":  # the input fit; input + max_tokens did not
-        return Overflow("stop_reason model_context_window_exceeded", counts_output=True)
-    if err is None:
-        return None
-    status, body = getattr(err, "status_code", None), getattr(err, "body", None)
-    words = json.dumps(body, ensure_ascii=False) if isinstance(body, (dict, list)) else str(body or err)
-    if status == 429 or "rate_limit" in words:
-        return None  # "Too many tokens, please wait" is about speed, not size
-    for pattern, counts_output in OVERFLOW_WORDINGS:
-        found = re.search(pattern, words, re.IGNORECASE)
-        if found:
-            sizes = {key: int(value) for key, value in found.groupdict().items() if value}
-            prompt = sizes.get("n") or (sizes["t"] - max_tokens if "t" in sizes else None)
-            return Overflow(found.group(0)[:100], prompt, sizes.get("w"), counts_output)
-    if status == 413:  # request_too_large, sometimes with no body at all
-        return Overflow("413 request too large")
-    return None
-
-
-def learned_window(overflow: Overflow, *, window: int, sent_tokens: int, max_tokens: int,
-                   largest_accepted: tuple) -> int:
-    """The window to assume after an overflow: the one it states, else an estimate below
-    the rejected request and no lower than the largest request the endpoint accepted.
-
-    largest_accepted is (prompt tokens, prompt + max_tokens) of the biggest request that got a reply."""
-    if overflow.window:  # a stated limit above ours means our estimate was low, not the window
-        return max(MIN_CONTEXT_WINDOW, min(overflow.window, window))
-    rejected = (overflow.prompt_tokens or sent_tokens) + (max_tokens if overflow.counts_output else 0)
-    accepted = largest_accepted[1] if overflow.counts_output else largest_accepted[0]
-    if accepted >= rejected // 2:
-        guess = accepted  # the refusal came after a small step: the limit is just above this
-    elif accepted:
-        guess = int((accepted * rejected) ** 0.5)  # after a big step: halfway, on a log scale
-    else:
-        guess = int(rejected * NO_NUMBERS_SHRINK)
-    return max(MIN_CONTEXT_WINDOW, min(guess, int(rejected * 0.95), window))
-
-
-# ---------------------------------------------------------------------------- requests, caching, accounting
-# The API caches the prompt prefix up to each block marked with cache_control (tools,
-# then system, then messages). A cache read costs 0.1× an input token, a cache write 1.25×.
-# Marks go on copies: the history itself never holds them.
-EPHEMERAL = {"type": "ephemeral"}
-
-
-def mark_last_block(message: dict) -> dict:
-    content = blocks_of(message)
-    return {**message, "content": content[:-1] + [{**content[-1], "cache_control": EPHEMERAL}]}
-
-
-def with_cache_breakpoints(messages: list) -> list:
-    """Mark the newest message, and the one the previous request ended on (two back),
-    so the next request reads everything up to here from the cache."""
-    marked = list(messages)
-    for index in {len(messages) - 1, len(messages) - 3} - {-1, -2, -3}:
-        marked[index] = mark_last_block(marked[index])
-    return marked
-
-
-def build_request(agent, messages: list, extra_text: str | None = None) -> dict:
-    """The Messages API request for a history: tools and system first, cache marks added."""
-    s = agent.settings
-    system = [{"type": "text", "text": agent.system}]
-    sent = [sendable(m) for m in messages]
-    system[0]["cache_control"] = EPHEMERAL  # one mark caches the tools and the system prompt
-    sent = with_cache_breakpoints(sent)
-    if extra_text and sent and sent[-1]["role"] == "user":
-        sent[-1] = with_text(sent[-1], extra_text)
-    elif extra_text:
-        sent.append({"role": "user", "content": [{"type": "text", "text": extra_text}]})
-    request = {"model": s.model, "max_tokens": s.max_output, "system": system, "tools": agent.tools, "messages": sent}
-    return redact_deep(request, agent.secrets) if agent.secrets else request  # the last net before it leaves
-
+# ---- reading a reply -----------------------------------------------------------------------------
+# The events are read here, not by the SDK's stream helper, because compatible endpoints
+# differ exactly where that helper assumes: usage may be missing or null, input_tokens may
+# be 0 until the end, an event may not be JSON, a stream may come as one JSON body, and an
+# error may arrive inside a 200. Each becomes one exception the loop can report.
 
 class BadReply(Exception):
     """A reply that broke off or could not be read: a dropped or silent stream, an event
@@ -1430,11 +2036,25 @@ def with_retries(agent, call):
             time.sleep(delay)
 
 
-# ---------------------------------------------------------------------------- reading a reply
-# The events are read here, not by the SDK's stream helper, because compatible endpoints
-# differ exactly where that helper assumes: usage may be missing or null, input_tokens may
-# be 0 until the end, an event may not be JSON, a stream may come as one JSON body, and an
-# error may arrive inside a 200. Each becomes one exception the loop can report.
+def api_error_text(err: Exception) -> str:
+    """One line for a person: the status, the error's kind and its message."""
+    if isinstance(err, ErrorEvent):
+        return f"error inside the reply stream: {err}"
+    body = getattr(err, "body", None)
+    if isinstance(body, dict) and isinstance(body.get("error"), dict):
+        error = body["error"]
+        kind = error.get("type") or error.get("code") or "error"
+        return f"{getattr(err, 'status_code', '')} {kind}: {error.get('message')}"
+    if isinstance(err, anthropic.APITimeoutError):
+        return ("the endpoint did not answer in time (API_CONNECT_TIMEOUT, API_IDLE_TIMEOUT); "
+                "check ANTHROPIC_BASE_URL and the network")
+    if isinstance(err, anthropic.APIConnectionError):
+        return f"cannot reach the API ({err.__cause__ or err}); check ANTHROPIC_BASE_URL and the network"
+    if isinstance(err, anthropic.APIStatusError):
+        return f"{err.status_code} {one_line(str(body or err), 200)}"
+    return str(err)
+
+
 USAGE_KEYS = ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens", "output_tokens")
 
 
@@ -1674,183 +2294,261 @@ def record_usage(agent, usage: dict) -> dict:
     return figures
 
 
-def context_tokens(agent, messages: list) -> int:
-    """Tokens the next request will carry: exact up to the last response, estimated after."""
-    return agent.tokens.count(messages, agent.overhead)
+# ---- secrets -------------------------------------------------------------------------------------
+# What must never reach the model, a log or a file.
+
+# Every message is appended the moment it enters the history, and every rewrite of the
+# history is recorded whole, so a crash loses at most the line being written and
+# --resume can rebuild exactly what the model saw last.
+SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD", re.IGNORECASE)
 
 
-def exact_context_tokens(agent, messages: list) -> int:
-    """Ask count_tokens when the endpoint offers it; otherwise fall back to the estimate."""
-    estimate = context_tokens(agent, messages)
-    if agent.endpoint.can_count_tokens:
-        request = build_request(agent, messages)
-        request.pop("max_tokens")
+URL_PASSWORD = re.compile(r"[a-z][a-z0-9+.-]*://[^:/@\s]*:([^@/\s]{8,})@", re.IGNORECASE)
+
+
+SETTINGS_NAMES = ("MODEL_ID", "ANTHROPIC_BASE_URL", "CONTEXT_WINDOW", "API_CONNECT_TIMEOUT", "API_IDLE_TIMEOUT")
+
+
+def secret_values(environ, dotenv_files: tuple = ()) -> list:
+    """What must never reach the model, a log or a file, longest first: values of
+    environment variables named like secrets; every value of 8 or more characters in the
+    workspace's .env files (this program's own settings aside: a request carries the
+    model's id); and the password of any user:password@host URL among all of them."""
+    values = {v for k, v in environ.items() if SECRET_NAME.search(k) and len(v) >= 8}
+    urls = set()
+    for found in dotenv_files:
+        values |= {v for k, v in found.items() if v and len(v) >= 8 and k not in SETTINGS_NAMES}
+        urls |= {v for v in found.values() if v}
+    values |= {m for v in values | urls for m in URL_PASSWORD.findall(v)}
+    return sorted(values, key=len, reverse=True)
+
+
+def redact_deep(value, secrets: list):
+    """A request (or any JSON value) with every secret in its strings replaced. What holds
+    no secret comes back as the same object, so a clean history is walked, not copied."""
+    if isinstance(value, str):
+        return redact(value, secrets)
+    if isinstance(value, dict):
+        items = {key: redact_deep(item, secrets) for key, item in value.items()}
+        return value if all(items[key] is item for key, item in value.items()) else items
+    if isinstance(value, list):
+        items = [redact_deep(item, secrets) for item in value]
+        return value if all(new is old for new, old in zip(items, value)) else items
+    return value
+
+
+def redact(text: str, secrets: list) -> str:
+    for value in secrets:
+        if value in text:
+            text = text.replace(value, "[redacted]")
+    return text
+
+
+# ---- the session log -----------------------------------------------------------------------------
+# Every message is appended the moment it enters the history, and every rewrite of the
+# history is recorded whole, so a crash loses at most the line being written and --resume
+# can rebuild exactly what the model saw last.
+
+class SessionLog:
+    """An append-only JSON-lines file, flushed to disk after every record."""
+
+    def __init__(self, path: Path, secrets: list = (), warn=print, header: dict | None = None,
+                 endpoint: dict | None = None):
+        self.path, self.secrets, self.warn = path, list(secrets), warn
+        self.header = header  # written with the first record: a session with no messages leaves no file
+        self.file = None
+        self.failed = False
+        self.endpoint = endpoint or (header or {}).get("endpoint")  # the endpoint facts written last
+
+    def note_endpoint(self, facts: dict) -> None:
+        """Record what was learned about the endpoint (its window, say), when it changes."""
+        if facts != self.endpoint:
+            self.endpoint = facts
+            self.write({"type": "endpoint", **facts})
+
+    def write(self, record: dict) -> None:
+        if self.failed:
+            return
+        if self.header:
+            header, self.header = self.header, None
+            self.write(header)
+            if self.failed:
+                return
+        line = redact(json.dumps(record, ensure_ascii=False), self.secrets)  # a last net for secrets
         try:
-            counted = agent.client.messages.count_tokens(**request).input_tokens
-        except anthropic.APIStatusError as err:
-            # 404 (or 405, 501): not offered here, so never ask again; anything else: not this time
-            agent.endpoint.can_count_tokens = err.status_code not in (404, 405, 501)
-            counted = None
-        except anthropic.APIError:
-            counted = None
-        if isinstance(counted, int) and counted >= estimate / 2:
-            agent.tokens.anchor(counted, messages)
-            return counted
-        if counted is not None:
-            agent.endpoint.can_count_tokens = False  # a count far below what is sent is not a count of it
-    return estimate
+            if self.file is None:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                self.file = open(self.path, "a", encoding="utf-8")
+            self.file.write(line + "\n")
+            self.file.flush()
+            os.fsync(self.file.fileno())
+        except OSError as err:
+            self.failed = True  # say it once; the session itself goes on
+            self.warn(f"[session log] cannot write {self.path} ({err}); this session will not be resumable.")
 
 
-# ---------------------------------------------------------------------------- the summary call
-
-SUMMARY_INSTRUCTIONS = """TEXT ONLY, NO TOOLS. Do not call any tool in this answer: this turn only writes a
-summary, and a tool call here would be lost.
-
-The conversation above is about to be replaced by the summary you write now. The work will
-continue from your summary alone, so leave out nothing that matters and nothing vague.
-
-First think inside <analysis></analysis>: go through the conversation in order and note
-what the user asked each time, what was done, which files and code were involved, what
-went wrong and how it was fixed, and what was still open at the end.
-
-Then write the summary inside <summary></summary>, with these numbered sections:
-1. Primary request and intent: everything the user asked for, in detail.
-2. Key technical concepts: the technologies, libraries and conventions that matter.
-3. Files and code sections: each file read, changed or created, why it matters, and the
-   snippets that matter, verbatim.
-4. Errors and fixes: each error met, how it was fixed, and what the user said about it.
-5. Problem solving: what was solved, and what is still being worked out.
-6. All user messages: every message the user wrote (not tool results), verbatim where short.
-7. Pending tasks: what the user asked for that is not done yet.
-8. Current work: exactly what was being done just before this summary, with file names
-   and code.
-9. Next step: only if it follows from the latest request (quote it); leave it out if the
-   work was finished.
-{extra}Only the <summary> is kept; the <analysis> is thrown away.
-
-Reminder: answer with text only. Do not call any tools."""
-
-
-class SummaryError(Exception):
-    """The summary call failed, or returned nothing usable."""
-
-
-def summary_instructions(focus: str, limit_tokens: int) -> str:
-    extra = f"Focus especially on: {focus}\n" if focus else ""
-    extra += f"Keep the <summary> under {limit_tokens:,} tokens (about {limit_tokens * 3 // 4:,} words).\n"
-    return SUMMARY_INSTRUCTIONS.replace("{extra}", extra)
-
-
-def extract_summary(text: str) -> str:
-    text = re.sub(r"<analysis>.*?(</analysis>|$)", "", text, flags=re.S)
-    match = re.search(r"<summary>(.*?)(</summary>|$)", text, re.S)
-    return (match.group(1) if match else text).strip()
-
-
-def cut_long_texts(message: dict, max_chars: int) -> dict:
-    """A copy with every long text and tool result cut to max_chars (for a summary request only)."""
-    def cut(text: str) -> str:
-        return text if len(text) <= max_chars else text[:max_chars] + " [... cut to fit ...]"
-    content = []
-    for block in blocks_of(message):
-        if block.get("type") == "text":
-            block = {**block, "text": cut(block["text"])}
-        elif block.get("type") == "tool_result":
-            block = replace_result(block, cut(result_text(block)))
-        content.append(block)
-    return {**message, "content": content}
-
-
-def fit_for_summary(messages: list, max_tokens: int) -> list:
-    """The newest whole message groups that fit in max_tokens; tool pairs are never split."""
-    if estimate_tokens(messages) <= max_tokens:
-        return messages
-    note = {"role": "user", "content": [{"type": "text", "text": "[The oldest messages were left out of "
-                                         "this request to fit the window; they are in the transcript.]"}]}
-    groups = message_groups(messages)
-    kept = newest_within(groups, max_tokens - estimate_tokens([note]), estimate_tokens)
-    if kept:
-        return [note] + [m for group in kept for m in group]
-    if not groups:  # not even the newest group fits: keep it, cut short
-        return [cut_long_texts(messages[0], max_tokens)]
-    return [note] + [cut_long_texts(m, max_tokens) for m in groups[-1]]
-
-
-def summarize_with_model(agent, messages: list, focus: str, limit_tokens: int, undercount: float = 1.0) -> str:
-    """One summary from the model (several calls only if it must drop old messages to fit).
-
-    The request continues the cached conversation when it fits: same system, tools and
-    messages, the instruction added at the end, and tool_choice "none". undercount > 1 says
-    the API counted that many times more tokens than we estimate. Raises SummaryError."""
-    s = agent.settings
-    instruction = summary_instructions(focus, limit_tokens)
-    fixed = estimate_text_tokens(instruction) + s.summary_max_tokens
-    budget = int((s.window - fixed - agent.overhead) / undercount * ESTIMATE_MARGIN)
-    needed = context_tokens(agent, messages) * undercount + fixed
-    if s.window * (1 - COUNT_TOKENS_MARGIN) < needed <= s.window:  # too close to call on an estimate
-        needed = exact_context_tokens(agent, messages) * undercount + fixed
-    fits = needed <= s.window
-    sent = messages if fits else fit_for_summary(messages, budget)
-    for _ in range(SUMMARY_ATTEMPTS):
-        request = build_request(agent, sent, extra_text=instruction)
-        request.update(max_tokens=s.summary_max_tokens, tool_choice={"type": "none"})
+def logged_endpoint(path: Path, model: str) -> dict | None:
+    """The endpoint facts a session log recorded last, if it was for the same model."""
+    facts, header_model = None, None
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
         try:
-            answer = send_request(agent, request, agent.overhead + estimate_tokens(sent),
-                                  label="writing the summary")
-        except ContextOverflow as err:
-            adopt_overflow(agent, err)
-            # the error may say by how much we were over: leave out that much more
-            over = err.overflow.prompt_tokens / err.overflow.window if err.overflow.window and \
-                err.overflow.prompt_tokens else 2.0
-            budget = int(min(budget, estimate_tokens(sent)) / max(over, 1.1) * 0.9)
-            sent = fit_for_summary(messages, budget)
+            record = json.loads(line)
+        except ValueError:
             continue
-        except API_FAILURES as err:
-            raise SummaryError(api_error_text(err)) from err
-        return extract_summary("".join(b["text"] for b in answer.message["content"] if b["type"] == "text"))
-    raise SummaryError("too long to summarize even after leaving out the oldest messages")
+        if not isinstance(record, dict):
+            continue
+        if record.get("type") == "session":
+            header_model, facts = record.get("model"), record.get("endpoint") or facts
+        elif record.get("type") == "endpoint" and record.get("model", header_model) == model:
+            facts = {k: v for k, v in record.items() if k != "type"}
+    return facts if facts and (facts.get("model") or header_model) == model else None
 
 
-def fallback_summary(messages: list, todos: list, limit_tokens: int) -> str:
-    """A summary assembled without the model, so compaction succeeds in every case."""
-    said = user_words(messages)
-    paths = [b["input"]["path"] for m in messages if m["role"] == "assistant" for b in blocks_of(m)
-             if b.get("type") == "tool_use" and isinstance(b["input"].get("path"), str)]
-    last = next((b["text"] for m in reversed(messages) if m["role"] == "assistant"
-                 for b in blocks_of(m) if b.get("type") == "text"), "")
-    parts = ["(Assembled without the model, because the summary call failed: the user's messages, "
-             "the files touched, the todo list and the last reply. The transcript has the rest.)",
-             "User messages, oldest first:\n" + "\n".join(f"- {t[:500]}" for t in said[-20:]),
-             "Files touched: " + (", ".join(dict.fromkeys(paths)) or "none")]
-    if todos:
-        parts.append("Todo list:\n" + render_todos(todos))
-    if last:
-        parts.append(f"The assistant's last reply:\n{last[:1500]}")
-    return head_within("\n\n".join(parts), limit_tokens - 1)
+BLOCK_FIELDS = {"text": ("text",), "tool_use": ("id", "name"), "tool_result": ("tool_use_id",)}
 
 
-def api_error_text(err: Exception) -> str:
-    """One line for a person: the status, the error's kind and its message."""
-    if isinstance(err, ErrorEvent):
-        return f"error inside the reply stream: {err}"
-    body = getattr(err, "body", None)
-    if isinstance(body, dict) and isinstance(body.get("error"), dict):
-        error = body["error"]
-        kind = error.get("type") or error.get("code") or "error"
-        return f"{getattr(err, 'status_code', '')} {kind}: {error.get('message')}"
-    if isinstance(err, anthropic.APITimeoutError):
-        return ("the endpoint did not answer in time (API_CONNECT_TIMEOUT, API_IDLE_TIMEOUT); "
-                "check ANTHROPIC_BASE_URL and the network")
-    if isinstance(err, anthropic.APIConnectionError):
-        return f"cannot reach the API ({err.__cause__ or err}); check ANTHROPIC_BASE_URL and the network"
-    if isinstance(err, anthropic.APIStatusError):
-        return f"{err.status_code} {one_line(str(body or err), 200)}"
-    return str(err)
+def is_message(value) -> bool:
+    """Whether a logged record holds a message the program can work with."""
+    if not isinstance(value, dict) or value.get("role") not in ("user", "assistant"):
+        return False
+    content = value.get("content")
+    return isinstance(content, str) or isinstance(content, list) and all(
+        isinstance(b, dict) and all(isinstance(b.get(k), str) for k in BLOCK_FIELDS.get(b.get("type"), ("type",)))
+        for b in content)
 
 
-# ---------------------------------------------------------------------------- the agent
+def read_session(path: Path, warn=None) -> list:
+    """Replay a session log into the history it last held. A line that is not a whole,
+    well-formed record (torn by a crash, or edited) is skipped, and warn() says how many."""
+    history, skipped = [], 0
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            record = None
+        kind = record.get("type") if isinstance(record, dict) else None
+        if kind == "message" and is_message(record.get("message")):
+            history.append(record["message"])
+        elif kind == "replace_last" and history and is_message(record.get("message")):
+            history[-1] = record["message"]
+        elif kind == "history" and isinstance(record.get("messages"), list) and \
+                all(is_message(m) for m in record["messages"]):
+            history = record["messages"]
+        elif kind not in ("session", "endpoint", "layer"):
+            skipped += 1
+    if skipped and warn:
+        warn(f"[session log] skipped {skipped} unreadable record(s) in {path.name}")
+    return history
+
+
+def repair_torn_tail(path: Path) -> int:
+    """Cut a last line the program was killed while writing, so new records start on a
+    line of their own; return how many bytes were cut."""
+    try:
+        with open(path, "rb+") as f:
+            data = f.read()
+            if not data or data.endswith(b"\n"):
+                return 0
+            keep = data.rfind(b"\n") + 1
+            try:
+                json.loads(data[keep:])
+                f.write(b"\n")  # a whole record that only lost its newline is kept
+                return 0
+            except ValueError:
+                f.truncate(keep)
+    except OSError:
+        return 0  # not writable: SessionLog says so when it tries to append
+    return len(data) - keep
+
+
+def session_logs(workdir: Path) -> list:
+    """This workspace's session logs, oldest first."""
+    return sorted((workdir / TRANSCRIPT_DIR).glob("session-*.jsonl"), key=lambda p: p.stat().st_mtime)
+
+
+def list_sessions(workdir: Path) -> str:
+    rows = []
+    for path in session_logs(workdir):
+        history = read_session(path, warn=print)
+        first = current_request(history[:1]) if history else None
+        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(path.stat().st_mtime))
+        prompt = one_line(first["text"], 50) if first else "(no prompt yet)"
+        rows.append(f"  {path.stem.removeprefix('session-'):<24} {when}  {len(history):>4} messages  "
+                    f"{path.stat().st_size / 1024:>8.1f} KB  {prompt}")
+    return "Sessions in this workspace (newest last):\n" + "\n".join(rows) if rows else \
+        "No sessions in this workspace yet."
+
+
+def unanswered(calls: list) -> list:
+    return [{"type": "tool_result", "tool_use_id": c["id"], "is_error": True,
+             "content": "Interrupted: the program stopped before this call finished."} for c in calls]
+
+
+def repair_history(messages: list) -> list:
+    """Make a history from a log valid for the API again, whatever the log lost: it starts
+    with the user; every call is answered right after it (a call the program stopped in
+    gets a result saying so); a result with no call is dropped; a tool input that is not
+    an object (refused when it came) becomes {}."""
+    repaired = []
+    for message in messages:
+        previous = repaired[-1] if repaired else None
+        calls = [b for b in blocks_of(previous) if b.get("type") == "tool_use"] if has_tool_use(previous or {
+            "role": "user", "content": []}) else []
+        if message["role"] == "assistant":
+            if previous is None:
+                continue  # a history starts with the user
+            if calls:
+                repaired.append({"role": "user", "content": unanswered(calls)})
+            repaired.append({**message, "content": [{**b, "input": {}} if b.get("type") == "tool_use" and not
+                                                    isinstance(b.get("input"), dict) else b for b in blocks_of(message)]})
+            continue
+        ids = {c["id"] for c in calls}
+        results = [b for b in blocks_of(message) if b.get("type") == "tool_result" and b["tool_use_id"] in ids]
+        results += unanswered([c for c in calls if c["id"] not in {r["tool_use_id"] for r in results}])
+        content = results + [b for b in blocks_of(message) if b.get("type") != "tool_result"]
+        if previous is not None and previous["role"] == "user":
+            repaired[-1] = {**previous, "content": blocks_of(previous) + content}  # keep the roles alternating
+        elif content:
+            repaired.append({**message, "content": content})
+    if repaired and has_tool_use(repaired[-1]):
+        repaired.append({"role": "user", "content": unanswered(
+            [b for b in blocks_of(repaired[-1]) if b.get("type") == "tool_use"])})
+    return repaired
+
+
+def find_session(workdir: Path, wanted: str) -> Path:
+    """The log of session `wanted` ("latest": the newest); ValueError when there is none."""
+    logs = session_logs(workdir)
+    path = logs[-1] if wanted == "latest" and logs else workdir / TRANSCRIPT_DIR / f"session-{wanted}.jsonl"
+    if not path.is_file():
+        raise ValueError(f"No session {wanted!r} in {workdir / TRANSCRIPT_DIR}; --list shows them.")
+    return path
+
+
+def open_session(agent, resume: Path | None) -> list:
+    """Start a new session log, or continue the one given; return its history."""
+    if resume:
+        cut = repair_torn_tail(resume)
+        if cut:
+            agent.say(f"[session log] its last line was cut off when the program stopped; removed it ({cut} bytes)")
+        history = repair_history(read_session(resume, warn=agent.say))
+        agent.log = SessionLog(resume, agent.secrets, agent.say, endpoint=agent.endpoint.facts())
+        agent.log.write({"type": "history", "reason": "resumed", "messages": history})
+        agent.say(f"Resumed session {resume.stem.removeprefix('session-')}: {len(history)} messages.")
+        return history
+    session = f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+    header = {"type": "session", "id": session, "model": agent.settings.model,
+              "window": agent.settings.window, "workdir": str(agent.workdir), "endpoint": agent.endpoint.facts()}
+    agent.log = SessionLog(agent.workdir / TRANSCRIPT_DIR / f"session-{session}.jsonl", agent.secrets,
+                           agent.say, header)
+    return []
+
+
+# ---- the terminal and the REPL -------------------------------------------------------------------
 
 SPINNER_FRAMES = "|/-\\"
+
+
 STYLES = {"layer": "\033[36m", "tool": "\033[2m", "error": "\033[31m", "dim": "\033[2m", "title": "\033[1m"}
 
 
@@ -1886,582 +2584,14 @@ class Spinner:
         self.stop()
 
 
-@dataclass
-class Agent:
-    """What one agent loop needs: the client, the settings, the workspace, and session state."""
-    client: object
-    settings: Settings
-    workdir: Path
-    system: str
-    tools: list
-    skills: dict = field(default_factory=dict)
-    hooks: dict = field(default_factory=dict)
-    confirm: object = None          # confirm(question) -> (allowed, reason)
-    out: object = print
-    label: str = ""
-    max_steps: int = MAX_STEPS_PER_TURN
-    todos: list = field(default_factory=list)
-    pending_compact: str | None = None
-    summary_failures: int = 0
-    breaker_announced: bool = False
-    disk_warned: bool = False                         # a layer could not save: said once
-    stats: dict = field(default_factory=dict)       # layer -> {"runs": n, "saved": tokens}
-    last_usage: dict = field(default_factory=dict)
-    usage_totals: dict = field(default_factory=dict)  # all calls of the session, summed
-    tokens: TokenCounter = field(default_factory=TokenCounter)
-    endpoint: Endpoint = None                         # shared with subagents; made from settings if not given
-    show_status: bool = False                         # a status line after each turn (terminals only)
-    color: bool = False                               # ANSI colours: a terminal, and NO_COLOR unset
-    spinner_to: object = None                         # a terminal stream for the waiting spinner
-    ledger: Ledger = field(default_factory=Ledger)
-    read_state: dict = field(default_factory=dict)    # (path, offset, limit) -> (size, mtime, call id)
-    read_stubs: dict = field(default_factory=dict)    # stub's call id -> (id of the result it points at, path)
-    loaded_skills: list = field(default_factory=list)
-    history: list = field(default_factory=list)       # the messages of the running loop, for read stubs
-    current_call: str = ""                            # the tool_use id being run
-    log: SessionLog | None = None                     # the session log (none for subagents)
-    secrets: list = field(default_factory=list)       # values never to show the model or write down
-
-    def __post_init__(self):
-        if self.endpoint is None:
-            self.endpoint = Endpoint(self.settings.window)
-
-    @property
-    def transcripts(self) -> Path:
-        return self.workdir / TRANSCRIPT_DIR
-
-    @property
-    def outputs(self) -> Path:
-        return self.workdir / TOOL_RESULTS_DIR
-
-    def say(self, text: str, style: str = "") -> None:
-        prefix = f"  [{self.label}] " if self.label else ""
-        text = prefix + text.replace("\n", "\n" + prefix) if prefix else text
-        self.out(f"{STYLES[style]}{text}\033[0m" if self.color and style else text)
-
-    def subagent(self) -> "Agent":
-        tools = [t for t in self.tools if t["name"] != "task"]
-        return replace(self, tools=tools, label="task", max_steps=SUBAGENT_MAX_STEPS, todos=[],
-                       pending_compact=None, last_usage={}, tokens=TokenCounter(), read_state={}, read_stubs={},
-                       history=[], loaded_skills=[], log=None)
-
-    @cached_property
-    def store(self) -> "Store":
-        """Where the layers save what they remove (a subagent gets its own, same folders)."""
-        return Store(self.workdir, self.secrets)
-
-    @cached_property
-    def overhead(self) -> int:
-        """Tokens of the system prompt and tool definitions, sent with every request."""
-        return estimate_text_tokens(self.system + json.dumps(self.tools))
-
-
-def build_system_prompt(workdir: Path, skills: dict) -> str:
-    listed = "\n".join(f"- {name}: {s['description']}" for name, s in skills.items()) or "(none)"
-    return (f"You are a coding agent working in {workdir}. Use the tools to inspect and change files "
-            "and to run commands; keep going until the user's request is done, then answer briefly.\n"
-            "Long conversations are compacted: old tool results become pointers to files under "
-            f"{TOOL_RESULTS_DIR}/ and old messages are summarized. Read those files again when you "
-            "need the details. Call compact yourself when you finish a phase of work.\n"
-            f"Skills (load one with load_skill before using it):\n{listed}")
-
-
-# ---------------------------------------------------------------------------- running the pipeline
-
-LAYER_VERBS = {"tool_result_budget": "large results → disk + preview",
-               "snip_compact": "middle messages snipped",
-               "micro_compact": "old results → placeholders",
-               "compact_history": "messages → summary",
-               "reactive_compact": "messages → summary + recent tail"}
-
-
-def count_changes(name: str, before: list, after: list) -> int:
-    """How many messages (or, for the result layers, tool results) a layer changed."""
-    if name in ("compact_history", "reactive_compact"):
-        return len(before)
-    if name == "snip_compact":
-        return len(before) - len(after)  # the marker joins an existing message
-    changed = 0
-    for old, new in zip(before, after):
-        if old is not new:  # layers copy only what they change
-            changed += sum(x is not y for x, y in zip(blocks_of(old), blocks_of(new)))
-    return changed
-
-
-class Store:
-    """Where the layers put what they remove, in the workspace: full tool outputs, and
-    removed messages as transcripts. The history is redacted where content enters it; this
-    is the last net before the disk. It keeps a list of what it wrote, for the reports."""
-
-    def __init__(self, workdir: Path, secrets: list = ()):
-        self.workdir, self.secrets, self.written = workdir, list(secrets), []
-
-    def save_output(self, tool_use_id: str, text: str) -> Path:
-        return self.wrote(save_tool_output(self.workdir / TOOL_RESULTS_DIR, tool_use_id, redact(text, self.secrets)))
-
-    def save_messages(self, messages: list, kind: str) -> Path:
-        return self.wrote(save_transcript(self.workdir / TRANSCRIPT_DIR, redact_deep(messages, self.secrets), kind))
-
-    def wrote(self, path: Path) -> Path:
-        self.written.append(path.relative_to(self.workdir))
-        return self.written[-1]
-
-
-def apply_layer(agent, layer, messages: list, note: str = "", **settings) -> list:
-    """Run one layer with the agent's store, and report what it did, once, by comparing
-    the history before and after."""
-    name, first_new = layer.__name__, len(agent.store.written)
-    try:
-        result = layer(messages, store=agent.store, **settings)
-    except OSError as err:
-        # nothing may be removed unless it is on disk: keep the history as it is
-        if not agent.disk_warned:
-            agent.say(f"[{name}] cannot save to disk ({err}); keeping content in context instead.")
-            agent.disk_warned = True
-        return messages
-    if result is messages:
-        return messages
-    saved = agent.tokens.estimate(messages) - agent.tokens.estimate(result)
-    record = agent.stats.setdefault(name, {"runs": 0, "saved": 0})
-    record["runs"] += 1
-    record["saved"] += saved
-    # The result layers may point at a copy saved earlier, so name the folder, not new files.
-    where = [str(p) for p in agent.store.written[first_new:] if p.suffix == ".jsonl"] or [TOOL_RESULTS_DIR + "/"]
-    change = f"−{format_tokens(saved)}" if saved >= 0 else f"+{format_tokens(-saved)}"
-    agent.say(f"[{name}] {count_changes(name, messages, result)} {LAYER_VERBS[name]}, "
-              f"{change} tokens (saved to {', '.join(where)}){note}", "layer")
-    if agent.log:  # the rewritten history itself is logged when it replaces the old one
-        agent.log.write({"type": "layer", "layer": name, "saved_to": where, "tokens_saved": saved})
-    return result
-
-
-def format_tokens(n: int) -> str:
-    return f"{n / 1000:.1f}k" if abs(n) >= 1000 else str(n)
-
-
-def recent_user_messages(messages: list, max_tokens: int) -> str:
-    """The user's own words, newest first and verbatim, up to max_tokens. A request still
-    being worked on is left out: it comes last anyway (rebuild_after_summary)."""
-    said = user_words(messages)
-    in_flight = bool(messages) and messages[-1]["role"] == "user"
-    kept = newest_within(said[:-1] if in_flight else said, max_tokens, estimate_text_tokens)[::-1]
-    return f"{RESTORED_MARKER}: recent user messages, newest first]\n" + "\n".join(f"- {t}" for t in kept) \
-        if kept else ""
-
-
-def restored_files(agent, max_tokens: int) -> list:
-    """The most recently read files, re-read from disk now; a changed or vanished file says so."""
-    blocks, used = [], 0
-    for path, (_, _, digest) in list(reversed(agent.ledger.reads.items()))[:POST_COMPACT_MAX_FILES]:
-        target = inside_workspace(agent.workdir, path)
-        if target is None or not target.is_file():
-            blocks.append(f"{RESTORED_MARKER}: {path}] This file was read earlier and has since vanished.")
-            continue
-        room = min(agent.settings.restore_file_tokens, max_tokens - used)
-        if room <= 50:
-            continue
-        with open(target, "rb") as f:
-            raw = f.read(room * CHARS_PER_TOKEN)
-        if b"\0" in raw[:8192]:
-            continue
-        text = head_within(redact(raw.decode("utf-8", "replace"), agent.secrets), room)  # a file may hold a key
-        state = "unchanged since it was read" if short_hash(target) == digest else \
-            "it CHANGED since it was last read; this is its content now"
-        cut = "" if len(text.encode()) >= target.stat().st_size else "\n[... cut here; read_file shows the rest]"
-        blocks.append(f"{RESTORED_MARKER}: {path}, re-read from disk, {state}]\n{text}{cut}")
-        used += estimate_text_tokens(blocks[-1])
-    return blocks
-
-
-def plan_restore(agent, messages: list, tail_tokens: int) -> tuple:
-    """What comes back after a summary, and how many tokens that leaves the summary.
-
-    Everything together stays under compacted_max (a quarter of the window); at least a
-    third of that is kept for the summary itself."""
-    s = agent.settings
-    request = current_request(messages)
-    fixed = agent.overhead + tail_tokens + (estimate_text_tokens(request["text"]) if request else 0) + 100
-    room = s.compacted_max - fixed - s.compacted_max // 3
-    parts = [agent.ledger.render(min(s.ledger_tokens, max(room, 0)))]
-    if parts[0]:
-        parts[0] = f"{RESTORED_MARKER}: fact ledger]\n{parts[0]}"
-    parts.append(recent_user_messages(messages, min(s.restore_user_tokens, room - estimate_text_tokens(parts[0]))))
-    used = sum(estimate_text_tokens(p) for p in parts)
-    parts += restored_files(agent, min(s.restore_files_tokens, room - used))
-    if agent.todos:
-        parts.append(f"{RESTORED_MARKER}: todo list]\n{render_todos(agent.todos)}")
-    if agent.loaded_skills:
-        parts.append(f"{RESTORED_MARKER}: skills loaded earlier] {', '.join(agent.loaded_skills)} "
-                     "(call load_skill again to see their instructions)")
-    restored = [p for p in parts if p]
-    limit = s.compacted_max - fixed - sum(estimate_text_tokens(p) for p in restored)
-    return restored, max(limit, s.window // 40)
-
-
-def make_summary(agent, messages: list, focus: str, limit: int, undercount: float = 1.0) -> tuple:
-    """(a summary of at most `limit` tokens, who wrote it), in every case: the model's,
-    else one built without it."""
-    if not breaker_open(agent):
-        try:
-            summary = summarize_with_model(agent, messages, focus, limit, undercount)
-            if not summary or estimate_text_tokens(summary) > limit:  # ask once for a shorter one
-                summary = summarize_with_model(agent, messages, f"{focus} Your last summary was too long "
-                                               f"or empty: stay well under {limit:,} tokens.".strip(), limit, undercount)
-            if not summary or estimate_text_tokens(summary) > limit:
-                raise SummaryError("empty" if not summary else
-                                   f"{estimate_text_tokens(summary):,} tokens, over the {limit:,} it must fit in")
-            agent.summary_failures = 0
-            return summary, "the model"
-        except SummaryError as err:
-            agent.summary_failures += 1
-            agent.say(f"[summary] failed ({agent.summary_failures}/{MAX_CONSECUTIVE_SUMMARY_FAILURES}): {err}; "
-                      "using one built without the model")
-    return fallback_summary(messages, agent.todos, limit), "fallback"
-
-
-def breaker_open(agent) -> bool:
-    if agent.summary_failures < MAX_CONSECUTIVE_SUMMARY_FAILURES:
-        return False
-    if not agent.breaker_announced:
-        agent.say(f"[summary] {MAX_CONSECUTIVE_SUMMARY_FAILURES} summaries failed in a row; no more summary "
-                  "calls this session. Compaction goes on with summaries built without the model.")
-        agent.breaker_announced = True
-    return True
-
-
-def nothing_to_summarize(messages: list, restored: list, tail_tokens: int) -> bool:
-    """Whether the history holds little more than a summary cannot remove: what comes back
-    after it, and (about) the summary already there. Then a model call would be wasted."""
-    request = current_request(messages)
-    summaries = [b["text"] for m in messages for b in blocks_of(m) if b.get(OWN) in ("compact", "reactive")]
-    floor = tail_tokens + sum(map(estimate_text_tokens, restored + summaries)) + PLACEHOLDER_TOKENS
-    return estimate_tokens(messages) <= floor + (estimate_text_tokens(request["text"]) if request else 0)
-
-
-def summarize_history(agent, messages: list, layer=None, focus: str = "", undercount: float = 1.0) -> list:
-    """compact_history (or reactive_compact) at the edges: the hooks, what comes back after
-    the summary, the summary itself, and the ledger check. undercount is how far the API's
-    count of a refused request exceeded our estimate."""
-    layer = layer or compact_history
-    for extra in fire_hooks(agent, "PreCompact", messages=messages, focus=focus):
-        focus = " ".join(filter(None, [focus, extra.get("instructions", "")]))
-    s, settings = agent.settings, {}
-    if layer is reactive_compact:
-        tail_tokens = settings["tail_tokens"] = int(s.threshold * REACTIVE_TAIL_SHARE / max(undercount, 1.0))
-    else:
-        mid_turn = len(messages) >= 2 and is_tool_result_message(messages[-1])
-        tail_tokens = estimate_tokens(messages[-2:]) if mid_turn else 0
-    restored, limit = plan_restore(agent, messages, tail_tokens)
-    if layer is compact_history and nothing_to_summarize(messages, restored, tail_tokens):
-        agent.say("[compact_history] nothing to compact: a summary would not make the context smaller")
-        return messages
-    summary, source = make_summary(agent, messages, focus, limit, undercount)
-    kept, total, lost = agent.ledger.check(summary, agent.todos)
-    result = apply_layer(agent, layer, messages, summary=summary, restored=restored, preview_chars=s.preview_chars,
-                         note=f"; summary by {source}, retained {kept}/{total} ledger facts", **settings)
-    transcript = agent.workdir / agent.store.written[-1]
-    if result is messages:
-        agent.say(f"[{layer.__name__}] the summary came out no smaller than the history; the history is kept "
-                  f"(transcript saved to {transcript.relative_to(agent.workdir)})")
-        return messages
-    for line in [l for l in summary.splitlines() if l.strip()][:3]:
-        agent.say(f"    {line[:120]}")
-    event = {"type": "compaction", "layer": layer.__name__, "summary_by": source, "summary": summary,
-             "ledger": {"retained": kept, "total": total, "lost": [f"{kind}: {key}" for kind, key in lost]}}
-    try:
-        with open(transcript, "a", encoding="utf-8") as f:
-            f.write(redact(json.dumps(event, ensure_ascii=False), agent.secrets) + "\n")
-    except OSError:
-        pass  # the messages themselves are saved; only this note is lost
-    agent.read_state.clear()  # what was read is no longer in context as it was
-    fire_hooks(agent, "PostCompact", messages=result, summary=summary, source=source)
-    return result
-
-
-def compact_pipeline(agent, messages: list) -> list:
-    """The four layers in order: cheap ones first, the summary only when still over the threshold."""
-    s = agent.settings
-    # Budget runs first: it saves big new results before anything else could shorten them.
-    messages = apply_layer(agent, tool_result_budget, messages, max_chars=s.budget_chars, preview_chars=s.preview_chars)
-    messages = apply_layer(agent, snip_compact, messages, keep_head=s.snip_keep_head, keep_tail=s.snip_keep_tail,
-                           at_least=s.snip_at_least, min_tokens=s.snip_min_tokens, measure=agent.tokens.estimate)
-    # micro_compact waits for a trigger, so it does not rewrite the cached prefix every turn.
-    if context_tokens(agent, messages) > s.micro_trigger:
-        messages = apply_layer(agent, micro_compact, messages, keep_recent=s.keep_recent,
-                               min_chars=s.micro_min_chars, clear_at_least=s.clear_at_least)
-    if over_threshold(agent, messages):
-        messages = summarize_history(agent, messages)
-    return messages
-
-
-def over_threshold(agent, messages: list) -> bool:
-    """Compare with the threshold; near it, an exact count decides rather than an estimate."""
-    s = agent.settings
-    tokens = context_tokens(agent, messages)
-    if abs(tokens - s.threshold) <= s.threshold * COUNT_TOKENS_MARGIN:
-        tokens = exact_context_tokens(agent, messages)
-    return tokens > s.threshold
-
-
-def append_message(agent, messages: list, message: dict) -> None:
-    """Append a message to the history, and to the session log the same moment."""
-    messages.append(message)
-    if agent.log:
-        agent.log.write({"type": "message", "message": message})
-
-
-def replace_history(agent, messages: list, new: list, reason: str) -> None:
-    """Put a rewritten history in place (same list object), and record it whole."""
-    if new is messages:
-        return
-    messages[:] = new
-    if agent.log:  # the "layer" records before it say what acted, and where the removed content went
-        agent.log.write({"type": "history", "reason": reason, "messages": new})
-
-
-# ---------------------------------------------------------------------------- the agent loop
-
-INTERRUPTED = "[Interrupted by the user: this request was cancelled. Do not resume it unless the user asks.]"
-
-
-def record_interruption(agent, messages: list, partial: str) -> None:
-    """After Ctrl-C, the history says so: the reply the user saw stream (if any) is kept,
-    marked interrupted, and the model is told the work was cancelled. The next prompt is
-    then a message of its own, not merged into the cancelled one."""
-    if not messages or messages[-1]["role"] != "user":
-        return
-    said = f"{partial.rstrip()}\n\n{INTERRUPTED}" if partial.strip() else INTERRUPTED
-    append_message(agent, messages, {"role": "assistant", "content": [own_text("interrupted", said)]})
-
-
-def true_stubs(messages: list, stubs: dict) -> list:
-    """A repeated read answered "as in result X above" must stay true in what is sent: when
-    a layer has since cleared X (or a summary took it), the stub says where the text went."""
-    if not stubs:
-        return messages
-    found = {b["tool_use_id"]: b for m in messages for b in blocks_of(m) if b.get("type") == "tool_result"}
-    stale = {call: (target, path) for call, (target, path) in stubs.items()
-             if call in found and OWN not in found[call] and (target not in found or OWN in found[target])}
-    if not stale:
-        return messages
-    out = []
-    for message in messages:
-        if any(b.get("tool_use_id") in stale for b in blocks_of(message)):
-            message = {**message, "content": [restub(b, *stale[b["tool_use_id"]], found.get(stale[b["tool_use_id"]][0]))
-                                              if b.get("tool_use_id") in stale else b for b in blocks_of(message)]}
-        out.append(message)
-    return out
-
-
-def restub(block: dict, target: str, path: str, earlier: dict | None) -> dict:
-    where = f"its full text is saved at {earlier['saved_at']}" if earlier and earlier.get("saved_at") else \
-        "it is no longer in the conversation"
-    return replace_result(block, f"(a repeat read of {path}: the earlier result {target} was cleared since, and "
-                                 f"{where}; call read_file on {path} again to see it)", "stub")
-
-
-def call_model(agent, messages: list) -> tuple:
-    """One model call: (assistant message, stop_reason). The main agent's text is printed
-    as it arrives. Raises ContextOverflow when the prompt did not fit."""
-    printed = []
-
-    def show(chunk: str) -> None:
-        agent.out(chunk, end="", flush=True)
-        printed.append(chunk)
-    try:
-        answer = send_request(agent, build_request(agent, messages), context_tokens(agent, messages),
-                              on_text=None if agent.label else show)
-    except KeyboardInterrupt as stop:
-        stop.partial = "".join(printed)  # what the user saw stays in the history (record_interruption)
-        raise
-    if printed:
-        agent.out()
-    reply = answer.message
-    if answer.prompt_tokens:  # usage is exact: it anchors the size of history + reply
-        output = answer.usage.get("output_tokens") or agent.tokens.size(reply)
-        agent.tokens.anchor(answer.prompt_tokens + output, messages + [reply])
-    return reply, answer.stop_reason
-
-
-def park_oversized_request(agent, messages: list) -> list:
-    """After the window shrank, a request too big for it is moved to a file (as a long
-    prompt is from the start), so the retry is not refused for its size again."""
-    request = current_request(messages)
-    if not request or estimate_text_tokens(request["text"]) <= agent.settings.threshold // 2:
-        return messages
-    pointer = park_long_prompt(agent, request["text"])
-    for i in range(len(messages) - 1, -1, -1):
-        texts = [b.get("text") for b in blocks_of(messages[i])]
-        if pointer and messages[i]["role"] == "user" and request["text"] in texts:
-            content = [{**b, "text": pointer} if b.get("text") == request["text"] else b for b in blocks_of(messages[i])]
-            return messages[:i] + [{**messages[i], "content": content}] + messages[i + 1:]
-    return messages
-
-
-def adopt_overflow(agent, err: ContextOverflow) -> bool:
-    """Learn from an overflow what the endpoint's window really is, and size everything to
-    it; True when the window shrank."""
-    endpoint, overflow = agent.endpoint, err.overflow
-    if not overflow.window and err.sent_tokens < MIN_CONTEXT_WINDOW:
-        overflow = replace(overflow, counts_output=True)  # a prompt this small can only be refused for max_tokens
-    endpoint.counts_output = endpoint.counts_output or overflow.counts_output
-    window = learned_window(overflow, window=endpoint.window, sent_tokens=err.sent_tokens,
-                            max_tokens=err.max_tokens, largest_accepted=endpoint.largest_accepted)
-    shrank = window < endpoint.window
-    if shrank:
-        if err.overflow.window:
-            agent.say(f"[window] the endpoint's limit is {window:,} tokens (was assuming {endpoint.window:,})", "layer")
-            endpoint.window_source = "the endpoint's overflow message"
-        else:
-            output = f" + {err.max_tokens:,} for the reply" if overflow.counts_output else ""
-            agent.say(f"[window] the endpoint refused about {err.sent_tokens:,} tokens{output} without naming its "
-                      f"limit; assuming a window of {window:,} from now on (was {endpoint.window:,})", "layer")
-            endpoint.window_source = "an overflow that named no limit (below the refused size)"
-        endpoint.window, endpoint.learned = window, True
-    sync_settings(agent)
-    return shrank
-
-
-def sync_settings(agent) -> None:
-    """Size the settings to the endpoint's window (a subagent may have learned it), and
-    keep what was learned in the session log, so --resume starts from it."""
-    agent.settings = agent.settings.resized(agent.endpoint.window)
-    if agent.log:
-        agent.log.note_endpoint(agent.endpoint.facts())
-
-
 def one_line(text: str, width: int = 100) -> str:
     line = " ".join(str(text).split())
     return line if len(line) <= width else line[:width - 1] + "…"
 
 
-def use_tool(agent, block: dict) -> dict:
-    """Run one tool call through the hooks; always returns a tool_result block."""
-    name, args = block["name"], block["input"]
-    agent.say(f"> {name}: {one_line(json.dumps(args, ensure_ascii=False), 90)}", "tool")
-    schema = next((t["input_schema"] for t in agent.tools if t["name"] == name), None)
-    if schema is None:
-        output, failed = (f"Error: unknown tool '{name}'. Available tools: "
-                          f"{', '.join(t['name'] for t in agent.tools)}."), True
-    elif problem := check_tool_input(schema, args):
-        output, failed = f"Error: {name} was called wrongly: {problem}. Call it again with valid input.", True
-    elif denied := [r["deny"] for r in fire_hooks(agent, "PreToolUse", name=name, input=args) if "deny" in r]:
-        output, failed = denied[0], True
-    else:
-        agent.current_call = block["id"]
-        known = {key: value for key, value in args.items() if key in schema.get("properties", {})}
-        try:
-            with Spinner(agent.spinner_to if name != "task" else None, f"running {name}"):
-                output, failed = TOOL_HANDLERS[name](agent, **known), False
-        except ToolError as err:
-            output, failed = f"Error: {err}", True
-        except (OSError, ValueError, ContextOverflow, *API_FAILURES) as err:
-            output, failed = f"Error: {name} failed: {type(err).__name__}: {err}", True
-        if ignored := sorted(set(args) - set(known)):
-            output += f"\n(ignored argument(s) {name} does not take: {', '.join(ignored)})"
-        fire_hooks(agent, "PostToolUse", name=name, input=args, output=output, is_error=failed)
-    output = redact(output, agent.secrets)  # a secret printed by a tool never reaches the model or disk
-    agent.say(f"  {'✗' if failed else '<'} {one_line(output)}", "error" if failed else "tool")
-    result = {"type": "tool_result", "tool_use_id": block["id"], "content": output}
-    return {**result, "is_error": True} if failed else result
+def format_tokens(n: int) -> str:
+    return f"{n / 1000:.1f}k" if abs(n) >= 1000 else str(n)
 
-
-def make_reply_sendable(agent, messages: list, reply: dict, stop_reason: str) -> tuple:
-    """Fix what would break the next request: a tool call cut off by max_tokens (dropped,
-    with a note for the model), a tool_use id used before (renamed), and an input that is
-    not a JSON object (kept as {} so later requests stay valid, and answered with an error).
-    Returns (reply, note, {tool_use id: why it will not run})."""
-    content, note, refused = list(reply["content"]), "", {}
-    if stop_reason == "max_tokens" and content and content[-1].get("type") == "tool_use":
-        cut = content.pop()  # its input is incomplete: never run it
-        note = (f"{NOTE_MARKER}: your reply reached the output limit ({agent.settings.max_output:,} tokens) in the "
-                f"middle of a call to {cut['name']}, so that call was not run. Continue from there, and split "
-                "large content into several smaller calls.]")
-    seen = set(tool_names(messages))
-    for k, block in enumerate(content):
-        if block.get("type") == "tool_use":
-            unique, n = block["id"], 1
-            while unique in seen:
-                unique, n = f"{block['id']}_{n}", n + 1
-            seen.add(unique)
-            content[k] = {**block, "id": unique}
-            if not isinstance(block["input"], dict):
-                refused[unique] = (f"its input was not a JSON object (received {one_line(json.dumps(block['input']), 80)}),"
-                                   " so it was not run")
-                content[k]["input"] = {}
-    if content == reply["content"]:
-        return reply, note, refused  # the same object: the token counter's anchor still knows it
-    return {**reply, "content": content or [{"type": "text", "text": "(reply cut off)"}]}, note, refused
-
-
-def use_tools(agent, tool_uses: list, refused: dict) -> tuple:
-    """Run every call in order (a refused one is answered with why). On Ctrl-C the rest
-    are answered as interrupted."""
-    results = []
-    try:
-        for block in tool_uses:
-            if block["id"] in refused:
-                agent.say(f"  ✗ {block['name']}: {refused[block['id']]}", "error")
-                results.append({"type": "tool_result", "tool_use_id": block["id"], "is_error": True,
-                                "content": f"Error: this call to {block['name']} failed: {refused[block['id']]}. "
-                                           "Call it again with a JSON object as its input."})
-            else:
-                results.append(use_tool(agent, block))
-        return results, False
-    except KeyboardInterrupt:
-        for block in tool_uses[len(results):]:
-            results.append({"type": "tool_result", "tool_use_id": block["id"], "is_error": True,
-                            "content": "Interrupted by the user before this finished."})
-        return results, True
-
-
-def agent_loop(agent, messages: list) -> str | None:
-    """One user turn: compact, call the model, run its tools, repeat until it stops calling tools."""
-    reactive_retries = 0
-    agent.history = messages  # the same list object: read_file checks it for repeat reads
-    for _ in range(agent.max_steps):
-        sync_settings(agent)  # a subagent may have learned the endpoint's window
-        replace_history(agent, messages, compact_pipeline(agent, messages), "compaction")
-        replace_history(agent, messages, true_stubs(messages, agent.read_stubs), "read stubs re-pointed")
-        try:
-            reply, stop_reason = call_model(agent, messages)
-        except ContextOverflow as err:
-            shrank = adopt_overflow(agent, err)  # a smaller window: every threshold is recomputed first
-            if reactive_retries >= MAX_REACTIVE_RETRIES:
-                raise
-            reactive_retries += 1
-            replace_history(agent, messages, park_oversized_request(agent, messages), "request parked")
-            if shrank and context_tokens(agent, messages) <= agent.settings.threshold:
-                continue  # the history fits the window learned: only max_tokens was too big for it
-            counted = err.overflow.prompt_tokens
-            undercount = counted / err.sent_tokens if counted else 1.0
-            replace_history(agent, messages, summarize_history(agent, messages, reactive_compact, undercount=undercount),
-                           "reactive_compact")
-            continue
-        reply, note, refused = make_reply_sendable(agent, messages, reply, stop_reason)
-        append_message(agent, messages, reply)
-        tool_uses = [b for b in reply["content"] if b.get("type") == "tool_use"]
-        if not tool_uses and note:  # cut short: tell the model and let it go on
-            append_message(agent, messages, {"role": "user", "content": [own_text("note", note)]})
-            continue
-        if not tool_uses:
-            final = "\n".join(b["text"] for b in reply["content"] if b.get("type") == "text")
-            fire_hooks(agent, "Stop", messages=messages, final=final)
-            return final
-        results, interrupted = use_tools(agent, tool_uses, refused)
-        notes = [own_text("note", note)] if note else []
-        append_message(agent, messages, {"role": "user", "content": results + notes})
-        if interrupted:
-            agent.pending_compact = None  # an interrupted batch leaves nothing to do later
-            raise KeyboardInterrupt
-        if agent.pending_compact is not None:
-            focus, agent.pending_compact = agent.pending_compact, None
-            replace_history(agent, messages, summarize_history(agent, messages, focus=focus), "compact tool")
-    agent.say(f"[stopped after {agent.max_steps} model calls in one turn; send a message to continue]")
-    return None
-
-
-# ---------------------------------------------------------------------------- the REPL
 
 HELP = """Commands:
   /compact [focus]  summarize the conversation now; the focus text steers the summary
@@ -2663,94 +2793,14 @@ def terminal_confirm(interactive: bool):
     return confirm
 
 
-def session_logs(workdir: Path) -> list:
-    """This workspace's session logs, oldest first."""
-    return sorted((workdir / TRANSCRIPT_DIR).glob("session-*.jsonl"), key=lambda p: p.stat().st_mtime)
-
-
-def list_sessions(workdir: Path) -> str:
-    rows = []
-    for path in session_logs(workdir):
-        history = read_session(path, warn=print)
-        first = current_request(history[:1]) if history else None
-        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(path.stat().st_mtime))
-        prompt = one_line(first["text"], 50) if first else "(no prompt yet)"
-        rows.append(f"  {path.stem.removeprefix('session-'):<24} {when}  {len(history):>4} messages  "
-                    f"{path.stat().st_size / 1024:>8.1f} KB  {prompt}")
-    return "Sessions in this workspace (newest last):\n" + "\n".join(rows) if rows else \
-        "No sessions in this workspace yet."
-
-
-def unanswered(calls: list) -> list:
-    return [{"type": "tool_result", "tool_use_id": c["id"], "is_error": True,
-             "content": "Interrupted: the program stopped before this call finished."} for c in calls]
-
-
-def repair_history(messages: list) -> list:
-    """Make a history from a log valid for the API again, whatever the log lost: it starts
-    with the user; every call is answered right after it (a call the program stopped in
-    gets a result saying so); a result with no call is dropped; a tool input that is not
-    an object (refused when it came) becomes {}."""
-    repaired = []
-    for message in messages:
-        previous = repaired[-1] if repaired else None
-        calls = [b for b in blocks_of(previous) if b.get("type") == "tool_use"] if has_tool_use(previous or {
-            "role": "user", "content": []}) else []
-        if message["role"] == "assistant":
-            if previous is None:
-                continue  # a history starts with the user
-            if calls:
-                repaired.append({"role": "user", "content": unanswered(calls)})
-            repaired.append({**message, "content": [{**b, "input": {}} if b.get("type") == "tool_use" and not
-                                                    isinstance(b.get("input"), dict) else b for b in blocks_of(message)]})
-            continue
-        ids = {c["id"] for c in calls}
-        results = [b for b in blocks_of(message) if b.get("type") == "tool_result" and b["tool_use_id"] in ids]
-        results += unanswered([c for c in calls if c["id"] not in {r["tool_use_id"] for r in results}])
-        content = results + [b for b in blocks_of(message) if b.get("type") != "tool_result"]
-        if previous is not None and previous["role"] == "user":
-            repaired[-1] = {**previous, "content": blocks_of(previous) + content}  # keep the roles alternating
-        elif content:
-            repaired.append({**message, "content": content})
-    if repaired and has_tool_use(repaired[-1]):
-        repaired.append({"role": "user", "content": unanswered(
-            [b for b in blocks_of(repaired[-1]) if b.get("type") == "tool_use"])})
-    return repaired
-
-
-def find_session(workdir: Path, wanted: str) -> Path:
-    """The log of session `wanted` ("latest": the newest); ValueError when there is none."""
-    logs = session_logs(workdir)
-    path = logs[-1] if wanted == "latest" and logs else workdir / TRANSCRIPT_DIR / f"session-{wanted}.jsonl"
-    if not path.is_file():
-        raise ValueError(f"No session {wanted!r} in {workdir / TRANSCRIPT_DIR}; --list shows them.")
-    return path
-
-
-def open_session(agent, resume: Path | None) -> list:
-    """Start a new session log, or continue the one given; return its history."""
-    if resume:
-        cut = repair_torn_tail(resume)
-        if cut:
-            agent.say(f"[session log] its last line was cut off when the program stopped; removed it ({cut} bytes)")
-        history = repair_history(read_session(resume, warn=agent.say))
-        agent.log = SessionLog(resume, agent.secrets, agent.say, endpoint=agent.endpoint.facts())
-        agent.log.write({"type": "history", "reason": "resumed", "messages": history})
-        agent.say(f"Resumed session {resume.stem.removeprefix('session-')}: {len(history)} messages.")
-        return history
-    session = f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
-    header = {"type": "session", "id": session, "model": agent.settings.model,
-              "window": agent.settings.window, "workdir": str(agent.workdir), "endpoint": agent.endpoint.facts()}
-    agent.log = SessionLog(agent.workdir / TRANSCRIPT_DIR / f"session-{session}.jsonl", agent.secrets,
-                           agent.say, header)
-    return []
-
+# ---- configuration and start-up ------------------------------------------------------------------
 
 SETUP_HELP = """{problem}
 Copy .env.example to .env and fill in MODEL_ID and either ANTHROPIC_API_KEY or
 ANTHROPIC_AUTH_TOKEN (a token sent as "Authorization: Bearer", as proxies such
 as OpenRouter want), plus ANTHROPIC_BASE_URL for an Anthropic-compatible
 endpoint; or export them in your shell. See README.md, section "Set up"."""
+
 
 # Windows of well-known models, for endpoints without the Models API (none of the
 # compatible providers has one). First match wins; the id may carry a provider prefix.

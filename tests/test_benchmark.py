@@ -1,17 +1,12 @@
 """The benchmark script runs and reports every figure (its targets are checked by running it)."""
 
 import json
+import re
 
 import benchmark
+from conftest import CODE
 
-
-def test_scripted_session_reports_each_configuration(capsys):
-    assert benchmark.main(["--turns", "3", "--window", "30000"]) == 0
-    out = capsys.readouterr().out
-    assert "full pipeline" in out and "caching off" in out and "cheap layers off" in out
-    for row in ("billed input tokens", "cache-read share", "peak context", "prompt-too-long errors",
-                "pipeline ms median", "compact_history", "1,000 messages"):
-        assert row in out
+CHAPTER = CODE.parent / "README.md"
 
 
 def test_the_scripted_session_is_long_enough():
@@ -35,3 +30,46 @@ def test_a_transcript_can_be_replayed(tmp_path, capsys, s08):
     assert benchmark.main(["--replay", str(path), "--window", "30000"]) == 0
     out = capsys.readouterr().out
     assert "1 user turns, 2 scripted model calls" in out and "Targets" not in out
+
+
+def printed_table(out: str) -> dict:
+    """{row label: [figure per configuration]} from the benchmark's printed table."""
+    rows = {}
+    for line in out.splitlines():
+        found = re.match(r"(\S.{0,24}?)\s{2,}(\S+)\s+(\S+)\s+(\S+)$", line.strip())
+        if found:
+            rows[found.group(1).strip()] = [float(v.replace(",", "").rstrip("%")) for v in found.groups()[1:]]
+    return rows
+
+
+def chapter_figure(text: str) -> float:
+    number = float(re.sub(r"[^\d.]", "", text))
+    return number * (1e6 if text.strip().endswith("M") else 1e3 if text.strip().endswith("k") else 1)
+
+
+def test_the_chapters_measured_figures_match_a_fresh_run(capsys):
+    assert benchmark.main(["--no-timing"]) == 0
+    rows = printed_table(capsys.readouterr().out)
+    chapter = (CHAPTER).read_text(encoding="utf-8").split("### Measured")[1].split("\n## ")[0]
+    labels = {"billed input tokens": "billed input tokens", "billed ÷ raw input": "billed / raw",
+              "cache-read share": "cache-read share", "peak context (of 200k)": "peak context",
+              "summaries": "summary calls", "prompt-too-long errors": "prompt-too-long errors"}
+    checked = 0
+    for line in chapter.splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if cells[0] in labels:
+            for said, printed in zip(cells[1:], rows[labels[cells[0]]]):
+                said = chapter_figure(said)
+                assert abs(said - printed) <= max(0.02 * abs(printed), 1.0), (cells[0], said, printed)
+                checked += 1
+    assert checked == 18
+
+
+def test_the_small_run_adds_up(capsys):
+    assert benchmark.main(["--turns", "3", "--window", "30000", "--no-timing"]) == 0
+    rows = printed_table(capsys.readouterr().out)
+    full, no_cache, no_cheap = zip(*[rows[k] for k in ("billed / raw", "cache-read share", "tool_result_budget")])
+    assert no_cache[0] == 100.0 and no_cache[1] == 0.0, "with caching off everything is billed at full price"
+    assert no_cheap[2] == 0 and full[2] > 0, "the budget layer acts only when the cheap layers are on"
+    assert full[0] < no_cache[0] and full[1] > 50
+    assert rows["prompt-too-long errors"] == [0, 0, 0]
