@@ -4,6 +4,7 @@ import importlib.util
 import ipaddress
 import json
 import os
+import platform
 import socket
 import subprocess
 import sys
@@ -211,7 +212,8 @@ class LiveCLI:
         self.proc = subprocess.Popen([sys.executable, str(CODE)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE, text=True, cwd=workspace, env=cli_env(fake, **env))
         self.chunks = []
-        threading.Thread(target=self._read, daemon=True).start()
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
 
     def _read(self):
         while chunk := os.read(self.proc.stdout.fileno(), 4096):  # raw: streamed text has no newline yet
@@ -231,10 +233,22 @@ class LiveCLI:
             assert time.monotonic() < deadline, "timed out waiting"
             time.sleep(0.02)
 
+    def wait_at_prompt(self, timeout=20) -> None:
+        """Wait until the program is blocked reading its standard input: back at the prompt.
+        (Seen in /proc: the system call it sleeps in is read, on file descriptor 0.)"""
+        read = {"x86_64": "0", "aarch64": "63"}[platform.machine()]
+        def reading() -> bool:
+            try:
+                call = Path(f"/proc/{self.proc.pid}/syscall").read_text().split()
+            except OSError:
+                return False
+            return call[:2] == [read, "0x0"]
+        self.wait_for(reading, timeout)
+
     def finish(self, last_input: str = "", timeout=30) -> int:
         """Type the last input, close stdin, and return the exit code."""
         self.type(last_input)
         self.proc.stdin.close()
         code = self.proc.wait(timeout=timeout)
-        time.sleep(0.1)  # let the reader collect the last output
+        self.reader.join(timeout=5)  # it ends at the end of the output: everything is collected
         return code

@@ -183,19 +183,19 @@ def test_piped_output_has_no_status_line_and_no_escape_codes(fake, workspace):
     from conftest import run_cli
     done = run_cli(fake, workspace, "hello\n")
     assert "auto-compact in" not in done.stdout and "\033[" not in done.stdout
+    assert "\r" not in done.stdout, "no spinner when the output is not a terminal"
 
 
 def test_the_spinner_shows_elapsed_seconds_and_erases_itself(s08):
     import io
-    import time
+    from conftest import wait_until
     quick = io.StringIO()
     with s08.Spinner(quick, "running bash"):
         pass
     assert quick.getvalue() == "\r\033[K", "quick work draws nothing but the erase"
     slow = io.StringIO()
     with s08.Spinner(slow, "waiting for the model"):
-        time.sleep(0.8)
-    shown = slow.getvalue()
-    assert "waiting for the model 0." in shown and shown.endswith("\r\033[K")
-    with s08.Spinner(None, "off when not a terminal"):
-        pass  # no stream, no thread, nothing to see
+        wait_until(lambda: "waiting for the model 0." in slow.getvalue())  # drawn after half a second
+    assert slow.getvalue().endswith("\r\033[K")
+    with s08.Spinner(None, "off when not a terminal") as off:
+        assert off.thread is None, "no stream: nothing is started, so nothing can be drawn"

@@ -116,6 +116,11 @@ def test_reactive_compact_retries_once_after_prompt_too_long(s08, make_agent, wo
             retried["messages"][-1]["content"][-1]["text"] == "continue please"
         assert list((workspace / ".transcripts").glob("reactive-*.jsonl"))
         assert "[reactive_compact]" in agent.out.text
+        # The API counted about four times the estimate, so the recent tail kept is a quarter
+        # of REACTIVE_TAIL_SHARE by estimate: one exchange, where trusting the estimate keeps four.
+        kept = [m for m in retried["messages"][1:] if m["role"] == "assistant"]
+        share = agent.settings.threshold * s08.REACTIVE_TAIL_SHARE
+        assert len(kept) == 1 and s08.estimate_tokens(plain(retried["messages"][1:])) <= share / 3
         assert_valid(messages, "continue please")
 
 

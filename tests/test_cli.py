@@ -95,7 +95,7 @@ def test_context_command_shows_sizes_and_threshold(fake, workspace):
     assert "Prompt cache, last request: " in report and "Session input: " in report
 
 
-def test_every_layer_fires_in_one_session_at_a_small_window(workspace):
+def test_every_layer_fires_in_one_session_at_a_small_window(s08, workspace):
     """The chapter's promise, end to end: each layer acts, and nothing sent is ever invalid."""
     (workspace / "big.txt").write_text("big line\n" * 3_000)
     for n in range(6):
@@ -117,7 +117,7 @@ def test_every_layer_fires_in_one_session_at_a_small_window(workspace):
         assert f"[{layer}] " in out, f"{layer} did not fire:\n{out}"
     instructions = [blocks(r["messages"][-1])[-1]["text"] for r in fake.summary_requests]
     assert any("keep the file names" in i for i in instructions)
-    assert fake.rejections == ["prompt is too long: 13000 tokens > 12000 maximum"] or not fake.rejections
+    assert not fake.invalid and not fake.overflows, "the only refusal is the scripted one"
     assert_requests_valid(fake)
     assert "Recovered." in out and "Traceback" not in done.stderr
     assert any((workspace / ".task_outputs" / "tool-results").iterdir())
@@ -125,18 +125,20 @@ def test_every_layer_fires_in_one_session_at_a_small_window(workspace):
         for line in transcript.read_text().splitlines():
             record = json.loads(line)
             assert record.get("role") in ("user", "assistant") or record["type"] == "compaction"
-    for body in fake.main_requests:
-        texts = [b["text"] for m in body["messages"] if m["role"] == "user" for b in blocks(m) if b["type"] == "text"]
-        asked = [p for p in prompts if p in texts]
-        assert asked, "every request carries the user's current request verbatim"
+    # Every request carries the prompt being worked on, verbatim, as its newest user text;
+    # the prompts come in the order typed, and each one is worked on.
+    typed = [p for p in prompts if not p.startswith("/")]
+    current = [s08.current_request(plain(body["messages"]))["text"] for body in fake.main_requests]
+    assert all(text in typed for text in current), [t[:60] for t in current if t not in typed]
+    order = [typed.index(text) for text in current]
+    assert order == sorted(order) and set(order) == set(range(len(typed))), order
 
 
 def test_ctrl_c_during_a_model_call_returns_to_the_prompt(fake, workspace):
     fake.reply(dict(text("too late"), delay=5), text("second answer"))
     cli = LiveCLI(fake, workspace)
     cli.type("first\n")
-    cli.wait_for(lambda: len(fake.requests) == 1)
-    time.sleep(0.3)
+    cli.wait_for(lambda: len(fake.requests) == 1)  # the fake holds its reply back for 5 s
     cli.proc.send_signal(signal.SIGINT)
     assert cli.finish("second\n") == 0
     assert "interrupted" in cli.output and "second answer" in cli.output
@@ -197,8 +199,7 @@ def test_ctrl_c_during_compact_keeps_the_history(fake, workspace):
     fake.summary(dict(text("<summary>late</summary>"), delay=5))
     cli = LiveCLI(fake, workspace)
     cli.type("hello\n/compact\n")
-    cli.wait_for(lambda: len(fake.requests) == 2)
-    time.sleep(0.3)
+    cli.wait_for(lambda: len(fake.requests) == 2)  # the summary request, answered only after 5 s
     cli.proc.send_signal(signal.SIGINT)
     assert cli.finish("still there?\n") == 0 and "Traceback" not in cli.proc.stderr.read()
     assert "interrupted" in cli.output and "after the interrupt" in cli.output

@@ -119,6 +119,19 @@ def test_snip_folds_repeated_snips_into_one_marker(s08, savers):
     assert_valid(twice, "go")
 
 
+@pytest.mark.parametrize("keep_head", [1, 2, 4])
+def test_snip_moves_a_head_that_would_end_inside_a_pair(s08, savers, keep_head):
+    # Index keep_head is a tool_result message here (or the call before it): the head must
+    # end before the next call instead, or a result would lose its call.
+    history = [user("go")] + pairs(60)
+    out = s08.snip_compact(history, keep_head=keep_head, keep_tail=20, at_least=0, store=savers)
+    assert len(out) < len(history)
+    assert_valid(out, "go")
+    head_end = keep_head + (1 - keep_head % 2)  # the first call at or after keep_head starts the cut
+    assert out[:head_end - 1] == history[:head_end - 1], "the head is kept whole..."
+    assert blocks(out[head_end - 1])[:-1] == blocks(history[head_end - 1]), "...its last message gets the marker"
+
+
 def test_snip_does_nothing_below_the_limit(s08, savers):
     history = [user("go")] + pairs(20)
     assert s08.snip_compact(history, keep_head=3, keep_tail=47, at_least=0, store=savers) is history

@@ -153,7 +153,7 @@ def request_of(messages):
 
 
 layer_params = st.fixed_dictionaries({
-    "keep_tail": st.integers(2, 47), "at_least": st.sampled_from([0, 5, 20]),
+    "keep_head": st.integers(1, 5), "keep_tail": st.integers(2, 47), "at_least": st.sampled_from([0, 5, 20]),
     "min_tokens": st.sampled_from([0, 200, 5_000]), "keep_recent": st.integers(0, 3),
     "clear_at_least": st.sampled_from([0, 300, 20_000]), "budget_chars": st.sampled_from([500, 20_000, 200_000]),
 })
@@ -180,7 +180,7 @@ def layer(name, p, store):
     return {
         "tool_result_budget": lambda m: s08.tool_result_budget(m, max_chars=p["budget_chars"], preview_chars=400,
                                                                store=store),
-        "snip_compact": lambda m: s08.snip_compact(m, keep_head=3, keep_tail=p["keep_tail"], at_least=p["at_least"],
+        "snip_compact": lambda m: s08.snip_compact(m, keep_head=p["keep_head"], keep_tail=p["keep_tail"], at_least=p["at_least"],
                                                    min_tokens=p["min_tokens"] or 60, store=store),
         "micro_compact": lambda m: s08.micro_compact(m, keep_recent=p["keep_recent"], min_chars=120,
                                                      clear_at_least=p["clear_at_least"], store=store),

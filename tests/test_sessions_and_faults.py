@@ -146,9 +146,11 @@ def test_ctrl_c_during_a_streamed_reply_keeps_the_history_valid(fake, workspace)
 def test_two_ctrl_c_at_the_prompt_exit_cleanly(fake, workspace):
     cli = LiveCLI(fake, workspace)
     cli.type("/help\n")
-    cli.wait_for(lambda: "/context" in cli.output)  # it has answered, so it is back at the prompt
+    cli.wait_for(lambda: "/context" in cli.output)
+    cli.wait_at_prompt()
     cli.proc.send_signal(signal.SIGINT)
     cli.wait_for(lambda: "press Ctrl-C again" in cli.output)
+    cli.wait_at_prompt()
     cli.proc.send_signal(signal.SIGINT)
     assert cli.proc.wait(timeout=10) == 0
     assert "Traceback" not in cli.proc.stderr.read()
