@@ -1482,50 +1482,35 @@ class ToolError(Exception):
     """A tool failure the model can act on; the message says what to try next."""
 
 
-TODO_ITEM_SCHEMA = {"type": "object", "properties": {
-    "content": {"type": "string"},
-    "status": {"type": "string", "enum": ["pending", "in_progress", "completed"]}},
-    "required": ["content", "status"]}
+def tool(name: str, description: str, required: tuple, /, **properties) -> dict:
+    """One tool definition as the API takes it: a name, what it does, a JSON Schema."""
+    return {"name": name, "description": description,
+            "input_schema": {"type": "object", "properties": properties, "required": list(required)}}
 
+
+TEXT, NUMBER = {"type": "string"}, {"type": "integer"}
+TODO_ITEM_SCHEMA = {"type": "object", "required": ["content", "status"], "properties": {
+    "content": TEXT, "status": {"type": "string", "enum": ["pending", "in_progress", "completed"]}}}
 
 TOOLS = [
-    {"name": "bash", "description": "Run a shell command in the workspace. Output is capped; "
-     "redirect large output to a file and read parts of it.",
-     "input_schema": {"type": "object", "properties": {
-         "command": {"type": "string"},
-         "timeout": {"type": "integer", "description": f"seconds, default {BASH_TIMEOUT}, max 600"}},
-         "required": ["command"]}},
-    {"name": "read_file", "description": "Read a text file, with line numbers. offset is the first "
-     f"line (1-based), limit the number of lines (default {READ_DEFAULT_LINES}).",
-     "input_schema": {"type": "object", "properties": {
-         "path": {"type": "string"}, "offset": {"type": "integer"}, "limit": {"type": "integer"}},
-         "required": ["path"]}},
-    {"name": "write_file", "description": "Create or overwrite a file with the given content.",
-     "input_schema": {"type": "object", "properties": {
-         "path": {"type": "string"}, "content": {"type": "string"}}, "required": ["path", "content"]}},
-    {"name": "edit_file", "description": "Replace old_text with new_text in a file. old_text must "
-     "occur exactly once.",
-     "input_schema": {"type": "object", "properties": {
-         "path": {"type": "string"}, "old_text": {"type": "string"}, "new_text": {"type": "string"}},
-         "required": ["path", "old_text", "new_text"]}},
-    {"name": "glob", "description": "List files matching a pattern such as '**/*.py', relative "
-     "to the workspace (or to path inside it).",
-     "input_schema": {"type": "object", "properties": {
-         "pattern": {"type": "string"}, "path": {"type": "string"}}, "required": ["pattern"]}},
-    {"name": "todo_write", "description": "Replace the todo list. Each item has content and a status: "
-     "pending, in_progress or completed; at most one item is in_progress.",
-     "input_schema": {"type": "object", "properties": {"items": {"type": "array", "items": TODO_ITEM_SCHEMA}},
-                      "required": ["items"]}},
-    {"name": "task", "description": "Hand a self-contained job to a subagent with a fresh context. "
-     "It has the same tools except task, and returns its final answer.",
-     "input_schema": {"type": "object", "properties": {
-         "prompt": {"type": "string"}, "description": {"type": "string"}}, "required": ["prompt"]}},
-    {"name": "load_skill", "description": "Load the full instructions of a skill listed in the "
-     "system prompt.",
-     "input_schema": {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}},
-    {"name": "compact", "description": "Summarize the conversation so far to free context. Runs after "
-     "the current tool calls; focus says what the summary must keep.",
-     "input_schema": {"type": "object", "properties": {"focus": {"type": "string"}}}},
+    tool("bash", "Run a shell command in the workspace. Output is capped; redirect large output to a file and "
+         "read parts of it.", ("command",),
+         command=TEXT, timeout={"type": "integer", "description": f"seconds, default {BASH_TIMEOUT}, max 600"}),
+    tool("read_file", "Read a text file, with line numbers. offset is the first line (1-based), limit the "
+         f"number of lines (default {READ_DEFAULT_LINES}).", ("path",), path=TEXT, offset=NUMBER, limit=NUMBER),
+    tool("write_file", "Create or overwrite a file with the given content.", ("path", "content"),
+         path=TEXT, content=TEXT),
+    tool("edit_file", "Replace old_text with new_text in a file. old_text must occur exactly once.",
+         ("path", "old_text", "new_text"), path=TEXT, old_text=TEXT, new_text=TEXT),
+    tool("glob", "List files matching a pattern such as '**/*.py', relative to the workspace (or to path "
+         "inside it).", ("pattern",), pattern=TEXT, path=TEXT),
+    tool("todo_write", "Replace the todo list. Each item has content and a status: pending, in_progress or "
+         "completed; at most one item is in_progress.", ("items",), items={"type": "array", "items": TODO_ITEM_SCHEMA}),
+    tool("task", "Hand a self-contained job to a subagent with a fresh context. It has the same tools except "
+         "task, and returns its final answer.", ("prompt",), prompt=TEXT, description=TEXT),
+    tool("load_skill", "Load the full instructions of a skill listed in the system prompt.", ("name",), name=TEXT),
+    tool("compact", "Summarize the conversation so far to free context. Runs after the current tool calls; "
+         "focus says what the summary must keep.", (), focus=TEXT),
 ]
 
 

@@ -613,19 +613,11 @@ class FakeAnthropic:
                  overflow: str = "anthropic", models_api: bool = True, count_tokens_api: bool = True,
                  usage: str = "anthropic", auth: str = "any", token: str = "test", thinking: bool = False,
                  tool_ids: str = "anthropic"):
-        self.context_window = context_window
-        self.max_input_tokens = max_input_tokens
-        self.max_output_tokens = max_output_tokens
-        self.chars_per_token = chars_per_token
+        self.context_window, self.max_input_tokens = context_window, max_input_tokens
+        self.max_output_tokens, self.chars_per_token = max_output_tokens, chars_per_token
         # provider behaviours (see the module docstring); tests may change them at any time
-        self.overflow = overflow
-        self.models_api = models_api
-        self.count_tokens_api = count_tokens_api
-        self.usage = usage
-        self.auth = auth
-        self.token = token
-        self.thinking = thinking
-        self.tool_ids = tool_ids
+        self.overflow, self.models_api, self.count_tokens_api = overflow, models_api, count_tokens_api
+        self.usage, self.auth, self.token, self.thinking, self.tool_ids = usage, auth, token, thinking, tool_ids
         self.replies: deque = deque()
         self.summaries: deque = deque()
         self.cache = PromptCache(min_cache_tokens)
