@@ -342,7 +342,7 @@ class TokenCounter:
 
 def context_tokens(agent, messages: list) -> int:
     """Tokens the next request will carry: exact up to the last response, estimated after."""
-    return agent.tokens.count(messages, agent.overhead)
+    return agent.state.tokens.count(messages, agent.overhead)
 
 
 def exact_context_tokens(agent, messages: list) -> int:
@@ -360,7 +360,7 @@ def exact_context_tokens(agent, messages: list) -> int:
         except anthropic.APIError:
             counted = None
         if isinstance(counted, int) and counted >= estimate / 2:
-            agent.tokens.anchor(counted, messages)
+            agent.state.tokens.anchor(counted, messages)
             return counted
         if counted is not None:
             agent.endpoint.can_count_tokens = False  # a count far below what is sent is not a count of it
@@ -754,7 +754,7 @@ def make_summary(agent, messages: list, focus: str, limit: int, undercount: floa
             agent.summary_failures += 1
             agent.say(f"[summary] failed ({agent.summary_failures}/{MAX_CONSECUTIVE_SUMMARY_FAILURES}): {err}; "
                       "using one built without the model")
-    return fallback_summary(messages, agent.todos, limit), "fallback"
+    return fallback_summary(messages, agent.state.todos, limit), "fallback"
 
 
 # ---- what comes back after a summary -------------------------------------------------------------
@@ -810,10 +810,10 @@ def plan_restore(agent, messages: list, tail_tokens: int) -> tuple:
     parts.append(recent_user_messages(messages, min(s.restore_user_tokens, room - estimate_text_tokens(parts[0]))))
     used = sum(estimate_text_tokens(p) for p in parts)
     parts += restored_files(agent, min(s.restore_files_tokens, room - used))
-    if agent.todos:
-        parts.append(f"{RESTORED_MARKER}: todo list]\n{render_todos(agent.todos)}")
-    if agent.loaded_skills:
-        parts.append(f"{RESTORED_MARKER}: skills loaded earlier] {', '.join(agent.loaded_skills)} "
+    if agent.state.todos:
+        parts.append(f"{RESTORED_MARKER}: todo list]\n{render_todos(agent.state.todos)}")
+    if agent.state.loaded_skills:
+        parts.append(f"{RESTORED_MARKER}: skills loaded earlier] {', '.join(agent.state.loaded_skills)} "
                      "(call load_skill again to see their instructions)")
     restored = [p for p in parts if p]
     limit = s.compacted_max - fixed - sum(estimate_text_tokens(p) for p in restored)
@@ -946,7 +946,7 @@ def apply_layer(agent, layer, messages: list, note: str = "", **settings) -> lis
         return messages
     if result is messages:
         return messages
-    saved = agent.tokens.estimate(messages) - agent.tokens.estimate(result)
+    saved = agent.state.tokens.estimate(messages) - agent.state.tokens.estimate(result)
     record = agent.stats.setdefault(name, {"runs": 0, "saved": 0})
     record["runs"] += 1
     record["saved"] += saved
@@ -987,7 +987,7 @@ def summarize_history(agent, messages: list, layer=None, focus: str = "", underc
         agent.say("[compact_history] nothing to compact: a summary would not make the context smaller")
         return messages
     summary, source = make_summary(agent, messages, focus, limit, undercount)
-    kept, total, lost = agent.ledger.check(summary, agent.todos)
+    kept, total, lost = agent.ledger.check(summary, agent.state.todos)
     result = apply_layer(agent, layer, messages, summary=summary, restored=restored, preview_chars=s.preview_chars,
                          note=f"; summary by {source}, retained {kept}/{total} ledger facts", **settings)
     transcript = agent.workdir / agent.store.written[-1]
@@ -1004,7 +1004,7 @@ def summarize_history(agent, messages: list, layer=None, focus: str = "", underc
             f.write(redact(json.dumps(event, ensure_ascii=False), agent.secrets) + "\n")
     except OSError:
         pass  # the messages themselves are saved; only this note is lost
-    agent.read_state.clear()  # what was read is no longer in context as it was
+    agent.state.read_state.clear()  # what was read is no longer in context as it was
     fire_hooks(agent, "PostCompact", messages=result, summary=summary, source=source)
     return result
 
@@ -1015,7 +1015,7 @@ def compact_pipeline(agent, messages: list) -> list:
     # Budget runs first: it saves big new results before anything else could shorten them.
     messages = apply_layer(agent, tool_result_budget, messages, max_chars=s.budget_chars, preview_chars=s.preview_chars)
     messages = apply_layer(agent, snip_compact, messages, keep_head=s.snip_keep_head, keep_tail=s.snip_keep_tail,
-                           at_least=s.snip_at_least, min_tokens=s.snip_min_tokens, measure=agent.tokens.estimate)
+                           at_least=s.snip_at_least, min_tokens=s.snip_min_tokens, measure=agent.state.tokens.estimate)
     # micro_compact waits for a trigger, so it does not rewrite the cached prefix every turn.
     if context_tokens(agent, messages) > s.micro_trigger:
         messages = apply_layer(agent, micro_compact, messages, keep_recent=s.keep_recent,
@@ -1224,8 +1224,24 @@ def build_request(agent, messages: list, extra_text: str | None = None) -> dict:
 # ---- the agent loop ------------------------------------------------------------------------------
 
 @dataclass
+class LoopState:
+    """What one agent loop learns while it runs. A subagent gets a new one, so it starts
+    with nothing of its parent's: no todos, no reads, no size anchor."""
+    history: list = field(default_factory=list)       # the messages of the running loop, for read stubs
+    tokens: TokenCounter = field(default_factory=TokenCounter)
+    last_usage: dict = field(default_factory=dict)
+    todos: list = field(default_factory=list)
+    loaded_skills: list = field(default_factory=list)
+    read_state: dict = field(default_factory=dict)    # (path, offset, limit) -> (size, mtime, call id)
+    read_stubs: dict = field(default_factory=dict)    # stub's call id -> (id of the result it points at, path)
+    current_call: str = ""                            # the tool_use id being run
+    pending_compact: str | None = None                # the compact tool's focus, until the batch is done
+
+
+@dataclass
 class Agent:
-    """What one agent loop needs: the client, the settings, the workspace, and session state."""
+    """What an agent loop runs with: the client, the settings, the workspace, what the
+    session shares with subagents (endpoint, ledger, accounting), and the loop's state."""
     client: object
     settings: Settings
     workdir: Path
@@ -1237,27 +1253,19 @@ class Agent:
     out: object = print
     label: str = ""
     max_steps: int = MAX_STEPS_PER_TURN
-    todos: list = field(default_factory=list)
-    pending_compact: str | None = None
-    summary_failures: int = 0
-    breaker_announced: bool = False
-    disk_warned: bool = False                         # a layer could not save: said once
-    stats: dict = field(default_factory=dict)       # layer -> {"runs": n, "saved": tokens}
-    last_usage: dict = field(default_factory=dict)
-    usage_totals: dict = field(default_factory=dict)  # all calls of the session, summed
-    tokens: TokenCounter = field(default_factory=TokenCounter)
-    endpoint: Endpoint = None                         # shared with subagents; made from settings if not given
     show_status: bool = False                         # a status line after each turn (terminals only)
     color: bool = False                               # ANSI colours: a terminal, and NO_COLOR unset
     spinner_to: object = None                         # a terminal stream for the waiting spinner
-    ledger: Ledger = field(default_factory=Ledger)
-    read_state: dict = field(default_factory=dict)    # (path, offset, limit) -> (size, mtime, call id)
-    read_stubs: dict = field(default_factory=dict)    # stub's call id -> (id of the result it points at, path)
-    loaded_skills: list = field(default_factory=list)
-    history: list = field(default_factory=list)       # the messages of the running loop, for read stubs
-    current_call: str = ""                            # the tool_use id being run
-    log: object = None                                # the SessionLog (none for subagents)
     secrets: list = field(default_factory=list)       # values never to show the model or write down
+    log: object = None                                # the SessionLog (none for subagents)
+    endpoint: Endpoint = None                         # shared with subagents; made from settings if not given
+    ledger: Ledger = field(default_factory=Ledger)
+    summary_failures: int = 0
+    breaker_announced: bool = False
+    disk_warned: bool = False                         # a layer could not save: said once
+    stats: dict = field(default_factory=dict)         # layer -> {"runs": n, "saved": tokens}
+    usage_totals: dict = field(default_factory=dict)  # all calls of the session, summed
+    state: LoopState = field(default_factory=LoopState)
 
     def __post_init__(self):
         if self.endpoint is None:
@@ -1278,9 +1286,7 @@ class Agent:
 
     def subagent(self) -> "Agent":
         tools = [t for t in self.tools if t["name"] != "task"]
-        return replace(self, tools=tools, label="task", max_steps=SUBAGENT_MAX_STEPS, todos=[],
-                       pending_compact=None, last_usage={}, tokens=TokenCounter(), read_state={}, read_stubs={},
-                       history=[], loaded_skills=[], log=None)
+        return replace(self, tools=tools, label="task", max_steps=SUBAGENT_MAX_STEPS, log=None, state=LoopState())
 
     @cached_property
     def store(self) -> "Store":
@@ -1376,8 +1382,8 @@ def call_model(agent, messages: list) -> tuple:
         agent.out()
     reply = answer.message
     if answer.prompt_tokens:  # usage is exact: it anchors the size of history + reply
-        output = answer.usage.get("output_tokens") or agent.tokens.size(reply)
-        agent.tokens.anchor(answer.prompt_tokens + output, messages + [reply])
+        output = answer.usage.get("output_tokens") or agent.state.tokens.size(reply)
+        agent.state.tokens.anchor(answer.prompt_tokens + output, messages + [reply])
     return reply, answer.stop_reason
 
 
@@ -1433,11 +1439,11 @@ def use_tools(agent, tool_uses: list, refused: dict) -> tuple:
 def agent_loop(agent, messages: list) -> str | None:
     """One user turn: compact, call the model, run its tools, repeat until it stops calling tools."""
     reactive_retries = 0
-    agent.history = messages  # the same list object: read_file checks it for repeat reads
+    agent.state.history = messages  # the same list object: read_file checks it for repeat reads
     for _ in range(agent.max_steps):
         sync_settings(agent)  # a subagent may have learned the endpoint's window
         replace_history(agent, messages, compact_pipeline(agent, messages), "compaction")
-        replace_history(agent, messages, true_stubs(messages, agent.read_stubs), "read stubs re-pointed")
+        replace_history(agent, messages, true_stubs(messages, agent.state.read_stubs), "read stubs re-pointed")
         try:
             reply, stop_reason = call_model(agent, messages)
         except ContextOverflow as err:
@@ -1467,10 +1473,10 @@ def agent_loop(agent, messages: list) -> str | None:
         notes = [own_text("note", note)] if note else []
         append_message(agent, messages, {"role": "user", "content": results + notes})
         if interrupted:
-            agent.pending_compact = None  # an interrupted batch leaves nothing to do later
+            agent.state.pending_compact = None  # an interrupted batch leaves nothing to do later
             raise KeyboardInterrupt
-        if agent.pending_compact is not None:
-            focus, agent.pending_compact = agent.pending_compact, None
+        if agent.state.pending_compact is not None:
+            focus, agent.state.pending_compact = agent.state.pending_compact, None
             replace_history(agent, messages, summarize_history(agent, messages, focus=focus), "compact tool")
     agent.say(f"[stopped after {agent.max_steps} model calls in one turn; send a message to continue]")
     return None
@@ -1550,7 +1556,7 @@ def use_tool(agent, block: dict) -> dict:
     elif denied := [r["deny"] for r in fire_hooks(agent, "PreToolUse", name=name, input=args) if "deny" in r]:
         output, failed = denied[0], True
     else:
-        agent.current_call = block["id"]
+        agent.state.current_call = block["id"]
         known = {key: value for key, value in args.items() if key in schema.get("properties", {})}
         try:
             with Spinner(agent.spinner_to if name != "task" else None, f"running {name}"):
@@ -1604,7 +1610,7 @@ def run_bash(agent, command: str, timeout: int = BASH_TIMEOUT) -> str:
         captured.finish(None)
         raise
     reader.join(timeout=0.5)  # a background child may keep the pipe open; do not wait for it
-    saved = captured.finish(agent.current_call or "bash")
+    saved = captured.finish(agent.state.current_call or "bash")
     parts = [captured.text(saved and saved.relative_to(agent.workdir)).strip("\n")]
     if timed_out:
         parts.append(f"[timed out after {timeout}s; the command and its children were killed]")
@@ -1718,12 +1724,12 @@ def run_read_file(agent, path: str, offset: int = 1, limit: int = READ_DEFAULT_L
         raise ToolError(f"{path} not found (or not a file). Call glob to list files.")
     offset, limit = max(offset, 1), max(limit, 1)
     key, stat = (str(target), offset, limit), target.stat()
-    seen = agent.read_state.get(key)
-    if seen and seen[:2] == (stat.st_size, stat.st_mtime_ns) and still_in_context(agent.history, seen[2]):
+    seen = agent.state.read_state.get(key)
+    if seen and seen[:2] == (stat.st_size, stat.st_mtime_ns) and still_in_context(agent.state.history, seen[2]):
         # the same bytes are already in the conversation: say so instead of sending them twice
-        agent.read_stubs[agent.current_call] = (seen[2], path)
+        agent.state.read_stubs[agent.state.current_call] = (seen[2], path)
         return f"(unchanged: {path}, lines from {offset}, is exactly as in result {seen[2]} above)"
-    agent.read_state[key] = (stat.st_size, stat.st_mtime_ns, agent.current_call)
+    agent.state.read_state[key] = (stat.st_size, stat.st_mtime_ns, agent.state.current_call)
     with open(target, "rb") as f:
         if b"\0" in f.read(8192):
             raise ToolError(f"{path} is a binary file ({target.stat().st_size:,} bytes); read_file shows "
@@ -1851,8 +1857,8 @@ def run_todo_write(agent, items: list) -> str:
     if sum(item["status"] == "in_progress" for item in items) > 1:
         raise ToolError("only one item may be in_progress at a time; mark the others pending or completed.")
     todos = [{"content": i["content"], "status": i["status"]} for i in items]
-    changed = todos != agent.todos
-    agent.todos = todos
+    changed = todos != agent.state.todos
+    agent.state.todos = todos
     rendered = render_todos(todos)
     if changed:
         agent.say(rendered)
@@ -1876,13 +1882,13 @@ def run_load_skill(agent, name: str) -> str:
     skill = agent.skills.get(name)
     if skill is None:
         raise ToolError(f"no skill named {name!r}. Available: {', '.join(agent.skills) or 'none'}.")
-    if name not in agent.loaded_skills:
-        agent.loaded_skills.append(name)
+    if name not in agent.state.loaded_skills:
+        agent.state.loaded_skills.append(name)
     return f"<skill name=\"{name}\">\n{skill['body']}\n</skill>"
 
 
 def run_compact(agent, focus: str = "") -> str:
-    agent.pending_compact = focus or ""
+    agent.state.pending_compact = focus or ""
     return "Compaction will run after this batch of tool calls; the conversation continues from the summary."
 
 
@@ -2273,7 +2279,7 @@ def usage_prompt_tokens(endpoint, usage: dict, estimate: int) -> tuple:
 def record_usage(agent, usage: dict) -> dict:
     """Keep the last call's usage and the session's totals; return the usage as a dict."""
     figures = {key: usage.get(key, 0) for key in USAGE_KEYS}
-    agent.last_usage = figures
+    agent.state.last_usage = figures
     for key, value in figures.items():
         agent.usage_totals[key] = agent.usage_totals.get(key, 0) + value
     return figures
@@ -2611,7 +2617,7 @@ def context_report(agent, messages: list) -> str:
             kind = {"text": f"{message['role']} text", "tool_use": "tool calls"}.get(block.get("type"), "tool results")
             parts[kind] += estimate_text_tokens(json.dumps(block, ensure_ascii=False))
     total = context_tokens(agent, messages)
-    how = "exact up to the last response, estimated after" if agent.tokens.anchor_tokens else "estimated"
+    how = "exact up to the last response, estimated after" if agent.state.tokens.anchor_tokens else "estimated"
     lines = [f"Context: {len(messages)} messages, {format_tokens(total)} tokens of a "
              f"{format_tokens(s.window)} window ({100 * total // s.window}%; {how})"]
     lines += [f"  {name:<22}{format_tokens(n):>8}" for name, n in parts.items()]
@@ -2626,7 +2632,7 @@ def context_report(agent, messages: list) -> str:
     lines.append(f"Cheap layers: tool results ≤ {s.budget_chars:,} chars a message; snip above "
                  f"{SNIP_KEEP_HEAD + s.snip_keep_tail} messages, {SNIP_AT_LEAST}+ at a time; micro_compact above "
                  f"{format_tokens(s.micro_trigger)} tokens, clearing {format_tokens(s.clear_at_least)}+ at a time")
-    last = agent.last_usage
+    last = agent.state.last_usage
     if last:
         sent = last["input_tokens"] + last["cache_read_input_tokens"] + last["cache_creation_input_tokens"]
         lines.append(f"Prompt cache, last request: {100 * last['cache_read_input_tokens'] // max(sent, 1)}% read "

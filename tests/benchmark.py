@@ -284,7 +284,7 @@ def pipeline_time_at(code, workdir: Path, size: int, turns: int = 200) -> tuple:
                                                          "input": {"command": "ls"}}]},
                      {"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"t{n}",
                                                    "content": lorem(rng, rng.randint(50, 4_000))}]}]
-    agent.tokens.anchor(code.estimate_tokens(messages), messages)  # as after a response
+    agent.state.tokens.anchor(code.estimate_tokens(messages), messages)  # as after a response
     times = []
     for _ in range(turns):
         n += 1
@@ -294,7 +294,7 @@ def pipeline_time_at(code, workdir: Path, size: int, turns: int = 200) -> tuple:
         started = time.perf_counter()
         messages = code.compact_pipeline(agent, messages)
         times.append((time.perf_counter() - started) * 1000)
-        agent.tokens.anchor(agent.tokens.count(messages, agent.overhead), messages)
+        agent.state.tokens.anchor(agent.state.tokens.count(messages, agent.overhead), messages)
     return statistics.median(times), max(times)
 
 

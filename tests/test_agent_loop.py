@@ -198,6 +198,23 @@ def test_task_runs_a_subagent_with_fresh_history_and_no_task_tool(s08, fake, mak
     assert_requests_valid(fake)
 
 
+def test_a_subagent_starts_with_a_loop_state_of_its_own(s08, fake, make_agent, workspace):
+    (workspace / "a.py").write_text("a = 1\n")
+    fake.reply(tool_uses([("todo_write", {"items": [{"content": "parent job", "status": "in_progress"}]}),
+                          ("read_file", {"path": "a.py"})]),
+               tool_use("task", {"prompt": "plan the next step"}),
+               tool_use("todo_write", {"items": [{"content": "child step", "status": "pending"}]}),  # the subagent
+               tool_use("read_file", {"path": "a.py"}, "toolu_child_read"),
+               text("planned"), text("done"))
+    agent = make_agent()
+    s08.agent_loop(agent, [user("go")])
+    assert agent.state.todos == [{"content": "parent job", "status": "in_progress"}], "the child's list is its own"
+    child_read = [b for m in fake.main_requests[4]["messages"] for b in blocks(m)
+                  if b.get("tool_use_id") == "toolu_child_read"][0]
+    assert "a = 1" in child_read["content"], "the parent's read is not in the child's context: no repeat-read stub"
+    assert agent.subagent().state is not agent.state and agent.subagent().state.todos == []
+
+
 def test_hooks_see_every_event(s08, fake, make_agent):
     seen = []
     agent = make_agent()
