@@ -804,10 +804,11 @@ def plan_restore(agent, messages: list, tail_tokens: int) -> tuple:
     request = current_request(messages)
     fixed = agent.overhead + tail_tokens + (estimate_text_tokens(request["text"]) if request else 0) + 100
     room = s.compacted_max - fixed - s.compacted_max // 3
-    parts = [agent.ledger.render(min(s.ledger_tokens, max(room, 0)))]
-    if parts[0]:
-        parts[0] = f"{RESTORED_MARKER}: fact ledger]\n{parts[0]}"
-    parts.append(recent_user_messages(messages, min(s.restore_user_tokens, room - estimate_text_tokens(parts[0]))))
+    # RestoreContext hooks put back what they keep (the ledger does), within their share
+    parts = [r["restore"] for r in fire_hooks(agent, "RestoreContext", max_tokens=min(s.ledger_tokens, max(room, 0)))
+             if r.get("restore")]
+    parts.append(recent_user_messages(messages, min(s.restore_user_tokens,
+                                                    room - sum(map(estimate_text_tokens, parts)))))
     used = sum(estimate_text_tokens(p) for p in parts)
     parts += restored_files(agent, min(s.restore_files_tokens, room - used))
     if agent.state.todos:
@@ -891,7 +892,9 @@ class Ledger:
 
 
 def ledger_hooks(agent) -> dict:
-    """The hooks that feed the ledger: after each tool call, and on each user prompt."""
+    """The ledger as a plug-in on the hooks: it records after each tool call and each user
+    prompt, puts itself back after a summary (RestoreContext), and checks what the summary
+    kept (PostCompact)."""
     def after_tool(event: dict):
         name, args = event["name"], event["input"]
         if event["is_error"]:
@@ -907,7 +910,17 @@ def ledger_hooks(agent) -> dict:
     def on_prompt(event: dict):
         agent.ledger.note_prompt(event["prompt"])
         return None
-    return {"PostToolUse": after_tool, "UserPromptSubmit": on_prompt}
+
+    def restore(event: dict):
+        text = agent.ledger.render(event["max_tokens"])
+        return {"restore": f"{RESTORED_MARKER}: fact ledger]\n{text}"} if text else None
+
+    def check(event: dict):
+        kept, total, lost = agent.ledger.check(event["summary"], agent.state.todos)
+        missing = f" (not in the summary: {'; '.join(key for _, key in lost)[:200]})" if lost else ""
+        return {"note": f"retained {kept}/{total} ledger facts{missing}",
+                "ledger": {"retained": kept, "total": total, "lost": [f"{kind}: {key}" for kind, key in lost]}}
+    return {"PostToolUse": after_tool, "UserPromptSubmit": on_prompt, "RestoreContext": restore, "PostCompact": check}
 
 
 # ---- the pipeline --------------------------------------------------------------------------------
@@ -987,9 +1000,8 @@ def summarize_history(agent, messages: list, layer=None, focus: str = "", underc
         agent.say("[compact_history] nothing to compact: a summary would not make the context smaller")
         return messages
     summary, source = make_summary(agent, messages, focus, limit, undercount)
-    kept, total, lost = agent.ledger.check(summary, agent.state.todos)
     result = apply_layer(agent, layer, messages, summary=summary, restored=restored, preview_chars=s.preview_chars,
-                         note=f"; summary by {source}, retained {kept}/{total} ledger facts", **settings)
+                         note=f"; summary by {source}", **settings)
     transcript = agent.workdir / agent.store.written[-1]
     if result is messages:
         agent.say(f"[{layer.__name__}] the summary came out no smaller than the history; the history is kept "
@@ -997,15 +1009,19 @@ def summarize_history(agent, messages: list, layer=None, focus: str = "", underc
         return messages
     for line in [l for l in summary.splitlines() if l.strip()][:3]:
         agent.say(f"    {line[:120]}")
+    agent.state.read_state.clear()  # what was read is no longer in context as it was
+    # PostCompact hooks may check the summary (the ledger does): their notes are shown, and
+    # what else they return is kept with the summary in the transcript.
+    answers = fire_hooks(agent, "PostCompact", messages=result, summary=summary, source=source)
+    for note in [answer["note"] for answer in answers if answer.get("note")]:
+        agent.say(f"    {note}")
     event = {"type": "compaction", "layer": layer.__name__, "summary_by": source, "summary": summary,
-             "ledger": {"retained": kept, "total": total, "lost": [f"{kind}: {key}" for kind, key in lost]}}
+             **{key: value for answer in answers for key, value in answer.items() if key != "note"}}
     try:
         with open(transcript, "a", encoding="utf-8") as f:
             f.write(redact(json.dumps(event, ensure_ascii=False), agent.secrets) + "\n")
     except OSError:
         pass  # the messages themselves are saved; only this note is lost
-    agent.state.read_state.clear()  # what was read is no longer in context as it was
-    fire_hooks(agent, "PostCompact", messages=result, summary=summary, source=source)
     return result
 
 
@@ -1911,7 +1927,7 @@ def discover_skills(folders: list) -> dict:
     return skills
 
 
-HOOK_EVENTS = ("UserPromptSubmit", "PreToolUse", "PostToolUse", "Stop", "PreCompact", "PostCompact")
+HOOK_EVENTS = ("UserPromptSubmit", "PreToolUse", "PostToolUse", "Stop", "PreCompact", "RestoreContext", "PostCompact")
 
 
 DENY_PATTERNS = [r"\brm\s+-[a-zA-Z]*r[a-zA-Z]*f?\s+(/|~|\$HOME)(\s|$)", r"\bsudo\b", r"\bmkfs",

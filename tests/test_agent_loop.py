@@ -228,7 +228,7 @@ def test_hooks_see_every_event(s08, fake, make_agent):
     messages = []
     s08.take_turn(agent, messages, "go")
     assert seen == ["UserPromptSubmit", "PreToolUse", "PreToolUse", "PostToolUse", "PreToolUse", "PostToolUse",
-                    "PreCompact", "PostCompact", "Stop"]
+                    "PreCompact", "RestoreContext", "PostCompact", "Stop"]
     denied = fake.main_requests[1]["messages"][-1]["content"][0]
     assert denied["is_error"] and denied["content"] == "no writing today"
     assert "mention the hook" in instruction(fake.summary_requests[0])
