@@ -677,7 +677,9 @@ def summarize_with_model(agent, messages: list, focus: str, limit_tokens: int, u
     """One summary from the model (several calls only if it must drop old messages to fit).
 
     The request continues the cached conversation when it fits: same system, tools and
-    messages, the instruction added at the end, and tool_choice "none". undercount > 1 says
+    messages, the instruction added at the end. tool_choice stays as the conversation has it
+    (unset): the prompt caching docs list a changed tool_choice among what invalidates the
+    cached messages, so the instruction alone forbids tools. undercount > 1 says
     the API counted that many times more tokens than we estimate. Raises SummaryError."""
     s = agent.settings
     instruction = summary_instructions(focus, limit_tokens)
@@ -690,7 +692,7 @@ def summarize_with_model(agent, messages: list, focus: str, limit_tokens: int, u
     sent = messages if fits else fit_for_summary(messages, budget)
     for _ in range(SUMMARY_ATTEMPTS):
         request = build_request(agent, sent, extra_text=instruction)
-        request.update(max_tokens=s.summary_max_tokens, tool_choice={"type": "none"})
+        request["max_tokens"] = s.summary_max_tokens
         try:
             answer = send_request(agent, request, agent.overhead + estimate_tokens(sent),
                                   label="writing the summary")
@@ -742,9 +744,10 @@ def make_summary(agent, messages: list, focus: str, limit: int, undercount: floa
     if not breaker_open(agent):
         try:
             summary = summarize_with_model(agent, messages, focus, limit, undercount)
-            if not summary or estimate_text_tokens(summary) > limit:  # ask once for a shorter one
-                summary = summarize_with_model(agent, messages, f"{focus} Your last summary was too long "
-                                               f"or empty: stay well under {limit:,} tokens.".strip(), limit, undercount)
+            if not summary or estimate_text_tokens(summary) > limit:  # ask once more, for a shorter one
+                summary = summarize_with_model(agent, messages, f"{focus} Your last answer was too long, empty, or "
+                                               f"a tool call: write the summary as text, well under {limit:,} tokens."
+                                               .strip(), limit, undercount)
             if not summary or estimate_text_tokens(summary) > limit:
                 raise SummaryError("empty" if not summary else
                                    f"{estimate_text_tokens(summary):,} tokens, over the {limit:,} it must fit in")

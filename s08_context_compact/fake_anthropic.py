@@ -70,7 +70,10 @@ from typing import Any
 TOOL_NAME_RE = re.compile(r"^[a-zA-Z0-9_-]{1,128}$")
 MAX_CACHE_BREAKPOINTS = 4
 CACHE_LOOKBACK_BLOCKS = 20   # the API looks this many blocks back from a breakpoint for a hit
-MIN_CACHEABLE_TOKENS = 1024  # shorter prefixes are not cached
+MIN_CACHEABLE_TOKENS = 1024  # shorter prefixes are not cached...
+# ...except on these model families (prompt caching docs, "Cache limitations"): first match wins
+MIN_CACHEABLE_BY_MODEL = [(r"opus-4-5|haiku-4-5", 4096), (r"haiku-3|3-haiku|3-5-haiku", 2048)]
+CACHE_TTL_SECONDS = {"5m": 300, "1h": 3600}  # a read refreshes the entry for another TTL
 PING_INTERVAL = 0.2          # seconds between the pings of a `pings_only` reply
 POLL_INTERVAL = 0.02         # how often a stalled reply looks for a hang-up or a shutdown
 
@@ -301,9 +304,19 @@ class InvalidRequest(Exception):
     """A request the real API would answer with 400 invalid_request_error."""
 
 
+SUMMARY_OPENING = "TEXT ONLY, NO TOOLS."  # how code.py's summary instruction begins
+
+
 def is_summary_request(body: dict) -> bool:
+    """A request for a summary, to be answered from `summaries`: it has no tools, forbids
+    them, or ends with the summary instruction (a request that keeps the tools as they
+    were, so that it reads the conversation's cache)."""
     choice = body.get("tool_choice") or {}
-    return not body.get("tools") or choice.get("type") == "none"
+    last = (body.get("messages") or [{}])[-1]
+    content = last.get("content") if isinstance(last, dict) else None
+    ending = content[-1].get("text", "") if isinstance(content, list) and content and isinstance(content[-1], dict) \
+        else content if isinstance(content, str) else ""
+    return not body.get("tools") or choice.get("type") == "none" or str(ending).startswith(SUMMARY_OPENING)
 
 
 def _check_text_block(block: dict, where: str) -> None:
@@ -552,7 +565,8 @@ def prompt_blocks(body: dict, chars_per_token: float = 3.5) -> list:
         plain = {k: v for k, v in block.items() if k != "cache_control"}
         tokens = _piece_tokens(plain, chars_per_token) + (3 if n == 0 else 0) + (4 if where in ("user", "assistant") else 0)
         key = where + json.dumps(plain, sort_keys=True)
-        blocks.append((key, tokens, "cache_control" in block))
+        marked = block.get("cache_control")
+        blocks.append((key, tokens, (marked.get("ttl") or "5m") if isinstance(marked, dict) else None))
     return blocks
 
 
@@ -565,38 +579,63 @@ def count_tokens(body: dict, chars_per_token: float = 3.5) -> int:
     return sum(tokens for _, tokens, _ in prompt_blocks(body, chars_per_token))
 
 
+def message_settings(body: dict) -> str:
+    """What the cached message blocks depend on besides their text (prompt caching docs,
+    "What invalidates the cache"): tool_choice, the thinking settings, and whether any
+    image is present. A change to any of them invalidates the messages part of the cache,
+    while tools and system stay cached."""
+    images = '"type": "image"' in json.dumps(body.get("messages") or [])
+    return json.dumps([body.get("tool_choice"), body.get("thinking"), images], sort_keys=True)
+
+
+def minimum_cacheable(model: str, default: int = MIN_CACHEABLE_TOKENS) -> int:
+    return next((tokens for pattern, tokens in MIN_CACHEABLE_BY_MODEL if re.search(pattern, model or "")), default)
+
+
 class PromptCache:
     """The API's prefix cache: a prefix up to a breakpoint is written; a later request
-    reads the longest cached prefix found at, or up to 20 blocks before, its breakpoints."""
+    reads the longest cached prefix found at, or up to 20 blocks before, its breakpoints.
+    Entries live 5 minutes (or 1 hour with ttl "1h") on `clock`, each read renewing them."""
 
-    def __init__(self, min_tokens: int = MIN_CACHEABLE_TOKENS):
-        self.min_tokens = min_tokens
-        self.prefixes: set = set()
+    def __init__(self, min_tokens: int = MIN_CACHEABLE_TOKENS, clock=time.monotonic):
+        self.min_tokens, self.clock = min_tokens, clock
+        self.prefixes: dict = {}  # prefix hash -> (expires at, ttl in seconds)
         self.lock = threading.Lock()
 
-    def use(self, blocks: list) -> dict:
+    def use(self, blocks: list, settings: str = "", min_tokens: int | None = None) -> dict:
         hashes, cumulative, digest, total = [], [], hashlib.sha256(), 0
         for key, tokens, _ in blocks:
+            if key.startswith("user") and settings:  # the first message block: settings come before it
+                digest.update(settings.encode())
+                settings = ""
             digest.update(key.encode("utf-8", "surrogatepass"))
             hashes.append(digest.copy().hexdigest())
             total += tokens
             cumulative.append(total)
-        breakpoints = [i for i, (_, _, marked) in enumerate(blocks) if marked]
+        breakpoints = [(i, ttl) for i, (_, _, ttl) in enumerate(blocks) if ttl]
+        now, minimum = self.clock(), self.min_tokens if min_tokens is None else min_tokens
         with self.lock:
+            self.prefixes = {h: entry for h, entry in self.prefixes.items() if entry[0] > now}
             read = 0
-            for b in breakpoints:
+            for b, _ in breakpoints:
                 for p in range(b, max(b - CACHE_LOOKBACK_BLOCKS, -1), -1):
                     if hashes[p] in self.prefixes:
                         read = max(read, cumulative[p])
+                        ttl = self.prefixes[hashes[p]][1]
+                        self.prefixes[hashes[p]] = (now + ttl, ttl)
                         break
-            written = 0
-            for b in breakpoints:
-                if cumulative[b] >= self.min_tokens:
-                    self.prefixes.add(hashes[b])
-                    written = max(written, cumulative[b])
-        creation = max(0, written - read)
-        return {"input_tokens": total - read - creation, "cache_read_input_tokens": read,
-                "cache_creation_input_tokens": creation}
+            written = {"5m": 0, "1h": 0}
+            for b, ttl in breakpoints:
+                if cumulative[b] >= minimum and cumulative[b] > read:
+                    seconds = CACHE_TTL_SECONDS[ttl]
+                    if hashes[b] not in self.prefixes or self.prefixes[hashes[b]][1] < seconds:
+                        self.prefixes[hashes[b]] = (now + seconds, seconds)
+                    written[ttl] = max(written[ttl], cumulative[b])
+        long_written = max(0, written["1h"] - read)
+        short_written = max(0, written["5m"] - max(read, written["1h"]))
+        return {"input_tokens": total - read - long_written - short_written, "cache_read_input_tokens": read,
+                "cache_creation_input_tokens": long_written + short_written,
+                "cache_creation": {"ephemeral_5m_input_tokens": short_written, "ephemeral_1h_input_tokens": long_written}}
 
 
 # ---------------------------------------------------------------- the server
@@ -609,10 +648,10 @@ class FakeAnthropic:
     """A scripted Messages API. Use as a context manager; `url` goes into base_url."""
 
     def __init__(self, *, context_window: int = 200_000, max_input_tokens: int | None = None,
-                 max_output_tokens: int = 64_000, chars_per_token: float = 3.5, min_cache_tokens: int = 1024,
+                 max_output_tokens: int = 64_000, chars_per_token: float = 3.5, min_cache_tokens: int | None = None,
                  overflow: str = "anthropic", models_api: bool = True, count_tokens_api: bool = True,
                  usage: str = "anthropic", auth: str = "any", token: str = "test", thinking: bool = False,
-                 tool_ids: str = "anthropic"):
+                 tool_ids: str = "anthropic", clock=time.monotonic):
         self.context_window, self.max_input_tokens = context_window, max_input_tokens
         self.max_output_tokens, self.chars_per_token = max_output_tokens, chars_per_token
         # provider behaviours (see the module docstring); tests may change them at any time
@@ -620,7 +659,8 @@ class FakeAnthropic:
         self.usage, self.auth, self.token, self.thinking, self.tool_ids = usage, auth, token, thinking, tool_ids
         self.replies: deque = deque()
         self.summaries: deque = deque()
-        self.cache = PromptCache(min_cache_tokens)
+        self.min_cache_tokens = min_cache_tokens  # None: by the model's family, as the API does
+        self.cache = PromptCache(min_cache_tokens or MIN_CACHEABLE_TOKENS, clock)  # clock: the benchmark's own
         self.usage_log: list[dict] = []      # the usage of every answered request, summary or not
         self.requests: list[dict] = []       # every POST /v1/messages body, in order, valid or not
         self.rejections: list[str] = []      # messages of every refusal below, in order
@@ -718,7 +758,9 @@ class FakeAnthropic:
         has_tool = any(b["type"] == "tool_use" for b in content)
         stop = reply.get("stop_reason") or ("tool_use" if has_tool else "end_turn")
         output = sum(math.ceil(len(json.dumps(b)) / self.chars_per_token) for b in content)
-        usage = dict(self.cache.use(prompt_blocks(body, self.chars_per_token)), output_tokens=output)
+        usage = dict(self.cache.use(prompt_blocks(body, self.chars_per_token), message_settings(body),
+                                    self.min_cache_tokens or minimum_cacheable(body.get("model", ""))),
+                     output_tokens=output)
         usage.update(reply.get("usage") or {})
         self.usage_log.append(dict(usage, summary=is_summary_request(body)))
         return {"id": f"msg_fake{next(self._ids):06d}", "type": "message", "role": "assistant",

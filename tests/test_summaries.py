@@ -37,13 +37,27 @@ def test_a_too_large_summary_is_retried_shorter_then_replaced_by_a_fallback(s08,
     fake.summary(huge, huge)
     s08.agent_loop(agent, messages)
     assert len(fake.summary_requests) == 2
-    assert "too long or empty" in instruction(fake.summary_requests[1])
+    assert "too long, empty, or a tool call" in instruction(fake.summary_requests[1])
     compacted = first_texts(fake.main_requests[0])
     assert "Assembled without the model" in compacted[0] and "question 13" in compacted[0]
     assert compacted[-1] == "carry on"
     assert "summary by fallback" in agent.out.text and agent.summary_failures == 1
     total = s08.context_tokens(agent, fake.main_requests[0]["messages"])
     assert total < 0.25 * 20_000, "the compacted context stays under a quarter of the window"
+
+
+def test_a_summary_reply_that_calls_a_tool_is_asked_again(s08, fake, make_agent):
+    agent = make_agent(window=20_000)
+    messages = chat(14, 2_000) + [user("carry on")]
+    fake.summary(tool_use("read_file", {"path": "notes.md"}), text("<summary>Fourteen questions answered.</summary>"))
+    fake.reply(text("Carrying on."))
+    s08.agent_loop(agent, messages)
+    first, second = fake.summary_requests
+    assert "tool_choice" not in first and first["tools"], "the request is the conversation's own, tools included"
+    assert "a tool call" in instruction(second)
+    assert "Fourteen questions answered." in first_texts(fake.main_requests[0])[0]
+    assert "summary by the model" in agent.out.text and agent.summary_failures == 0
+    assert_requests_valid(fake)
 
 
 def test_a_shorter_second_summary_is_used(s08, fake, make_agent):
