@@ -72,6 +72,8 @@ SNIP_FREES_AT_LEAST_SHARE = 0.25    # ...by cutting at least 20 messages and thi
 KEEP_RECENT_TOOL_RESULTS = 3        # micro_compact leaves the newest results alone
 MICRO_COMPACT_MIN_CHARS = 120       # a placeholder is no shorter than this, so skip smaller results
 MICRO_TRIGGER_SHARE = 0.7           # micro_compact acts only above this share of the threshold...
+CACHE_LIFETIME_SECONDS = 300       # the API's prompt cache forgets a prefix unread this long...
+COLD_TRIGGER_SHARE = 0.5            # ...so after such a gap snip and micro act from this share, freely
 CLEAR_AT_LEAST_SHARE = 0.25          # ...and only if it frees at least this share (cache-aware)
 PLACEHOLDER_TOKENS = 60             # a placeholder, long path included (over, not under)
 # compact_history: the summary, its breaker, and what comes back after it
@@ -139,10 +141,10 @@ class Settings:
     restore_user_tokens: int    # recent user messages restored
     ledger_tokens: int          # the fact ledger re-injected
     snip_min_tokens: int        # snip_compact cuts only if it frees this many
+    keep_recent: int            # micro_compact leaves this many newest results alone
     snip_keep_head: int = SNIP_KEEP_HEAD
     snip_keep_tail: int = SNIP_KEEP_TAIL
     snip_at_least: int = SNIP_AT_LEAST
-    keep_recent: int = KEEP_RECENT_TOOL_RESULTS
     micro_min_chars: int = MICRO_COMPACT_MIN_CHARS
     retry_base_seconds: float = RETRY_BASE_SECONDS
     idle_timeout: float = IDLE_TIMEOUT  # seconds a stream may send nothing new before it is abandoned
@@ -159,6 +161,8 @@ class Settings:
                    micro_trigger=int(threshold * MICRO_TRIGGER_SHARE),
                    clear_at_least=int(threshold * CLEAR_AT_LEAST_SHARE),
                    snip_min_tokens=int(threshold * SNIP_FREES_AT_LEAST_SHARE),
+                   # at a small window a kept result is a big share, re-sent after every clearing
+                   keep_recent=max(1, min(KEEP_RECENT_TOOL_RESULTS, window // 50_000)),
                    compacted_max=int(window * POST_COMPACT_SHARE),
                    # what comes back after a summary shares that quarter of the window
                    restore_file_tokens=min(POST_COMPACT_TOKENS_PER_FILE, window // 40),
@@ -518,12 +522,38 @@ def snip_compact(messages: list, *, keep_head: int, keep_tail: int, at_least: in
     kept_blocks = [b for b in blocks_of(head_last) if b.get(OWN) != "snip"]
     snipped = earlier + len(removed)
     texts = [own_text("snip", f"{SNIP_MARKER} {snipped} messages from the middle of the conversation; "
-                              f"the latest ones are saved in {path}]", snipped=snipped)]
+                              f"the latest ones are saved in {path}.{what_was_done(removed)}]", snipped=snipped)]
     request = current_request(messages)
     if request and current_request(messages[:head_end] + messages[tail_start:]) != request:
         texts.append(request["text"])  # the user's current request stays visible verbatim
     new_head_last = with_text({**head_last, "content": kept_blocks}, *texts)
-    return messages[:head_end - 1] + [new_head_last] + messages[tail_start:]
+    result = messages[:head_end - 1] + [new_head_last] + messages[tail_start:]
+    return result if measure(result) < measure(messages) else messages
+
+
+def what_was_done(removed: list) -> str:
+    """A few lines on what the snipped messages did, so the model knows what it no longer
+    sees: the files read and written, the commands run and how they ended."""
+    outcome = {b["tool_use_id"]: re.search(r"\[exit code (\d+)\]|\[timed out", result_text(b))
+               for m in removed for b in blocks_of(m) if b.get("type") == "tool_result"}
+    done = {"read": [], "wrote": [], "ran": []}
+    for message in removed:
+        for call in [b for b in blocks_of(message) if b.get("type") == "tool_use" and isinstance(b.get("input"), dict)]:
+            path, command, ended = call["input"].get("path"), call["input"].get("command"), outcome.get(call["id"])
+            if call["name"] == "read_file" and isinstance(path, str):
+                done["read"].append(path)
+            elif call["name"] in ("write_file", "edit_file") and isinstance(path, str):
+                done["wrote"].append(path)
+            elif call["name"] == "bash" and isinstance(command, str):
+                code = "timed out" if ended and not ended.group(1) else f"exit {ended.group(1) if ended else 0}"
+                done["ran"].append(f"`{one_line(command, 60)}` ({code})")
+    lines = []
+    for kind, items in done.items():
+        unique = list(dict.fromkeys(items))
+        if unique:
+            lines.append(f"\n{kind}: " + (f"{len(unique) - 8} more, then " if len(unique) > 8 else "")
+                         + ", ".join(unique[-8:]))
+    return " What they did:" + "".join(lines) if lines else ""
 
 
 def micro_compact(messages: list, *, keep_recent: int, min_chars: int, clear_at_least: int, store) -> list:
@@ -1028,17 +1058,30 @@ def summarize_history(agent, messages: list, layer=None, focus: str = "", underc
     return result
 
 
+def now() -> float:
+    """The clock the cache's lifetime is measured on (the benchmark plays sessions on its own)."""
+    return time.monotonic()
+
+
+def cache_is_cold(agent) -> bool:
+    """Whether the last reply came so long ago that the endpoint's prompt cache has expired."""
+    return agent.state.last_reply_at is not None and now() - agent.state.last_reply_at > CACHE_LIFETIME_SECONDS
+
+
 def compact_pipeline(agent, messages: list) -> list:
     """The four layers in order: cheap ones first, the summary only when still over the threshold."""
     s = agent.settings
     # Budget runs first: it saves big new results before anything else could shorten them.
     messages = apply_layer(agent, tool_result_budget, messages, max_chars=s.budget_chars, preview_chars=s.preview_chars)
-    messages = apply_layer(agent, snip_compact, messages, keep_head=s.snip_keep_head, keep_tail=s.snip_keep_tail,
-                           at_least=s.snip_at_least, min_tokens=s.snip_min_tokens, measure=agent.state.tokens.estimate)
-    # micro_compact waits for a trigger, so it does not rewrite the cached prefix every turn.
-    if context_tokens(agent, messages) > s.micro_trigger:
+    # snip and micro wait for a trigger: each rewrites the cached prompt after the point it changes.
+    # After an idle gap the cache has expired anyway, so a rewrite costs nothing extra.
+    cold = cache_is_cold(agent)
+    if context_tokens(agent, messages) > (s.micro_trigger * COLD_TRIGGER_SHARE if cold else s.micro_trigger):
+        messages = apply_layer(agent, snip_compact, messages, keep_head=s.snip_keep_head, keep_tail=s.snip_keep_tail,
+                               at_least=s.snip_at_least, min_tokens=0 if cold else s.snip_min_tokens,
+                               measure=agent.state.tokens.estimate)
         messages = apply_layer(agent, micro_compact, messages, keep_recent=s.keep_recent,
-                               min_chars=s.micro_min_chars, clear_at_least=s.clear_at_least)
+                               min_chars=s.micro_min_chars, clear_at_least=0 if cold else s.clear_at_least)
     if over_threshold(agent, messages):
         messages = summarize_history(agent, messages)
     return messages
@@ -1216,11 +1259,22 @@ def mark_last_block(message: dict) -> dict:
     return {**message, "content": content[:-1] + [{**content[-1], "cache_control": EPHEMERAL}]}
 
 
-def with_cache_breakpoints(messages: list) -> list:
-    """Mark the newest message, and the one the previous request ended on (two back),
-    so the next request reads everything up to here from the cache."""
+def clearing_point(messages: list, keep_recent: int) -> int | None:
+    """The last message before the oldest result micro_compact could clear: where its next
+    clearing will start to rewrite the cache."""
+    results = [i for i, m in enumerate(messages) if is_tool_result_message(m)
+               for b in blocks_of(m) if b.get("type") == "tool_result" and b.get(OWN) != "placeholder"]
+    clearable = results[:-keep_recent] if keep_recent else results
+    return clearable[0] - 1 if clearable and clearable[0] > 0 else None
+
+
+def with_cache_breakpoints(messages: list, keep_recent: int) -> list:
+    """Mark the newest message, and the one the previous request ended on (two back), so
+    the next request reads everything up to here from the cache; and the clearing point,
+    so that after a clearing the unchanged prefix before it is still read. With the system
+    prompt's mark that makes four, the API's limit."""
     marked = list(messages)
-    for index in {len(messages) - 1, len(messages) - 3} - {-1, -2, -3}:
+    for index in {len(messages) - 1, len(messages) - 3, clearing_point(messages, keep_recent)} - {-1, -2, -3, None}:
         marked[index] = mark_last_block(marked[index])
     return marked
 
@@ -1231,7 +1285,7 @@ def build_request(agent, messages: list, extra_text: str | None = None) -> dict:
     system = [{"type": "text", "text": agent.system}]
     sent = [sendable(m) for m in messages]
     system[0]["cache_control"] = EPHEMERAL  # one mark caches the tools and the system prompt
-    sent = with_cache_breakpoints(sent)
+    sent = with_cache_breakpoints(sent, s.keep_recent)
     if extra_text and sent and sent[-1]["role"] == "user":
         sent[-1] = with_text(sent[-1], extra_text)
     elif extra_text:
@@ -1254,6 +1308,7 @@ class LoopState:
     read_state: dict = field(default_factory=dict)    # (path, offset, limit) -> (size, mtime, call id)
     read_stubs: dict = field(default_factory=dict)    # stub's call id -> (id of the result it points at, path)
     current_call: str = ""                            # the tool_use id being run
+    last_reply_at: float | None = None                # now() when the last reply came: is the cache still warm?
     pending_compact: str | None = None                # the compact tool's focus, until the batch is done
 
 
@@ -1399,7 +1454,7 @@ def call_model(agent, messages: list) -> tuple:
         raise
     if printed:
         agent.out()
-    reply = answer.message
+    reply, agent.state.last_reply_at = answer.message, now()
     if answer.prompt_tokens:  # usage is exact: it anchors the size of history + reply
         output = answer.usage.get("output_tokens") or agent.state.tokens.size(reply)
         agent.state.tokens.anchor(answer.prompt_tokens + output, messages + [reply])

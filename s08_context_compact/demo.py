@@ -49,11 +49,12 @@ STEPS = [
     ("tool_result_budget", "one tool result larger than a message may hold goes to disk; a preview stays",
      "Show me build.log", {"replies": [tool_use("bash", {"command": "cat build.log"}),
                                        text(SCRIPTED + "build.log is a long, clean build log.")]}),
-    ("snip_compact", "past 50 messages, the middle of the conversation goes to a transcript",
+    ("a long history", "past 50 messages but far from full: nothing is snipped, the cache stays warm",
      "Run the 30 build steps, one command each",
      {"replies": [tool_use("bash", {"command": f"bash step.sh {n}"}) for n in range(30)]
       + [text(SCRIPTED + "All 30 steps ran.")]}),
-    ("micro_compact", "past 70% of the threshold, old results become pointers to their saved copies",
+    ("snip_compact, micro_compact", "past 70% of the threshold: the middle goes to a transcript, then old "
+     "results become pointers to their saved copies",
      "Read the six chapter notes, one at a time",
      {"replies": [tool_use("read_file", {"path": f"notes/chapter{n}.md"}) for n in range(6)]
       + [text(SCRIPTED + "All six chapters read.")]}),

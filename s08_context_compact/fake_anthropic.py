@@ -740,7 +740,7 @@ class FakeAnthropic:
             item = item(body)
         return item
 
-    def build_message(self, body: dict, reply: dict, think: bool = True) -> dict:
+    def build_message(self, body: dict, reply: dict, think: bool = True, blocks: list | None = None) -> dict:
         """The whole message for a scripted reply, with ids, signatures and the true usage."""
         content, calls = [], 0
         for block in reply["content"]:
@@ -758,7 +758,8 @@ class FakeAnthropic:
         has_tool = any(b["type"] == "tool_use" for b in content)
         stop = reply.get("stop_reason") or ("tool_use" if has_tool else "end_turn")
         output = sum(math.ceil(len(json.dumps(b)) / self.chars_per_token) for b in content)
-        usage = dict(self.cache.use(prompt_blocks(body, self.chars_per_token), message_settings(body),
+        blocks = blocks or prompt_blocks(body, self.chars_per_token)
+        usage = dict(self.cache.use(blocks, message_settings(body),
                                     self.min_cache_tokens or minimum_cacheable(body.get("model", ""))),
                      output_tokens=output)
         usage.update(reply.get("usage") or {})
@@ -782,6 +783,7 @@ class _QuietServer(ThreadingHTTPServer):
 class _Handler(BaseHTTPRequestHandler):
     owner: FakeAnthropic
     protocol_version = "HTTP/1.1"
+    prompt: list | None = None  # the prompt_blocks of the request being answered
 
     def log_message(self, *args) -> None:  # keep test output quiet
         pass
@@ -871,7 +873,7 @@ class _Handler(BaseHTTPRequestHandler):
                               "max_tokens": self.owner.max_output_tokens})
 
     def do_POST(self) -> None:
-        path = self.path.split("?")[0]
+        path, self.prompt = self.path.split("?")[0], None
         if not self._authorized():
             return
         body = self._read_body()
@@ -919,7 +921,9 @@ class _Handler(BaseHTTPRequestHandler):
             self._reject(f"max_tokens: {body['max_tokens']} > {owner.max_output_tokens}, which is the maximum "
                          f"allowed number of output tokens for {body['model']}")
             return
-        tokens = count_tokens(body, owner.chars_per_token)
+        blocks = prompt_blocks(body, owner.chars_per_token)
+        self.prompt = blocks  # measured once: the cache reads the same blocks for the reply
+        tokens = sum(size for _, size, _ in blocks)
         overflow = OVERFLOWS[owner.overflow]
         needed = tokens + (body["max_tokens"] if overflow.counts_max_tokens else 0)
         if needed > owner.context_window:
@@ -984,9 +988,9 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_empty(200, "text/event-stream")
         elif reply.get("malformed") == "json_body":
             content = reply["reply"] or (owner.default_summary if is_summary_request(body) else owner.default_reply)
-            self._send_message_json(owner.build_message(body, content))
+            self._send_message_json(owner.build_message(body, content, blocks=self.prompt))
         else:
-            message = owner.build_message(body, reply, think=reply.get("think", True))
+            message = owner.build_message(body, reply, think=reply.get("think", True), blocks=self.prompt)
             if body.get("stream"):
                 self._stream(message, reply)
             else:
@@ -997,7 +1001,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _start_of(self, body: dict) -> dict:
         """The message_start message of a reply that never gets any content."""
-        message = self.owner.build_message(body, {"content": []}, think=False)
+        message = self.owner.build_message(body, {"content": []}, think=False, blocks=self.prompt)
         return dict(message, stop_reason=None, usage=streamed_usage(self.owner.usage, message["usage"])[0])
 
     # stalling ------------------------------------------------------------------

@@ -103,7 +103,8 @@ def test_every_layer_fires_in_one_session_at_a_small_window(s08, workspace):
     with FakeAnthropic(context_window=12_000) as fake:
         fake.reply(tool_use("bash", {"command": "cat big.txt"}), text("That file is big."))          # budget
         fake.reply(*[tool_use("read_file", {"path": f"doc{n}.md"}) for n in range(6)], text("Read."))  # micro
-        fake.reply(*[tool_use("bash", {"command": f"echo step {n}"}) for n in range(26)], text("Stepped."))  # snip
+        fake.reply(*[tool_use("bash", {"command": f"echo step {n}; seq 1 100"}) for n in range(26)],
+                   text("Stepped."))                                                   # snip, once tokens call for it
         fake.reply(text("Compacted and ready."))
         fake.reply(*[text(f"Explanation {n}: " + "detail " * 1_400) for n in range(4)])            # auto summary
         fake.reply(error(400, "invalid_request_error", "prompt is too long: 13000 tokens > 12000 maximum"),

@@ -132,6 +132,17 @@ def test_snip_moves_a_head_that_would_end_inside_a_pair(s08, savers, keep_head):
     assert blocks(out[head_end - 1])[:-1] == blocks(history[head_end - 1]), "...its last message gets the marker"
 
 
+def test_the_snip_marker_says_what_the_snipped_part_did(s08, savers):
+    failing = [call("b1", name="bash"), results(("b1", "FAILED test_x\n[exit code 1]"))]
+    failing[0]["content"][0]["input"] = {"command": "pytest -x"}
+    history = [user("go")] + pairs(10) + failing + pairs(50, start=10)
+    out = s08.snip_compact(history, keep_head=3, keep_tail=47, at_least=0, store=savers)
+    marker = [b["text"] for m in out for b in blocks(m) if b.get(s08.OWN) == "snip"][0]
+    assert "\nread: 27 more, then t28.txt, " in marker and "t35.txt" in marker, "the files the snipped calls read"
+    assert "\nran: `pytest -x` (exit 1)" in marker, "the commands, and how they ended"
+    assert "t36.txt" not in marker, "what is still in context is not listed"
+
+
 def test_snip_does_nothing_below_the_limit(s08, savers):
     history = [user("go")] + pairs(20)
     assert s08.snip_compact(history, keep_head=3, keep_tail=47, at_least=0, store=savers) is history

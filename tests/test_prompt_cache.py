@@ -84,8 +84,8 @@ def test_more_than_four_breakpoints_is_refused(api):
         api(turns(3, marked=(0, 1, 2, 3, 4)))
 
 
-@pytest.mark.parametrize("model, minimum", [("claude-sonnet-4-5", 1024), ("claude-haiku-4-5", 4096),
-                                            ("claude-3-5-haiku-latest", 2048)])
+@pytest.mark.parametrize("model, minimum", [("claude-sonnet-4-6", 1024), ("claude-haiku-4-5", 4096),
+                                            ("claude-3-haiku-test", 2048)])
 def test_a_prefix_shorter_than_the_models_minimum_is_not_cached(clock, model, minimum):
     with FakeAnthropic(clock=clock) as fake:
         client = anthropic.Anthropic(api_key="test", base_url=fake.url, max_retries=0)
