@@ -72,7 +72,7 @@ SNIP_FREES_AT_LEAST_SHARE = 0.25    # ...by cutting at least 20 messages and thi
 KEEP_RECENT_TOOL_RESULTS = 3        # micro_compact leaves the newest results alone
 MICRO_COMPACT_MIN_CHARS = 120       # a placeholder is no shorter than this, so skip smaller results
 MICRO_TRIGGER_SHARE = 0.7           # micro_compact acts only above this share of the threshold...
-CACHE_LIFETIME_SECONDS = 300       # the API's prompt cache forgets a prefix unread this long...
+CACHE_LIFETIME_SECONDS = 300       # the API's prompt cache forgets a prefix unread this long (CACHE_TTL=1h: an hour)...
 COLD_TRIGGER_SHARE = 0.5            # ...so after such a gap snip and micro act from this share, freely
 CLEAR_AT_LEAST_SHARE = 0.25          # ...and only if it frees at least this share (cache-aware)
 PLACEHOLDER_TOKENS = 60             # a placeholder, long path included (over, not under)
@@ -148,6 +148,7 @@ class Settings:
     micro_min_chars: int = MICRO_COMPACT_MIN_CHARS
     retry_base_seconds: float = RETRY_BASE_SECONDS
     idle_timeout: float = IDLE_TIMEOUT  # seconds a stream may send nothing new before it is abandoned
+    cache_ttl: str = "5m"       # the prompt cache's life: "5m", or "1h" (writes cost 2× instead of 1.25×)
 
     @classmethod
     def for_window(cls, model: str, window: int) -> "Settings":
@@ -1065,7 +1066,8 @@ def now() -> float:
 
 def cache_is_cold(agent) -> bool:
     """Whether the last reply came so long ago that the endpoint's prompt cache has expired."""
-    return agent.state.last_reply_at is not None and now() - agent.state.last_reply_at > CACHE_LIFETIME_SECONDS
+    idle = now() - agent.state.last_reply_at if agent.state.last_reply_at is not None else 0.0
+    return idle > CACHE_TTLS[agent.settings.cache_ttl]
 
 
 def compact_pipeline(agent, messages: list) -> list:
@@ -1251,12 +1253,17 @@ def park_oversized_request(agent, messages: list) -> list:
 # The API caches the prompt prefix up to each block marked with cache_control (tools,
 # then system, then messages). A cache read costs 0.1× an input token, a cache write 1.25×.
 # Marks go on copies: the history itself never holds them.
-EPHEMERAL = {"type": "ephemeral"}
+EPHEMERAL = {"type": "ephemeral"}               # the 5-minute cache; CACHE_TTL=1h asks for an hour
+CACHE_TTLS = {"5m": CACHE_LIFETIME_SECONDS, "1h": 3600}  # seconds each lives after its last read
 
 
-def mark_last_block(message: dict) -> dict:
+def cache_mark(ttl: str) -> dict:
+    return EPHEMERAL if ttl == "5m" else {**EPHEMERAL, "ttl": ttl}
+
+
+def mark_last_block(message: dict, mark: dict = EPHEMERAL) -> dict:
     content = blocks_of(message)
-    return {**message, "content": content[:-1] + [{**content[-1], "cache_control": EPHEMERAL}]}
+    return {**message, "content": content[:-1] + [{**content[-1], "cache_control": mark}]}
 
 
 def clearing_point(messages: list, keep_recent: int) -> int | None:
@@ -1268,14 +1275,14 @@ def clearing_point(messages: list, keep_recent: int) -> int | None:
     return clearable[0] - 1 if clearable and clearable[0] > 0 else None
 
 
-def with_cache_breakpoints(messages: list, keep_recent: int) -> list:
+def with_cache_breakpoints(messages: list, keep_recent: int, mark: dict = EPHEMERAL) -> list:
     """Mark the newest message, and the one the previous request ended on (two back), so
     the next request reads everything up to here from the cache; and the clearing point,
     so that after a clearing the unchanged prefix before it is still read. With the system
     prompt's mark that makes four, the API's limit."""
     marked = list(messages)
     for index in {len(messages) - 1, len(messages) - 3, clearing_point(messages, keep_recent)} - {-1, -2, -3, None}:
-        marked[index] = mark_last_block(marked[index])
+        marked[index] = mark_last_block(marked[index], mark)
     return marked
 
 
@@ -1284,8 +1291,8 @@ def build_request(agent, messages: list, extra_text: str | None = None) -> dict:
     s = agent.settings
     system = [{"type": "text", "text": agent.system}]
     sent = [sendable(m) for m in messages]
-    system[0]["cache_control"] = EPHEMERAL  # one mark caches the tools and the system prompt
-    sent = with_cache_breakpoints(sent, s.keep_recent)
+    system[0]["cache_control"] = cache_mark(s.cache_ttl)  # one mark caches the tools and the system prompt
+    sent = with_cache_breakpoints(sent, s.keep_recent, cache_mark(s.cache_ttl))
     if extra_text and sent and sent[-1]["role"] == "user":
         sent[-1] = with_text(sent[-1], extra_text)
     elif extra_text:
@@ -2371,7 +2378,8 @@ SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD", re.IGNORECASE)
 URL_PASSWORD = re.compile(r"[a-z][a-z0-9+.-]*://[^:/@\s]*:([^@/\s]{8,})@", re.IGNORECASE)
 
 
-SETTINGS_NAMES = ("MODEL_ID", "ANTHROPIC_BASE_URL", "CONTEXT_WINDOW", "API_CONNECT_TIMEOUT", "API_IDLE_TIMEOUT")
+SETTINGS_NAMES = ("MODEL_ID", "ANTHROPIC_BASE_URL", "CONTEXT_WINDOW", "API_CONNECT_TIMEOUT", "API_IDLE_TIMEOUT",
+                  "CACHE_TTL")
 
 
 def secret_values(environ, dotenv_files: tuple = ()) -> list:
@@ -2675,9 +2683,9 @@ def add_user_text(messages: list, text: str) -> bool:
     return False
 
 
-def billed_input(usage: dict) -> float:
-    """Input tokens as the price list sees them: cache reads 0.1×, cache writes 1.25×."""
-    return (usage.get("input_tokens", 0) + 1.25 * usage.get("cache_creation_input_tokens", 0)
+def billed_input(usage: dict, ttl: str = "5m") -> float:
+    """Input tokens as the price list sees them: cache reads 0.1×, cache writes 1.25× (2× for an hour)."""
+    return (usage.get("input_tokens", 0) + (2.0 if ttl == "1h" else 1.25) * usage.get("cache_creation_input_tokens", 0)
             + 0.1 * usage.get("cache_read_input_tokens", 0))
 
 
@@ -2715,7 +2723,7 @@ def context_report(agent, messages: list) -> str:
                      f"{format_tokens(last['input_tokens'])} uncached)")
         totals = agent.usage_totals
         raw = totals["input_tokens"] + totals["cache_read_input_tokens"] + totals["cache_creation_input_tokens"]
-        lines.append(f"Session input: {format_tokens(raw)} tokens sent, billed as {format_tokens(int(billed_input(totals)))}")
+        lines.append(f"Session input: {format_tokens(raw)} tokens sent, billed as {format_tokens(int(billed_input(totals, s.cache_ttl)))}")
     saved = ", ".join(f"{name} {agent.stats.get(name, {}).get('runs', 0)}× "
                       f"−{format_tokens(agent.stats.get(name, {}).get('saved', 0))}" for name in LAYER_VERBS)
     lines.append(f"Saved so far: {saved}")
@@ -3012,7 +3020,12 @@ def main(argv=None) -> int:
     except ValueError as err:
         print(f"{err} Set it in .env or in your shell (README.md, section Configuration).", file=sys.stderr)
         return 2
-    settings = replace(Settings.for_window(model, endpoint.window), idle_timeout=idle)
+    ttl = os.getenv("CACHE_TTL", "5m").strip() or "5m"
+    if ttl not in CACHE_TTLS:
+        print(f"CACHE_TTL={ttl!r} must be 5m or 1h. Set it in .env or in your shell (README.md, section "
+              "Configuration).", file=sys.stderr)
+        return 2
+    settings = replace(Settings.for_window(model, endpoint.window), idle_timeout=idle, cache_ttl=ttl)
     skills = discover_skills([workdir / "skills", Path(__file__).resolve().parent / "skills"])
     interactive = sys.stdin.isatty()
     sys.stdout.reconfigure(line_buffering=True, errors="replace")  # line by line; never dies on a character

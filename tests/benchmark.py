@@ -41,8 +41,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "s08_context_com
 from fake_anthropic import FakeAnthropic, text  # noqa: E402
 
 CODE = Path(__file__).resolve().parent.parent / "s08_context_compact" / "code.py"
-CONFIGS = {"full pipeline": {}, "with idle gaps": {"gaps": True}, "caching off": {"caching": False},
-           "cheap layers off": {"cheap_layers": False}}
+CONFIGS = {"full pipeline": {}, "with idle gaps": {"gaps": True}, "cheap layers off": {"cheap_layers": False}}
+# "caching off" sends the very same requests as the full pipeline (cache marks change no
+# count, and no layer looks at them), so it is those requests billed at 1×: not played again.
 SECONDS_PER_CALL = 4.0  # simulated time a model call (and the tools after it) takes
 CACHE_TARGETS = {200_000: {"full pipeline": (0.93, 0.17), "with idle gaps": (0.88, 0.25)},
                  30_000: {"full pipeline": (0.80, 0.36)}}  # window -> configuration -> (share, billed/raw)
@@ -179,17 +180,6 @@ def unchanged(name: str):
     return layer
 
 
-def without_cache_marks(build_request):
-    """build_request with every cache_control removed, for "caching off"."""
-    def build(agent, messages, extra_text=None):
-        request = build_request(agent, messages, extra_text)
-        def plain(blocks):
-            return [{k: v for k, v in b.items() if k != "cache_control"} for b in blocks]
-        return {**request, "system": plain(request["system"]),
-                "messages": [{**m, "content": plain(m["content"])} for m in request["messages"]]}
-    return build
-
-
 class Stopwatch:
     """The pipeline's own time per model call: time inside compact_pipeline minus the time
     it waited for the API (summary and count_tokens calls)."""
@@ -242,14 +232,12 @@ def idle_gap(rng) -> float:
     return rng.uniform(300, 1800) if rng.random() < 0.2 else rng.uniform(5, 60)
 
 
-def play(code, session: Session, settings, workdir: Path, caching: bool = True, cheap_layers: bool = True,
-         gaps: bool = False, seed: int = 7) -> dict:
+def play(code, session: Session, settings, workdir: Path, cheap_layers: bool = True, gaps: bool = False,
+         seed: int = 7) -> dict:
     """Play a session with one configuration; return its figures."""
     clock = Stopwatch(code)
     time_now, rng = SimulatedClock(), random.Random(seed)
     swaps = {**clock.swaps(), "TOOL_HANDLERS": session.handlers(code), "now": time_now.peek}
-    if not caching:
-        swaps["build_request"] = without_cache_marks(code.build_request)
     if not cheap_layers:
         swaps.update({name: unchanged(name) for name in ("tool_result_budget", "snip_compact", "micro_compact")})
     with FakeAnthropic(context_window=settings.window, clock=time_now) as fake, swapped(code, **swaps):
@@ -330,7 +318,7 @@ def pipeline_time_at(code, workdir: Path, size: int, turns: int = 200) -> tuple:
 # ---------------------------------------------------------------- printing
 
 def show(results: dict, session: Session, scaling: dict, window: int, targets: bool) -> None:
-    names = list(results)
+    names = [n for n in ("full pipeline", "with idle gaps", "caching off", "cheap layers off") if n in results]
     print(f"\nSession: {len(session.turns)} user turns, {session.model_calls} scripted model calls; "
           f"window {window:,} tokens\n")
     rows = [("model calls", "{:,}"), ("summary calls", "{:,}"), ("summary output tokens", "{:,}"),
@@ -368,10 +356,11 @@ def main(argv=None) -> int:
     parser.add_argument("--seed", type=int, default=7, help="seed of the scripted session")
     parser.add_argument("--turns", type=int, default=40, help="user turns in the scripted session")
     parser.add_argument("--no-timing", action="store_true", help="skip the pipeline timings by history length")
+    parser.add_argument("--cache-ttl", choices=("5m", "1h"), default="5m", help="the prompt cache's life (CACHE_TTL)")
     args = parser.parse_args(argv)
     code = load_code()
     session = replayed_session(args.replay, code) if args.replay else scripted_session(args.seed, args.turns)
-    base = code.Settings.for_window("claude-benchmark", args.window)
+    base = replace(code.Settings.for_window("claude-benchmark", args.window), cache_ttl=args.cache_ttl)
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
         for name, changes in CONFIGS.items():
@@ -380,9 +369,13 @@ def main(argv=None) -> int:
             started = time.perf_counter()
             results[name] = play(code, session, base, workdir, seed=args.seed, **changes)
             print(f"ran {name!r} in {time.perf_counter() - started:.1f}s", file=sys.stderr)
+            if name == "full pipeline":
+                full = results[name]
+                results["caching off"] = {**full, "billed input tokens": full["raw input tokens"], "billed / raw": 1.0,
+                                          "cache-read share": 0.0}
         scaling = {} if args.no_timing else {size: pipeline_time_at(code, Path(tmp), size) for size in (100, 1000, 5000)}
     # the targets are set for the built-in session; a replay just reports its figures
-    show(results, session, scaling, args.window, targets=not args.replay and args.turns >= 40)
+    show(results, session, scaling, args.window, targets=not args.replay and args.turns >= 40 and args.cache_ttl == "5m")
     return 0
 
 

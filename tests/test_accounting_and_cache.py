@@ -134,6 +134,25 @@ def test_a_session_reads_most_of_its_prompt_from_the_cache(s08, make_agent, work
         assert read / sent > 0.8
 
 
+def test_after_the_cache_has_expired_snip_and_micro_act_below_their_trigger(s08, make_agent):
+    agent = make_agent(window=30_000)
+    history = [user("read them")]
+    for n in range(8):
+        history += [{"role": "assistant", "content": [{"type": "tool_use", "id": f"r{n}", "name": "read_file",
+                                                       "input": {"path": f"f{n}.py"}}]},
+                    {"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"r{n}",
+                                                  "content": f"# file {n}\n" + "x = 1\n" * 500}]}]
+    size = s08.context_tokens(agent, history)
+    s = agent.settings
+    assert s.micro_trigger * s08.COLD_TRIGGER_SHARE < size < s.micro_trigger, "between the cold and warm triggers"
+    agent.state.last_reply_at = s08.now() - 60  # a minute ago: the cache is warm, clearing would cost
+    assert s08.compact_pipeline(agent, history) is history
+    agent.state.last_reply_at = s08.now() - s08.CACHE_LIFETIME_SECONDS - 60  # past the cache's life
+    cleared = s08.compact_pipeline(agent, history)
+    placeholders = [b for m in cleared for b in blocks(m) if b.get(s08.OWN) == "placeholder"]
+    assert len(placeholders) == 8 - s.keep_recent, "everything clearable is cleared: the cache is cold anyway"
+
+
 def test_micro_compaction_waits_for_its_trigger_and_clears_at_least_the_minimum(s08, make_agent, workspace):
     for n in range(36):
         (workspace / f"f{n}.txt").write_text(f"file {n}\n" + "content line\n" * 240)

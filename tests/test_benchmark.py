@@ -70,6 +70,7 @@ def test_the_small_run_adds_up(capsys):
     rows = printed_table(capsys.readouterr().out)
     full, gaps, no_cache, no_cheap = zip(*[rows[k] for k in ("billed / raw", "cache-read share", "tool_result_budget")])
     assert no_cache[0] == 100.0 and no_cache[1] == 0.0, "with caching off everything is billed at full price"
+    assert rows["raw input tokens"][2] == rows["raw input tokens"][0], "...and the requests are the same"
     assert no_cheap[2] == 0 and full[2] > 0, "the budget layer acts only when the cheap layers are on"
     assert full[0] < no_cache[0] and full[1] > 50
     assert gaps[1] <= full[1], "idle gaps past the cache's life can only lower the share read"

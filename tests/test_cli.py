@@ -39,6 +39,18 @@ def test_bad_context_window_exits_2(fake, workspace):
     assert done.returncode == 2 and "CONTEXT_WINDOW='lots'" in done.stderr and "Traceback" not in done.stderr
 
 
+def test_cache_ttl_1h_marks_every_breakpoint_for_an_hour(fake, workspace):
+    fake.reply(text("one"), text("two"))
+    done = run_cli(fake, workspace, "hello\nagain\n", CACHE_TTL="1h")
+    assert done.returncode == 0, done.stderr
+    marks = [b["cache_control"] for r in fake.requests for b in r["system"] + [b for m in r["messages"]
+             for b in m["content"]] if "cache_control" in b]
+    assert marks and all(mark == {"type": "ephemeral", "ttl": "1h"} for mark in marks)
+    assert fake.usage_log[-1]["cache_creation"]["ephemeral_1h_input_tokens"] >= 0
+    bad = run_cli(fake, workspace, "", CACHE_TTL="2h")
+    assert bad.returncode == 2 and "CACHE_TTL='2h' must be 5m or 1h" in bad.stderr and "Traceback" not in bad.stderr
+
+
 def test_configuration_is_read_from_a_dotenv_file_in_the_working_directory(fake, workspace):
     (workspace / ".env").write_text(f"ANTHROPIC_API_KEY=from-dotenv\nMODEL_ID=claude-dotenv\n"
                                     f"ANTHROPIC_BASE_URL={fake.url}\nCONTEXT_WINDOW=50000\n")

@@ -32,8 +32,9 @@ def api(clock):
         client = anthropic.Anthropic(api_key="test", base_url=fake.url, max_retries=0)
 
         def send(messages, **extra):
-            client.messages.create(model=extra.pop("model", "claude-test"), max_tokens=100, system=SYSTEM,
-                                   tools=extra.pop("tools", TOOLS), messages=messages, **extra)
+            client.messages.create(model=extra.pop("model", "claude-test"), max_tokens=100,
+                                   system=extra.pop("system", SYSTEM), tools=extra.pop("tools", TOOLS),
+                                   messages=messages, **extra)
             return fake.usage_log[-1]
         send.fake = fake
         yield send
@@ -139,3 +140,11 @@ def test_a_changed_tool_definition_invalidates_everything(api):
     api(turns(4))
     other = [dict(TOOLS[0], description="changed " * 300)]
     assert api(turns(4), tools=other)["cache_read_input_tokens"] == 0
+
+
+def test_a_request_without_marks_is_neither_read_nor_written(api):
+    plain_system = [{"type": "text", "text": SYSTEM[0]["text"]}]
+    for _ in range(2):
+        api.fake.usage_log.clear()
+        usage = api(turns(4, marked=()), system=plain_system)
+        assert usage["cache_read_input_tokens"] == usage["cache_creation_input_tokens"] == 0

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from conftest import blocks, invariant_problems, load_code
 
 s08 = load_code()
-MAX_EXAMPLES = 75
+MAX_EXAMPLES = 50
 # per layer, every run; PROPERTY_EXAMPLES=10000 for a deeper run
 LAYER_EXAMPLES = int(os.environ.get("PROPERTY_EXAMPLES", "1000"))
 SIZES = [3, 40, 150, 1_500, 9_000, 40_000, 250_000, 1_200_000]  # a few bytes to over a megabyte
