@@ -1398,12 +1398,45 @@ def append_message(agent, messages: list, message: dict) -> None:
 
 
 def replace_history(agent, messages: list, new: list, reason: str) -> None:
-    """Put a rewritten history in place (same list object), and record it whole."""
+    """Put a rewritten history in place (same list object), and record what changed."""
     if new is messages:
         return
-    messages[:] = new
     if agent.log:  # the "layer" records before it say what acted, and where the removed content went
-        agent.log.write({"type": "history", "reason": reason, "messages": new})
+        agent.log.write({"type": "rewrite", "reason": reason, "parts": rewrite_parts(messages, new)})
+    messages[:] = new
+
+
+def rewrite_parts(old: list, new: list) -> list:
+    """The new history as runs of the old one, [start, end), and the messages that are new:
+    layers copy only what they change, so what they kept is found by identity. The log
+    then grows with what changed, not with the length of the history."""
+    where = {id(message): index for index, message in enumerate(old)}
+    parts = []
+    for message in new:
+        index = where.get(id(message))
+        if index is None:
+            parts.append({"message": message})
+        elif parts and isinstance(parts[-1], list) and parts[-1][1] == index:
+            parts[-1][1] = index + 1
+        else:
+            parts.append([index, index + 1])
+    return parts
+
+
+def apply_rewrite(history: list, parts) -> list | None:
+    """A logged rewrite replayed on the history it was made from; None when it does not fit."""
+    if not isinstance(parts, list):
+        return None
+    new = []
+    for part in parts:
+        if isinstance(part, list) and len(part) == 2 and all(isinstance(n, int) for n in part) \
+                and 0 <= part[0] < part[1] <= len(history):
+            new.extend(history[part[0]:part[1]])
+        elif isinstance(part, dict) and is_message(part.get("message")):
+            new.append(part["message"])
+        else:
+            return None
+    return new
 
 
 INTERRUPTED = "[Interrupted by the user: this request was cancelled. Do not resume it unless the user asks.]"
@@ -2507,6 +2540,8 @@ def read_session(path: Path, warn=None) -> list:
         elif kind == "history" and isinstance(record.get("messages"), list) and \
                 all(is_message(m) for m in record["messages"]):
             history = record["messages"]
+        elif kind == "rewrite" and (rewritten := apply_rewrite(history, record.get("parts"))) is not None:
+            history = rewritten
         elif kind not in ("session", "endpoint", "layer"):
             skipped += 1
     if skipped and warn:

@@ -246,13 +246,28 @@ def play(code, session: Session, settings, workdir: Path, cheap_layers: bool = T
         agent = code.Agent(client=client, settings=settings, workdir=workdir, tools=code.TOOLS,
                            system=code.build_system_prompt(workdir, {}), out=lambda *a, **k: None)
         code.install_default_hooks(agent)  # the ledger records the session as it would for a user
-        messages = []
+        messages = code.open_session(agent, None)  # the session log, as for a user
         for prompt, replies in session.turns:
             time_now.now += idle_gap(rng) if gaps else 0.0
             fake.replies.clear()
             fake.reply(*[{"content": content} for content in replies])
             code.take_turn(agent, messages, prompt)
-        return figures(agent, fake, settings, clock.pipeline)
+        return {**figures(agent, fake, settings, clock.pipeline), **log_figures(agent)}
+
+
+def log_figures(agent) -> dict:
+    """What .transcripts/ holds, against the bytes of every message that entered the history
+    (typed, answered, or made by a layer): the session log should grow with content."""
+    content = 0
+    for line in agent.log.path.read_text(encoding="utf-8").splitlines():
+        record = json.loads(line)
+        if record["type"] in ("message", "replace_last"):
+            content += len(json.dumps(record["message"], ensure_ascii=False).encode())
+        elif record["type"] == "rewrite":
+            content += sum(len(json.dumps(p["message"], ensure_ascii=False).encode())
+                           for p in record["parts"] if isinstance(p, dict))
+    stored = sum(path.stat().st_size for path in (agent.workdir / ".transcripts").iterdir())
+    return {"transcripts ÷ content": stored / max(content, 1)}
 
 
 def obedient_summary(body: dict) -> dict:
@@ -325,7 +340,7 @@ def show(results: dict, session: Session, scaling: dict, window: int, targets: b
             ("raw input tokens", "{:,.0f}"),
             ("billed input tokens", "{:,.0f}"), ("billed / raw", "{:.1%}"), ("cache-read share", "{:.1%}"),
             ("peak context", "{:,}"), ("prompt-too-long errors", "{:,}"),
-            ("pipeline ms median", "{:.3f}"), ("pipeline ms max", "{:.3f}")]
+            ("pipeline ms median", "{:.3f}"), ("pipeline ms max", "{:.3f}"), ("transcripts ÷ content", "{:.2f}")]
     print(f"{'':<26}" + "".join(f"{name:>20}" for name in names))
     for key, fmt in rows:
         print(f"{key:<26}" + "".join(f"{fmt.format(results[n][key]):>20}" for n in names))
@@ -340,7 +355,8 @@ def show(results: dict, session: Session, scaling: dict, window: int, targets: b
     full = results["full pipeline"]
     checks = [("never over the window", full["peak context"] <= window),
               ("no prompt-too-long errors", all(r["prompt-too-long errors"] == 0 for r in results.values())),
-              ("pipeline median <= 1 ms at 1,000 messages", scaling[1000][0] <= 1.0 if scaling else None)]
+              ("pipeline median <= 1 ms at 1,000 messages", scaling[1000][0] <= 1.0 if scaling else None),
+              (".transcripts/ <= 3x the content that entered the history", full["transcripts ÷ content"] <= 3.0)]
     for name, (share, billed) in CACHE_TARGETS.get(window, {}).items():
         checks += [(f"{name}: cache-read share >= {share:.0%}", results[name]["cache-read share"] >= share),
                    (f"{name}: billed <= {billed:.2f} of raw", results[name]["billed / raw"] <= billed)]

@@ -75,3 +75,4 @@ def test_the_small_run_adds_up(capsys):
     assert full[0] < no_cache[0] and full[1] > 50
     assert gaps[1] <= full[1], "idle gaps past the cache's life can only lower the share read"
     assert rows["prompt-too-long errors"] == [0, 0, 0, 0]
+    assert rows["transcripts ÷ content"][0] <= 3.0, "the session log grows with content, not with rewrites"

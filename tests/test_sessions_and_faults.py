@@ -33,7 +33,10 @@ def test_every_message_and_rewrite_is_logged_as_it_happens(s08, fake, make_agent
     s08.replace_history(agent, messages, s08.summarize_history(agent, messages), "/compact")
     assert s08.read_session(agent.log.path) == messages
     records = [json.loads(line) for line in agent.log.path.read_text().splitlines()]
-    assert [r["type"] for r in records].count("history") == 1
+    rewrites = [r for r in records if r["type"] == "rewrite"]
+    assert len(rewrites) == 1 and [list(p) for p in rewrites[0]["parts"]] == [["message"]], \
+        "a summary at the end of a turn leaves one new message, and the log holds only it"
+    assert rewrites[0]["parts"][0]["message"] == messages[0]
 
 
 def test_a_torn_last_line_is_skipped(s08, fake, make_agent, workspace):
@@ -97,7 +100,8 @@ def test_every_tool_output_can_be_rebuilt_byte_for_byte_from_the_log(fake, works
     records = [json.loads(line) for line in log.read_text().splitlines()]
     # the log keeps the program's own fields on its blocks; requests carry them stripped
     logged = [json.dumps(plain(r["message"]), sort_keys=True) for r in records if r["type"] in ("message", "replace_last")]
-    logged += [json.dumps(plain(m), sort_keys=True) for r in records if r["type"] == "history" for m in r["messages"]]
+    logged += [json.dumps(plain(p["message"]), sort_keys=True) for r in records if r["type"] == "rewrite"
+               for p in r["parts"] if isinstance(p, dict)]
     for request in fake.valid_requests:  # every message ever sent can be found in the log
         for message in plain(request["messages"]):
             assert json.dumps(message, sort_keys=True) in logged or message["role"] == "user" and \
