@@ -1394,7 +1394,10 @@ def append_message(agent, messages: list, message: dict) -> None:
     """Append a message to the history, and to the session log the same moment."""
     messages.append(message)
     if agent.log:
-        agent.log.write({"type": "message", "message": message})
+        record, tokens = {"type": "message", "message": message}, agent.state.tokens
+        if tokens.anchor_messages and message is tokens.anchor_messages[-1]:
+            record["context_tokens"] = tokens.anchor_tokens  # the reply's usage: --resume starts exact
+        agent.log.write(record)
 
 
 def replace_history(agent, messages: list, new: list, reason: str) -> None:
@@ -2549,6 +2552,20 @@ def read_session(path: Path, warn=None) -> list:
     return history
 
 
+def logged_context_tokens(path: Path) -> int | None:
+    """The context's size by the endpoint's usage, if the log's last change to the history
+    carries it (a reply, or a resume that was measured)."""
+    for line in reversed(path.read_text(encoding="utf-8", errors="replace").splitlines()):
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict) and record.get("type") in ("message", "replace_last", "history", "rewrite"):
+            tokens = record.get("context_tokens")
+            return tokens if isinstance(tokens, int) and tokens > 0 else None
+    return None
+
+
 def repair_torn_tail(path: Path) -> int:
     """Cut a last line the program was killed while writing, so new records start on a
     line of their own; return how many bytes were cut."""
@@ -2639,9 +2656,14 @@ def open_session(agent, resume: Path | None) -> list:
         cut = repair_torn_tail(resume)
         if cut:
             agent.say(f"[session log] its last line was cut off when the program stopped; removed it ({cut} bytes)")
-        history = repair_history(read_session(resume, warn=agent.say))
+        logged = read_session(resume, warn=agent.say)
+        history, tokens = repair_history(logged), logged_context_tokens(resume)
+        if tokens and len(history) == len(logged):  # nothing was repaired: the usage still measures it
+            agent.state.tokens.anchor(tokens, history)  # so the first pass estimates nothing
         agent.log = SessionLog(resume, agent.secrets, agent.say, endpoint=agent.endpoint.facts())
-        agent.log.write({"type": "history", "reason": "resumed", "messages": history})
+        agent.log.write({"type": "history", "reason": "resumed", "messages": history,
+                         **({"context_tokens": agent.state.tokens.anchor_tokens} if agent.state.tokens.anchor_tokens
+                            else {})})
         agent.say(f"Resumed session {resume.stem.removeprefix('session-')}: {len(history)} messages.")
         return history
     session = f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"

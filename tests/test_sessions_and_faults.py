@@ -39,6 +39,23 @@ def test_every_message_and_rewrite_is_logged_as_it_happens(s08, fake, make_agent
     assert rewrites[0]["parts"][0]["message"] == messages[0]
 
 
+def test_resume_starts_from_the_endpoints_count_and_estimates_nothing(s08, fake, make_agent, workspace):
+    agent = logged_agent(s08, make_agent, workspace)
+    fake.reply(text("First answer. " * 50), text("Second answer. " * 50))
+    messages = []
+    s08.take_turn(agent, messages, "hello")
+    s08.take_turn(agent, messages, "and again")
+    counted = agent.state.tokens.anchor_tokens
+    assert counted and counted == fake.usage_log[-1]["input_tokens"] + fake.usage_log[-1]["cache_read_input_tokens"] \
+        + fake.usage_log[-1]["cache_creation_input_tokens"] + fake.usage_log[-1]["output_tokens"]
+    for _ in range(2):  # a resume of a resumed session too
+        resumed = make_agent()
+        history = s08.open_session(resumed, agent.log.path)
+        assert history == messages
+        assert s08.context_tokens(resumed, history) == counted
+        assert resumed.state.tokens.sizes == {}, "the first pass after --resume estimated no message"
+
+
 def test_a_torn_last_line_is_skipped(s08, fake, make_agent, workspace):
     agent = logged_agent(s08, make_agent, workspace)
     messages = []
