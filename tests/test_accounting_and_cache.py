@@ -94,6 +94,27 @@ def test_cjk_heavy_history_does_not_overflow(s08, make_agent, workspace):
         assert max(count_tokens(r) for r in fake.valid_requests) <= 12_000
 
 
+def test_a_clearing_rewrites_only_after_the_clearing_point_and_the_prefix_before_it_is_read(s08, make_agent):
+    with FakeAnthropic(context_window=30_000) as fake:
+        agent = make_agent(window=30_000, server=fake)
+        history = [user("read them, and keep to the plan: " + "step by step, " * 300)]  # a prefix worth caching
+        for n in range(8):
+            history += [{"role": "assistant", "content": [{"type": "tool_use", "id": f"r{n}", "name": "read_file",
+                                                           "input": {"path": f"f{n}.py"}}]},
+                        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"r{n}",
+                                                      "content": f"# file {n}\n" + "x = 1\n" * 700}]}]
+        request = s08.build_request(agent, history)
+        marked = [i for i, m in enumerate(request["messages"]) if "cache_control" in m["content"][-1]]
+        assert marked == [1, len(history) - 3, len(history) - 1], "the clearing point: the call of the oldest result"
+        assert 1 + len(marked) <= 4, "with the system prompt's mark, within the API's four"
+        fake.reply(text("ok"), text("ok"))
+        s08.call_model(agent, history)
+        cleared = s08.micro_compact(history, keep_recent=1, min_chars=120, clear_at_least=0, store=s08.Store(agent.workdir))
+        s08.call_model(agent, cleared)
+        usage = fake.usage_log[-1]
+        assert usage["cache_read_input_tokens"] > 0, "tools, system and the first message are read after the clearing"
+
+
 def test_cache_breakpoints_are_stable_across_two_ordinary_turns(s08, make_agent, fake, workspace):
     (workspace / "notes.md").write_text("setup notes\n" * 600)
     fake.reply(tool_use("read_file", {"path": "notes.md"}), text("Read it."), text("Second answer."))
