@@ -1011,7 +1011,8 @@ def nothing_to_summarize(messages: list, restored: list, tail_tokens: int) -> bo
     """Whether the history holds little more than a summary cannot remove: what comes back
     after it, and (about) the summary already there. Then a model call would be wasted."""
     request = current_request(messages)
-    summaries = [b["text"] for m in messages for b in blocks_of(m) if b.get(OWN) in ("compact", "reactive")]
+    # an earlier summary, and what came back after it, would only be said again
+    summaries = [b["text"] for m in messages for b in blocks_of(m) if b.get(OWN) in ("compact", "reactive", "restored")]
     floor = tail_tokens + sum(map(estimate_text_tokens, restored + summaries)) + PLACEHOLDER_TOKENS
     return estimate_tokens(messages) <= floor + (estimate_text_tokens(request["text"]) if request else 0)
 
@@ -2768,9 +2769,10 @@ def context_report(agent, messages: list) -> str:
     lines.append(f"Auto-compact above {format_tokens(s.threshold)} tokens (window − {format_tokens(s.max_output)} "
                  f"output − {format_tokens(s.window - s.max_output - s.threshold)} buffer): "
                  f"{format_tokens(max(s.threshold - total, 0))} to go")
-    lines.append(f"Cheap layers: tool results ≤ {s.budget_chars:,} chars a message; snip above "
-                 f"{SNIP_KEEP_HEAD + s.snip_keep_tail} messages, {SNIP_AT_LEAST}+ at a time; micro_compact above "
-                 f"{format_tokens(s.micro_trigger)} tokens, clearing {format_tokens(s.clear_at_least)}+ at a time")
+    lines.append(f"Cheap layers: tool results ≤ {s.budget_chars:,} chars a message; above "
+                 f"{format_tokens(s.micro_trigger)} tokens, snip past {s.snip_keep_head + s.snip_keep_tail} messages "
+                 f"({s.snip_at_least}+ at a time) and micro_compact (clearing {format_tokens(s.clear_at_least)}+, "
+                 f"keeping the newest {s.keep_recent})")
     last = agent.state.last_usage
     if last:
         sent = last["input_tokens"] + last["cache_read_input_tokens"] + last["cache_creation_input_tokens"]

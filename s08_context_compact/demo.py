@@ -75,7 +75,7 @@ STEPS = [
                   text(SCRIPTED + "Context tidied; carrying on from the summary.")],
       "summaries": [text("<summary>1. Primary request: finish the phase. 7. Pending tasks: none.</summary>")]}),
     ("circuit breaker", "summaries that fail 3 times in a row stop being asked for; compaction goes on",
-     "/compact", {"commands": 4, "between": "Explain it once more", "replies": [text(explanation(n, 24)) for n in range(4)],
+     "/compact", {"commands": 4, "between": "Explain it once more", "replies": [text(explanation(n, 70)) for n in range(4)],
                   "summaries": [server_error() for _ in range(12)]}),
 ]
 
