@@ -94,15 +94,21 @@ def test_cjk_heavy_history_does_not_overflow(s08, make_agent, workspace):
         assert max(count_tokens(r) for r in fake.valid_requests) <= 12_000
 
 
+def reads(prompt: str, count: int, lines: int) -> list:
+    """A prompt, then `count` file reads of `lines` lines each, one call at a time."""
+    history = [user(prompt)]
+    for n in range(count):
+        history += [{"role": "assistant", "content": [{"type": "tool_use", "id": f"r{n}", "name": "read_file",
+                                                       "input": {"path": f"f{n}.py"}}]},
+                    {"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"r{n}",
+                                                  "content": f"# file {n}\n" + "x = 1\n" * lines}]}]
+    return history
+
+
 def test_a_clearing_rewrites_only_after_the_clearing_point_and_the_prefix_before_it_is_read(s08, make_agent):
     with FakeAnthropic(context_window=30_000) as fake:
         agent = make_agent(window=30_000, server=fake)
-        history = [user("read them, and keep to the plan: " + "step by step, " * 300)]  # a prefix worth caching
-        for n in range(8):
-            history += [{"role": "assistant", "content": [{"type": "tool_use", "id": f"r{n}", "name": "read_file",
-                                                           "input": {"path": f"f{n}.py"}}]},
-                        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"r{n}",
-                                                      "content": f"# file {n}\n" + "x = 1\n" * 700}]}]
+        history = reads("read them, and keep to the plan: " + "step by step, " * 300, 8, 700)  # a prefix worth caching
         request = s08.build_request(agent, history)
         marked = [i for i, m in enumerate(request["messages"]) if "cache_control" in m["content"][-1]]
         assert marked == [1, len(history) - 3, len(history) - 1], "the clearing point: the call of the oldest result"
@@ -157,12 +163,7 @@ def test_a_session_reads_most_of_its_prompt_from_the_cache(s08, make_agent, work
 
 def test_after_the_cache_has_expired_snip_and_micro_act_below_their_trigger(s08, make_agent):
     agent = make_agent(window=30_000)
-    history = [user("read them")]
-    for n in range(8):
-        history += [{"role": "assistant", "content": [{"type": "tool_use", "id": f"r{n}", "name": "read_file",
-                                                       "input": {"path": f"f{n}.py"}}]},
-                    {"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"r{n}",
-                                                  "content": f"# file {n}\n" + "x = 1\n" * 500}]}]
+    history = reads("read them", 8, 500)
     size = s08.context_tokens(agent, history)
     s = agent.settings
     assert s.micro_trigger * s08.COLD_TRIGGER_SHARE < size < s.micro_trigger, "between the cold and warm triggers"
