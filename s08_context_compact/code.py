@@ -3115,3 +3115,6 @@ if __name__ == "__main__":
         sys.exit(main())
     except KeyboardInterrupt:  # Ctrl-C before the prompt is up: leave quietly
         sys.exit(130)
+    except BrokenPipeError:  # the reader went away (`| head`): nothing left to say, and no one to say it to
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the exit flush cannot fail again
+        sys.exit(141)  # 128 + SIGPIPE, as a shell command would

@@ -34,6 +34,18 @@ def test_missing_configuration_exits_2_with_a_pointer_to_env_example(workspace, 
     assert "Traceback" not in done.stderr + done.stdout
 
 
+def test_a_reader_that_goes_away_ends_the_program_quietly(fake, workspace):
+    # `python code.py | head -1`: after the first line nobody reads the output any more
+    proc = subprocess.Popen([sys.executable, str(CODE)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, cwd=workspace, env=cli_env(fake))
+    proc.stdin.write(b"/help\n" * 500)
+    proc.stdin.close()
+    assert proc.stdout.readline()
+    proc.stdout.close()
+    assert proc.wait(timeout=30) == 141, "128 + SIGPIPE, as a shell command would"
+    assert proc.stderr.read() == b"", "no traceback, nothing at all on stderr"
+
+
 def test_bad_context_window_exits_2(fake, workspace):
     done = run_cli(fake, workspace, "", CONTEXT_WINDOW="lots")
     assert done.returncode == 2 and "CONTEXT_WINDOW='lots'" in done.stderr and "Traceback" not in done.stderr
