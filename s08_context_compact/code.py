@@ -2892,10 +2892,13 @@ def repl(agent, interactive: bool, messages: list) -> int:
         except KeyboardInterrupt:
             interrupts += 1
             if interrupts >= 2:
-                return 0
-            agent.say("\n(press Ctrl-C again, or type q, to quit)")
-            continue
+                line = None
+            else:
+                agent.say("\n(press Ctrl-C again, or type q, to quit)")
+                continue
         if line is None:
+            if interactive:
+                agent.out("")  # end the prompt's line, so the shell's prompt starts on its own
             return 0
         interrupts = 0
         line = line.strip()
