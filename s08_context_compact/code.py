@@ -1000,7 +1000,10 @@ def apply_layer(agent, layer, messages: list, note: str = "", **settings) -> lis
     # The result layers may point at a copy saved earlier, so name the folder, not new files.
     where = [str(p) for p in agent.store.written[first_new:] if p.suffix == ".jsonl"] or [TOOL_RESULTS_DIR + "/"]
     change = f"−{format_tokens(saved)}" if saved >= 0 else f"+{format_tokens(-saved)}"
-    agent.say(f"[{name}] {count_changes(name, messages, result)} {LAYER_VERBS[name]}, "
+    changed = count_changes(name, messages, result)
+    verb = LAYER_VERBS[name] if changed != 1 else \
+        re.sub(r"^((?:\w+ )?\w+)s\b", r"\1", LAYER_VERBS[name]).replace("placeholders", "a placeholder")
+    agent.say(f"[{name}] {changed} {verb}, "
               f"{change} tokens (saved to {', '.join(where)}){note}", "layer")
     if agent.log:  # the rewritten history itself is logged when it replaces the old one
         agent.log.write({"type": "layer", "layer": name, "saved_to": where, "tokens_saved": saved})
@@ -2645,10 +2648,15 @@ def repair_history(messages: list) -> list:
 def find_session(workdir: Path, wanted: str) -> Path:
     """The log of session `wanted` ("latest": the newest); ValueError when there is none."""
     logs = session_logs(workdir)
-    path = logs[-1] if wanted == "latest" and logs else workdir / TRANSCRIPT_DIR / f"session-{wanted}.jsonl"
-    if not path.is_file():
-        raise ValueError(f"No session {wanted!r} in {workdir / TRANSCRIPT_DIR}; --list shows them.")
-    return path
+    if not logs:
+        raise ValueError(f"No sessions in {workdir} yet: start one without --resume.")
+    if wanted == "latest":
+        return logs[-1]
+    found = [path for path in logs if path.stem.removeprefix("session-").startswith(wanted)]  # a prefix will do
+    if len(found) != 1:
+        raise ValueError(f"{'No' if not found else 'More than one'} session {wanted!r} in {workdir / TRANSCRIPT_DIR}"
+                         "; --list shows them.")
+    return found[0]
 
 
 def open_session(agent, resume: Path | None) -> list:
@@ -2727,8 +2735,11 @@ def format_tokens(n: int) -> str:
 HELP = """Commands:
   /compact [focus]  summarize the conversation now; the focus text steers the summary
   /context          what fills the context, and how close it is to auto-compact
+  /clear            start a new conversation (the session log keeps the old one)
   /help             this text
-  q, exit, quit     leave (so does end of input)"""
+  /exit, q          leave (so do /quit, exit, quit, end of input and Ctrl-C twice)
+Ctrl-C stops the model or a tool and returns here; the conversation is kept.
+Run with --list to see this folder's sessions, --resume [ID] to continue one."""
 
 
 def add_user_text(messages: list, text: str) -> bool:
@@ -2792,8 +2803,10 @@ def context_report(agent, messages: list) -> str:
 def status_line(agent, messages: list) -> str:
     s = agent.settings
     used = context_tokens(agent, messages)
+    left = s.threshold - used
     return (f"context {format_tokens(used)}/{format_tokens(s.window)} tokens ({100 * used // s.window}%) · "
-            f"auto-compact in {format_tokens(max(s.threshold - used, 0))}")
+            + (f"auto-compact in {format_tokens(left)}" if left > 0 else "over the auto-compact threshold: "
+               "it compacts before the next call"))
 
 
 def handle_command(agent, messages: list, line: str) -> None:
@@ -2807,6 +2820,11 @@ def handle_command(agent, messages: list, line: str) -> None:
             agent.say("Nothing to compact yet.")
             return
         replace_history(agent, messages, summarize_history(agent, messages, focus=argument.strip()), "/compact")
+    elif command == "/clear":
+        replace_history(agent, messages, [], "/clear")
+        agent.state = LoopState()  # nothing read, no todos, no size anchor: a new conversation
+        agent.say("(A new conversation. The session log keeps the old one: --resume cannot bring it back, "
+                  "but .transcripts/ has every message.)")
     else:
         agent.say(f"Unknown command {command}. Type /help for the list.")
 
@@ -2902,7 +2920,7 @@ def repl(agent, interactive: bool, messages: list) -> int:
             return 0
         interrupts = 0
         line = line.strip()
-        if line in ("q", "exit", "quit"):
+        if line in ("q", "exit", "quit", "/exit", "/quit"):
             return 0
         if not line:
             continue

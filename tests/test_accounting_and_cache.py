@@ -161,6 +161,13 @@ def test_a_session_reads_most_of_its_prompt_from_the_cache(s08, make_agent, work
         assert read / sent > 0.8
 
 
+def test_the_status_line_says_when_the_context_is_already_over_the_threshold(s08, make_agent):
+    agent = make_agent(window=20_000)
+    assert "auto-compact in " in s08.status_line(agent, [user("hi")])
+    over = s08.status_line(agent, [user("x" * 4 * agent.settings.threshold)])
+    assert "over the auto-compact threshold" in over and "auto-compact in" not in over
+
+
 def test_after_the_cache_has_expired_snip_and_micro_act_below_their_trigger(s08, make_agent):
     agent = make_agent(window=30_000)
     history = reads("read them", 8, 500)

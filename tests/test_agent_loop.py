@@ -64,7 +64,7 @@ def test_a_huge_new_result_reaches_the_model_as_a_preview_with_the_full_text_on_
     assert sent.startswith("<persisted-output") and "row 0\nrow 1\n" in sent
     saved = workspace / ".task_outputs" / "tool-results" / "toolu_big.txt"
     assert saved.read_text() == big.rstrip("\n")
-    assert "[tool_result_budget] 1 large results → disk + preview" in agent.out.text
+    assert "[tool_result_budget] 1 large result → disk + preview" in agent.out.text
     assert_requests_valid(fake)
 
 

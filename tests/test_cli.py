@@ -209,6 +209,21 @@ def test_input_that_is_not_utf8_is_read_not_fatal(fake, workspace):
     assert fake.requests[0]["messages"][0]["content"][0]["text"] == "caf\ufffd \ufffd please"
 
 
+def test_clear_starts_a_new_conversation_and_exit_leaves(fake, workspace):
+    fake.reply(text("First answer."), text("Fresh answer."), text("never sent"))
+    done = run_cli(fake, workspace, "hello\n/clear\nwho are you?\n/exit\nthis line is never read\n")
+    assert done.returncode == 0 and "A new conversation" in done.stdout
+    assert plain(fake.requests[-1]["messages"]) == [{"role": "user", "content": [{"type": "text",
+                                                                                  "text": "who are you?"}]}]
+    assert len(fake.requests) == 2, "/exit left before the next line"
+
+
+def test_help_names_every_command_and_how_to_stop(fake, workspace):
+    done = run_cli(fake, workspace, "/help\n")
+    for said in ("/compact", "/context", "/clear", "/exit", "Ctrl-C", "--resume", "--list"):
+        assert said in done.stdout, said
+
+
 def test_compact_never_makes_the_context_larger(fake, workspace):
     fake.reply(text("a long answer " * 2_000))
     fake.summary(text("<summary>The user said hello; a long answer followed.</summary>"))

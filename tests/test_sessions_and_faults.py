@@ -80,6 +80,15 @@ def test_list_and_resume_continue_exactly_where_the_model_was(fake, workspace):
     missing = subprocess.run([sys.executable, str(CODE), "--resume", "nope"], input="", capture_output=True,
                              text=True, cwd=workspace, env=cli_env(fake), timeout=30)
     assert missing.returncode == 2 and "--list" in missing.stderr and "Traceback" not in missing.stderr
+    session_id = next((workspace / ".transcripts").glob("session-*.jsonl")).stem.removeprefix("session-")
+    fake.reply(text("Third answer."))
+    by_prefix = run_cli(fake, workspace, "once more\n", args=("--resume", session_id[:12]))
+    assert by_prefix.returncode == 0 and f"Resumed session {session_id}" in by_prefix.stdout, "a unique prefix will do"
+
+
+def test_resume_in_a_folder_with_no_sessions_says_how_to_start(fake, workspace):
+    done = run_cli(fake, workspace, "", args=("--resume",))
+    assert done.returncode == 2 and "No sessions in" in done.stderr and "without --resume" in done.stderr
 
 
 def test_resume_after_a_hard_kill_in_the_middle_of_a_tool(fake, workspace):
