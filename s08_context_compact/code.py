@@ -2938,9 +2938,9 @@ def terminal_confirm(interactive: bool):
     def confirm(question: str) -> tuple:
         if not interactive:
             return False, "no one could confirm it (standard input is not a terminal)"
-        try:
+        try:  # Ctrl-C here cancels the turn, as anywhere else (use_tools answers the call as interrupted)
             answer = input(f"{question} [y/N] ").strip().lower()
-        except (EOFError, KeyboardInterrupt):
+        except EOFError:
             answer = ""
         return (True, "") if answer in ("y", "yes") else (False, "the user said no")
     return confirm

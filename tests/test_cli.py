@@ -277,6 +277,41 @@ def _run_in_terminal(fake, workspace, keys: bytes, **env) -> str:
     return shown.decode(errors="replace")
 
 
+def test_ctrl_c_at_the_permission_question_returns_to_the_prompt(fake, workspace):
+    import os
+    import pty
+    import select
+    (workspace / "notes.txt").write_text("keep me\n")
+    fake.reply(tool_use("bash", {"command": "rm notes.txt"}), text("the turn should have ended"))
+    pid, fd = pty.fork()
+    if pid == 0:
+        os.chdir(workspace)
+        os.execve(sys.executable, [sys.executable, str(CODE)], cli_env(fake))
+    shown = b""
+
+    def read_until(expected: bytes, count: int = 1, seconds: float = 20) -> None:
+        nonlocal shown
+        end = time.monotonic() + seconds
+        while shown.count(expected) < count and time.monotonic() < end:
+            if select.select([fd], [], [], 0.05)[0]:
+                try:
+                    shown += os.read(fd, 65536)
+                except OSError:
+                    return
+        assert shown.count(expected) >= count, shown.decode(errors="replace")[-500:]
+    read_until(b"s08 >> ")
+    os.write(fd, b"remove the notes\r")
+    read_until(b"Allow? [y/N] ")
+    os.write(fd, b"\x03")
+    read_until(b"s08 >> ", 2)
+    os.write(fd, b"\x04")
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert b"interrupted" in shown and b"Traceback" not in shown
+    assert len(fake.requests) == 1, "no model call after Ctrl-C: the turn ended"
+    assert (workspace / "notes.txt").read_text() == "keep me\n"
+
+
 def test_a_terminal_gets_colour_and_a_status_line_unless_no_color(fake, workspace):
     fake.reply(text("Hello from the model."), text("Again."))
     coloured = _run_in_terminal(fake, workspace, b"hi\r")
