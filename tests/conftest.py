@@ -252,3 +252,40 @@ class LiveCLI:
         code = self.proc.wait(timeout=timeout)
         self.reader.join(timeout=5)  # it ends at the end of the output: everything is collected
         return code
+
+
+class Terminal:
+    """The CLI on a pseudo-terminal: type keys, wait for what it shows, never on a fixed sleep."""
+
+    def __init__(self, fake, workspace, **env):
+        import pty
+        self.pid, self.fd = pty.fork()
+        if self.pid == 0:
+            os.chdir(workspace)
+            os.execve(sys.executable, [sys.executable, str(CODE)], cli_env(fake, **env))
+        self.shown = b""
+
+    def read_until(self, expected: bytes, count: int = 1, seconds: float = 20) -> bool:
+        import select
+        end = time.monotonic() + seconds
+        while self.shown.count(expected) < count and time.monotonic() < end:
+            if select.select([self.fd], [], [], 0.05)[0]:
+                try:
+                    self.shown += os.read(self.fd, 65536)
+                except OSError:  # the program has ended
+                    break
+        return self.shown.count(expected) >= count
+
+    def type(self, keys: bytes) -> None:
+        os.write(self.fd, keys)
+
+    def finish(self) -> int:
+        """Ctrl-D at the prompt; everything shown is collected; the exit code."""
+        self.type(b"\x04")
+        self.read_until(b"the end of the output, which never appears")
+        _, status = os.waitpid(self.pid, 0)
+        return os.waitstatus_to_exitcode(status)
+
+    @property
+    def text(self) -> str:
+        return self.shown.decode(errors="replace")

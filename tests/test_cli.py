@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from conftest import CODE, LiveCLI, assert_requests_valid, blocks, cli_env, plain, run_cli
+from conftest import CODE, LiveCLI, Terminal, assert_requests_valid, blocks, cli_env, plain, run_cli
 from fake_anthropic import FakeAnthropic, error, text, tool_use, tool_uses
 
 
@@ -249,67 +249,41 @@ def test_ctrl_c_during_compact_keeps_the_history(fake, workspace):
 
 def _run_in_terminal(fake, workspace, keys: bytes, **env) -> str:
     """Run the CLI on a pseudo-terminal, type keys, return everything it showed."""
-    import os
-    import pty
-    import select
-    pid, fd = pty.fork()
-    if pid == 0:
-        os.chdir(workspace)
-        os.execve(sys.executable, [sys.executable, str(CODE)], cli_env(fake, **env))
-    shown = b""
-
-    def read_until(expected: bytes, count: int, seconds: float = 20):
-        nonlocal shown
-        end = time.monotonic() + seconds
-        while shown.count(expected) < count and time.monotonic() < end:
-            if select.select([fd], [], [], 0.05)[0]:
-                try:
-                    shown += os.read(fd, 65536)
-                except OSError:
-                    return
-    read_until(b"s08 >> ", 1)
-    os.write(fd, keys)
-    read_until(b"s08 >> ", 2)  # the turn is over when the prompt is back
-    os.write(fd, b"\x04")  # Ctrl-D ends the session
-    read_until(b"never appears", 1, seconds=2)
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0
-    return shown.decode(errors="replace")
+    terminal = Terminal(fake, workspace, **env)
+    terminal.read_until(b"s08 >> ")
+    terminal.type(keys)
+    terminal.read_until(b"s08 >> ", 2)  # the turn is over when the prompt is back
+    assert terminal.finish() == 0
+    return terminal.text
 
 
 def test_ctrl_c_at_the_permission_question_returns_to_the_prompt(fake, workspace):
-    import os
-    import pty
-    import select
     (workspace / "notes.txt").write_text("keep me\n")
     fake.reply(tool_use("bash", {"command": "rm notes.txt"}), text("the turn should have ended"))
-    pid, fd = pty.fork()
-    if pid == 0:
-        os.chdir(workspace)
-        os.execve(sys.executable, [sys.executable, str(CODE)], cli_env(fake))
-    shown = b""
-
-    def read_until(expected: bytes, count: int = 1, seconds: float = 20) -> None:
-        nonlocal shown
-        end = time.monotonic() + seconds
-        while shown.count(expected) < count and time.monotonic() < end:
-            if select.select([fd], [], [], 0.05)[0]:
-                try:
-                    shown += os.read(fd, 65536)
-                except OSError:
-                    return
-        assert shown.count(expected) >= count, shown.decode(errors="replace")[-500:]
-    read_until(b"s08 >> ")
-    os.write(fd, b"remove the notes\r")
-    read_until(b"Allow? [y/N] ")
-    os.write(fd, b"\x03")
-    read_until(b"s08 >> ", 2)
-    os.write(fd, b"\x04")
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0
-    assert b"interrupted" in shown and b"Traceback" not in shown
+    terminal = Terminal(fake, workspace)
+    assert terminal.read_until(b"s08 >> ")
+    terminal.type(b"remove the notes\r")
+    assert terminal.read_until(b"Allow? [y/N] ")
+    terminal.type(b"\x03")
+    assert terminal.read_until(b"s08 >> ", 2)
+    assert terminal.finish() == 0
+    assert "interrupted" in terminal.text and "Traceback" not in terminal.text
     assert len(fake.requests) == 1, "no model call after Ctrl-C: the turn ended"
     assert (workspace / "notes.txt").read_text() == "keep me\n"
+
+
+def test_a_slow_summary_shows_a_spinner_with_its_label(fake, workspace):
+    fake.reply(text("a long answer " * 2_000))
+    fake.summary(dict(text("<summary>Short.</summary>"), delay=1.5))
+    terminal = Terminal(fake, workspace)
+    assert terminal.read_until(b"s08 >> ")
+    terminal.type(b"hello\r")
+    assert terminal.read_until(b"s08 >> ", 2)
+    terminal.type(b"/compact\r")
+    assert terminal.read_until(b"writing the summary 0."), "the screen moves while the summary is written"
+    assert terminal.read_until(b"[compact_history]")
+    assert terminal.read_until(b"s08 >> ", 3)
+    assert terminal.finish() == 0
 
 
 def test_a_terminal_gets_colour_and_a_status_line_unless_no_color(fake, workspace):
