@@ -2844,16 +2844,17 @@ def park_long_prompt(agent, prompt: str) -> str | None:
             f"{path.relative_to(agent.workdir)}: read it in parts with read_file and do what it asks.")
 
 
-def take_turn(agent, messages: list, prompt: str) -> None:
+def take_turn(agent, messages: list, prompt: str) -> bool:
+    """One user turn, start to end; False when it ended in an API error."""
     prompt = redact(prompt, agent.secrets)  # before any hook: the ledger quotes prompts verbatim
     blocked = [r["block"] for r in fire_hooks(agent, "UserPromptSubmit", prompt=prompt) if "block" in r]
     if blocked:
         agent.say(f"(prompt blocked by a hook: {blocked[0]})")
-        return
+        return True
     if estimate_text_tokens(prompt) > agent.settings.threshold // 2:
         prompt = park_long_prompt(agent, prompt)
         if prompt is None:
-            return
+            return True
     merged = add_user_text(messages, prompt)
     asked = blocks_of(messages[-1])[-1]  # this very block is withdrawn if the model never answers it
     if agent.log:
@@ -2862,6 +2863,7 @@ def take_turn(agent, messages: list, prompt: str) -> None:
         agent_loop(agent, messages)
         if agent.show_status:
             agent.say(status_line(agent, messages), "dim")
+        return True
     except ContextOverflow as err:
         agent.say(f"API error: {err}, even after compacting. The conversation is kept: try /compact, "
                   "or set CONTEXT_WINDOW lower.", "error")
@@ -2870,6 +2872,7 @@ def take_turn(agent, messages: list, prompt: str) -> None:
         agent.say(f"API error: {api_error_text(err)}. {what_to_do(err)}"
                   + (" Your message was not sent; send it again (the up arrow recalls it)." if withdrawn else
                      " The work so far is kept; send a message to go on."), "error")
+    return False
 
 
 def what_to_do(err: Exception) -> str:
@@ -2901,7 +2904,9 @@ def read_line(interactive: bool) -> str | None:
 
 
 def repl(agent, interactive: bool, messages: list) -> int:
-    interrupts = 0
+    """Read and run lines until the end; the exit code. Piped input ends with 1 if a turn
+    ended in an API error, so a script can tell."""
+    interrupts, failed = 0, False
     while True:
         try:
             line = read_line(interactive)
@@ -2914,21 +2919,19 @@ def repl(agent, interactive: bool, messages: list) -> int:
             else:
                 agent.say("\n(press Ctrl-C again, or type q, to quit)")
                 continue
-        if line is None:
-            if interactive:
-                agent.out("")  # end the prompt's line, so the shell's prompt starts on its own
-            return 0
+        if line is None and interactive:
+            agent.out("")  # end the prompt's line, so the shell's prompt starts on its own
+        if line is None or line.strip() in ("q", "exit", "quit", "/exit", "/quit"):
+            return 1 if failed and not interactive else 0
         interrupts = 0
         line = line.strip()
-        if line in ("q", "exit", "quit", "/exit", "/quit"):
-            return 0
         if not line:
             continue
         try:
             if line.startswith("/"):
                 handle_command(agent, messages, line)
-            else:
-                take_turn(agent, messages, line)
+            elif not take_turn(agent, messages, line):
+                failed = True
         except KeyboardInterrupt as stop:  # a layer only replaces history when done, so it is intact
             record_interruption(agent, messages, getattr(stop, "partial", ""))
             agent.say("\n(interrupted; the conversation is kept, type your next message)")

@@ -46,6 +46,15 @@ def test_a_reader_that_goes_away_ends_the_program_quietly(fake, workspace):
     assert proc.stderr.read() == b"", "no traceback, nothing at all on stderr"
 
 
+def test_piped_input_exits_1_when_a_turn_ended_in_an_api_error(fake, workspace):
+    fake.reply(error(401, "authentication_error", "invalid x-api-key"), text("fine"))
+    failed = run_cli(fake, workspace, "hello\nagain\n")
+    assert failed.returncode == 1 and "authentication_error" in failed.stdout and "Traceback" not in failed.stderr
+    assert "fine" in failed.stdout, "the session went on after the error"
+    fake.reply(text("all good"))
+    assert run_cli(fake, workspace, "hello\n").returncode == 0
+
+
 def test_bad_context_window_exits_2(fake, workspace):
     done = run_cli(fake, workspace, "", CONTEXT_WINDOW="lots")
     assert done.returncode == 2 and "CONTEXT_WINDOW='lots'" in done.stderr and "Traceback" not in done.stderr
