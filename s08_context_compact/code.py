@@ -1038,12 +1038,16 @@ def summarize_history(agent, messages: list, layer=None, focus: str = "", underc
         agent.say("[compact_history] nothing to compact: a summary would not make the context smaller")
         return messages
     summary, source = make_summary(agent, messages, focus, limit, undercount)
+    first_new = len(agent.store.written)
     result = apply_layer(agent, layer, messages, summary=summary, restored=restored, preview_chars=s.preview_chars,
                          note=f"; summary by {source}", **settings)
-    transcript = agent.workdir / agent.store.written[-1]
+    saved = [path for path in agent.store.written[first_new:] if path.suffix == ".jsonl"]
+    if not saved:  # the disk refused the transcript: apply_layer said so, and the history is kept
+        return messages
+    transcript = agent.workdir / saved[0]
     if result is messages:
         agent.say(f"[{layer.__name__}] the summary came out no smaller than the history; the history is kept "
-                  f"(transcript saved to {transcript.relative_to(agent.workdir)})")
+                  f"(transcript saved to {saved[0]})")
         return messages
     for line in [l for l in summary.splitlines() if l.strip()][:3]:
         agent.say(f"    {line[:120]}")

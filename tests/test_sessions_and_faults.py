@@ -191,8 +191,9 @@ def test_unwritable_output_folders_are_reported_once_and_the_session_goes_on(fak
     (workspace / ".task_outputs").write_text("not a folder")
     (workspace / "big.txt").write_text("x\n" * 60_000)
     fake.reply(tool_use("bash", {"command": "cat big.txt"}), text("Seen."), text("Still here."))
-    done = run_cli(fake, workspace, "show big.txt\nanything else?\n", CONTEXT_WINDOW=60_000)
+    done = run_cli(fake, workspace, "show big.txt\nanything else?\n/compact\n", CONTEXT_WINDOW=60_000)
     assert done.returncode == 0 and "Traceback" not in done.stderr
+    assert "summary came out no smaller" not in done.stdout, "/compact could not save a transcript: nothing removed"
     assert done.stdout.count("cannot save to disk") == 1 and done.stdout.count("will not be resumable") == 1
     assert "Still here." in done.stdout
     second = fake.main_requests[1]["messages"][-1]["content"][0]["content"]
