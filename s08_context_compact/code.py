@@ -2797,7 +2797,8 @@ def context_report(agent, messages: list) -> str:
                      f"{format_tokens(last['input_tokens'])} uncached)")
         totals = agent.usage_totals
         raw = totals["input_tokens"] + totals["cache_read_input_tokens"] + totals["cache_creation_input_tokens"]
-        lines.append(f"Session input: {format_tokens(raw)} tokens sent, billed as {format_tokens(int(billed_input(totals, s.cache_ttl)))}")
+        billed = int(billed_input(totals, s.cache_ttl))
+        lines.append(f"Session input: {format_tokens(raw)} tokens sent, billed as {format_tokens(billed)}")
     saved = ", ".join(f"{name} {agent.stats.get(name, {}).get('runs', 0)}× "
                       f"−{format_tokens(agent.stats.get(name, {}).get('saved', 0))}" for name in LAYER_VERBS)
     lines.append(f"Saved so far: {saved}")
