@@ -61,7 +61,8 @@ ESTIMATE_MARGIN = 0.85              # sizing by estimate alone, assume it may be
 CHARS_PER_TOKEN = 4                 # for ASCII text; other characters count one token each
 # tool_result_budget
 TOOL_RESULT_BUDGET_CHARS = 200_000  # chapter: tool output allowed in one message
-TOOL_RESULT_BUDGET_SHARE = 0.3      # ...and never more than this share of the usable context
+TOOL_RESULT_BUDGET_SHARE = 0.15     # ...and never more than this share of the usable context (a result
+                                    # kept whole is soon cleared, and clearing rewrites the cache)
 PREVIEW_CHARS = 2_000               # what stays in context of a result that went to disk
 # snip_compact
 SNIP_KEEP_HEAD = 3                  # the first request and its setup stay visible
@@ -329,11 +330,15 @@ class TokenCounter:
     def count(self, messages: list, overhead: int) -> int:
         if self.anchor_tokens is None:
             return overhead + self.estimate(messages)
-        same = 0  # layers copy only what they change, so identity marks what is unchanged
-        for old, new in zip(self.anchor_messages, messages):
-            if old is not new:
-                break
-            same += 1
+        same = len(self.anchor_messages)
+        # The usual cases, the anchored history as it was or with new messages after it, are
+        # decided by one list comparison: in C, identical items by identity, no message read.
+        if (messages if len(messages) == same else messages[:same]) != self.anchor_messages:
+            same = 0  # layers copy only what they change, so identity marks what is unchanged
+            for old, new in zip(self.anchor_messages, messages):
+                if old is not new:
+                    break
+                same += 1
         before, after = self.anchor_messages[same:], messages[same:]
         if before and after:  # something was rewritten: compare what is gone with what is new
             now = {id(m) for m in after}

@@ -284,7 +284,8 @@ def test_estimate_counts_cjk_as_one_token_per_character(s08):
 def test_thresholds_are_derived_from_the_window(s08):
     big = s08.Settings.for_window("m", 200_000)
     assert big.threshold == 200_000 - 8_192 - 13_000
-    assert big.budget_chars == 200_000 and big.preview_chars == 2_000
+    assert big.budget_chars == int(big.threshold * 0.15 * 4) and big.preview_chars == 2_000
+    assert s08.Settings.for_window("m", 1_000_000).budget_chars == 200_000, "the chapter's figure is the ceiling"
     small = s08.Settings.for_window("m", 20_000)
     assert small.threshold == 20_000 - 5_000 - 2_000
     assert small.budget_chars < 20_000 and small.summary_max_tokens <= small.max_output
