@@ -22,6 +22,7 @@ Run it from the folder you want the agent to work in (README.md has the rest):
 
 import argparse
 import hashlib
+import importlib.util
 import json
 import os
 import random
@@ -38,8 +39,24 @@ from dataclasses import MISSING, dataclass, field, fields, replace
 from functools import cached_property
 from pathlib import Path
 
-import anthropic
-import httpx2  # the SDK's HTTP library: its errors can surface while a stream is being read
+
+
+def lazy_import(name: str):
+    """A module that loads the first time one of its names is used. The SDK takes a second
+    or two to import, and --help, --list or a missing key need none of it."""
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.find_spec(name)
+    if spec is None:
+        return None  # not installed: main() says how to install it
+    spec.loader = importlib.util.LazyLoader(spec.loader)
+    module = sys.modules[name] = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+anthropic = lazy_import("anthropic")  # the official SDK
+httpx2 = lazy_import("httpx2")  # the SDK's HTTP library: its errors can surface while a stream is being read
 
 
 # ==== PART 1: THE CHAPTER =========================================================================
@@ -740,7 +757,7 @@ def summarize_with_model(agent, messages: list, focus: str, limit_tokens: int, u
             budget = int(min(budget, estimate_tokens(sent)) / max(over, 1.1) * 0.9)
             sent = fit_for_summary(messages, budget)
             continue
-        except API_FAILURES as err:
+        except api_failures() as err:
             raise SummaryError(api_error_text(err)) from err
         return extract_summary("".join(b["text"] for b in answer.message["content"] if b["type"] == "text"))
     raise SummaryError("too long to summarize even after leaving out the oldest messages")
@@ -1693,7 +1710,7 @@ def use_tool(agent, block: dict) -> dict:
                 output, failed = TOOL_HANDLERS[name](agent, **known), False
         except ToolError as err:
             output, failed = f"Error: {err}", True
-        except (OSError, ValueError, ContextOverflow, *API_FAILURES) as err:
+        except (OSError, ValueError, ContextOverflow, *api_failures()) as err:
             output, failed = f"Error: {name} failed: {type(err).__name__}: {err}", True
         if ignored := sorted(set(args) - set(known)):
             output += f"\n(ignored argument(s) {name} does not take: {', '.join(ignored)})"
@@ -2127,7 +2144,9 @@ class ErrorEvent(Exception):
         super().__init__(f"{self.kind or 'error'}: {error.get('message', body)}")
 
 
-API_FAILURES = (anthropic.APIError, BadReply, ErrorEvent)  # every way one call can fail
+def api_failures() -> tuple:
+    """Every way one call can fail: the SDK's errors, and what we find wrong in a reply."""
+    return anthropic.APIError, BadReply, ErrorEvent
 
 
 def worth_retrying(err: Exception) -> bool:
@@ -2144,7 +2163,7 @@ def with_retries(agent, call):
     for attempt in range(1, MAX_API_ATTEMPTS + 1):
         try:
             return call()
-        except API_FAILURES as err:
+        except api_failures() as err:
             if attempt == MAX_API_ATTEMPTS or not worth_retrying(err):
                 raise
             response = getattr(err, "response", None)
@@ -2767,28 +2786,44 @@ def billed_input(usage: dict, ttl: str = "5m") -> float:
             + 0.1 * usage.get("cache_read_input_tokens", 0))
 
 
-def context_report(agent, messages: list) -> str:
-    """What /context prints: the size, what fills it, the thresholds, the cache, the savings."""
-    s = agent.settings
-    parts = {"system prompt + tools": agent.overhead, "user text": 0, "assistant text": 0,
-             "tool calls": 0, "tool results": 0}
+def context_parts(agent, messages: list, total: int) -> dict:
+    """What fills the context, by kind, in tokens that add up to total: the split between
+    kinds is estimated, the total is the counter's (exact up to the last response)."""
+    estimated = {"system prompt + tools": agent.overhead, "user text": 0, "assistant text": 0,
+                 "tool calls": 0, "tool results": 0}
     for message in messages:
         for block in blocks_of(message):
             kind = {"text": f"{message['role']} text", "tool_use": "tool calls"}.get(block.get("type"), "tool results")
-            parts[kind] += estimate_text_tokens(json.dumps(block, ensure_ascii=False))
+            estimated[kind] += estimate_text_tokens(json.dumps(block, ensure_ascii=False))
+    scale = total / max(sum(estimated.values()), 1)
+    parts = {kind: int(n * scale) for kind, n in estimated.items()}
+    parts[max(parts, key=parts.get)] += total - sum(parts.values())  # the rounding goes to the largest
+    return parts
+
+
+def bar(tokens: int, window: int, width: int = 20) -> str:
+    filled = min(width, round(width * tokens / max(window, 1)))
+    return "█" * filled + "░" * (width - filled)
+
+
+def context_report(agent, messages: list) -> str:
+    """What /context prints: what fills the window, part by part, so the parts add up to
+    it; then the thresholds, the cache and the savings."""
+    s = agent.settings
     total = context_tokens(agent, messages)
-    how = "exact up to the last response, estimated after" if agent.state.tokens.anchor_tokens else "estimated"
-    lines = [f"Context: {len(messages)} messages, {format_tokens(total)} tokens of a "
-             f"{format_tokens(s.window)} window ({100 * total // s.window}%; {how})"]
-    lines += [f"  {name:<22}{format_tokens(n):>8}" for name, n in parts.items()]
+    how = "exact up to the last response, split by estimate" if agent.state.tokens.anchor_tokens else "estimated"
+    rows = {**context_parts(agent, messages, total), "free until auto-compact": max(s.threshold - total, 0),
+            "reserved: output + buffer": max(s.window - max(total, s.threshold), 0)}
+    lines = [f"Context: {len(messages)} messages, {total:,} tokens of a {s.window:,}-token window "
+             f"({100 * total // s.window}%; {how})"]
+    lines += [f"  {name:<26}{n:>9,}  {bar(n, s.window)} {100 * n / s.window:>3.0f}%" for name, n in rows.items()]
     endpoint = agent.endpoint
     lines.append(f"Window: {s.window:,} tokens, from {endpoint.window_source}"
                  + ("; the endpoint counts max_tokens against it" if endpoint.counts_output else ""))
     if endpoint.usage_note:
         lines.append(f"Usage: {endpoint.usage_note}")
     lines.append(f"Auto-compact above {format_tokens(s.threshold)} tokens (window − {format_tokens(s.max_output)} "
-                 f"output − {format_tokens(s.window - s.max_output - s.threshold)} buffer): "
-                 f"{format_tokens(max(s.threshold - total, 0))} to go")
+                 f"output − {format_tokens(s.window - s.max_output - s.threshold)} buffer)")
     lines.append(f"Cheap layers: tool results ≤ {s.budget_chars:,} chars a message; above "
                  f"{format_tokens(s.micro_trigger)} tokens, snip past {s.snip_keep_head + s.snip_keep_tail} messages "
                  f"({s.snip_at_least}+ at a time) and micro_compact (clearing {format_tokens(s.clear_at_least)}+, "
@@ -2877,7 +2912,7 @@ def take_turn(agent, messages: list, prompt: str) -> bool:
     except ContextOverflow as err:
         agent.say(f"API error: {err}, even after compacting. The conversation is kept: try /compact, "
                   "or set CONTEXT_WINDOW lower.", "error")
-    except API_FAILURES as err:
+    except api_failures() as err:
         withdrawn = withdraw_unanswered_prompt(agent, messages, asked)
         agent.say(f"API error: {api_error_text(err)}. {what_to_do(err)}"
                   + (" Your message was not sent; send it again (the up arrow recalls it)." if withdrawn else
@@ -3084,8 +3119,25 @@ def parse_arguments(argv):
     return parser.parse_args(argv)
 
 
+INSTALL_HELP = """This Python ({python}) does not have {missing}, which the program needs.
+Install the requirements in a virtual environment, and run the program with its Python:
+    python3 -m venv .venv && . .venv/bin/activate      (Windows: .venv\\Scripts\\activate)
+    python -m pip install -r {requirements}
+See README.md, section "Set up"."""
+
+
+def missing_requirements() -> list:
+    return [package for package, module in (("anthropic", "anthropic"), ("python-dotenv", "dotenv"))
+            if importlib.util.find_spec(module) is None]
+
+
 def main(argv=None) -> int:
     args = parse_arguments(argv)
+    if (args.demo or not args.list) and (missing := missing_requirements()):
+        print(INSTALL_HELP.format(python=sys.executable, missing=" and ".join(missing),
+                                  requirements=Path(__file__).resolve().parent.parent / "requirements.txt"),
+              file=sys.stderr)
+        return 2
     if args.demo:
         import demo  # the scripted demo lives beside this file, outside the lesson
         return demo.run(sys.modules[__name__], pause=sys.stdin.isatty() and not args.no_pause)

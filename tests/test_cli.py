@@ -1,6 +1,7 @@
 """code.py as a user runs it: a subprocess with piped stdin, talking to the fake API."""
 
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -122,7 +123,14 @@ def test_context_command_shows_sizes_and_threshold(fake, workspace):
     fake.reply(tool_use("bash", {"command": "seq 1 500"}), text("Counted."))
     done = run_cli(fake, workspace, "count\n/context\n", CONTEXT_WINDOW=30_000)
     report = done.stdout[done.stdout.index("Context:"):]
-    assert "Context: 4 messages" in report and "of a 30.0k window" in report
+    assert "Context: 4 messages" in report and "of a 30,000-token window" in report
+    total = int(re.search(r"Context: 4 messages, ([\d,]+) tokens", report).group(1).replace(",", ""))
+    rows = dict(re.findall(r"^  (\w[\w +:-]+?) +([\d,]+)  [█░]{20} +\d+%$", report, re.M))
+    sizes = {name: int(n.replace(",", "")) for name, n in rows.items()}
+    assert list(sizes)[:5] == ["system prompt + tools", "user text", "assistant text", "tool calls", "tool results"]
+    assert sum(list(sizes.values())[:5]) == total, "the parts add up to the total"
+    assert sum(sizes.values()) == 30_000, "with what is free and what is reserved, to the window"
+    assert sizes["free until auto-compact"] == 19_500 - total
     assert "tool results" in report and "Auto-compact above 19.5k tokens" in report
     assert "Saved so far: tool_result_budget 0× −0, snip_compact 0× −0" in report
     assert "Prompt cache, last request: " in report and "Session input: " in report
