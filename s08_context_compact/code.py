@@ -27,12 +27,14 @@ import json
 import os
 import random
 import re
+import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+import unicodedata
 import uuid
 import warnings
 from dataclasses import MISSING, dataclass, field, fields, replace
@@ -1072,7 +1074,7 @@ def summarize_history(agent, messages: list, layer=None, focus: str = "", underc
                   f"(transcript saved to {saved[0]})")
         return messages
     for line in [l for l in summary.splitlines() if l.strip()][:3]:
-        agent.say(f"    {line[:120]}")
+        agent.say(f"    {one_line(line, 120)}", cut=True)
     agent.state.read_state.clear()  # what was read is no longer in context as it was
     # PostCompact hooks may check the summary (the ledger does): their notes are shown, and
     # what else they return is kept with the summary in the transcript.
@@ -1366,6 +1368,7 @@ class Agent:
     max_steps: int = MAX_STEPS_PER_TURN
     show_status: bool = False                         # a status line after each turn (terminals only)
     color: bool = False                               # ANSI colours: a terminal, and NO_COLOR unset
+    fit_width: bool = False                           # output is a terminal: fit lines to its width
     spinner_to: object = None                         # a terminal stream for the waiting spinner
     secrets: list = field(default_factory=list)       # values never to show the model or write down
     log: object = None                                # the SessionLog (none for subagents)
@@ -1390,10 +1393,20 @@ class Agent:
     def outputs(self) -> Path:
         return self.workdir / TOOL_RESULTS_DIR
 
-    def say(self, text: str, style: str = "") -> None:
+    def say(self, text: str, style: str = "", cut: bool = False) -> None:
+        """Tell the user something. On a terminal each line fits its width: cut to one line
+        (a preview) when cut, else wrapped at word boundaries."""
         prefix = f"  [{self.label}] " if self.label else ""
-        text = prefix + text.replace("\n", "\n" + prefix) if prefix else text
+        lines = [prefix + line for line in text.split("\n")]
+        if columns := self.columns():
+            lines = [part for line in lines for part in ([cut_to_width(line, columns - 1)] if cut else
+                                                         wrapped(line, columns - 1))]
+        text = "\n".join(lines)
         self.out(f"{STYLES[style]}{text}\033[0m" if self.color and style else text)
+
+    def columns(self) -> int | None:
+        """The terminal's width now (it may have been resized); None when output is not a terminal."""
+        return shutil.get_terminal_size().columns if self.fit_width else None
 
     def subagent(self) -> "Agent":
         tools = [t for t in self.tools if t["name"] != "task"]
@@ -1514,19 +1527,20 @@ def restub(block: dict, target: str, path: str, earlier: dict | None) -> dict:
 def call_model(agent, messages: list) -> tuple:
     """One model call: (assistant message, stop_reason). The main agent's text is printed
     as it arrives. Raises ContextOverflow when the prompt did not fit."""
-    printed = []
+    printed, wrap = [], WordWrap(agent.columns())
 
     def show(chunk: str) -> None:
-        agent.out(chunk, end="", flush=True)
+        agent.out(wrap.feed(chunk), end="", flush=True)
         printed.append(chunk)
     try:
         answer = send_request(agent, build_request(agent, messages), context_tokens(agent, messages),
                               on_text=None if agent.label else show)
     except KeyboardInterrupt as stop:
+        agent.out(wrap.finish(), end="", flush=True)
         stop.partial = "".join(printed)  # what the user saw stays in the history (record_interruption)
         raise
     if printed:
-        agent.out()
+        agent.out(wrap.finish())
     reply, agent.state.last_reply_at = answer.message, now()
     if answer.prompt_tokens:  # usage is exact: it anchors the size of history + reply
         output = answer.usage.get("output_tokens") or agent.state.tokens.size(reply)
@@ -1693,7 +1707,7 @@ def check_tool_input(schema: dict, args) -> str | None:
 def use_tool(agent, block: dict) -> dict:
     """Run one tool call through the hooks; always returns a tool_result block."""
     name, args = block["name"], block["input"]
-    agent.say(f"> {name}: {one_line(json.dumps(args, ensure_ascii=False), 90)}", "tool")
+    agent.say(f"> {name}: {one_line(json.dumps(args, ensure_ascii=False), 90)}", "tool", cut=True)
     schema = next((t["input_schema"] for t in agent.tools if t["name"] == name), None)
     if schema is None:
         output, failed = (f"Error: unknown tool '{name}'. Available tools: "
@@ -1716,7 +1730,7 @@ def use_tool(agent, block: dict) -> dict:
             output += f"\n(ignored argument(s) {name} does not take: {', '.join(ignored)})"
         fire_hooks(agent, "PostToolUse", name=name, input=args, output=output, is_error=failed)
     output = redact(output, agent.secrets)  # a secret printed by a tool never reaches the model or disk
-    agent.say(f"  {'✗' if failed else '<'} {one_line(output)}", "error" if failed else "tool")
+    agent.say(f"  {'✗' if failed else '<'} {one_line(output)}", "error" if failed else "tool", cut=True)
     result = {"type": "tool_result", "tool_use_id": block["id"], "content": output}
     return {**result, "is_error": True} if failed else result
 
@@ -2752,8 +2766,91 @@ class Spinner:
 
 
 def one_line(text: str, width: int = 100) -> str:
-    line = " ".join(str(text).split())
-    return line if len(line) <= width else line[:width - 1] + "…"
+    """Text as one line of at most width columns, cut with "…" when longer."""
+    return cut_to_width(" ".join(str(text).split()), width)
+
+
+def char_width(char: str) -> int:
+    """Columns a character takes on a terminal: two for CJK and other wide characters."""
+    return 2 if unicodedata.east_asian_width(char) in "WF" else 0 if unicodedata.combining(char) else 1
+
+
+def display_width(text: str) -> int:
+    return len(text) if text.isascii() else sum(map(char_width, text))
+
+
+def fit_prefix(text: str, width: int) -> str:
+    """The longest start of text that takes at most width columns."""
+    used = 0
+    for index, char in enumerate(text):
+        used += char_width(char)
+        if used > width:
+            return text[:index]
+    return text
+
+
+def cut_to_width(line: str, width: int) -> str:
+    return line if display_width(line) <= width else fit_prefix(line, width - 1) + "…"
+
+
+WIDE = "\u1100-\u115f\u2e80-\u9fff\uac00-\ud7af\uf900-\ufaff\ufe30-\ufe4f\uff00-\uffef"
+BREAKABLE = re.compile(f"[{WIDE}]|[^\\s{WIDE}]+|\\s+")  # a wide character, a word, or spaces: lines break between
+
+
+def wrapped(line: str, width: int) -> list:
+    """A line broken between words (or between CJK characters) into lines of at most width
+    columns, the later ones indented under the first; a word wider than a line is split."""
+    if display_width(line) <= width:
+        return [line]
+    indent = " " * min(len(line) - len(line.lstrip(" ")) + 2, width // 2)
+    lines, current = [], ""
+    for piece in BREAKABLE.findall(line):
+        if display_width(current + piece) <= width:
+            current += piece
+            continue
+        if current.strip():
+            lines.append(current.rstrip())
+            current = indent
+        if piece.isspace():
+            continue
+        while display_width(current + piece) > width:  # a word longer than a whole line
+            part = fit_prefix(piece, width - display_width(current)) or piece[0]
+            lines.append(current + part)
+            piece, current = piece[len(part):], indent
+        current += piece
+    return lines + [current.rstrip()] if current.strip() else lines
+
+
+class WordWrap:
+    """The model's streamed text, wrapped at word boundaries: the last word of a chunk is
+    held back until the next chunk shows where it ends. With no width, text passes as is."""
+
+    def __init__(self, width: int | None):
+        self.width, self.column, self.word = (width - 1 if width else None), 0, ""
+
+    def feed(self, chunk: str) -> str:
+        if not self.width:
+            return chunk
+        pieces, self.word = BREAKABLE.findall(self.word + chunk), ""
+        if pieces and not pieces[-1].isspace() and display_width(pieces[-1][0]) == 1:
+            self.word = pieces.pop()  # it may go on in the next chunk
+        return "".join(map(self.place, pieces))
+
+    def finish(self) -> str:
+        """What is still held back; the line is then complete."""
+        rest, self.word, self.column = self.place(self.word) if self.word else "", "", 0
+        return rest
+
+    def place(self, piece: str) -> str:
+        if "\n" in piece:
+            self.column = display_width(piece.rsplit("\n", 1)[1])
+            return piece
+        width = display_width(piece)
+        if self.column + width <= self.width or self.column == 0:
+            self.column = (self.column + width) % max(self.width, 1) if width > self.width else self.column + width
+            return piece
+        self.column = 0
+        return "\n" if piece.isspace() else "\n" + self.place(piece)
 
 
 def format_tokens(n: int) -> str:
@@ -2941,11 +3038,30 @@ def withdraw_unanswered_prompt(agent, messages: list, asked: dict) -> bool:
     return True
 
 
-def read_line(interactive: bool) -> str | None:
+def read_line(interactive: bool, prompt: str = "s08 >> ") -> str | None:
     if interactive:
-        return input("s08 >> ")
+        return input(prompt)
     line = sys.stdin.readline()
-    return line if line else None
+    return line.removesuffix("\n") if line else None
+
+
+def read_message(interactive: bool) -> str | None:
+    """One message: a line, or several. A paste arrives whole where the terminal marks
+    pastes (bracketed paste, start_repl turns it on). Elsewhere a line of three double
+    quotes starts a block that the next such line ends, and a line ending in a backslash
+    goes on to the next."""
+    line = read_line(interactive)
+    if line is not None and line.strip() == '"""':
+        block = []
+        while (more := read_line(interactive, "... ")) is not None and more.strip() != '"""':
+            block.append(more)
+        return "\n".join(block)
+    while line is not None and line.endswith("\\"):
+        more = read_line(interactive, "... ")
+        line = line[:-1] + ("" if more is None else "\n" + more)
+        if more is None:
+            break
+    return line
 
 
 def repl(agent, interactive: bool, messages: list) -> int:
@@ -2954,7 +3070,7 @@ def repl(agent, interactive: bool, messages: list) -> int:
     interrupts, failed = 0, False
     while True:
         try:
-            line = read_line(interactive)
+            line = read_message(interactive)
         except EOFError:
             line = None
         except KeyboardInterrupt:
@@ -3178,7 +3294,7 @@ def main(argv=None) -> int:
     agent = Agent(client=client, settings=settings, workdir=workdir, tools=TOOLS, skills=skills,
                   system=build_system_prompt(workdir, skills), confirm=terminal_confirm(interactive),
                   show_status=sys.stdout.isatty(), secrets=secret_values(os.environ, dotenv_files()), endpoint=endpoint,
-                  color=sys.stdout.isatty() and not os.getenv("NO_COLOR"),
+                  color=sys.stdout.isatty() and not os.getenv("NO_COLOR"), fit_width=sys.stdout.isatty(),
                   spinner_to=sys.stdout if sys.stdout.isatty() else None)
     install_default_hooks(agent)
     messages = open_session(agent, resume)
@@ -3188,12 +3304,48 @@ def main(argv=None) -> int:
     return start_repl(agent, interactive, messages)
 
 
+def history_file() -> Path | None:
+    """Where the prompts typed are kept between runs (the up arrow finds them): ~/.s08_history,
+    or the file S08_HISTORY names; S08_HISTORY=off keeps none."""
+    setting = os.getenv("S08_HISTORY", "").strip()
+    if setting.lower() in ("off", "0", "no", "false"):
+        return None
+    return Path(setting).expanduser() if setting else Path.home() / ".s08_history"
+
+
 def start_repl(agent, interactive: bool, messages: list) -> int:
-    if interactive:
-        import readline  # noqa: F401  (arrow keys and history at the prompt)
-        print(f"s08 context compact · {agent.settings.model} · window {format_tokens(agent.settings.window)} "
+    if not interactive:
+        return repl(agent, interactive, messages)
+    import readline  # arrow keys and history at the prompt
+    readline.parse_and_bind("set enable-bracketed-paste on")  # a paste of many lines is one message
+    readline.parse_and_bind("set enable-active-region off")  # ...without showing it in reverse video
+    path = history_file()
+    try:
+        if path and path.is_file():
+            readline.read_history_file(path)
+    except OSError as err:
+        agent.say(f"[history] cannot read {path} ({err}); set S08_HISTORY=off to keep none.")
+    agent.say(f"s08 context compact · {agent.settings.model} · window {format_tokens(agent.settings.window)} "
               f"tokens · workspace {agent.workdir}\nType /help for commands, q to quit.")
-    return repl(agent, interactive, messages)
+    try:
+        return repl(agent, interactive, messages)
+    finally:
+        if path:
+            save_history(readline, path, agent.secrets)
+
+
+def save_history(readline, path: Path, secrets: list) -> None:
+    """Keep the last 1,000 prompts, with any secret redacted and the file readable by its owner only."""
+    for index in range(readline.get_current_history_length()):
+        item = readline.get_history_item(index + 1)
+        if item and redact(item, secrets) != item:
+            readline.replace_history_item(index, redact(item, secrets))
+    readline.set_history_length(1000)
+    try:
+        readline.write_history_file(path)
+        path.chmod(0o600)
+    except OSError:
+        pass  # a read-only home: the session itself is saved in .transcripts/
 
 
 if __name__ == "__main__":

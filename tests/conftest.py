@@ -106,8 +106,9 @@ def make_agent(s08, fake, workspace):
 def cli_env(fake, **extra):
     env = {k: v for k, v in os.environ.items() if not k.startswith("ANTHROPIC_")}
     env.update(ANTHROPIC_API_KEY="test", ANTHROPIC_BASE_URL=fake.url if fake else "http://127.0.0.1:9",
-               MODEL_ID="claude-test", PYTHONUNBUFFERED="1")
+               MODEL_ID="claude-test", PYTHONUNBUFFERED="1", S08_HISTORY="off")
     env.pop("CONTEXT_WINDOW", None)
+    env.pop("COLUMNS", None)
     env.update({k: str(v) for k, v in extra.items()})
     return env
 
@@ -257,10 +258,14 @@ class LiveCLI:
 class Terminal:
     """The CLI on a pseudo-terminal: type keys, wait for what it shows, never on a fixed sleep."""
 
-    def __init__(self, fake, workspace, **env):
+    def __init__(self, fake, workspace, columns: int = 80, **env):
+        import fcntl
         import pty
+        import struct
+        import termios
         self.pid, self.fd = pty.fork()
         if self.pid == 0:
+            fcntl.ioctl(0, termios.TIOCSWINSZ, struct.pack("HHHH", 24, columns, 0, 0))  # before the program looks
             os.chdir(workspace)
             os.execve(sys.executable, [sys.executable, str(CODE)], cli_env(fake, **env))
         self.shown = b""

@@ -82,7 +82,7 @@ def test_configuration_is_read_from_a_dotenv_file_in_the_working_directory(fake,
     done = subprocess.run([sys.executable, str(CODE)], input="hi\n/context\n", text=True, capture_output=True,
                           cwd=workspace, env=env, timeout=60)
     assert done.returncode == 0, done.stderr
-    assert fake.requests[0]["model"] == "claude-dotenv" and "50.0k window" in done.stdout
+    assert fake.requests[0]["model"] == "claude-dotenv" and "50,000-token window" in done.stdout
 
 
 @pytest.mark.parametrize("ending", ["q\n", "exit\n", "quit\n", ""])
@@ -102,12 +102,12 @@ def test_window_comes_from_the_models_api_when_not_configured(workspace):
     with FakeAnthropic(max_input_tokens=64_000) as fake:
         done = run_cli(fake, workspace, "/context\n")
     assert fake.model_lookups == ["claude-test"]
-    assert "64.0k window" in done.stdout
+    assert "64,000-token window" in done.stdout
 
 
 def test_window_falls_back_to_200k_when_the_models_api_does_not_answer(fake, workspace):
     done = run_cli(fake, workspace, "/context\n")
-    assert fake.model_lookups == ["claude-test"] and "200.0k window" in done.stdout
+    assert fake.model_lookups == ["claude-test"] and "200,000-token window" in done.stdout
 
 
 def test_piped_input_answers_permission_questions_with_no(fake, workspace):

@@ -1,9 +1,12 @@
 """The REPL as people meet it: start-up, pastes, the terminal's width, history."""
 
+import re
 import subprocess
 import sys
+import unicodedata
 
-from conftest import CODE
+from conftest import CODE, Terminal, run_cli
+from fake_anthropic import text, tool_use
 
 
 def imported_modules(workspace, *args, python_flags=()) -> tuple:
@@ -30,3 +33,103 @@ def test_a_python_without_the_requirements_is_told_how_to_install_them(workspace
     assert "does not have anthropic and python-dotenv" in done.stderr
     assert "-m venv .venv" in done.stderr, "with the step that makes a virtual environment"
     assert f"pip install -r {CODE.parent.parent / 'requirements.txt'}" in done.stderr
+
+
+# ---------------------------------------------------------------- several lines, one message
+
+def test_a_bracketed_paste_is_one_message(fake, workspace):
+    fake.reply(text("It is a NameError."))
+    terminal = Terminal(fake, workspace)
+    assert terminal.read_until(b"s08 >> ")
+    assert b"\x1b[?2004h" in terminal.shown, "the program asks the terminal to mark pastes"
+    pasted = 'why does this fail?\nTraceback (most recent call last):\n  File "x.py", line 1\nNameError: x'
+    terminal.type(b"\x1b[200~" + pasted.encode() + b"\x1b[201~\r")  # how a terminal sends a paste
+    assert terminal.read_until(b"s08 >> ", 2)
+    assert terminal.finish() == 0
+    assert len(fake.requests) == 1, "one model call for the whole paste"
+    assert fake.requests[0]["messages"][0]["content"][0]["text"] == pasted
+
+
+def test_a_triple_quoted_block_or_a_trailing_backslash_makes_one_message(fake, workspace):
+    fake.reply(text("one"), text("two"), text("three"))
+    done = run_cli(fake, workspace, '"""\nfirst line\n\n  indented line\n"""\nsecond \\\nmessage\nthird\n')
+    assert done.returncode == 0, done.stderr
+    asked = [r["messages"][-1]["content"][-1]["text"] for r in fake.requests]
+    assert asked == ["first line\n\n  indented line", "second \nmessage", "third"]
+
+
+# ---------------------------------------------------------------- the terminal's width
+
+ESCAPES = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+def screen_lines(shown: str) -> list:
+    """The lines as they stand on the screen: escapes gone, and what a carriage return
+    wrote over (the spinner) replaced by what came after it."""
+    lines = []
+    for line in ESCAPES.sub("", shown).split("\r\n"):
+        lines.append(line.split("\r")[-1])
+    return lines
+
+
+def columns_of(line: str) -> int:
+    return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in line)
+
+
+def test_at_50_columns_every_line_fits_the_terminal(fake, workspace):
+    (workspace / "notes.md").write_text("上下文压缩把旧的工具结果换成指向磁盘文件的指针，" * 40 + "\n" + "word " * 400)
+    fake.reply(tool_use("read_file", {"path": "notes.md"}),
+               tool_use("bash", {"command": "echo " + "a-rather-long-argument " * 8}),
+               text("The notes explain compaction in Chinese and then repeat a word many times, which is "
+                    "what you see when a file is padded. 这段笔记用中文解释了上下文压缩，然后重复了一个词很多次。"))
+    fake.summary(text("<summary>1. Primary request: read notes.md, which explains in Chinese how compaction "
+                      "swaps old results for pointers.\n2. 关键概念：上下文压缩、工具结果、指针、磁盘文件、摘要。</summary>"))
+    terminal = Terminal(fake, workspace, columns=50, CONTEXT_WINDOW=12_000)
+    assert terminal.read_until(b"s08 >> ")
+    terminal.type(b"read notes.md\r")
+    assert terminal.read_until(b"s08 >> ", 2)
+    terminal.type(b"/compact\r")
+    assert terminal.read_until(b"s08 >> ", 3)
+    assert terminal.finish() == 0
+    lines = screen_lines(terminal.text)
+    assert any("> read_file" in line for line in lines) and any("[compact_history]" in line for line in lines)
+    assert any("关键概念" in line for line in lines), "the summary's preview is shown"
+    too_wide = [line for line in lines if columns_of(line) > 50]
+    assert not too_wide, too_wide
+    said = " ".join(line.strip() for line in lines)
+    assert "repeat a word many times, which is" in said, "the model's text is wrapped between words, not inside"
+
+
+# ---------------------------------------------------------------- history between runs
+
+def test_prompts_are_kept_between_runs_with_secrets_redacted(fake, workspace):
+    fake.reply(text("noted"), text("again"))
+    home = workspace / "home"
+    home.mkdir()
+    env = {"HOME": str(home), "S08_HISTORY": "", "DEPLOY_TOKEN": "s3cr3t-deploy-value"}
+    first = Terminal(fake, workspace, **env)
+    assert first.read_until(b"s08 >> ")
+    first.type(b"remember the token s3cr3t-deploy-value\r")
+    assert first.read_until(b"s08 >> ", 2)
+    assert first.finish() == 0
+    saved = home / ".s08_history"
+    assert "remember the token [redacted]" in saved.read_text() and "s3cr3t" not in saved.read_text()
+    assert saved.stat().st_mode & 0o777 == 0o600
+    second = Terminal(fake, workspace, **env)
+    assert second.read_until(b"s08 >> ")
+    second.type(b"\x1b[A")  # the up arrow
+    assert second.read_until(b"remember the token [redacted]"), "the last run's prompt comes back"
+    second.type(b"\x15\x04")  # clear the line, then end
+    second.finish()
+
+
+def test_history_can_be_turned_off(fake, workspace):
+    home = workspace / "home"
+    home.mkdir()
+    fake.reply(text("fine"))
+    terminal = Terminal(fake, workspace, HOME=str(home), S08_HISTORY="off")
+    assert terminal.read_until(b"s08 >> ")
+    terminal.type(b"hello\r")
+    assert terminal.read_until(b"s08 >> ", 2)
+    assert terminal.finish() == 0
+    assert list(home.iterdir()) == []
