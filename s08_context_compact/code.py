@@ -3073,15 +3073,16 @@ def repl(agent, interactive: bool, messages: list) -> int:
             line = read_message(interactive)
         except EOFError:
             line = None
+            if interactive and "readline" not in sys.modules:
+                agent.out("")  # end the prompt's line (readline does it itself), so the shell's prompt starts on its own
         except KeyboardInterrupt:
             interrupts += 1
             if interrupts >= 2:
                 line = None
+                agent.out("")
             else:
                 agent.say("\n(press Ctrl-C again, or type q, to quit)")
                 continue
-        if line is None and interactive:
-            agent.out("")  # end the prompt's line, so the shell's prompt starts on its own
         if line is None or line.strip() in ("q", "exit", "quit", "/exit", "/quit"):
             return 1 if failed and not interactive else 0
         interrupts = 0
@@ -3316,7 +3317,10 @@ def history_file() -> Path | None:
 def start_repl(agent, interactive: bool, messages: list) -> int:
     if not interactive:
         return repl(agent, interactive, messages)
-    import readline  # arrow keys and history at the prompt
+    try:
+        import readline  # arrow keys, history and whole pastes at the prompt
+    except ImportError:  # Windows has no readline: a plain prompt
+        return repl(agent, interactive, messages)
     readline.parse_and_bind("set enable-bracketed-paste on")  # a paste of many lines is one message
     readline.parse_and_bind("set enable-active-region off")  # ...without showing it in reverse video
     path = history_file()
