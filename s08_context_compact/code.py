@@ -250,6 +250,12 @@ def current_request(messages: list) -> dict | None:
     return None
 
 
+def last_reply_text(messages: list) -> str:
+    """The model's newest text (a text block of the newest assistant message that has one)."""
+    return next((b["text"] for m in reversed(messages) if m["role"] == "assistant"
+                 for b in reversed(blocks_of(m)) if b.get("type") == "text"), "")
+
+
 def user_words(messages: list) -> list:
     """Every text block the user typed, oldest first (our own markers left out)."""
     return [b["text"] for m in messages if m["role"] == "user" for b in blocks_of(m) if is_request_block(b)]
@@ -770,8 +776,7 @@ def fallback_summary(messages: list, todos: list, limit_tokens: int) -> str:
     said = user_words(messages)
     paths = [b["input"]["path"] for m in messages if m["role"] == "assistant" for b in blocks_of(m)
              if b.get("type") == "tool_use" and isinstance(b["input"].get("path"), str)]
-    last = next((b["text"] for m in reversed(messages) if m["role"] == "assistant"
-                 for b in blocks_of(m) if b.get("type") == "text"), "")
+    last = last_reply_text(messages)
     parts = ["(Assembled without the model, because the summary call failed: the user's messages, "
              "the files touched, the todo list and the last reply. The transcript has the rest.)",
              "User messages, oldest first:\n" + "\n".join(f"- {t[:500]}" for t in said[-20:]),
@@ -1730,7 +1735,10 @@ def use_tool(agent, block: dict) -> dict:
             output += f"\n(ignored argument(s) {name} does not take: {', '.join(ignored)})"
         fire_hooks(agent, "PostToolUse", name=name, input=args, output=output, is_error=failed)
     output = redact(output, agent.secrets)  # a secret printed by a tool never reaches the model or disk
-    agent.say(f"  {'✗' if failed else '<'} {one_line(output)}", "error" if failed else "tool", cut=True)
+    if name == "todo_write" and not failed:  # the list itself, an item a line, shown once
+        agent.say("  " + output.replace("\n", "\n  "), "tool", cut=True)
+    else:
+        agent.say(f"  {'✗' if failed else '<'} {one_line(output)}", "error" if failed else "tool", cut=True)
     result = {"type": "tool_result", "tool_use_id": block["id"], "content": output}
     return {**result, "is_error": True} if failed else result
 
@@ -2017,13 +2025,8 @@ def run_todo_write(agent, items: list) -> str:
             raise ToolError(f"item {n}: {problem or 'status must be pending, in_progress or completed'}")
     if sum(item["status"] == "in_progress" for item in items) > 1:
         raise ToolError("only one item may be in_progress at a time; mark the others pending or completed.")
-    todos = [{"content": i["content"], "status": i["status"]} for i in items]
-    changed = todos != agent.state.todos
-    agent.state.todos = todos
-    rendered = render_todos(todos)
-    if changed:
-        agent.say(rendered)
-    return rendered
+    agent.state.todos = [{"content": i["content"], "status": i["status"]} for i in items]
+    return render_todos(agent.state.todos)
 
 
 def render_todos(todos: list) -> str:
@@ -2641,13 +2644,27 @@ def list_sessions(workdir: Path) -> str:
     rows = []
     for path in session_logs(workdir):
         history = read_session(path, warn=print)
-        first = current_request(history[:1]) if history else None
+        first = first_prompt(path)
         when = time.strftime("%Y-%m-%d %H:%M", time.localtime(path.stat().st_mtime))
-        prompt = one_line(first["text"], 50) if first else "(no prompt yet)"
+        prompt = one_line(first, 50) if first else "(no prompt yet)"
         rows.append(f"  {path.stem.removeprefix('session-'):<24} {when}  {len(history):>4} messages  "
                     f"{path.stat().st_size / 1024:>8.1f} KB  {prompt}")
     return "Sessions in this workspace (newest last):\n" + "\n".join(rows) if rows else \
         "No sessions in this workspace yet."
+
+
+def first_prompt(path: Path) -> str | None:
+    """What the user typed first in a session: from the log, which compaction never rewrites."""
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(record, dict) and record.get("type") in ("message", "replace_last") and \
+                    is_message(record.get("message")) and (request := current_request([record["message"]])):
+                return request["text"]
+    return None
 
 
 def unanswered(calls: list) -> list:
@@ -2716,6 +2733,11 @@ def open_session(agent, resume: Path | None) -> list:
                          **({"context_tokens": agent.state.tokens.anchor_tokens} if agent.state.tokens.anchor_tokens
                             else {})})
         agent.say(f"Resumed session {resume.stem.removeprefix('session-')}: {len(history)} messages.")
+        request, reply = current_request(history), last_reply_text(history)  # where the conversation was
+        if request:
+            agent.say(f"  you asked: {one_line(request['text'], 200)}", "dim", cut=True)
+        if reply:
+            agent.say(f"  the model: {one_line(reply, 200)}", "dim", cut=True)
         return history
     session = f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
     header = {"type": "session", "id": session, "model": agent.settings.model,

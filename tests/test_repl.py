@@ -133,3 +133,18 @@ def test_history_can_be_turned_off(fake, workspace):
     assert terminal.read_until(b"s08 >> ", 2)
     assert terminal.finish() == 0
     assert list(home.iterdir()) == []
+
+
+# ---------------------------------------------------------------- sessions: --list and --resume
+
+def test_list_shows_the_first_prompt_and_resume_says_where_the_conversation_was(fake, workspace):
+    fake.reply(text("Started on the parser. " * 400), text("The parser is fixed; the tests pass."))
+    fake.summary(text("<summary>Working on the parser.</summary>"))
+    first = run_cli(fake, workspace, "fix the parser please\n/compact\nand run the tests\n")
+    assert first.returncode == 0 and "[compact_history]" in first.stdout, first.stdout
+    listing = run_cli(None, workspace, "", args=["--list"])
+    assert "fix the parser please" in listing.stdout, "the session's first prompt, not what a summary left"
+    fake.reply(text("ok"))
+    resumed = run_cli(fake, workspace, "", args=["--resume"])
+    assert "you asked: and run the tests" in resumed.stdout
+    assert "the model: The parser is fixed; the tests pass." in resumed.stdout

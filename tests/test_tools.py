@@ -187,13 +187,11 @@ def test_todo_write_allows_one_item_in_progress(s08, agent):
     assert failed and "status must be" in out
 
 
-def test_todo_list_is_printed_when_it_changes(s08, agent):
+def test_the_todo_list_is_printed_once_a_call_an_item_a_line(s08, agent):
     items = [{"content": "write tests", "status": "in_progress"}, {"content": "ship", "status": "pending"}]
     call(s08, agent, "todo_write", items=items)
-    assert "[>] write tests\n[ ] ship" in agent.out.text
-    printed = agent.out.text.count("[>] write tests")
-    call(s08, agent, "todo_write", items=items)
-    assert agent.out.text.count("[>] write tests") == printed + 1  # only the result preview, not the list
+    assert "  [>] write tests\n  [ ] ship" in agent.out.text
+    assert agent.out.text.count("write tests") == 2, "the call's input line, then the list: not a preview too"
 
 
 def test_load_skill_returns_the_body(s08, agent, workspace):
