@@ -1165,6 +1165,7 @@ class Endpoint:
     reads_in_input: bool | None = None  # do its input_tokens include the cache reads? (Kimi: yes)
     largest_accepted: tuple = (0, 0)  # (prompt, prompt + max_tokens) of the biggest request answered
     usage_note: str = ""              # set when the endpoint's usage could not be taken as it is
+    startup_problem: str = ""         # what the first call at start-up ran into (no connection, a refused key)
 
     def accepted(self, prompt_tokens: int, max_tokens: int) -> None:
         self.largest_accepted = (max(self.largest_accepted[0], prompt_tokens),
@@ -2194,21 +2195,24 @@ def with_retries(agent, call):
 
 
 def api_error_text(err: Exception) -> str:
-    """One line for a person: the status, the error's kind and its message."""
+    """One line for a person: the status, the error's kind and its message, and the URL
+    where that URL is what to check."""
     if isinstance(err, ErrorEvent):
         return f"error inside the reply stream: {err}"
+    url = str(getattr(getattr(err, "request", None), "url", "") or "").split("?")[0] or "the API"
+    from_url = f" (from {url})" if getattr(err, "status_code", None) in (401, 403, 404) else ""
     body = getattr(err, "body", None)
     if isinstance(body, dict) and isinstance(body.get("error"), dict):
         error = body["error"]
         kind = error.get("type") or error.get("code") or "error"
-        return f"{getattr(err, 'status_code', '')} {kind}: {error.get('message')}"
+        return f"{getattr(err, 'status_code', '')} {kind}: {error.get('message')}{from_url}"
     if isinstance(err, anthropic.APITimeoutError):
-        return ("the endpoint did not answer in time (API_CONNECT_TIMEOUT, API_IDLE_TIMEOUT); "
+        return (f"{url} did not answer in time (API_CONNECT_TIMEOUT, API_IDLE_TIMEOUT); "
                 "check ANTHROPIC_BASE_URL and the network")
     if isinstance(err, anthropic.APIConnectionError):
-        return f"cannot reach the API ({err.__cause__ or err}); check ANTHROPIC_BASE_URL and the network"
+        return f"cannot reach {url} ({err.__cause__ or err}); check ANTHROPIC_BASE_URL and the network"
     if isinstance(err, anthropic.APIStatusError):
-        return f"{err.status_code} {one_line(str(body or err), 200)}"
+        return f"{err.status_code} {one_line(str(body or err), 200)}{from_url}"
     return str(err)
 
 
@@ -3033,9 +3037,9 @@ def take_turn(agent, messages: list, prompt: str) -> bool:
                   "or set CONTEXT_WINDOW lower.", "error")
     except api_failures() as err:
         withdrawn = withdraw_unanswered_prompt(agent, messages, asked)
-        agent.say(f"API error: {api_error_text(err)}. {what_to_do(err)}"
-                  + (" Your message was not sent; send it again (the up arrow recalls it)." if withdrawn else
-                     " The work so far is kept; send a message to go on."), "error")
+        after = ("Your message was not sent; send it again" + (" (the up arrow recalls it)." if agent.fit_width else ".")
+                 if withdrawn else "The work so far is kept; send a message to go on.")
+        agent.say(" ".join(filter(None, [f"API error: {api_error_text(err)}.", what_to_do(err), after])), "error")
     return False
 
 
@@ -3199,6 +3203,9 @@ def models_api_window(client, model: str, endpoint: Endpoint) -> int | None:
     except anthropic.NotFoundError:
         endpoint.models_api = False
         return None
+    except (anthropic.AuthenticationError, anthropic.PermissionDeniedError, anthropic.APIConnectionError) as err:
+        endpoint.startup_problem = f"{api_error_text(err)}. {what_to_do(err)}".strip()  # said before the prompt
+        return None
     except anthropic.APIError:
         return None
     window = getattr(info, "max_input_tokens", None)
@@ -3321,6 +3328,9 @@ def main(argv=None) -> int:
                   spinner_to=sys.stdout if sys.stdout.isatty() else None)
     install_default_hooks(agent)
     messages = open_session(agent, resume)
+    if endpoint.startup_problem:
+        agent.say(f"[endpoint] {endpoint.startup_problem} The first message will fail the same way until "
+                  "this is fixed.", "error")
     if endpoint.window_source == DEFAULT_WINDOW_SOURCE:
         print(f"[window] nothing says how big {model}'s window is; assuming {endpoint.window:,} tokens. Set "
               "CONTEXT_WINDOW if you know it; otherwise the endpoint's first \"too long\" answer will tell.")

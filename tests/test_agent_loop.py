@@ -293,7 +293,7 @@ def test_unreachable_endpoint_is_reported_clearly(s08, make_agent):
         pass  # closed: nothing listens on its port any more
     agent = make_agent(server=dead)
     s08.take_turn(agent, [], "hello")
-    assert "cannot reach the API" in agent.out.text and "ANTHROPIC_BASE_URL" in agent.out.text
+    assert f"cannot reach {dead.url}/v1/messages (" in agent.out.text and "ANTHROPIC_BASE_URL" in agent.out.text
 
 
 def test_a_disk_that_cannot_be_written_keeps_content_in_context(s08, fake, make_agent, workspace):
