@@ -27,9 +27,16 @@ _zygote = None
 # ---------------------------------------------------------------- in the zygote and its children
 
 def _child(job: dict) -> None:
-    """The files as fds 0, 1 and 2, the environment and folder, then code.py as a script."""
-    for fd, name, mode in ((0, "stdin", os.O_RDONLY), (1, "stdout", os.O_WRONLY), (2, "stderr", os.O_WRONLY)):
-        os.dup2(os.open(os.path.join(job["folder"], name), mode), fd)
+    """The files (or a terminal) as fds 0, 1 and 2, the environment and folder, then code.py
+    as a script."""
+    if job.get("tty"):
+        os.setsid()  # a session of its own, whose controlling terminal is the one opened next
+        terminal = os.open(job["tty"], os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(terminal, fd)
+    else:
+        for fd, name, mode in ((0, "stdin", os.O_RDONLY), (1, "stdout", os.O_WRONLY), (2, "stderr", os.O_WRONLY)):
+            os.dup2(os.open(os.path.join(job["folder"], name), mode), fd)
     sys.stdin = open(0, "r", encoding="utf-8", closefd=False)
     sys.stdout = open(1, "w", encoding="utf-8", closefd=False)
     sys.stderr = open(2, "w", encoding="utf-8", closefd=False)
@@ -69,18 +76,38 @@ def _serve() -> None:
 
 # ---------------------------------------------------------------- in the tests
 
-def run(args: list, *, input: str = "", env: dict, cwd, timeout: float = 60) -> subprocess.CompletedProcess:
-    """Like subprocess.run([python, code.py, *args], input=..., capture_output=True, text=True)."""
+def _start(job: dict) -> int:
+    """Hand a job to the zygote; the pid of the child that runs it."""
     global _zygote
     if _zygote is None or _zygote.poll() is not None:
         _zygote = subprocess.Popen([sys.executable, __file__], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    _zygote.stdin.write(json.dumps(job) + "\n")
+    _zygote.stdin.flush()
+    return json.loads(_zygote.stdout.readline())["pid"]
+
+
+def start_on_terminal(args: list, *, tty: str, env: dict, cwd) -> int:
+    """`python code.py *args` on the terminal whose device is tty, as its controlling terminal
+    (so Ctrl-C there interrupts it); the child's pid. exit_code() says how it ended."""
+    return _start({"args": list(args), "env": dict(env), "cwd": str(cwd), "tty": tty})
+
+
+def exit_code(pid: int, timeout: float = 30) -> int:
+    ready, _, _ = select.select([_zygote.stdout], [], [], timeout)
+    if not ready:
+        os.kill(pid, signal.SIGKILL)
+        _zygote.stdout.readline()
+        raise subprocess.TimeoutExpired(str(CODE), timeout)
+    return json.loads(_zygote.stdout.readline())["code"]
+
+
+def run(args: list, *, input: str = "", env: dict, cwd, timeout: float = 60) -> subprocess.CompletedProcess:
+    """Like subprocess.run([python, code.py, *args], input=..., capture_output=True, text=True)."""
     with tempfile.TemporaryDirectory() as folder:
         Path(folder, "stdin").write_text(input, encoding="utf-8")
         Path(folder, "stdout").touch()
         Path(folder, "stderr").touch()
-        _zygote.stdin.write(json.dumps({"args": list(args), "env": dict(env), "cwd": str(cwd), "folder": folder}) + "\n")
-        _zygote.stdin.flush()
-        pid = json.loads(_zygote.stdout.readline())["pid"]
+        pid = _start({"args": list(args), "env": dict(env), "cwd": str(cwd), "folder": folder})
         ready, _, _ = select.select([_zygote.stdout], [], [], timeout)
         if not ready:
             os.kill(pid, signal.SIGKILL)
