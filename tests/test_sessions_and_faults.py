@@ -2,14 +2,12 @@
 
 import json
 import signal
-import subprocess
-import sys
 import time
 import tracemalloc
 
 import pytest
 
-from conftest import CODE, LiveCLI, assert_requests_valid, assert_valid, blocks, cli_env, plain, run_cli, user
+from conftest import LiveCLI, assert_requests_valid, assert_valid, blocks, plain, run_cli, user
 from fake_anthropic import text, tool_use, tool_uses
 
 
@@ -69,16 +67,13 @@ def test_list_and_resume_continue_exactly_where_the_model_was(fake, workspace):
     fake.reply(text("Hi there."), text("Second answer."))
     first = run_cli(fake, workspace, "hello\n")
     assert first.returncode == 0
-    listing = subprocess.run([sys.executable, str(CODE), "--list"], capture_output=True, text=True,
-                             cwd=workspace, env=cli_env(None), timeout=30)
+    listing = run_cli(None, workspace, "", args=["--list"])
     assert listing.returncode == 0 and "2 messages" in listing.stdout and "hello" in listing.stdout
-    resumed = subprocess.run([sys.executable, str(CODE), "--resume"], input="again\n", capture_output=True,
-                             text=True, cwd=workspace, env=cli_env(fake), timeout=30)
+    resumed = run_cli(fake, workspace, "again\n", args=["--resume"])
     assert resumed.returncode == 0 and "Resumed session" in resumed.stdout
     assert plain(fake.requests[-1]["messages"]) == [
         user("hello"), {"role": "assistant", "content": [{"type": "text", "text": "Hi there."}]}, user("again")]
-    missing = subprocess.run([sys.executable, str(CODE), "--resume", "nope"], input="", capture_output=True,
-                             text=True, cwd=workspace, env=cli_env(fake), timeout=30)
+    missing = run_cli(fake, workspace, "", args=["--resume", "nope"])
     assert missing.returncode == 2 and "--list" in missing.stderr and "Traceback" not in missing.stderr
     session_id = next((workspace / ".transcripts").glob("session-*.jsonl")).stem.removeprefix("session-")
     fake.reply(text("Third answer."))
@@ -98,8 +93,7 @@ def test_resume_after_a_hard_kill_in_the_middle_of_a_tool(fake, workspace):
     cli.wait_for(lambda: (workspace / "started").exists())
     cli.proc.kill()
     cli.proc.wait(timeout=10)
-    resumed = subprocess.run([sys.executable, str(CODE), "--resume"], input="what happened?\n", text=True,
-                             capture_output=True, cwd=workspace, env=cli_env(fake), timeout=30)
+    resumed = run_cli(fake, workspace, "what happened?\n", args=["--resume"])
     assert resumed.returncode == 0, resumed.stderr
     sent = plain(fake.requests[-1]["messages"])
     assert sent[-1]["content"][0]["tool_use_id"] == "toolu_slow" and "stopped" in sent[-1]["content"][0]["content"]
