@@ -981,7 +981,8 @@ def ledger_hooks(agent) -> dict:
     def check(event: dict):
         kept, total, lost = agent.ledger.check(event["summary"], agent.state.todos)
         missing = f" (not in the summary: {'; '.join(key for _, key in lost)[:200]})" if lost else ""
-        return {"note": f"retained {kept}/{total} ledger facts{missing}",
+        return {"note": f"ledger check: the summary mentions {kept} of the {total} facts the hooks recorded{missing};"
+                        " the ledger itself is restored after it",
                 "ledger": {"retained": kept, "total": total, "lost": [f"{kind}: {key}" for kind, key in lost]}}
     return {"PostToolUse": after_tool, "UserPromptSubmit": on_prompt, "RestoreContext": restore, "PostCompact": check}
 

@@ -53,12 +53,13 @@ STEPS = [
      "Run the 30 build steps, one command each",
      {"replies": [tool_use("bash", {"command": f"bash step.sh {n}"}) for n in range(30)]
       + [text(SCRIPTED + "All 30 steps ran.")]}),
-    ("snip_compact, micro_compact", "past 70% of the threshold: the middle goes to a transcript, then old "
-     "results become pointers to their saved copies",
+    ("snip_compact, micro_compact", "past 70% of the threshold (micro_trigger): the middle goes to a "
+     "transcript, then old results become pointers to their saved copies",
      "Read the six chapter notes, one at a time",
      {"replies": [tool_use("read_file", {"path": f"notes/chapter{n}.md"}) for n in range(6)]
       + [text(SCRIPTED + "All six chapters read.")]}),
-    ("compact_history", "still over the threshold after the cheap layers: a summary replaces the history",
+    ("compact_history", "still over the threshold after the cheap layers: a summary replaces the history. "
+     "The ledger check under it counts the recorded facts (files, commands) the summary still names",
      "Explain the pipeline in four long parts",
      {"turns": 4, "replies": [text(explanation(n)) for n in range(4)],
       "summaries": [text("<analysis>scripted</analysis><summary>1. Primary request: read build.log and the "
@@ -80,6 +81,28 @@ STEPS = [
 ]
 
 
+class FoldedReplies:
+    """Prints what the agent says, but only the start of each streamed reply: the scripted
+    explanations are long on purpose (they fill the window), and would push the layer lines
+    off the screen."""
+
+    def __init__(self, shown_chars: int = 240):
+        self.shown_chars, self.streamed = shown_chars, 0
+
+    def __call__(self, *args, end: str = "\n", flush: bool = False) -> None:
+        text = " ".join(map(str, args))
+        if end:  # a line of its own: a reply's stream is over
+            self.streamed = 0
+            print(text, end=end, flush=True)
+            return
+        room = self.shown_chars - self.streamed
+        self.streamed += len(text)
+        if room > 0:
+            print(text[:room], end="", flush=True)
+        if 0 < room <= len(text):
+            print(" [... the rest of this scripted reply is not shown]", end="", flush=True)
+
+
 def files_under(workspace: Path) -> set:
     return {p for d in (".transcripts", ".task_outputs") for p in (workspace / d).rglob("*") if p.is_file()}
 
@@ -87,22 +110,19 @@ def files_under(workspace: Path) -> set:
 def run(code, pause: bool) -> int:
     """Play every step; return the exit code."""
     workspace = make_workspace()
-    colour = sys.stdout.isatty()
-
-    def say(line: str, style: str = "") -> None:
-        print(f"{code.STYLES[style]}{line}\033[0m" if colour and style else line, flush=True)
-
-    say("s08 scripted demo: a SCRIPTED model (canned replies, not Claude) drives the real agent loop and "
-        f"compaction pipeline of code.py,\nthrough the real SDK, against a local fake API with a "
-        f"{WINDOW:,}-token window. No key, no network. Workspace: {workspace}", "title")
+    terminal = sys.stdout.isatty()
     with FakeAnthropic(context_window=WINDOW) as fake:
         client = anthropic.Anthropic(api_key="scripted-demo", base_url=fake.url, max_retries=0)
         skills = code.discover_skills([Path(code.__file__).resolve().parent / "skills"])
         agent = code.Agent(client=client, settings=code.Settings.for_window("scripted-demo-model", WINDOW),
-                           workdir=workspace, tools=code.TOOLS, skills=skills, color=colour,
+                           workdir=workspace, tools=code.TOOLS, skills=skills, color=terminal, fit_width=terminal,
                            system=code.build_system_prompt(workspace, skills),
-                           confirm=lambda question: (False, "the demo answers no"))
+                           confirm=lambda question: (False, "the demo answers no"), out=FoldedReplies())
         code.install_default_hooks(agent)
+        say = agent.say  # fitted to the terminal's width, as the agent's own lines are
+        say("s08 scripted demo: a SCRIPTED model (canned replies, not Claude) drives the real agent loop and "
+            "compaction pipeline of code.py, through the real SDK, against a local fake API with a "
+            f"{WINDOW:,}-token window. No key, no network.\nWorkspace: {workspace}", "title")
         messages = code.open_session(agent, None)
         for number, (name, what, prompt, script) in enumerate(STEPS, start=1):
             play_step(code, agent, fake, messages, f"{number}/{len(STEPS)} {name}", what, prompt, script, say)
@@ -119,7 +139,8 @@ def run(code, pause: bool) -> int:
 
 def play_step(code, agent, fake, messages, title, what, prompt, script, say) -> None:
     say(f"\n== {title}: {what} ==", "title")
-    before_files, before_tokens = files_under(agent.workdir), code.context_tokens(agent, messages)
+    before_files = files_under(agent.workdir)
+    before_stats = {name: dict(figures) for name, figures in agent.stats.items()}
     started = time.monotonic()
     fake.replies.clear()
     fake.reply(*script.get("replies", []))
@@ -137,9 +158,15 @@ def play_step(code, agent, fake, messages, title, what, prompt, script, say) -> 
             say(f"s08 >> {asked}")
             code.take_turn(agent, messages, asked)
     new_files = sorted(str(p.relative_to(agent.workdir)) for p in files_under(agent.workdir) - before_files)
-    after_tokens = code.context_tokens(agent, messages)
-    say(f"   context before {before_tokens:,} tokens, after {after_tokens:,}; "
-        f"{time.monotonic() - started:.1f}s", "dim")
+    acted = []  # what each layer did in this step alone: a whole step also adds new content
+    for name, figures in agent.stats.items():
+        runs = figures["runs"] - before_stats.get(name, {}).get("runs", 0)
+        saved = figures["saved"] - before_stats.get(name, {}).get("saved", 0)
+        if runs:
+            acted.append(f"{name} {runs}× −{code.format_tokens(saved)}")
+    now = code.context_tokens(agent, messages)
+    say(f"   this step: {', '.join(acted) or 'no layer acted'}; the context is now {now:,} tokens "
+        f"({100 * now // agent.settings.window}% of the window); {time.monotonic() - started:.1f}s", "dim")
     for path in new_files[:6]:
         say(f"   wrote {path}", "dim")
     if len(new_files) > 6:

@@ -24,3 +24,9 @@ def test_demo_runs_offline_and_every_layer_fires(tmp_path):
     named = re.findall(r"^   wrote (\S+)$", out, re.M) + re.findall(r"saved to (\.transcripts/\S+?\.jsonl)", out)
     assert named and all((workspace / path).is_file() for path in named)
     assert re.search(r"The session log is (\S+\.jsonl)", out) and "\033[" not in out
+    # each step says what its layers did, not a before and after that mixes in the new content
+    assert "   this step: tool_result_budget 1× −11.1k; the context is now" in out
+    assert "   this step: no layer acted;" in out and "context before" not in out
+    step4 = out.split("== 4/7 ")[1].split("== 5/7 ")[0]
+    assert len(step4.splitlines()) < 20 and "[compact_history] " in step4, "the filler does not bury the layer line"
+    assert "[... the rest of this scripted reply is not shown]" in step4 and "ledger check: the summary mentions" in step4
