@@ -2652,7 +2652,7 @@ def list_sessions(workdir: Path) -> str:
         first = first_prompt(path)
         when = time.strftime("%Y-%m-%d %H:%M", time.localtime(path.stat().st_mtime))
         prompt = one_line(first, 50) if first else "(no prompt yet)"
-        rows.append(f"  {path.stem.removeprefix('session-'):<24} {when}  {len(history):>4} messages  "
+        rows.append(f"  {path.stem.removeprefix('session-'):<24} {when}  {counted(len(history), 'message'):>13}  "
                     f"{path.stat().st_size / 1024:>8.1f} KB  {prompt}")
     return "Sessions in this workspace (newest last):\n" + "\n".join(rows) if rows else \
         "No sessions in this workspace yet."
@@ -2737,7 +2737,7 @@ def open_session(agent, resume: Path | None) -> list:
         agent.log.write({"type": "history", "reason": "resumed", "messages": history,
                          **({"context_tokens": agent.state.tokens.anchor_tokens} if agent.state.tokens.anchor_tokens
                             else {})})
-        agent.say(f"Resumed session {resume.stem.removeprefix('session-')}: {len(history)} messages.")
+        agent.say(f"Resumed session {resume.stem.removeprefix('session-')}: {counted(len(history), 'message')}.")
         request, reply = current_request(history), last_reply_text(history)  # where the conversation was
         if request:
             agent.say(f"  you asked: {one_line(request['text'], 200)}", "dim", cut=True)
@@ -2880,6 +2880,11 @@ class WordWrap:
         return "\n" if piece.isspace() else "\n" + self.place(piece)
 
 
+def counted(n: int, noun: str) -> str:
+    """"1 message", "2 messages"."""
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"
+
+
 def format_tokens(n: int) -> str:
     return f"{n / 1000:.1f}k" if abs(n) >= 1000 else str(n)
 
@@ -2938,7 +2943,7 @@ def context_report(agent, messages: list) -> str:
     how = "exact up to the last response, split by estimate" if agent.state.tokens.anchor_tokens else "estimated"
     rows = {**context_parts(agent, messages, total), "free until auto-compact": max(s.threshold - total, 0),
             "reserved: output + buffer": max(s.window - max(total, s.threshold), 0)}
-    lines = [f"Context: {len(messages)} messages, {total:,} tokens of a {s.window:,}-token window "
+    lines = [f"Context: {counted(len(messages), 'message')}, {total:,} tokens of a {s.window:,}-token window "
              f"({100 * total // s.window}%; {how})"]
     lines += [f"  {name:<26}{n:>9,}  {bar(n, s.window)} {100 * n / s.window:>3.0f}%" for name, n in rows.items()]
     endpoint = agent.endpoint

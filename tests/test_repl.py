@@ -167,3 +167,10 @@ def test_a_refused_key_is_named_at_start_and_the_first_message_says_where(worksp
     assert f"(from {fake.url}/v1/models/claude-test)" in first and "ANTHROPIC_AUTH_TOKEN" in first
     assert "API error: 401 authentication_error: Invalid bearer token" in done.stdout
     assert f"(from {fake.url}/v1/messages)" in done.stdout and done.returncode == 1
+
+
+def test_one_message_is_one_message(s08, make_agent):
+    agent = make_agent()
+    report = s08.context_report(agent, [{"role": "user", "content": [{"type": "text", "text": "hi"}]}])
+    assert report.startswith("Context: 1 message, ")
+    assert s08.context_report(agent, []).startswith("Context: 0 messages, ")
