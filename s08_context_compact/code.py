@@ -981,8 +981,8 @@ def ledger_hooks(agent) -> dict:
     def check(event: dict):
         kept, total, lost = agent.ledger.check(event["summary"], agent.state.todos)
         missing = f" (not in the summary: {'; '.join(key for _, key in lost)[:200]})" if lost else ""
-        return {"note": f"ledger check: the summary mentions {kept} of the {total} facts the hooks recorded{missing};"
-                        " the ledger itself is restored after it",
+        return {"note": f"ledger check: the summary mentions {kept} of {counted(total, 'fact')} the hooks "
+                        f"recorded{missing}; the ledger itself is restored after it" if total else "",
                 "ledger": {"retained": kept, "total": total, "lost": [f"{kind}: {key}" for kind, key in lost]}}
     return {"PostToolUse": after_tool, "UserPromptSubmit": on_prompt, "RestoreContext": restore, "PostCompact": check}
 
@@ -2850,10 +2850,13 @@ def wrapped(line: str, width: int) -> list:
 
 class WordWrap:
     """The model's streamed text, wrapped at word boundaries: the last word of a chunk is
-    held back until the next chunk shows where it ends. With no width, text passes as is."""
+    held back until the next chunk shows where it ends. Code is left as it is (inside a
+    ``` fence, or on a line that starts indented): a line break inserted there would
+    break what a user copies. With no width, text passes as is."""
 
     def __init__(self, width: int | None):
         self.width, self.column, self.word = (width - 1 if width else None), 0, ""
+        self.in_code = self.indented = False
 
     def feed(self, chunk: str) -> str:
         if not self.width:
@@ -2865,16 +2868,22 @@ class WordWrap:
 
     def finish(self) -> str:
         """What is still held back; the line is then complete."""
-        rest, self.word, self.column = self.place(self.word) if self.word else "", "", 0
+        rest = self.place(self.word) if self.word else ""
+        self.word, self.column, self.in_code, self.indented = "", 0, False, False
         return rest
 
     def place(self, piece: str) -> str:
-        if "\n" in piece:
-            self.column = display_width(piece.rsplit("\n", 1)[1])
+        if "\n" in piece:  # a new line starts after it
+            tail = piece.rsplit("\n", 1)[1]
+            self.column, self.indented = display_width(tail), bool(tail)
             return piece
+        if self.column == 0:
+            self.indented = self.indented or piece.isspace()
+            if piece.startswith("```"):
+                self.in_code = not self.in_code
         width = display_width(piece)
-        if self.column + width <= self.width or self.column == 0:
-            self.column = (self.column + width) % max(self.width, 1) if width > self.width else self.column + width
+        if self.in_code or self.indented or self.column + width <= self.width or self.column == 0:
+            self.column += width  # (code, or a word longer than a line: the terminal folds it)
             return piece
         self.column = 0
         return "\n" if piece.isspace() else "\n" + self.place(piece)
@@ -2894,8 +2903,9 @@ HELP = """Commands:
   /context          what fills the context, and how close it is to auto-compact
   /clear            start a new conversation (the session log keeps the old one)
   /help             this text
-  /exit, q          leave (so do /quit, exit, quit, end of input and Ctrl-C twice)
+  /exit, q          leave (so do /quit, exit, quit, Ctrl-D and Ctrl-C twice)
 Ctrl-C stops the model or a tool and returns here; the conversation is kept.
+A paste of several lines is one message; so are lines between two lines of three ".
 Run with --list to see this folder's sessions, --resume [ID] to continue one."""
 
 
@@ -2945,7 +2955,10 @@ def context_report(agent, messages: list) -> str:
             "reserved: output + buffer": max(s.window - max(total, s.threshold), 0)}
     lines = [f"Context: {counted(len(messages), 'message')}, {total:,} tokens of a {s.window:,}-token window "
              f"({100 * total // s.window}%; {how})"]
-    lines += [f"  {name:<26}{n:>9,}  {bar(n, s.window)} {100 * n / s.window:>3.0f}%" for name, n in rows.items()]
+    bar_width = min(20, (agent.columns() or 80) - 45)  # on a narrow terminal the bar gives way first
+    for name, n in rows.items():
+        drawn = f"  {bar(n, s.window, bar_width)}" if bar_width >= 4 else ""
+        lines.append(f"  {name:<26}{n:>9,}{drawn} {100 * n / s.window:>3.0f}%")
     endpoint = agent.endpoint
     lines.append(f"Window: {s.window:,} tokens, from {endpoint.window_source}"
                  + ("; the endpoint counts max_tokens against it" if endpoint.counts_output else ""))
@@ -2968,9 +2981,9 @@ def context_report(agent, messages: list) -> str:
         raw = totals["input_tokens"] + totals["cache_read_input_tokens"] + totals["cache_creation_input_tokens"]
         billed = int(billed_input(totals, s.cache_ttl))
         lines.append(f"Session input: {format_tokens(raw)} tokens sent, billed as {format_tokens(billed)}")
-    saved = ", ".join(f"{name} {agent.stats.get(name, {}).get('runs', 0)}× "
-                      f"−{format_tokens(agent.stats.get(name, {}).get('saved', 0))}" for name in LAYER_VERBS)
-    lines.append(f"Saved so far: {saved}")
+    lines.append("Saved so far:")
+    lines += [f"  {name:<20}{agent.stats.get(name, {}).get('runs', 0):>4}×  "
+              f"−{format_tokens(agent.stats.get(name, {}).get('saved', 0))}" for name in LAYER_VERBS]
     return "\n".join(lines)
 
 
@@ -3043,8 +3056,12 @@ def take_turn(agent, messages: list, prompt: str) -> bool:
                   "or set CONTEXT_WINDOW lower.", "error")
     except api_failures() as err:
         withdrawn = withdraw_unanswered_prompt(agent, messages, asked)
-        after = ("Your message was not sent; send it again" + (" (the up arrow recalls it)." if agent.fit_width else ".")
-                 if withdrawn else "The work so far is kept; send a message to go on.")
+        refused = getattr(err, "status_code", None) in (400, 413, 422)  # the request itself was refused
+        after = ("The endpoint refused the request as it stands, so your message was taken back out; sent "
+                 "unchanged, it would fail again." if withdrawn and refused else
+                 "Your message was not answered and was taken back out; send it again"
+                 + (" (the up arrow recalls it)." if agent.fit_width else ".") if withdrawn else
+                 "The work so far is kept; send a message to go on.")
         agent.say(" ".join(filter(None, [f"API error: {api_error_text(err)}.", what_to_do(err), after])), "error")
     return False
 
@@ -3261,7 +3278,11 @@ def make_client(connect: float, idle: float):
 
 def parse_arguments(argv):
     parser = argparse.ArgumentParser(description="s08: a coding agent with context compaction. "
-                                     "Run it in the folder the agent should work in.")
+                                     "Run it in the folder the agent should work in.",
+                                     epilog="Configuration (environment or .env): MODEL_ID, ANTHROPIC_API_KEY or "
+                                     "ANTHROPIC_AUTH_TOKEN, and optionally ANTHROPIC_BASE_URL, CONTEXT_WINDOW, "
+                                     "API_CONNECT_TIMEOUT, API_IDLE_TIMEOUT, CACHE_TTL, S08_HISTORY. At the prompt, "
+                                     "/help lists the commands. README.md has the rest.")
     parser.add_argument("--resume", nargs="?", const="latest", metavar="ID",
                         help="continue the most recent session in this folder, or session ID")
     parser.add_argument("--list", action="store_true", help="list this folder's sessions and exit")
@@ -3271,10 +3292,13 @@ def parse_arguments(argv):
     return parser.parse_args(argv)
 
 
-INSTALL_HELP = """This Python ({python}) does not have {missing}, which the program needs.
-Install the requirements in a virtual environment, and run the program with its Python:
-    python3 -m venv .venv && . .venv/bin/activate      (Windows: .venv\\Scripts\\activate)
-    python -m pip install -r {requirements}
+INSTALL_HELP = """This Python lacks {missing}, which the program needs:
+    {python}
+Make a virtual environment beside the program, and install them there:
+    cd {root}
+    python3 -m venv .venv && . .venv/bin/activate
+    python -m pip install -r requirements.txt
+Then run the program with that Python (on Windows: .venv\\Scripts\\activate).
 See README.md, section "Set up"."""
 
 
@@ -3287,8 +3311,7 @@ def main(argv=None) -> int:
     args = parse_arguments(argv)
     if (args.demo or not args.list) and (missing := missing_requirements()):
         print(INSTALL_HELP.format(python=sys.executable, missing=" and ".join(missing),
-                                  requirements=Path(__file__).resolve().parent.parent / "requirements.txt"),
-              file=sys.stderr)
+                                  root=Path(__file__).resolve().parent.parent), file=sys.stderr)
         return 2
     if args.demo:
         import demo  # the scripted demo lives beside this file, outside the lesson
@@ -3367,8 +3390,8 @@ def start_repl(agent, interactive: bool, messages: list) -> int:
             readline.read_history_file(path)
     except OSError as err:
         agent.say(f"[history] cannot read {path} ({err}); set S08_HISTORY=off to keep none.")
-    agent.say(f"s08 context compact · {agent.settings.model} · window {format_tokens(agent.settings.window)} "
-              f"tokens · workspace {agent.workdir}\nType /help for commands, q to quit.")
+    agent.say(f"s08 context compact · {agent.settings.model} · window {agent.settings.window:,} tokens · "
+              f"workspace {agent.workdir}\nType /help for commands, q to quit.")
     try:
         return repl(agent, interactive, messages)
     finally:
@@ -3377,10 +3400,13 @@ def start_repl(agent, interactive: bool, messages: list) -> int:
 
 
 def save_history(readline, path: Path, secrets: list) -> None:
-    """Keep the last 1,000 prompts, with any secret redacted and the file readable by its owner only."""
-    for index in range(readline.get_current_history_length()):
-        item = readline.get_history_item(index + 1)
-        if item and redact(item, secrets) != item:
+    """Keep the last 1,000 one-line prompts, with any secret redacted and the file readable by its
+    owner only."""
+    for index in reversed(range(readline.get_current_history_length())):
+        item = readline.get_history_item(index + 1) or ""
+        if "\n" in item:  # the file holds a line an entry: a paste of several lines would come back in pieces
+            readline.remove_history_item(index)
+        elif redact(item, secrets) != item:
             readline.replace_history_item(index, redact(item, secrets))
     readline.set_history_length(1000)
     try:
@@ -3393,7 +3419,8 @@ def save_history(readline, path: Path, secrets: list) -> None:
 if __name__ == "__main__":
     try:
         sys.exit(main())
-    except KeyboardInterrupt:  # Ctrl-C before the prompt is up: leave quietly
+    except KeyboardInterrupt:  # Ctrl-C before the prompt is up (or at the demo's pause): leave quietly
+        print(file=sys.stderr)  # ...and let the shell's prompt start on a line of its own
         sys.exit(130)
     except BrokenPipeError:  # the reader went away (`| head`): nothing left to say, and no one to say it to
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the exit flush cannot fail again

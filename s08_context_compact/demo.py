@@ -91,16 +91,14 @@ class FoldedReplies:
 
     def __call__(self, *args, end: str = "\n", flush: bool = False) -> None:
         text = " ".join(map(str, args))
-        if end:  # a line of its own: a reply's stream is over
-            self.streamed = 0
-            print(text, end=end, flush=True)
-            return
-        room = self.shown_chars - self.streamed
+        folded = self.streamed > self.shown_chars
         self.streamed += len(text)
-        if room > 0:
-            print(text[:room], end="", flush=True)
-        if 0 < room <= len(text):
-            print(" [... the rest of this scripted reply is not shown]", end="", flush=True)
+        if end:  # the end of a line: after a folded reply, only the line's end
+            self.streamed = 0
+            print("" if folded else text, end=end, flush=True)
+        elif not folded:
+            room = self.shown_chars - (self.streamed - len(text))
+            print(text[:room] + (" [...]" if len(text) > room else ""), end="", flush=True)
 
 
 def files_under(workspace: Path) -> set:

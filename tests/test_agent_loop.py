@@ -260,7 +260,7 @@ def test_api_errors_that_persist_print_one_line_and_the_session_goes_on(s08, fak
     s08.take_turn(agent, messages, "first")
     assert len(fake.main_requests) == s08.MAX_API_ATTEMPTS, "retries are bounded"
     assert "API error: 500 api_error: Internal server error" in agent.out.text
-    assert "Your message was not sent; send it again" in agent.out.text and messages == []
+    assert "Your message was not answered and was taken back out; send it again" in agent.out.text and messages == []
     s08.take_turn(agent, messages, "second")
     assert messages[0]["content"] == [{"type": "text", "text": "second"}], "a prompt never answered is not sent twice"
     assert messages[-1]["content"] == [{"type": "text", "text": "Back again."}]

@@ -132,7 +132,7 @@ def test_context_command_shows_sizes_and_threshold(fake, workspace):
     assert sum(sizes.values()) == 30_000, "with what is free and what is reserved, to the window"
     assert sizes["free until auto-compact"] == 19_500 - total
     assert "tool results" in report and "Auto-compact above 19.5k tokens" in report
-    assert "Saved so far: tool_result_budget 0× −0, snip_compact 0× −0" in report
+    assert "Saved so far:\n  tool_result_budget     0×  −0\n  snip_compact           0×  −0\n" in report
     assert "Prompt cache, last request: " in report and "Session input: " in report
 
 

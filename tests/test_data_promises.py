@@ -317,7 +317,7 @@ def test_an_api_error_after_a_compaction_withdraws_only_the_prompt(s08, make_age
     s08.handle_command(agent, messages, "/compact")
     summary = messages[0]["content"][0]["text"]
     s08.take_turn(agent, messages, "second question")
-    assert "Your message was not sent" in agent.out.text
+    assert "Your message was not answered and was taken back out" in agent.out.text
     assert messages and messages[0]["content"][0]["text"] == summary, "the summary survives the failed turn"
     assert "second question" not in json.dumps(messages)
 

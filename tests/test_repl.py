@@ -6,7 +6,7 @@ import sys
 import unicodedata
 
 from conftest import CODE, Terminal, run_cli
-from fake_anthropic import FakeAnthropic, text, tool_use
+from fake_anthropic import FakeAnthropic, error, text, tool_use
 
 
 def imported_modules(workspace, *args, python_flags=()) -> tuple:
@@ -30,9 +30,10 @@ def test_a_python_without_the_requirements_is_told_how_to_install_them(workspace
     done = subprocess.run([sys.executable, "-S", str(CODE)], capture_output=True, text=True, cwd=workspace,
                           env={"PATH": "/usr/bin:/bin", "MODEL_ID": "m", "ANTHROPIC_API_KEY": "k"}, timeout=60)
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
-    assert "does not have anthropic and python-dotenv" in done.stderr
-    assert "-m venv .venv" in done.stderr, "with the step that makes a virtual environment"
-    assert f"pip install -r {CODE.parent.parent / 'requirements.txt'}" in done.stderr
+    assert "This Python lacks anthropic and python-dotenv, which the program needs:" in done.stderr
+    assert f"cd {CODE.parent.parent}\n" in done.stderr and "-m venv .venv" in done.stderr, "a virtual environment"
+    assert "pip install -r requirements.txt" in done.stderr
+    assert max(map(len, done.stderr.splitlines()[2:] + done.stderr.splitlines()[:1])) <= 80, "it fits a terminal"
 
 
 # ---------------------------------------------------------------- several lines, one message
@@ -81,7 +82,9 @@ def test_at_50_columns_every_line_fits_the_terminal(fake, workspace):
     fake.reply(tool_use("read_file", {"path": "notes.md"}),
                tool_use("bash", {"command": "echo " + "a-rather-long-argument " * 8}),
                text("The notes explain compaction in Chinese and then repeat a word many times, which is "
-                    "what you see when a file is padded. 这段笔记用中文解释了上下文压缩，然后重复了一个词很多次。"))
+                    "what you see when a file is padded. 这段笔记用中文解释了上下文压缩，然后重复了一个词很多次。\n"
+                    "```python\ndef a_function_with_a_long_name(argument_one, argument_two, argument_three):\n"
+                    "    return argument_one\n```\nThat is all."))
     fake.summary(text("<summary>1. Primary request: read notes.md, which explains in Chinese how compaction "
                       "swaps old results for pointers.\n2. 关键概念：上下文压缩、工具结果、指针、磁盘文件、摘要。</summary>"))
     terminal = Terminal(fake, workspace, columns=50, CONTEXT_WINDOW=12_000)
@@ -90,8 +93,13 @@ def test_at_50_columns_every_line_fits_the_terminal(fake, workspace):
     assert terminal.read_until(b"s08 >> ", 2)
     terminal.type(b"/compact\r")
     assert terminal.read_until(b"s08 >> ", 3)
+    terminal.type(b"/context\r")
+    assert terminal.read_until(b"s08 >> ", 4)
     assert terminal.finish() == 0
-    lines = screen_lines(terminal.text)
+    code = "def a_function_with_a_long_name(argument_one, argument_two, argument_three):"
+    assert code in terminal.text, "code keeps its lines: a break inserted there would break what is copied"
+    lines = [line for line in screen_lines(terminal.text) if line != code]
+    assert any(line.startswith("  tool results") for line in lines), "/context was shown too"
     assert any("> read_file" in line for line in lines) and any("[compact_history]" in line for line in lines)
     assert any("关键概念" in line for line in lines), "the summary's preview is shown"
     too_wide = [line for line in lines if columns_of(line) > 50]
@@ -103,7 +111,7 @@ def test_at_50_columns_every_line_fits_the_terminal(fake, workspace):
 # ---------------------------------------------------------------- history between runs
 
 def test_prompts_are_kept_between_runs_with_secrets_redacted(fake, workspace):
-    fake.reply(text("noted"), text("again"))
+    fake.reply(text("noted"), text("pasted"), text("again"))
     home = workspace / "home"
     home.mkdir()
     env = {"HOME": str(home), "S08_HISTORY": "", "DEPLOY_TOKEN": "s3cr3t-deploy-value"}
@@ -111,9 +119,12 @@ def test_prompts_are_kept_between_runs_with_secrets_redacted(fake, workspace):
     assert first.read_until(b"s08 >> ")
     first.type(b"remember the token s3cr3t-deploy-value\r")
     assert first.read_until(b"s08 >> ", 2)
+    first.type(b"\x1b[200~a pasted line\nand its second line\x1b[201~\r")
+    assert first.read_until(b"s08 >> ", 3)
     assert first.finish() == 0
     saved = home / ".s08_history"
     assert "remember the token [redacted]" in saved.read_text() and "s3cr3t" not in saved.read_text()
+    assert "pasted line" not in saved.read_text(), "a paste of several lines would come back in pieces"
     assert saved.stat().st_mode & 0o777 == 0o600
     second = Terminal(fake, workspace, **env)
     assert second.read_until(b"s08 >> ")
@@ -174,3 +185,11 @@ def test_one_message_is_one_message(s08, make_agent):
     report = s08.context_report(agent, [{"role": "user", "content": [{"type": "text", "text": "hi"}]}])
     assert report.startswith("Context: 1 message, ")
     assert s08.context_report(agent, []).startswith("Context: 0 messages, ")
+
+
+def test_a_request_the_endpoint_refuses_is_not_worth_sending_again(fake, workspace):
+    fake.reply(error(400, "invalid_request_error", "messages.0: unexpected field"), text("fine"))
+    done = run_cli(fake, workspace, "hello\nsomething else\n")
+    assert "API error: 400 invalid_request_error: messages.0: unexpected field." in done.stdout
+    assert "sent unchanged, it would fail again" in done.stdout and "send it again" not in done.stdout
+    assert done.returncode == 1 and "fine" in done.stdout

@@ -164,7 +164,7 @@ def test_the_ledger_records_what_happened_and_checks_the_summary(s08, fake, make
     event = json.loads(transcript.read_text().splitlines()[-1])
     kept, total, lost = ledger.check(event["summary"], agent.state.todos)
     assert (kept, total) == (4, 6) and {kind for kind, _ in lost} == {"failed command", "constraint"}
-    assert "ledger check: the summary mentions 4 of the 6 facts the hooks recorded" in agent.out.text
+    assert "ledger check: the summary mentions 4 of 6 facts the hooks recorded" in agent.out.text
     assert event["ledger"]["retained"] == 4 and "constraint: 不要修改测试文件。" in event["ledger"]["lost"]
     assert "不要修改测试文件。" in first_texts({"messages": messages})[1], "the ledger is put back verbatim"
 
