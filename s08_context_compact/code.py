@@ -1404,7 +1404,7 @@ class Agent:
         """Tell the user something. On a terminal each line fits its width: cut to one line
         (a preview) when cut, else wrapped at word boundaries."""
         prefix = f"  [{self.label}] " if self.label else ""
-        lines = [prefix + line for line in text.split("\n")]
+        lines = [prefix + line.expandtabs() for line in text.split("\n")]
         if columns := self.columns():
             lines = [part for line in lines for part in ([cut_to_width(line, columns - 1)] if cut else
                                                          wrapped(line, columns - 1))]
@@ -2201,6 +2201,7 @@ def api_error_text(err: Exception) -> str:
     if isinstance(err, ErrorEvent):
         return f"error inside the reply stream: {err}"
     url = str(getattr(getattr(err, "request", None), "url", "") or "").split("?")[0] or "the API"
+    url = re.sub(r"//[^/@\s]*@", "//", url)  # a proxy's user:password never goes on screen
     from_url = f" (from {url})" if getattr(err, "status_code", None) in (401, 403, 404) else ""
     body = getattr(err, "body", None)
     if isinstance(body, dict) and isinstance(body.get("error"), dict):
@@ -2478,7 +2479,7 @@ def secret_values(environ, dotenv_files: tuple = ()) -> list:
     workspace's .env files (this program's own settings aside: a request carries the
     model's id); and the password of any user:password@host URL among all of them."""
     values = {v for k, v in environ.items() if SECRET_NAME.search(k) and len(v) >= 8}
-    urls = set()
+    urls = set(environ.values())  # ANTHROPIC_BASE_URL may carry a proxy's password
     for found in dotenv_files:
         values |= {v for k, v in found.items() if v and len(v) >= 8 and k not in SETTINGS_NAMES}
         urls |= {v for v in found.values() if v}
@@ -2799,7 +2800,9 @@ def one_line(text: str, width: int = 100) -> str:
 
 def char_width(char: str) -> int:
     """Columns a character takes on a terminal: two for CJK and other wide characters."""
-    return 2 if unicodedata.east_asian_width(char) in "WF" else 0 if unicodedata.combining(char) else 1
+    if unicodedata.category(char) in ("Mn", "Me", "Cf"):  # combining marks, zero-width joiners
+        return 0
+    return 2 if unicodedata.east_asian_width(char) in "WF" else 1
 
 
 def display_width(text: str) -> int:
@@ -2840,6 +2843,8 @@ def wrapped(line: str, width: int) -> list:
             current = indent
         if piece.isspace():
             continue
+        if not current.strip():  # only indentation: it gives way to the word
+            current = current[:max(width - char_width(piece[0]), 0)]
         while display_width(current + piece) > width:  # a word longer than a whole line
             part = fit_prefix(piece, width - display_width(current)) or piece[0]
             lines.append(current + part)
@@ -2862,8 +2867,8 @@ class WordWrap:
         if not self.width:
             return chunk
         pieces, self.word = BREAKABLE.findall(self.word + chunk), ""
-        if pieces and not pieces[-1].isspace() and display_width(pieces[-1][0]) == 1:
-            self.word = pieces.pop()  # it may go on in the next chunk
+        if pieces and not pieces[-1].isspace() and not re.fullmatch(f"[{WIDE}]", pieces[-1]):
+            self.word = pieces.pop()  # a word: it may go on in the next chunk
         return "".join(map(self.place, pieces))
 
     def finish(self) -> str:
@@ -3099,18 +3104,33 @@ def read_message(interactive: bool) -> str | None:
     pastes (bracketed paste, start_repl turns it on). Elsewhere a line of three double
     quotes starts a block that the next such line ends, and a line ending in a backslash
     goes on to the next."""
+    readline = sys.modules.get("readline") if interactive else None
+    first = readline.get_current_history_length() if readline else 0
     line = read_line(interactive)
     if line is not None and line.strip() == '"""':
         block = []
-        while (more := read_line(interactive, "... ")) is not None and more.strip() != '"""':
+        while (more := read_more(interactive)) is not None and more.strip() != '"""':
             block.append(more)
-        return "\n".join(block)
-    while line is not None and line.endswith("\\"):
-        more = read_line(interactive, "... ")
-        line = line[:-1] + ("" if more is None else "\n" + more)
-        if more is None:
-            break
+        line = "\n".join(block)
+    else:
+        while line is not None and line.endswith("\\"):
+            more = read_more(interactive)
+            line = line[:-1] + ("" if more is None else "\n" + more)
+            if more is None:
+                break
+    if readline and readline.get_current_history_length() > first + 1:  # one entry for the message, not a line each
+        for index in reversed(range(first, readline.get_current_history_length())):
+            readline.remove_history_item(index)
+        readline.add_history(line)
     return line
+
+
+def read_more(interactive: bool) -> str | None:
+    """The next line of a message of several lines; None at the end of input (Ctrl-D ends the message)."""
+    try:
+        return read_line(interactive, "... ")
+    except EOFError:
+        return None
 
 
 def repl(agent, interactive: bool, messages: list) -> int:
@@ -3372,7 +3392,10 @@ def history_file() -> Path | None:
     setting = os.getenv("S08_HISTORY", "").strip()
     if setting.lower() in ("off", "0", "no", "false"):
         return None
-    return Path(setting).expanduser() if setting else Path.home() / ".s08_history"
+    try:
+        return Path(setting).expanduser() if setting else Path.home() / ".s08_history"
+    except RuntimeError:  # no home directory to expand: keep no history rather than fail
+        return None
 
 
 def start_repl(agent, interactive: bool, messages: list) -> int:

@@ -22,6 +22,7 @@ from pathlib import Path
 
 CODE = Path(__file__).resolve().parent.parent / "s08_context_compact" / "code.py"
 _zygote = None
+_unfinished = None  # the pid of a terminal child whose test ended without reading its exit code
 
 
 # ---------------------------------------------------------------- in the zygote and its children
@@ -77,8 +78,11 @@ def _serve() -> None:
 # ---------------------------------------------------------------- in the tests
 
 def _start(job: dict) -> int:
-    """Hand a job to the zygote; the pid of the child that runs it."""
+    """Hand a job to the zygote; the pid of the child that runs it. The zygote runs one child
+    at a time: one a failed test left running is ended first, and its exit code read."""
     global _zygote
+    if _unfinished is not None:
+        exit_code(_unfinished, timeout=0)
     if _zygote is None or _zygote.poll() is not None:
         _zygote = subprocess.Popen([sys.executable, __file__], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     _zygote.stdin.write(json.dumps(job) + "\n")
@@ -89,15 +93,23 @@ def _start(job: dict) -> int:
 def start_on_terminal(args: list, *, tty: str, env: dict, cwd) -> int:
     """`python code.py *args` on the terminal whose device is tty, as its controlling terminal
     (so Ctrl-C there interrupts it); the child's pid. exit_code() says how it ended."""
-    return _start({"args": list(args), "env": dict(env), "cwd": str(cwd), "tty": tty})
+    global _unfinished
+    _unfinished = _start({"args": list(args), "env": dict(env), "cwd": str(cwd), "tty": tty})
+    return _unfinished
 
 
 def exit_code(pid: int, timeout: float = 30) -> int:
+    """How the child ended; after timeout seconds it is killed (and TimeoutExpired raised, unless
+    timeout is 0: then a child still running is simply ended)."""
+    global _unfinished
+    _unfinished = None
     ready, _, _ = select.select([_zygote.stdout], [], [], timeout)
     if not ready:
         os.kill(pid, signal.SIGKILL)
-        _zygote.stdout.readline()
-        raise subprocess.TimeoutExpired(str(CODE), timeout)
+        code = json.loads(_zygote.stdout.readline())["code"]
+        if timeout:
+            raise subprocess.TimeoutExpired(str(CODE), timeout)
+        return code
     return json.loads(_zygote.stdout.readline())["code"]
 
 

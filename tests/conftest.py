@@ -285,6 +285,21 @@ class Terminal:
     def type(self, keys: bytes) -> None:
         os.write(self.fd, keys)
 
+    def wait_for_input(self, timeout: float = 20) -> None:
+        """Wait until the program sleeps waiting for a key (readline waits in select): a key
+        typed sooner, while a question is still being set up, could be seen late."""
+        waiting = {"x86_64": {"0", "7", "23", "270", "271"}, "aarch64": {"63", "72", "73"}}[platform.machine()]
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                call = Path(f"/proc/{self.pid}/syscall").read_text().split()
+            except OSError:
+                call = []
+            if call[:1] and call[0] in waiting:
+                return
+            assert time.monotonic() < deadline, "timed out waiting for the program to wait for a key"
+            time.sleep(0.02)
+
     def finish(self) -> int:
         """Ctrl-D at the prompt; everything shown is collected; the exit code."""
         self.type(b"\x04")

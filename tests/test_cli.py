@@ -281,6 +281,7 @@ def test_ctrl_c_at_the_permission_question_returns_to_the_prompt(fake, workspace
     assert terminal.read_until(b"s08 >> ")
     terminal.type(b"remove the notes\r")
     assert terminal.read_until(b"Allow? [y/N] ")
+    terminal.wait_for_input()
     terminal.type(b"\x03")
     assert terminal.read_until(b"s08 >> ", 2)
     assert terminal.finish() == 0

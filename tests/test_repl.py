@@ -111,7 +111,7 @@ def test_at_50_columns_every_line_fits_the_terminal(fake, workspace):
 # ---------------------------------------------------------------- history between runs
 
 def test_prompts_are_kept_between_runs_with_secrets_redacted(fake, workspace):
-    fake.reply(text("noted"), text("pasted"), text("again"))
+    fake.reply(text("noted"), text("pasted"), text("blocked"), text("again"))
     home = workspace / "home"
     home.mkdir()
     env = {"HOME": str(home), "S08_HISTORY": "", "DEPLOY_TOKEN": "s3cr3t-deploy-value"}
@@ -121,10 +121,14 @@ def test_prompts_are_kept_between_runs_with_secrets_redacted(fake, workspace):
     assert first.read_until(b"s08 >> ", 2)
     first.type(b"\x1b[200~a pasted line\nand its second line\x1b[201~\r")
     assert first.read_until(b"s08 >> ", 3)
+    first.type(b'"""\rblock line s3cr3t-\r')
+    first.type(b'deploy-value\r"""\r')  # a secret cut in two by a line break is still one secret
+    assert first.read_until(b"s08 >> ", 4)
     assert first.finish() == 0
     saved = home / ".s08_history"
     assert "remember the token [redacted]" in saved.read_text() and "s3cr3t" not in saved.read_text()
-    assert "pasted line" not in saved.read_text(), "a paste of several lines would come back in pieces"
+    for piece in ("pasted line", "block line", '"""'):
+        assert piece not in saved.read_text(), "a message of several lines would come back in pieces"
     assert saved.stat().st_mode & 0o777 == 0o600
     second = Terminal(fake, workspace, **env)
     assert second.read_until(b"s08 >> ")
@@ -193,3 +197,35 @@ def test_a_request_the_endpoint_refuses_is_not_worth_sending_again(fake, workspa
     assert "API error: 400 invalid_request_error: messages.0: unexpected field." in done.stdout
     assert "sent unchanged, it would fail again" in done.stdout and "send it again" not in done.stdout
     assert done.returncode == 1 and "fine" in done.stdout
+
+
+def test_ctrl_d_ends_a_block_and_sends_it(fake, workspace):
+    fake.reply(text("got the block"))
+    terminal = Terminal(fake, workspace)
+    assert terminal.read_until(b"s08 >> ")
+    terminal.type(b'"""\rfirst line\rsecond line\r\x04')
+    assert terminal.read_until(b"got the block") and terminal.read_until(b"s08 >> ", 2)
+    assert terminal.finish() == 0
+    assert fake.requests[0]["messages"][0]["content"][0]["text"] == "first line\nsecond line"
+
+
+def test_a_proxy_password_in_the_url_is_never_shown(workspace):
+    done = run_cli(None, workspace, "hello\n", ANTHROPIC_BASE_URL="http://bob:hunter2hunter2@127.0.0.1:9")
+    assert "cannot reach http://127.0.0.1:9/v1/" in done.stdout
+    assert "hunter2hunter2" not in done.stdout + done.stderr
+
+
+def test_a_history_file_that_cannot_be_placed_is_no_history(fake, workspace):
+    fake.reply(text("fine"))
+    terminal = Terminal(fake, workspace, S08_HISTORY="~no-such-user-here/history")
+    assert terminal.read_until(b"s08 >> ")
+    terminal.type(b"hello\r")
+    assert terminal.read_until(b"s08 >> ", 2)
+    assert terminal.finish() == 0 and "Traceback" not in terminal.text and "fine" in terminal.text
+
+
+def test_a_word_split_across_chunks_is_never_broken(s08):
+    wrap = s08.WordWrap(21)
+    shown = wrap.feed("Tests pass 🎉cele") + wrap.feed("brate it, 上下文") + wrap.feed("压缩 done") + wrap.finish()
+    assert "🎉celebrate" in shown and "celebrate it," in shown.replace("\n", " ")
+    assert all(s08.display_width(line) <= 20 for line in shown.split("\n"))
