@@ -285,6 +285,12 @@ class Terminal:
     def type(self, keys: bytes) -> None:
         os.write(self.fd, keys)
 
+    def turn(self, keys: bytes) -> bool:
+        """Type keys, and wait until the prompt is back once more: the turn they started is over."""
+        prompts = self.shown.count(b"s08 >> ")
+        self.type(keys)
+        return self.read_until(b"s08 >> ", prompts + 1)
+
     def wait_for_input(self, timeout: float = 20) -> None:
         """Wait until the program sleeps waiting for a key (readline waits in select): a key
         typed sooner, while a question is still being set up, could be seen late."""

@@ -89,12 +89,7 @@ def test_at_50_columns_every_line_fits_the_terminal(fake, workspace):
                       "swaps old results for pointers.\n2. 关键概念：上下文压缩、工具结果、指针、磁盘文件、摘要。</summary>"))
     terminal = Terminal(fake, workspace, columns=50, CONTEXT_WINDOW=12_000)
     assert terminal.read_until(b"s08 >> ")
-    terminal.type(b"read notes.md\r")
-    assert terminal.read_until(b"s08 >> ", 2)
-    terminal.type(b"/compact\r")
-    assert terminal.read_until(b"s08 >> ", 3)
-    terminal.type(b"/context\r")
-    assert terminal.read_until(b"s08 >> ", 4)
+    assert terminal.turn(b"read notes.md\r") and terminal.turn(b"/compact\r") and terminal.turn(b"/context\r")
     assert terminal.finish() == 0
     code = "def a_function_with_a_long_name(argument_one, argument_two, argument_three):"
     assert code in terminal.text, "code keeps its lines: a break inserted there would break what is copied"
@@ -117,13 +112,9 @@ def test_prompts_are_kept_between_runs_with_secrets_redacted(fake, workspace):
     env = {"HOME": str(home), "S08_HISTORY": "", "DEPLOY_TOKEN": "s3cr3t-deploy-value"}
     first = Terminal(fake, workspace, **env)
     assert first.read_until(b"s08 >> ")
-    first.type(b"remember the token s3cr3t-deploy-value\r")
-    assert first.read_until(b"s08 >> ", 2)
-    first.type(b"\x1b[200~a pasted line\nand its second line\x1b[201~\r")
-    assert first.read_until(b"s08 >> ", 3)
-    first.type(b'"""\rblock line s3cr3t-\r')
-    first.type(b'deploy-value\r"""\r')  # a secret cut in two by a line break is still one secret
-    assert first.read_until(b"s08 >> ", 4)
+    assert first.turn(b"remember the token s3cr3t-deploy-value\r")
+    assert first.turn(b"\x1b[200~a pasted line\nand its second line\x1b[201~\r")
+    assert first.turn(b'"""\rblock line s3cr3t-\rdeploy-value\r"""\r')  # a secret cut by a line break
     assert first.finish() == 0
     saved = home / ".s08_history"
     assert "remember the token [redacted]" in saved.read_text() and "s3cr3t" not in saved.read_text()
