@@ -3061,13 +3061,8 @@ def take_turn(agent, messages: list, prompt: str) -> bool:
                   "or set CONTEXT_WINDOW lower.", "error")
     except api_failures() as err:
         withdrawn = withdraw_unanswered_prompt(agent, messages, asked)
-        refused = getattr(err, "status_code", None) in (400, 413, 422)  # the request itself was refused
-        after = ("The endpoint refused the request as it stands, so your message was taken back out; sent "
-                 "unchanged, it would fail again." if withdrawn and refused else
-                 "Your message was not answered and was taken back out; send it again"
-                 + (" (the up arrow recalls it)." if agent.fit_width else ".") if withdrawn else
-                 "The work so far is kept; send a message to go on.")
-        agent.say(" ".join(filter(None, [f"API error: {api_error_text(err)}.", what_to_do(err), after])), "error")
+        agent.say(" ".join(filter(None, [f"API error: {api_error_text(err)}.", what_to_do(err),
+                                         what_became_of_it(err, withdrawn, agent.fit_width)])), "error")
     return False
 
 
@@ -3078,6 +3073,17 @@ def what_to_do(err: Exception) -> str:
     if status == 404:
         return "Check MODEL_ID and ANTHROPIC_BASE_URL."
     return ""
+
+
+def what_became_of_it(err: Exception, withdrawn: bool, terminal: bool) -> str:
+    """What happened to the user's message after an API error, and whether to send it again."""
+    if not withdrawn:
+        return "The work so far is kept; send a message to go on."
+    if getattr(err, "status_code", None) in (400, 413, 422):  # the request itself was refused
+        return ("The endpoint refused the request as it stands, so your message was taken back out; sent "
+                "unchanged, it would fail again.")
+    return "Your message was not answered and was taken back out; send it again" + \
+        (" (the up arrow recalls it)." if terminal else ".")
 
 
 def withdraw_unanswered_prompt(agent, messages: list, asked: dict) -> bool:
@@ -3229,6 +3235,13 @@ def seconds_setting(name: str, default: float) -> float:
     return seconds
 
 
+def ttl_setting() -> str:
+    ttl = os.getenv("CACHE_TTL", "5m").strip() or "5m"
+    if ttl not in CACHE_TTLS:
+        raise ValueError(f"CACHE_TTL={ttl!r} must be 5m or 1h.")
+    return ttl
+
+
 def known_window(model: str) -> tuple | None:
     """(window, what the table's row matches) for a well-known model id, else None."""
     for pattern, window, label in KNOWN_WINDOWS:
@@ -3357,13 +3370,9 @@ def main(argv=None) -> int:
         idle = seconds_setting("API_IDLE_TIMEOUT", IDLE_TIMEOUT)
         client = make_client(seconds_setting("API_CONNECT_TIMEOUT", CONNECT_TIMEOUT), idle)
         endpoint = discover_endpoint(client, model, logged_endpoint(resume, model) if resume else None)
+        ttl = ttl_setting()
     except ValueError as err:
         print(f"{err} Set it in .env or in your shell (README.md, section Configuration).", file=sys.stderr)
-        return 2
-    ttl = os.getenv("CACHE_TTL", "5m").strip() or "5m"
-    if ttl not in CACHE_TTLS:
-        print(f"CACHE_TTL={ttl!r} must be 5m or 1h. Set it in .env or in your shell (README.md, section "
-              "Configuration).", file=sys.stderr)
         return 2
     settings = replace(Settings.for_window(model, endpoint.window), idle_timeout=idle, cache_ttl=ttl)
     skills = discover_skills([workdir / "skills", Path(__file__).resolve().parent / "skills"])
@@ -3377,13 +3386,19 @@ def main(argv=None) -> int:
                   spinner_to=sys.stdout if sys.stdout.isatty() else None)
     install_default_hooks(agent)
     messages = open_session(agent, resume)
+    say_what_start_up_found(agent)
+    return start_repl(agent, interactive, messages)
+
+
+def say_what_start_up_found(agent) -> None:
+    endpoint = agent.endpoint
     if endpoint.startup_problem:
         agent.say(f"[endpoint] {endpoint.startup_problem} The first message will fail the same way until "
                   "this is fixed.", "error")
     if endpoint.window_source == DEFAULT_WINDOW_SOURCE:
-        print(f"[window] nothing says how big {model}'s window is; assuming {endpoint.window:,} tokens. Set "
-              "CONTEXT_WINDOW if you know it; otherwise the endpoint's first \"too long\" answer will tell.")
-    return start_repl(agent, interactive, messages)
+        agent.say(f"[window] nothing says how big {endpoint.model}'s window is; assuming {endpoint.window:,} "
+                  "tokens. Set CONTEXT_WINDOW if you know it; otherwise the endpoint's first \"too long\" "
+                  "answer will tell.")
 
 
 def history_file() -> Path | None:
