@@ -2646,15 +2646,22 @@ def session_logs(workdir: Path) -> list:
     return sorted((workdir / TRANSCRIPT_DIR).glob("session-*.jsonl"), key=lambda p: p.stat().st_mtime)
 
 
-def list_sessions(workdir: Path) -> str:
+def list_sessions(workdir: Path, width: int | None = None) -> str:
+    """A row a session: its id, when it last changed, its size and its first prompt. On a
+    terminal narrower than a row, each session takes two lines, cut to the width."""
     rows = []
     for path in session_logs(workdir):
         history = read_session(path, warn=print)
         first = first_prompt(path)
         when = time.strftime("%Y-%m-%d %H:%M", time.localtime(path.stat().st_mtime))
-        prompt = one_line(first, 50) if first else "(no prompt yet)"
-        rows.append(f"  {path.stem.removeprefix('session-'):<24} {when}  {counted(len(history), 'message'):>13}  "
-                    f"{path.stat().st_size / 1024:>8.1f} KB  {prompt}")
+        prompt = one_line(first, 50) + ("" if history else " (not answered)") if first else "(no prompt yet)"
+        session, size = path.stem.removeprefix("session-"), f"{path.stat().st_size / 1024:.1f} KB"
+        row = f"  {session:<24} {when}  {counted(len(history), 'message'):>13}  {size:>11}  {prompt}"
+        if width and display_width(row) >= width:
+            rows += [cut_to_width(f"  {session}  {when}", width - 1),
+                     cut_to_width(f"    {counted(len(history), 'message')}, {size}: {prompt}", width - 1)]
+        else:
+            rows.append(row)
     return "Sessions in this workspace (newest last):\n" + "\n".join(rows) if rows else \
         "No sessions in this workspace yet."
 
@@ -2910,7 +2917,7 @@ HELP = """Commands:
   /help             this text
   /exit, q          leave (so do /quit, exit, quit, Ctrl-D and Ctrl-C twice)
 Ctrl-C stops the model or a tool and returns here; the conversation is kept.
-A paste of several lines is one message; so are lines between two lines of three ".
+A paste of several lines is one message; so is a block typed between two lines of \"\"\".
 Run with --list to see this folder's sessions, --resume [ID] to continue one."""
 
 
@@ -2959,7 +2966,7 @@ def context_report(agent, messages: list) -> str:
     rows = {**context_parts(agent, messages, total), "free until auto-compact": max(s.threshold - total, 0),
             "reserved: output + buffer": max(s.window - max(total, s.threshold), 0)}
     lines = [f"Context: {counted(len(messages), 'message')}, {total:,} tokens of a {s.window:,}-token window "
-             f"({100 * total // s.window}%; {how})"]
+             f"({100 * total / s.window:.0f}%; {how})"]
     bar_width = min(20, (agent.columns() or 80) - 45)  # on a narrow terminal the bar gives way first
     for name, n in rows.items():
         drawn = f"  {bar(n, s.window, bar_width)}" if bar_width >= 4 else ""
@@ -2996,7 +3003,7 @@ def status_line(agent, messages: list) -> str:
     s = agent.settings
     used = context_tokens(agent, messages)
     left = s.threshold - used
-    return (f"context {format_tokens(used)}/{format_tokens(s.window)} tokens ({100 * used // s.window}%) · "
+    return (f"context {format_tokens(used)}/{format_tokens(s.window)} tokens ({100 * used / s.window:.0f}%) · "
             + (f"auto-compact in {format_tokens(left)}" if left > 0 else "over the auto-compact threshold: "
                "it compacts before the next call"))
 
@@ -3327,9 +3334,9 @@ def parse_arguments(argv):
 
 INSTALL_HELP = """This Python lacks {missing}, which the program needs:
     {python}
-Make a virtual environment beside the program, and install them there:
+Install them in a virtual environment beside the program:
     cd {root}
-    python3 -m venv .venv && . .venv/bin/activate
+    {make_venv}. .venv/bin/activate
     python -m pip install -r requirements.txt
 Then run the program with that Python (on Windows: .venv\\Scripts\\activate).
 See README.md, section "Set up"."""
@@ -3343,14 +3350,16 @@ def missing_requirements() -> list:
 def main(argv=None) -> int:
     args = parse_arguments(argv)
     if (args.demo or not args.list) and (missing := missing_requirements()):
-        print(INSTALL_HELP.format(python=sys.executable, missing=" and ".join(missing),
-                                  root=Path(__file__).resolve().parent.parent), file=sys.stderr)
+        root = Path(__file__).resolve().parent.parent
+        print(INSTALL_HELP.format(python=sys.executable, missing=" and ".join(missing), root=root,
+                                  make_venv="" if (root / ".venv").is_dir() else "python3 -m venv .venv && "),
+              file=sys.stderr)
         return 2
     if args.demo:
         import demo  # the scripted demo lives beside this file, outside the lesson
         return demo.run(sys.modules[__name__], pause=sys.stdin.isatty() and not args.no_pause)
     if args.list:
-        print(list_sessions(Path.cwd()))
+        print(list_sessions(Path.cwd(), shutil.get_terminal_size().columns if sys.stdout.isatty() else None))
         return 0
     load_configuration()
     warnings.showwarning = lambda message, *_: print(f"[warning] {str(message).splitlines()[0]}", file=sys.stderr)

@@ -87,18 +87,20 @@ class FoldedReplies:
     off the screen."""
 
     def __init__(self, shown_chars: int = 240):
-        self.shown_chars, self.streamed = shown_chars, 0
+        self.shown_chars, self.streamed, self.folded = shown_chars, 0, False
 
     def __call__(self, *args, end: str = "\n", flush: bool = False) -> None:
         text = " ".join(map(str, args))
-        folded = self.streamed > self.shown_chars
-        self.streamed += len(text)
-        if end:  # the end of a line: after a folded reply, only the line's end
-            self.streamed = 0
-            print("" if folded else text, end=end, flush=True)
-        elif not folded:
-            room = self.shown_chars - (self.streamed - len(text))
-            print(text[:room] + (" [...]" if len(text) > room else ""), end="", flush=True)
+        if end:  # the end of a line: a reply's stream, if any, is over
+            print("" if self.folded else text, end=end, flush=True)
+            self.streamed, self.folded = 0, False
+        elif not self.folded:
+            self.streamed += len(text)
+            if self.streamed <= self.shown_chars or " " not in text:
+                print(text, end="", flush=True)
+            else:  # past the limit: finish the word, then fold
+                print(text.split(" ", 1)[0] + " [...]", end="", flush=True)
+                self.folded = True
 
 
 def files_under(workspace: Path) -> set:

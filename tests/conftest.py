@@ -259,13 +259,14 @@ class Terminal:
     """The CLI on a pseudo-terminal: type keys, wait for what it shows, never on a fixed sleep.
     It runs in a child of the zygote (cli_runner), with the terminal as its controlling one."""
 
-    def __init__(self, fake, workspace, columns: int = 80, **env):
+    def __init__(self, fake, workspace, columns: int = 80, args=(), **env):
         import fcntl
         import struct
         import termios
         self.fd, self.slave = os.openpty()
         fcntl.ioctl(self.slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, columns, 0, 0))
-        self.pid = cli_runner.start_on_terminal([], tty=os.ttyname(self.slave), env=cli_env(fake, **env), cwd=workspace)
+        self.pid = cli_runner.start_on_terminal(list(args), tty=os.ttyname(self.slave), env=cli_env(fake, **env),
+                                                cwd=workspace)
         self.shown = b""
 
     def read_until(self, expected: bytes, count: int = 1, seconds: float = 20) -> bool:

@@ -237,7 +237,8 @@ def test_clear_starts_a_new_conversation_and_exit_leaves(fake, workspace):
 
 def test_help_names_every_command_and_how_to_stop(fake, workspace):
     done = run_cli(fake, workspace, "/help\n")
-    for said in ("/compact", "/context", "/clear", "/exit", "Ctrl-C", "--resume", "--list"):
+    for said in ("/compact", "/context", "/clear", "/exit", "Ctrl-C", "Ctrl-D", "--resume", "--list",
+                 'a block typed between two lines of """'):
         assert said in done.stdout, said
 
 

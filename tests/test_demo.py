@@ -29,4 +29,4 @@ def test_demo_runs_offline_and_every_layer_fires(tmp_path):
     assert "   this step: no layer acted;" in out and "context before" not in out
     step4 = out.split("== 4/7 ")[1].split("== 5/7 ")[0]
     assert len(step4.splitlines()) < 20 and "[compact_history] " in step4, "the filler does not bury the layer line"
-    assert "ste [...]\n" in step4 and "ledger check: the summary mentions" in step4
+    assert "window. step [...]\n" in step4 and "ledger check: the summary mentions" in step4

@@ -5,6 +5,7 @@ import subprocess
 import sys
 import unicodedata
 
+import cli_runner
 from conftest import CODE, Terminal, run_cli
 from fake_anthropic import FakeAnthropic, error, text, tool_use
 
@@ -220,3 +221,18 @@ def test_a_word_split_across_chunks_is_never_broken(s08):
     shown = wrap.feed("Tests pass 🎉cele") + wrap.feed("brate it, 上下文") + wrap.feed("压缩 done") + wrap.finish()
     assert "🎉celebrate" in shown and "celebrate it," in shown.replace("\n", " ")
     assert all(s08.display_width(line) <= 20 for line in shown.split("\n"))
+
+
+def test_list_fits_the_terminal_and_marks_a_prompt_never_answered(fake, workspace):
+    fake.reply(text("answered " * 30))
+    assert run_cli(fake, workspace, "a first prompt that is rather long, so that its row is long too\n").returncode == 0
+    fake.reply(error(400, "invalid_request_error", "messages.0: bad"))
+    assert run_cli(fake, workspace, "this one fails\n").returncode == 1
+    terminal = Terminal(None, workspace, columns=50, args=["--list"])
+    terminal.read_until(b"the end of the listing, which never appears", seconds=10)
+    assert cli_runner.exit_code(terminal.pid) == 0
+    rows = screen_lines(terminal.text)
+    assert any(row.startswith("    2 messages, ") for row in rows), rows
+    assert all(columns_of(row) <= 50 for row in rows), rows
+    listed = run_cli(None, workspace, "", args=["--list"]).stdout  # not a terminal: rows whole
+    assert "a first prompt that is rather long" in listed and "this one fails (not answered)" in listed
