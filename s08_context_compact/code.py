@@ -2469,8 +2469,8 @@ SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD", re.IGNORECASE)
 URL_PASSWORD = re.compile(r"[a-z][a-z0-9+.-]*://[^:/@\s]*:([^@/\s]{8,})@", re.IGNORECASE)
 
 
-SETTINGS_NAMES = ("MODEL_ID", "ANTHROPIC_BASE_URL", "CONTEXT_WINDOW", "API_CONNECT_TIMEOUT", "API_IDLE_TIMEOUT", "S08_HISTORY",
-                  "CACHE_TTL")
+SETTINGS_NAMES = ("MODEL_ID", "ANTHROPIC_BASE_URL", "CONTEXT_WINDOW", "API_CONNECT_TIMEOUT", "API_IDLE_TIMEOUT",
+                  "CACHE_TTL", "S08_HISTORY")
 
 
 def secret_values(environ, dotenv_files: tuple = ()) -> list:
@@ -2551,16 +2551,23 @@ class SessionLog:
             self.warn(f"[session log] cannot write {self.path} ({err}); this session will not be resumable.")
 
 
+def log_records(path: Path):
+    """Each line of a session log as a record: a dict, or None for a line that is not a JSON
+    object (torn by a crash, or edited). Lines end at newlines only: a record may hold a
+    U+2028 in its text, which str.splitlines would also split at."""
+    with open(path, encoding="utf-8", errors="replace", newline="\n") as f:
+        for line in f:
+            try:
+                record = json.loads(line)
+            except ValueError:
+                record = None
+            yield record if isinstance(record, dict) else None
+
+
 def logged_endpoint(path: Path, model: str) -> dict | None:
     """The endpoint facts a session log recorded last, if it was for the same model."""
     facts, header_model = None, None
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue
-        if not isinstance(record, dict):
-            continue
+    for record in filter(None, log_records(path)):
         if record.get("type") == "session":
             header_model, facts = record.get("model"), record.get("endpoint") or facts
         elif record.get("type") == "endpoint" and record.get("model", header_model) == model:
@@ -2585,12 +2592,8 @@ def read_session(path: Path, warn=None) -> list:
     """Replay a session log into the history it last held. A line that is not a whole,
     well-formed record (torn by a crash, or edited) is skipped, and warn() says how many."""
     history, skipped = [], 0
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-        try:
-            record = json.loads(line)
-        except ValueError:
-            record = None
-        kind = record.get("type") if isinstance(record, dict) else None
+    for record in log_records(path):
+        kind = record.get("type") if record else None
         if kind == "message" and is_message(record.get("message")):
             history.append(record["message"])
         elif kind == "replace_last" and history and is_message(record.get("message")):
@@ -2610,12 +2613,8 @@ def read_session(path: Path, warn=None) -> list:
 def logged_context_tokens(path: Path) -> int | None:
     """The context's size by the endpoint's usage, if the log's last change to the history
     carries it (a reply, or a resume that was measured)."""
-    for line in reversed(path.read_text(encoding="utf-8", errors="replace").splitlines()):
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(record, dict) and record.get("type") in ("message", "replace_last", "history", "rewrite"):
+    for record in reversed(list(filter(None, log_records(path)))):
+        if record.get("type") in ("message", "replace_last", "history", "rewrite"):
             tokens = record.get("context_tokens")
             return tokens if isinstance(tokens, int) and tokens > 0 else None
     return None
@@ -2668,15 +2667,10 @@ def list_sessions(workdir: Path, width: int | None = None) -> str:
 
 def first_prompt(path: Path) -> str | None:
     """What the user typed first in a session: from the log, which compaction never rewrites."""
-    with open(path, encoding="utf-8", errors="replace") as f:
-        for line in f:
-            try:
-                record = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(record, dict) and record.get("type") in ("message", "replace_last") and \
-                    is_message(record.get("message")) and (request := current_request([record["message"]])):
-                return request["text"]
+    for record in filter(None, log_records(path)):
+        if record.get("type") in ("message", "replace_last") and is_message(record.get("message")) and \
+                (request := current_request([record["message"]])):
+            return request["text"]
     return None
 
 

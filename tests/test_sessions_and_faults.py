@@ -292,3 +292,12 @@ def test_a_command_that_leaves_a_child_behind_does_not_block(s08, make_agent):
 def test_paths_leaving_the_workspace_are_refused(s08, make_agent, path):
     out, failed = call(s08, make_agent(), "read_file", path=path)
     assert failed and "outside the workspace" in out
+
+
+def test_a_line_separator_inside_a_message_does_not_split_its_record(s08, tmp_path):
+    message = {"role": "user", "content": [{"type": "text", "text": "one\u2028two\u2029three\x1cfour"}]}
+    log = s08.SessionLog(tmp_path / "session-x.jsonl")
+    log.write({"type": "message", "message": message})
+    warnings = []
+    assert s08.read_session(log.path, warn=warnings.append) == [message] and warnings == []
+    assert s08.first_prompt(log.path) == message["content"][0]["text"]
