@@ -18,6 +18,7 @@ from pathlib import Path
 import anthropic
 
 from fake_anthropic import FakeAnthropic, error, server_error, text, tool_use
+from terminal import format_tokens
 
 WINDOW = 12_000
 SCRIPTED = "(scripted) "
@@ -163,7 +164,7 @@ def play_step(code, agent, fake, messages, title, what, prompt, script, say) -> 
         runs = figures["runs"] - before_stats.get(name, {}).get("runs", 0)
         saved = figures["saved"] - before_stats.get(name, {}).get("saved", 0)
         if runs:
-            acted.append(f"{name} {runs}× −{code.format_tokens(saved)}")
+            acted.append(f"{name} {runs}× −{format_tokens(saved)}")
     now = code.context_tokens(agent, messages)
     say(f"   this step: {', '.join(acted) or 'no layer acted'}; the context is now {now:,} tokens "
         f"({100 * now // agent.settings.window}% of the window); {time.monotonic() - started:.1f}s", "dim")

@@ -1,0 +1,509 @@
+"""Talking to the endpoint: the SDK client, one request with its retries and timeouts,
+the reply read as it streams, the usage figures as each provider reports them, and what
+the session knows about the endpoint (its window above all) and how it was found.
+
+Machinery the chapter does not need: code.py calls send_request(...) and gets an Answer,
+or a ContextOverflow when the prompt did not fit.
+"""
+
+import importlib.util
+import json
+import os
+import random
+import re
+import sys
+import time
+from dataclasses import dataclass
+
+from overflow import MIN_CONTEXT_WINDOW, ContextOverflow, context_overflow
+from terminal import Spinner, StreamedText, one_line
+
+
+def lazy_import(name: str):
+    """A module that loads the first time one of its names is used. The SDK takes a second
+    or two to import, and --help, --list or a missing key need none of it."""
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.find_spec(name)
+    if spec is None:
+        return None  # not installed: main() says how to install it
+    spec.loader = importlib.util.LazyLoader(spec.loader)
+    module = sys.modules[name] = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+anthropic = lazy_import("anthropic")  # the official SDK
+httpx2 = lazy_import("httpx2")  # the SDK's HTTP library: its errors can surface while a stream is being read
+
+
+anthropic = lazy_import("anthropic")  # the official SDK
+httpx2 = lazy_import("httpx2")  # the SDK's HTTP library: its errors can surface while a stream is being read
+
+DEFAULT_CONTEXT_WINDOW = 200_000    # tokens, when neither CONTEXT_WINDOW nor the Models API says
+MAX_API_ATTEMPTS = 4                # a call and up to 3 retries for 429, 5xx and dropped connections
+RETRY_BASE_SECONDS = 1.0            # backoff 1 s, 2 s, 4 s (±20%), unless the API says when
+CONNECT_TIMEOUT = 10.0              # seconds to reach the endpoint (API_CONNECT_TIMEOUT)
+IDLE_TIMEOUT = 120.0                # a stream silent this long (pings aside) is abandoned (API_IDLE_TIMEOUT)
+
+
+@dataclass
+class Endpoint:
+    """What the session knows about the endpoint, shared by the agent and its subagents.
+    Compatible endpoints differ: their window, whether they count max_tokens against it,
+    whether they offer count_tokens, and whether their usage figures add up."""
+    window: int
+    window_source: str = "the settings this agent was given"
+    model: str = ""
+    counts_output: bool = False       # the window bounds prompt + max_tokens
+    can_count_tokens: bool = True     # False once count_tokens answered 404 (or failed): not asked again
+    models_api: bool = True           # False once the Models API answered 404
+    learned: bool = False             # the window came from an overflow: it caps any other source
+    reads_in_input: bool | None = None  # do its input_tokens include the cache reads? (Kimi: yes)
+    largest_accepted: tuple = (0, 0)  # (prompt, prompt + max_tokens) of the biggest request answered
+    usage_note: str = ""              # set when the endpoint's usage could not be taken as it is
+    startup_problem: str = ""         # what the first call at start-up ran into (no connection, a refused key)
+    undercount: float = 1.0           # how many times our estimate the endpoint counted in a refused prompt
+
+    def accepted(self, prompt_tokens: int, max_tokens: int) -> None:
+        self.largest_accepted = (max(self.largest_accepted[0], prompt_tokens),
+                                 max(self.largest_accepted[1], prompt_tokens + max_tokens))
+
+    def facts(self) -> dict:
+        """What the session log keeps, so --resume starts from what was learned."""
+        return {"model": self.model, "window": self.window, "window_source": self.window_source, "learned": self.learned,
+                "counts_output": self.counts_output, "count_tokens": self.can_count_tokens,
+                "models_api": self.models_api}
+
+
+class BadReply(Exception):
+    """A reply that broke off or could not be read: a dropped or silent stream, an event
+    that is not JSON, an empty body. Another try may well get a good one."""
+
+
+class ErrorEvent(Exception):
+    """An error the endpoint sent inside a 200 stream. Like the SDK's errors it has
+    status_code and body, so context_overflow and api_error_text read it the same way."""
+
+    def __init__(self, body):
+        error = body.get("error") if isinstance(body, dict) and isinstance(body.get("error"), dict) else {}
+        self.status_code, self.body, self.kind = 200, body, str(error.get("type") or error.get("code") or "")
+        super().__init__(f"{self.kind or 'error'}: {error.get('message', body)}")
+
+
+def api_failures() -> tuple:
+    """Every way one call can fail: the SDK's errors, and what we find wrong in a reply."""
+    return anthropic.APIError, BadReply, ErrorEvent
+
+
+def worth_retrying(err: Exception) -> bool:
+    """429, 5xx and 529, a reply that broke off, an "overloaded" error inside a stream."""
+    if isinstance(err, ErrorEvent):
+        return err.kind in ("overloaded_error", "api_error", "rate_limit_error")
+    return isinstance(err, (anthropic.RateLimitError, anthropic.InternalServerError,
+                            anthropic.APIConnectionError, BadReply))
+
+
+def with_retries(agent, call):
+    """Make an API call; retry what may pass on its own a bounded number of times,
+    saying so in one line each time."""
+    for attempt in range(1, MAX_API_ATTEMPTS + 1):
+        try:
+            return call()
+        except api_failures() as err:
+            if attempt == MAX_API_ATTEMPTS or not worth_retrying(err):
+                raise
+            response = getattr(err, "response", None)
+            try:  # the API's own advice first
+                delay = max(0.0, min(float(response.headers.get("retry-after")), 60.0))
+            except (AttributeError, TypeError, ValueError):
+                delay = agent.settings.retry_base_seconds * 2 ** (attempt - 1) * random.uniform(0.8, 1.2)
+            agent.say(f"[api] {api_error_text(err)}; retrying in {delay:.1f}s "
+                      f"(retry {attempt} of {MAX_API_ATTEMPTS - 1})")
+            time.sleep(delay)
+
+
+def api_error_text(err: Exception) -> str:
+    """One line for a person: the status, the error's kind and its message, and the URL
+    where that URL is what to check."""
+    if isinstance(err, ErrorEvent):
+        return f"error inside the reply stream: {err}"
+    url = str(getattr(getattr(err, "request", None), "url", "") or "").split("?")[0] or "the API"
+    url = re.sub(r"//[^/@\s]*@", "//", url)  # a proxy's user:password never goes on screen
+    from_url = f" (from {url})" if getattr(err, "status_code", None) in (401, 403, 404) else ""
+    body = getattr(err, "body", None)
+    if isinstance(body, dict) and isinstance(body.get("error"), dict):
+        error = body["error"]
+        kind = error.get("type") or error.get("code") or "error"
+        return f"{getattr(err, 'status_code', '')} {kind}: {error.get('message')}{from_url}"
+    if isinstance(err, anthropic.APITimeoutError):
+        return (f"{url} did not answer in time (API_CONNECT_TIMEOUT, API_IDLE_TIMEOUT); "
+                "check ANTHROPIC_BASE_URL and the network")
+    if isinstance(err, anthropic.APIConnectionError):
+        return f"cannot reach {url} ({err.__cause__ or err}); check ANTHROPIC_BASE_URL and the network"
+    if isinstance(err, anthropic.APIStatusError):
+        return f"{err.status_code} {one_line(str(body or err), 200)}{from_url}"
+    return str(err)
+
+
+USAGE_KEYS = ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens", "output_tokens")
+
+
+def add_usage(usage: dict, figures) -> None:
+    """Fold one event's usage in: a missing or null figure never lowers one already seen."""
+    for key in USAGE_KEYS:
+        value = figures.get(key) if isinstance(figures, dict) else None
+        if isinstance(value, int) and value > usage.get(key, 0):
+            usage[key] = value
+
+
+def apply_event(kind: str, data: dict, blocks: dict, usage: dict, on_text) -> str | None:
+    """Fold one stream event into the blocks being built; return a stop_reason if it has one."""
+    if kind == "message_start":
+        add_usage(usage, data["message"].get("usage"))
+    elif kind == "content_block_start":
+        block = dict(data["content_block"])
+        if block["type"] == "tool_use":
+            block["partial_json"] = ""
+        blocks[data["index"]] = block
+    elif kind == "content_block_delta":
+        block, delta = blocks[data["index"]], data["delta"]
+        field_of = {"text_delta": "text", "input_json_delta": "partial_json", "thinking_delta": "thinking",
+                    "signature_delta": "signature"}
+        name = field_of.get(delta["type"])
+        if name:
+            block[name] = (block.get(name) or "") + delta[name]
+        if name == "text" and on_text:
+            on_text(delta["text"])
+    elif kind == "message_delta":
+        add_usage(usage, data.get("usage"))
+        return (data.get("delta") or {}).get("stop_reason")
+    return None
+
+
+def tool_input(block: dict):
+    """A tool call's input: the streamed JSON if any, else what the block started with.
+    Text that is not JSON comes back as the string it is; make_reply_sendable answers it."""
+    raw = block.pop("partial_json", "")
+    if not raw.strip():
+        return block.get("input", {})
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return raw
+
+
+def finished_blocks(blocks: dict) -> list:
+    """The reply's blocks in order, as the wire format's plain dicts. Thinking blocks are
+    kept verbatim, signature included: endpoints want them back exactly as sent."""
+    content = []
+    for index in sorted(blocks):
+        block = {key: value for key, value in blocks[index].items() if value is not None}
+        if block["type"] == "text":
+            if not block.get("text", "").strip():
+                continue  # the API rejects empty text blocks
+            block = {"type": "text", "text": block["text"]}
+        elif block["type"] == "tool_use":
+            block = {"type": "tool_use", "id": block["id"], "name": block["name"], "input": tool_input(block)}
+        content.append(block)
+    return content or [{"type": "text", "text": "(no reply)"}]
+
+
+def server_sent_events(chunks, idle_seconds: float):
+    """(event name, data) pairs from an SSE byte stream. Pings and comment lines keep a
+    connection open but are not progress: after idle_seconds with nothing else, BadReply."""
+    buffer, name, data = b"", None, []
+    last_news = time.monotonic()
+    for chunk in chunks:
+        *lines, buffer = (buffer + chunk).split(b"\n")
+        for raw in lines:
+            line = raw.rstrip(b"\r").decode("utf-8", "replace")  # a bad byte is a bad character, not a crash
+            if line and not line.startswith(":"):
+                field_name, _, value = line.partition(":")
+                value = value[1:] if value.startswith(" ") else value
+                if field_name == "event":
+                    name = value
+                elif field_name == "data":
+                    data.append(value)
+            elif not line and (name or data):
+                event = (name, "\n".join(data))
+                name, data = None, []
+                if event[0] != "ping" and '"type": "ping"' not in event[1] and '"type":"ping"' not in event[1]:
+                    last_news = time.monotonic()
+                    yield event
+        if time.monotonic() - last_news > idle_seconds:  # checked after the chunk: news in it counts
+            raise BadReply(f"the endpoint sent nothing but pings or comments for {idle_seconds:g}s")
+    if name or data:
+        yield name, "\n".join(data)
+
+
+def reply_from_events(events, on_text) -> tuple:
+    """(content, stop_reason, usage) from (event name, data) pairs; raises BadReply or ErrorEvent."""
+    blocks, usage, stop_reason, started = {}, {}, None, False
+    for name, raw in events:
+        if not raw:
+            continue
+        try:
+            data = json.loads(raw)
+        except ValueError:
+            raise BadReply(f"the endpoint sent an event that is not JSON: {one_line(raw, 60)}") from None
+        kind = name or (data.get("type") if isinstance(data, dict) else "")
+        if kind == "error":
+            raise ErrorEvent(data)
+        try:
+            stop_reason = apply_event(kind, data, blocks, usage, on_text) or stop_reason
+        except (KeyError, TypeError, AttributeError) as err:
+            raise BadReply(f"the endpoint sent a malformed {kind} event ({type(err).__name__}: {err})") from None
+        started = started or kind == "message_start"
+    if not started:
+        raise BadReply("the endpoint's reply was empty")
+    if stop_reason is None:
+        raise BadReply("the reply stream ended before the message was complete (the connection dropped)")
+    try:
+        return finished_blocks(blocks), stop_reason, usage
+    except (KeyError, TypeError, AttributeError) as err:
+        raise BadReply(f"the endpoint sent a malformed content block ({type(err).__name__}: {err})") from None
+
+
+def reply_from_body(raw: bytes) -> tuple:
+    """A whole message as JSON where a stream was asked for (some proxies answer so)."""
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        raise BadReply("the endpoint's reply was empty" if not raw.strip() else
+                       f"the endpoint's reply is not JSON: {one_line(raw.decode('utf-8', 'replace'), 60)}") from None
+    if isinstance(data, dict) and data.get("error"):
+        raise ErrorEvent(data)
+    if not isinstance(data, dict) or not isinstance(data.get("content"), list):
+        raise BadReply(f"the endpoint's reply is not a message: {one_line(json.dumps(data), 60)}")
+    usage = {}
+    add_usage(usage, data.get("usage"))
+    try:
+        return finished_blocks(dict(enumerate(data["content"]))), data.get("stop_reason") or "end_turn", usage
+    except (KeyError, TypeError, AttributeError) as err:
+        raise BadReply(f"the endpoint sent a malformed content block ({type(err).__name__}: {err})") from None
+
+
+def stream_reply(agent, request: dict, on_text=None) -> tuple:
+    """One streamed request: (content, stop_reason, usage). Text goes to on_text as it arrives."""
+    idle = agent.settings.idle_timeout
+    with agent.client.messages.create(**request, stream=True) as stream:
+        try:
+            if "json" in stream.response.headers.get("content-type", ""):
+                return reply_from_body(stream.response.read())
+            return reply_from_events(server_sent_events(stream.response.iter_bytes(), idle), on_text)
+        except httpx2.TimeoutException:
+            raise BadReply(f"the endpoint sent nothing for {idle:g}s") from None
+        except httpx2.HTTPError as err:  # a dropped connection, a body that does not decode
+            raise BadReply(f"the reply broke off ({err or type(err).__name__})") from None
+
+
+@dataclass(frozen=True)
+class Answer:
+    message: dict               # the assistant message, plain dicts
+    stop_reason: str
+    usage: dict
+    prompt_tokens: int | None   # the prompt's size by usage, None when usage could not be trusted
+
+
+def send_request(agent, request: dict, sent_tokens: int, on_text=None, label: str = "waiting for the model") -> Answer:
+    """One request, retried on passing failures. Raises ContextOverflow when the endpoint
+    says the prompt did not fit, however it words it; other failures as they come."""
+    def attempt():
+        shown = []
+        with Spinner(agent.spinner_to, label) as spinner:
+            def show(chunk):
+                spinner.stop()  # the first token replaces the spinner
+                shown.append(chunk)
+                on_text(chunk)
+            try:
+                return stream_reply(agent, request, show if on_text else None)
+            except BaseException:
+                if shown:  # a reply cut off mid-line: what is said next starts on a line of its own
+                    on_text("\n")
+                raise
+    max_tokens = request["max_tokens"]
+    try:
+        content, stop_reason, usage = with_retries(agent, attempt)
+    except (anthropic.APIStatusError, ErrorEvent) as err:
+        overflow = context_overflow(err, max_tokens=max_tokens)
+        if overflow:
+            raise ContextOverflow(overflow, sent_tokens, max_tokens) from err
+        raise
+    overflow = context_overflow(stop_reason=stop_reason)
+    if overflow:
+        raise ContextOverflow(overflow, sent_tokens, max_tokens)
+    prompt_tokens, usage = usage_prompt_tokens(agent.endpoint, usage, sent_tokens)
+    record_usage(agent, usage)
+    agent.endpoint.accepted(prompt_tokens or sent_tokens, max_tokens)
+    return Answer({"role": "assistant", "content": content}, stop_reason, usage, prompt_tokens)
+
+
+def model_reply(agent, request: dict, sent_tokens: int, show_text: bool, label: str = "waiting for the model") -> Answer:
+    """send_request, with the reply's text shown as it streams when show_text. After
+    Ctrl-C the text the user saw rides on the exception (stop.partial), so the history
+    can keep it."""
+    shown = StreamedText(agent) if show_text else None
+    try:
+        answer = send_request(agent, request, sent_tokens, on_text=shown, label=label)
+    except KeyboardInterrupt as stop:
+        if shown:
+            shown.finish(complete=False)
+            stop.partial = shown.text
+        raise
+    if shown:
+        shown.finish()
+    return answer
+
+
+def usage_prompt_tokens(endpoint, usage: dict, estimate: int) -> tuple:
+    """(the prompt's size by usage, the usage with each token counted once). The size is
+    None when usage cannot be trusted, and the estimate stands.
+
+    Anthropic's input_tokens leave out the cache reads; some endpoints (Kimi) include
+    them, and adding cache_read_input_tokens there counts them twice. A reply with fewer
+    input tokens than cache reads proves the first way; reads-included is believed only
+    when adding them would double the size past what was sent. Either is then remembered.
+    A size that is missing, zero or under half the estimate is distrusted (believing it
+    could overflow the window); one over twice the estimate is kept (a tokenizer can
+    count that much more, and compacting early is the safe side). /context says which."""
+    uncached, read = usage.get("input_tokens", 0), usage.get("cache_read_input_tokens", 0)
+    written = usage.get("cache_creation_input_tokens", 0)
+    size, counted = uncached + read + written, usage
+    if read and uncached < read:
+        endpoint.reads_in_input = False
+    elif read and endpoint.reads_in_input is not False:
+        once = uncached + written
+        if endpoint.reads_in_input or (size > 1.6 * estimate and abs(once - estimate) <= 0.3 * estimate):
+            endpoint.reads_in_input = True
+            size, counted = once, {**usage, "input_tokens": uncached - read}
+    if size <= 0:
+        endpoint.usage_note = "the endpoint reported no input usage on the last reply; sizes are estimates"
+        return None, counted
+    if size < estimate / 2:
+        endpoint.usage_note = (f"usage distrusted: the endpoint reported {size:,} prompt tokens where about "
+                               f"{estimate:,} were sent; sizes are estimates")
+        return None, counted
+    if size > estimate * 2:
+        endpoint.usage_note = (f"the endpoint counts {size:,} prompt tokens where the estimate was {estimate:,}; "
+                               "its count is used")
+    else:
+        endpoint.usage_note = "this endpoint's input_tokens include the cache reads; counted once" \
+            if endpoint.reads_in_input else ""
+    return size, counted
+
+
+def record_usage(agent, usage: dict) -> dict:
+    """Keep the last call's usage and the session's totals; return the usage as a dict."""
+    figures = {key: usage.get(key, 0) for key in USAGE_KEYS}
+    agent.state.last_usage = figures
+    for key, value in figures.items():
+        agent.usage_totals[key] = agent.usage_totals.get(key, 0) + value
+    return figures
+
+
+def explain_api_error(err: Exception, withdrawn: bool, terminal: bool) -> str:
+    """What a person is told when a turn ends in an API error: what went wrong, what to
+    check, and what became of the message they sent."""
+    return " ".join(filter(None, [f"API error: {api_error_text(err)}.", what_to_do(err),
+                                  what_became_of_it(err, withdrawn, terminal)]))
+
+
+def what_to_do(err: Exception) -> str:
+    status = getattr(err, "status_code", None)
+    if status in (401, 403):
+        return "Check ANTHROPIC_API_KEY, or ANTHROPIC_AUTH_TOKEN for an endpoint that wants a bearer token."
+    if status == 404:
+        return "Check MODEL_ID and ANTHROPIC_BASE_URL."
+    return ""
+
+
+def what_became_of_it(err: Exception, withdrawn: bool, terminal: bool) -> str:
+    """What happened to the user's message after an API error, and whether to send it again."""
+    if not withdrawn:
+        return "The work so far is kept; send a message to go on."
+    if getattr(err, "status_code", None) in (400, 413, 422):  # the request itself was refused
+        return ("The endpoint refused the request as it stands, so your message was taken back out; sent "
+                "unchanged, it would fail again.")
+    return "Your message was not answered and was taken back out; send it again" + \
+        (" (the up arrow recalls it)." if terminal else ".")
+
+
+# Windows of well-known models, for endpoints without the Models API (none of the
+# compatible providers has one). First match wins; the id may carry a provider prefix.
+KNOWN_WINDOWS = [  # (pattern, window, what it matches)
+    (r"claude-", 200_000, "claude-*"),              # Anthropic models overview: 200k (1M only behind a beta header)
+    (r"deepseek-", 131_072, "deepseek-*"),          # DeepSeek API docs: deepseek-chat / deepseek-reasoner, 128K
+    (r"kimi-k2-0711", 131_072, "kimi-k2-0711"),     # Moonshot docs: the first Kimi K2 release, 128K
+    (r"kimi-k2", 262_144, "kimi-k2*"),              # Moonshot docs: kimi-k2-0905, k2-turbo, k2.5, 256K
+    (r"glm-4\.5", 128_000, "glm-4.5*"),             # Z.ai docs: GLM-4.5, 128K
+    (r"glm-(4\.[6-9]|5)", 200_000, "glm-4.6 and later"),  # Z.ai docs: GLM-4.6 and later, 200K
+    (r"minimax-m2", 204_800, "MiniMax-M2*"),        # MiniMax docs: MiniMax-M2 to M2.7, 204,800
+]
+
+
+def known_window(model: str) -> tuple | None:
+    """(window, what the table's row matches) for a well-known model id, else None."""
+    for pattern, window, label in KNOWN_WINDOWS:
+        if re.search(pattern, model, re.IGNORECASE):
+            return window, label
+    return None
+
+
+def models_api_window(client, model: str, endpoint: Endpoint) -> int | None:
+    """max_input_tokens from the Models API; a 404 is remembered (most compatible endpoints)."""
+    if not endpoint.models_api:
+        return None
+    try:
+        info = client.with_options(max_retries=0, timeout=10).models.retrieve(model)  # start-up stays quick
+    except anthropic.NotFoundError:
+        endpoint.models_api = False
+        return None
+    except (anthropic.AuthenticationError, anthropic.PermissionDeniedError, anthropic.APIConnectionError) as err:
+        endpoint.startup_problem = f"{api_error_text(err)}. {what_to_do(err)}".strip()  # said before the prompt
+        return None
+    except anthropic.APIError:
+        return None
+    window = getattr(info, "max_input_tokens", None)
+    return window if isinstance(window, int) and window >= MIN_CONTEXT_WINDOW else None
+
+
+DEFAULT_WINDOW_SOURCE = "the default (nothing else said; set CONTEXT_WINDOW if you know it)"
+
+
+def discover_endpoint(client, model: str, logged: dict | None = None) -> Endpoint:
+    """The window, from CONTEXT_WINDOW, else the Models API, else the table of well-known
+    models, else 200,000. A window a resumed session learned from an overflow caps the
+    last three."""
+    logged = logged or {}
+    endpoint = Endpoint(DEFAULT_CONTEXT_WINDOW, DEFAULT_WINDOW_SOURCE, model=model,
+                        counts_output=bool(logged.get("counts_output")),
+                        can_count_tokens=logged.get("count_tokens", True) is not False,
+                        models_api=logged.get("models_api", True) is not False)
+    configured = os.getenv("CONTEXT_WINDOW", "").strip()
+    if configured:
+        if not configured.isdigit() or int(configured) < MIN_CONTEXT_WINDOW:
+            raise ValueError(f"CONTEXT_WINDOW={configured!r} must be a whole number of tokens, "
+                             f"at least {MIN_CONTEXT_WINDOW}.")
+        endpoint.window, endpoint.window_source = int(configured), "CONTEXT_WINDOW"
+    elif window := models_api_window(client, model, endpoint):
+        endpoint.window, endpoint.window_source = window, "the Models API (max_input_tokens)"
+    elif row := known_window(model):
+        endpoint.window, endpoint.window_source = row[0], f"the built-in table of known models ({row[1]})"
+    learned = logged.get("window")  # CONTEXT_WINDOW, set by the user, may correct a learned window
+    if logged.get("learned") and not configured and isinstance(learned, int) and \
+            MIN_CONTEXT_WINDOW <= learned < endpoint.window:
+        endpoint.window, endpoint.learned = learned, True
+        endpoint.window_source = str(logged.get("window_source") or "an overflow earlier in this session")
+    return endpoint
+
+
+def make_client(connect: float, idle: float):
+    """The SDK client. A token wins over a key: a proxy that asks for a token must never be
+    sent the Anthropic key that happens to be in the shell. Retries are ours, so each one
+    can be seen (with_retries)."""
+    token = os.getenv("ANTHROPIC_AUTH_TOKEN")
+    credential = {"auth_token": token} if token else {"api_key": os.environ["ANTHROPIC_API_KEY"]}
+    if token and os.getenv("ANTHROPIC_API_KEY"):
+        print("Using ANTHROPIC_AUTH_TOKEN; ANTHROPIC_API_KEY is set too and is not sent.", file=sys.stderr)
+    return anthropic.Anthropic(**credential, max_retries=0, timeout=anthropic.Timeout(idle, connect=connect))

@@ -1,0 +1,119 @@
+"""The fact ledger: a plug-in on the hooks that records what actually happened (files
+read and written, commands and their exit codes, failing tests, the user's constraints),
+puts it back after every compaction, and checks what the summary kept.
+
+It shows how hooks extend the agent: code.py only fires the events (PostToolUse,
+UserPromptSubmit, RestoreContext, PostCompact); nothing in the loop knows the ledger.
+"""
+
+import hashlib
+import re
+from pathlib import Path
+
+from workspace import inside_workspace
+
+CONSTRAINT_WORDS = re.compile(r"\b(must|mustn't|don't|do not|never|always)\b|必须|不要|不能|不许|禁止|务必|永远|总是",
+                              re.IGNORECASE)  # a user line with one of these is a constraint
+
+
+def short_hash(path: Path) -> str:
+    size = path.stat().st_size
+    data = path.read_bytes() if size <= 8_000_000 else f"{size}:{path.stat().st_mtime_ns}".encode()
+    return hashlib.sha1(data).hexdigest()[:8]
+
+
+def summary_mentions(key: str, summary: str) -> bool:
+    """Whether a summary still carries a fact: most of its words (or CJK characters) appear."""
+    lowered = summary.lower()
+    if " " not in key and ("/" in key or "::" in key):  # a path or test id: its last part is what counts
+        return re.split(r"/|::", key)[-1].lower() in lowered
+    parts = re.findall(r"[a-z0-9_.-]{3,}", key.lower()) + sorted(set(re.findall(r"[\u3040-\u9fff]", key)))
+    return bool(parts) and sum(part in lowered for part in parts) >= 0.6 * len(parts)
+
+
+class Ledger:
+    """Files read and written, commands and exit codes, failing tests, and the user's constraints."""
+
+    def __init__(self):
+        self.reads = {}        # path -> (size, mtime_ns, hash), the most recent read last
+        self.writes = {}       # path -> (size, hash)
+        self.commands = []     # (command, exit code)
+        self.failing = {}      # test ids seen failing, in order
+        self.constraints = []  # the user's lines with must / never / 必须 ..., verbatim
+
+    def note_read(self, path: str, target: Path) -> None:
+        self.reads.pop(path, None)
+        self.reads[path] = (target.stat().st_size, target.stat().st_mtime_ns, short_hash(target))
+
+    def note_write(self, path: str, target: Path) -> None:
+        self.writes[path] = (target.stat().st_size, short_hash(target))
+
+    def note_command(self, command: str, output: str) -> None:
+        code = re.search(r"\[exit code (\d+)\]$", output)
+        timed_out = re.search(r"\[timed out after \d+s", output)
+        self.commands.append((command, "timeout" if timed_out else int(code.group(1)) if code else 0))
+        for test in re.findall(r"^(?:FAILED|ERROR) (\S+)|^--- FAIL: (\S+)", output, re.M):
+            self.failing[test[0] or test[1]] = True
+
+    def note_prompt(self, prompt: str) -> None:
+        for line in re.split(r"(?<=[.!?。！？])\s+|\n", prompt):
+            if CONSTRAINT_WORDS.search(line) and line.strip() not in self.constraints:
+                self.constraints = (self.constraints + [line.strip()[:300]])[-20:]
+
+    def facts(self, todos: list) -> list:
+        """Every fact as (what it is, the words a summary that kept it would contain)."""
+        facts = [("read", p) for p in self.reads] + [("wrote", p) for p in self.writes]
+        facts += [("failing test", t) for t in self.failing]
+        facts += [("failed command", c) for c, code in self.commands if code != 0]
+        facts += [("constraint", c) for c in self.constraints] + [("todo", t["content"]) for t in todos]
+        return list(dict.fromkeys(facts))
+
+    def check(self, summary: str, todos: list) -> tuple:
+        """(facts the summary kept, all facts, the ones it lost)."""
+        facts = self.facts(todos)
+        lost = [f for f in facts if not summary_mentions(f[1], summary)]
+        return len(facts) - len(lost), len(facts), lost
+
+    def lines(self) -> list:
+        """The ledger as lines, oldest first."""
+        lines = [f"- read {p} ({size:,} bytes, {h})" for p, (size, _, h) in self.reads.items()]
+        lines += [f"- wrote {p} ({size:,} bytes, {h})" for p, (size, h) in self.writes.items()]
+        lines += [f"- ran `{c[:120]}` → exit {code}" for c, code in self.commands[-10:]]
+        lines += [f"- saw failing test {t}" for t in self.failing]
+        return lines + [f"- the user said: \"{c}\"" for c in self.constraints]
+
+
+def ledger_hooks(agent) -> dict:
+    """The ledger as a plug-in on the hooks: it records after each tool call and each user
+    prompt, puts itself back after a summary (RestoreContext), and checks what the summary
+    kept (PostCompact)."""
+    def after_tool(event: dict):
+        name, args = event["name"], event["input"]
+        if event["is_error"]:
+            return None
+        if name in ("read_file", "write_file", "edit_file"):
+            target = inside_workspace(agent.workdir, args["path"])
+            if target and target.is_file():
+                (agent.ledger.note_read if name == "read_file" else agent.ledger.note_write)(args["path"], target)
+        elif name == "bash":
+            agent.ledger.note_command(args["command"], event["output"])
+        return None
+
+    def on_prompt(event: dict):
+        agent.ledger.note_prompt(event["prompt"])
+        return None
+
+    def restore(event: dict):
+        return {"what": "fact ledger", "heading": "Fact ledger (recorded from tool calls and the user's words, "
+                "not from the summary):", "lines": agent.ledger.lines()}
+
+    def check(event: dict):
+        kept, total, lost = agent.ledger.check(event["summary"], agent.state.todos)
+        missing = f" (not in the summary: {'; '.join(key for _, key in lost)[:200]})" if lost else ""
+        return {"note": f"ledger check: the summary mentions {kept} of {total} fact{'' if total == 1 else 's'} the hooks "
+                        f"recorded{missing}; the ledger itself is restored after it" if total else "",
+                "ledger": {"retained": kept, "total": total, "lost": [f"{kind}: {key}" for kind, key in lost]}}
+    return {"PostToolUse": after_tool, "UserPromptSubmit": on_prompt, "RestoreContext": restore, "PostCompact": check}
+
+
+

@@ -1,0 +1,459 @@
+"""The terminal: what the person sees and types. Lines fitted to the terminal's width,
+the spinner, the model's text wrapped as it streams, the REPL with its pastes and history
+file, and the /context report.
+
+Machinery the chapter does not need: code.py says what happened (agent.say) and this
+module decides how it looks.
+"""
+
+import os
+import re
+import shutil
+import sys
+import threading
+import time
+import unicodedata
+from pathlib import Path
+
+from redaction import redact
+
+
+SPINNER_FRAMES = "|/-\\"
+
+
+STYLES = {"layer": "\033[36m", "tool": "\033[2m", "error": "\033[31m", "dim": "\033[2m", "title": "\033[1m"}
+
+
+class Spinner:
+    """A one-line "waiting…" with elapsed seconds, on a terminal only; gone when work shows up."""
+
+    def __init__(self, stream, label: str):
+        self.stream, self.label = stream, label
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._spin, daemon=True) if stream else None
+
+    def __enter__(self) -> "Spinner":
+        if self.thread:
+            self.thread.start()
+        return self
+
+    def _spin(self) -> None:
+        started = time.monotonic()
+        for frame in iter(int, 1):  # forever, until stop()
+            if self.done.wait(0.1 if frame else 0.5):  # nothing for quick work
+                return
+            self.stream.write(f"\r{SPINNER_FRAMES[frame % 4]} {self.label} {time.monotonic() - started:.1f}s ")
+            self.stream.flush()
+
+    def stop(self) -> None:
+        if self.thread and not self.done.is_set():
+            self.done.set()
+            self.thread.join()
+            self.stream.write("\r\033[K")  # erase the spinner line
+            self.stream.flush()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def one_line(text: str, width: int = 100) -> str:
+    """Text as one line of at most width columns, cut with "…" when longer."""
+    return cut_to_width(" ".join(str(text).split()), width)
+
+
+def char_width(char: str) -> int:
+    """Columns a character takes on a terminal: two for CJK and other wide characters."""
+    if unicodedata.category(char) in ("Mn", "Me", "Cf"):  # combining marks, zero-width joiners
+        return 0
+    return 2 if unicodedata.east_asian_width(char) in "WF" else 1
+
+
+def display_width(text: str) -> int:
+    return len(text) if text.isascii() else sum(map(char_width, text))
+
+
+def fit_prefix(text: str, width: int) -> str:
+    """The longest start of text that takes at most width columns."""
+    used = 0
+    for index, char in enumerate(text):
+        used += char_width(char)
+        if used > width:
+            return text[:index]
+    return text
+
+
+def cut_to_width(line: str, width: int) -> str:
+    return line if display_width(line) <= width else fit_prefix(line, width - 1) + "…"
+
+
+WIDE = "\u1100-\u115f\u2e80-\u9fff\uac00-\ud7af\uf900-\ufaff\ufe30-\ufe4f\uff00-\uffef"
+BREAKABLE = re.compile(f"[{WIDE}]|[^\\s{WIDE}]+|\\s+")  # a wide character, a word, or spaces: lines break between
+
+
+def wrapped(line: str, width: int) -> list:
+    """A line broken between words (or between CJK characters) into lines of at most width
+    columns, the later ones indented under the first; a word wider than a line is split."""
+    if display_width(line) <= width:
+        return [line]
+    indent = " " * min(len(line) - len(line.lstrip(" ")) + 2, width // 2)
+    lines, current = [], ""
+    for piece in BREAKABLE.findall(line):
+        if display_width(current + piece) <= width:
+            current += piece
+            continue
+        if current.strip():
+            lines.append(current.rstrip())
+            current = indent
+        if piece.isspace():
+            continue
+        if not current.strip():  # only indentation: it gives way to the word
+            current = current[:max(width - char_width(piece[0]), 0)]
+        while display_width(current + piece) > width:  # a word longer than a whole line
+            part = fit_prefix(piece, width - display_width(current)) or piece[0]
+            lines.append(current + part)
+            piece, current = piece[len(part):], indent
+        current += piece
+    return lines + [current.rstrip()] if current.strip() else lines
+
+
+class WordWrap:
+    """The model's streamed text, wrapped at word boundaries: the last word of a chunk is
+    held back until the next chunk shows where it ends. Code is left as it is (inside a
+    ``` fence, or on a line that starts indented): a line break inserted there would
+    break what a user copies. With no width, text passes as is."""
+
+    def __init__(self, width: int | None):
+        self.width, self.column, self.word = (width - 1 if width else None), 0, ""
+        self.in_code = self.indented = False
+
+    def feed(self, chunk: str) -> str:
+        if not self.width:
+            return chunk
+        pieces, self.word = BREAKABLE.findall(self.word + chunk), ""
+        if pieces and not pieces[-1].isspace() and not re.fullmatch(f"[{WIDE}]", pieces[-1]):
+            self.word = pieces.pop()  # a word: it may go on in the next chunk
+        return "".join(map(self.place, pieces))
+
+    def finish(self) -> str:
+        """What is still held back; the line is then complete."""
+        rest = self.place(self.word) if self.word else ""
+        self.word, self.column, self.in_code, self.indented = "", 0, False, False
+        return rest
+
+    def place(self, piece: str) -> str:
+        if "\n" in piece:  # a new line starts after it
+            tail = piece.rsplit("\n", 1)[1]
+            self.column, self.indented = display_width(tail), bool(tail)
+            return piece
+        if self.column == 0:
+            self.indented = self.indented or piece.isspace()
+            if piece.startswith("```"):
+                self.in_code = not self.in_code
+        width = display_width(piece)
+        if self.in_code or self.indented or self.column + width <= self.width or self.column == 0:
+            self.column += width  # (code, or a word longer than a line: the terminal folds it)
+            return piece
+        self.column = 0
+        return "\n" if piece.isspace() else "\n" + self.place(piece)
+
+
+def counted(n: int, noun: str) -> str:
+    """"1 message", "2 messages"."""
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"
+
+
+def format_tokens(n: int) -> str:
+    return f"{n / 1000:.1f}k" if abs(n) >= 1000 else str(n)
+
+
+HELP = """Commands:
+  /compact [focus]  summarize the conversation now; the focus text steers the summary
+  /context          what fills the context, and how close it is to auto-compact
+  /clear            start a new conversation (the session log keeps the old one)
+  /help             this text
+  /exit, q          leave (so do /quit, exit, quit, Ctrl-D and Ctrl-C twice)
+Ctrl-C stops the model or a tool and returns here; the conversation is kept.
+A paste of several lines is one message; so is a block typed between two lines of \"\"\".
+Run with --list to see this folder's sessions, --resume [ID] to continue one."""
+
+
+def say(agent, text: str, style: str = "", cut: bool = False) -> None:
+    """Tell the user something. On a terminal each line fits its width: cut to one line
+    (a preview) when cut, else wrapped at word boundaries."""
+    prefix = f"  [{agent.label}] " if agent.label else ""
+    lines = [prefix + line.expandtabs() for line in text.split("\n")]
+    if columns := terminal_columns(agent):
+        lines = [part for line in lines for part in ([cut_to_width(line, columns - 1)] if cut else
+                                                     wrapped(line, columns - 1))]
+    text = "\n".join(lines)
+    agent.out(f"{STYLES[style]}{text}\033[0m" if agent.color and style else text)
+
+
+def terminal_columns(agent) -> int | None:
+    """The terminal's width now (it may have been resized); None when output is not a terminal."""
+    return shutil.get_terminal_size().columns if agent.fit_width else None
+
+
+class StreamedText:
+    """The model's text as it streams, wrapped to the terminal. What was shown is kept:
+    after Ctrl-C it stays in the history (the interrupted reply the user saw)."""
+
+    def __init__(self, agent):
+        self.agent, self.wrap, self.shown = agent, WordWrap(terminal_columns(agent)), []
+
+    def __call__(self, chunk: str) -> None:
+        self.agent.out(self.wrap.feed(chunk), end="", flush=True)
+        self.shown.append(chunk)
+
+    def finish(self, complete: bool = True) -> None:
+        """End the streamed text: with a line break when the reply is complete, without
+        one when it was cut off (what is said next starts a line of its own anyway)."""
+        rest = self.wrap.finish()
+        if complete and self.shown:
+            self.agent.out(rest)
+        elif rest:
+            self.agent.out(rest, end="", flush=True)
+
+    @property
+    def text(self) -> str:
+        return "".join(self.shown)
+
+
+LAYER_VERBS = {"tool_result_budget": "large results → disk + preview",
+               "snip_compact": "middle messages snipped",
+               "micro_compact": "old results → placeholders",
+               "compact_history": "messages → summary",
+               "reactive_compact": "messages → summary + recent tail"}
+
+
+def count_changes(name: str, before: list, after: list) -> int:
+    """How many messages (or, for the result layers, tool results) a layer changed."""
+    if name in ("compact_history", "reactive_compact"):
+        return len(before)
+    if name == "snip_compact":
+        return len(before) - len(after)  # the marker joins an existing message
+    changed = 0
+    for old, new in zip(before, after):
+        if old is not new:  # layers copy only what they change
+            changed += sum(x is not y for x, y in zip(blocks(old), blocks(new)))
+    return changed
+
+
+def blocks(message: dict) -> list:
+    content = message["content"]
+    return [{"type": "text", "text": content}] if isinstance(content, str) else content
+
+
+def layer_line(name: str, before: list, after: list, saved: int, where: list) -> str:
+    """What a layer did: "[micro_compact] 3 old results → placeholders, −2.1k tokens (...)";
+    for a summary, who wrote it, its first lines, and what the hooks found in it."""
+    change = f"−{format_tokens(saved)}" if saved >= 0 else f"+{format_tokens(-saved)}"
+    changed = count_changes(name, before, after)
+    verb = LAYER_VERBS[name] if changed != 1 else \
+        re.sub(r"^((?:\w+ )?\w+)s\b", r"\1", LAYER_VERBS[name]).replace("placeholders", "a placeholder")
+    line = f"[{name}] {changed} {verb}, {change} tokens (saved to {', '.join(where)})"
+    header = blocks(after[0])[0] if after and "summary_by" in blocks(after[0])[0] else None
+    if not header:
+        return line
+    summary = header["text"].split("\n\n", 1)[-1]
+    lines = [f"    {one_line(text, 120)}" for text in summary.splitlines() if text.strip()][:3]
+    return "\n".join([f"{line}; summary by {header['summary_by']}"] + lines + [f"    {c}" for c in header["checks"]])
+
+
+def billed_input(usage: dict, ttl: str = "5m") -> float:
+    """Input tokens as the price list sees them: cache reads 0.1×, cache writes 1.25× (2× for an hour)."""
+    return (usage.get("input_tokens", 0) + (2.0 if ttl == "1h" else 1.25) * usage.get("cache_creation_input_tokens", 0)
+            + 0.1 * usage.get("cache_read_input_tokens", 0))
+
+
+def bar(tokens: int, window: int, width: int = 20) -> str:
+    filled = min(width, round(width * tokens / max(window, 1)))
+    return "█" * filled + "░" * (width - filled)
+
+
+def context_report(agent, messages: list, total: int, parts: dict) -> str:
+    """What /context prints: what fills the window, part by part (parts add up to total),
+    so the rows add up to the window; then the thresholds, the cache and the savings."""
+    s = agent.settings
+    how = "exact up to the last response, split by estimate" if agent.state.tokens.anchor_tokens else "estimated"
+    rows = {**parts, "free until auto-compact": max(s.threshold - total, 0),
+            "reserved: output + buffer": max(s.window - max(total, s.threshold), 0)}
+    lines = [f"Context: {counted(len(messages), 'message')}, {total:,} tokens of a {s.window:,}-token window "
+             f"({100 * total / s.window:.0f}%; {how})"]
+    bar_width = min(20, (terminal_columns(agent) or 80) - 45)  # on a narrow terminal the bar gives way first
+    for name, n in rows.items():
+        drawn = f"  {bar(n, s.window, bar_width)}" if bar_width >= 4 else ""
+        lines.append(f"  {name:<26}{n:>9,}{drawn} {100 * n / s.window:>3.0f}%")
+    endpoint = agent.endpoint
+    lines.append(f"Window: {s.window:,} tokens, from {endpoint.window_source}"
+                 + ("; the endpoint counts max_tokens against it" if endpoint.counts_output else ""))
+    if endpoint.usage_note:
+        lines.append(f"Usage: {endpoint.usage_note}")
+    lines.append(f"Auto-compact above {format_tokens(s.threshold)} tokens (window − {format_tokens(s.max_output)} "
+                 f"output − {format_tokens(s.window - s.max_output - s.threshold)} buffer)")
+    lines.append(f"Cheap layers: tool results ≤ {s.budget_chars:,} chars a message; above "
+                 f"{format_tokens(s.micro_trigger)} tokens, snip past {s.snip_keep_head + s.snip_keep_tail} messages "
+                 f"({s.snip_at_least}+ at a time) and micro_compact (clearing {format_tokens(s.clear_at_least)}+, "
+                 f"keeping the newest {s.keep_recent})")
+    lines += cache_lines(agent)
+    lines.append("Saved so far:")
+    lines += [f"  {name:<20}{agent.stats.get(name, {}).get('runs', 0):>4}×  "
+              f"−{format_tokens(agent.stats.get(name, {}).get('saved', 0))}" for name in LAYER_VERBS]
+    return "\n".join(lines)
+
+
+def cache_lines(agent) -> list:
+    """The prompt cache on the last request, and what the session's input was billed as."""
+    last = agent.state.last_usage
+    if not last:
+        return []
+    sent = last["input_tokens"] + last["cache_read_input_tokens"] + last["cache_creation_input_tokens"]
+    totals = agent.usage_totals
+    raw = totals["input_tokens"] + totals["cache_read_input_tokens"] + totals["cache_creation_input_tokens"]
+    return [f"Prompt cache, last request: {100 * last['cache_read_input_tokens'] // max(sent, 1)}% read "
+            f"({format_tokens(last['cache_read_input_tokens'])} read, "
+            f"{format_tokens(last['cache_creation_input_tokens'])} written, "
+            f"{format_tokens(last['input_tokens'])} uncached)",
+            f"Session input: {format_tokens(raw)} tokens sent, billed as "
+            f"{format_tokens(int(billed_input(totals, agent.settings.cache_ttl)))}"]
+
+
+def status_line(settings, used: int) -> str:
+    left = settings.threshold - used
+    return (f"context {format_tokens(used)}/{format_tokens(settings.window)} tokens "
+            f"({100 * used / settings.window:.0f}%) · "
+            + (f"auto-compact in {format_tokens(left)}" if left > 0 else "over the auto-compact threshold: "
+               "it compacts before the next call"))
+
+
+def read_line(interactive: bool, prompt: str = "s08 >> ") -> str | None:
+    if interactive:
+        return input(prompt)
+    line = sys.stdin.readline()
+    return line.removesuffix("\n") if line else None
+
+
+def read_message(interactive: bool) -> str | None:
+    """One message: a line, or several. A paste arrives whole where the terminal marks
+    pastes (bracketed paste, start_repl turns it on). Elsewhere a line of three double
+    quotes starts a block that the next such line ends, and a line ending in a backslash
+    goes on to the next."""
+    readline = sys.modules.get("readline") if interactive else None
+    first = readline.get_current_history_length() if readline else 0
+    line = read_line(interactive)
+    if line is not None and line.strip() == '"""':
+        block = []
+        while (more := read_more(interactive)) is not None and more.strip() != '"""':
+            block.append(more)
+        line = "\n".join(block)
+    else:
+        while line is not None and line.endswith("\\"):
+            more = read_more(interactive)
+            line = line[:-1] + ("" if more is None else "\n" + more)
+            if more is None:
+                break
+    if readline and readline.get_current_history_length() > first + 1:  # one entry for the message, not a line each
+        for index in reversed(range(first, readline.get_current_history_length())):
+            readline.remove_history_item(index)
+        readline.add_history(line)
+    return line
+
+
+def read_more(interactive: bool) -> str | None:
+    """The next line of a message of several lines; None at the end of input (Ctrl-D ends the message)."""
+    try:
+        return read_line(interactive, "... ")
+    except EOFError:
+        return None
+
+
+def repl(agent, interactive: bool, messages: list, take_line) -> int:
+    """Read messages and hand each to take_line(agent, messages, line), which says whether it
+    went well; return the exit code. Piped input ends with 1 if a turn ended in an API
+    error, so a script can tell."""
+    interrupts, failed = 0, False
+    while True:
+        try:
+            line = read_message(interactive)
+        except EOFError:
+            line = None
+            if interactive and "readline" not in sys.modules:
+                agent.out("")  # end the prompt's line (readline does it itself), so the shell's prompt starts on its own
+        except KeyboardInterrupt:
+            interrupts += 1
+            if interrupts >= 2:
+                line = None
+                agent.out("")
+            else:
+                agent.say("\n(press Ctrl-C again, or type q, to quit)")
+                continue
+        if line is None or line.strip() in ("q", "exit", "quit", "/exit", "/quit"):
+            return 1 if failed and not interactive else 0
+        interrupts = 0
+        if line.strip() and not take_line(agent, messages, line.strip()):
+            failed = True
+
+
+def terminal_confirm(interactive: bool):
+    def confirm(question: str) -> tuple:
+        if not interactive:
+            return False, "no one could confirm it (standard input is not a terminal)"
+        try:  # Ctrl-C here cancels the turn, as anywhere else (use_tools answers the call as interrupted)
+            answer = input(f"{question} [y/N] ").strip().lower()
+        except EOFError:
+            answer = ""
+        return (True, "") if answer in ("y", "yes") else (False, "the user said no")
+    return confirm
+
+
+def history_file() -> Path | None:
+    """Where the prompts typed are kept between runs (the up arrow finds them): ~/.s08_history,
+    or the file S08_HISTORY names; S08_HISTORY=off keeps none."""
+    setting = os.getenv("S08_HISTORY", "").strip()
+    if setting.lower() in ("off", "0", "no", "false"):
+        return None
+    try:
+        return Path(setting).expanduser() if setting else Path.home() / ".s08_history"
+    except RuntimeError:  # no home directory to expand: keep no history rather than fail
+        return None
+
+
+def start_repl(agent, interactive: bool, messages: list, take_line) -> int:
+    if not interactive:
+        return repl(agent, interactive, messages, take_line)
+    try:
+        import readline  # arrow keys, history and whole pastes at the prompt
+    except ImportError:  # Windows has no readline: a plain prompt
+        return repl(agent, interactive, messages, take_line)
+    readline.parse_and_bind("set enable-bracketed-paste on")  # a paste of many lines is one message
+    readline.parse_and_bind("set enable-active-region off")  # ...without showing it in reverse video
+    path = history_file()
+    try:
+        if path and path.is_file():
+            readline.read_history_file(path)
+    except OSError as err:
+        agent.say(f"[history] cannot read {path} ({err}); set S08_HISTORY=off to keep none.")
+    agent.say(f"s08 context compact · {agent.settings.model} · window {agent.settings.window:,} tokens · "
+              f"workspace {agent.workdir}\nType /help for commands, q to quit.")
+    try:
+        return repl(agent, interactive, messages, take_line)
+    finally:
+        if path:
+            save_history(readline, path, agent.secrets)
+
+
+def save_history(readline, path: Path, secrets: list) -> None:
+    """Keep the last 1,000 one-line prompts, with any secret redacted and the file readable by its
+    owner only."""
+    for index in reversed(range(readline.get_current_history_length())):
+        item = readline.get_history_item(index + 1) or ""
+        if "\n" in item:  # the file holds a line an entry: a paste of several lines would come back in pieces
+            readline.remove_history_item(index)
+        elif redact(item, secrets) != item:
+            readline.replace_history_item(index, redact(item, secrets))
+    readline.set_history_length(1000)
+    try:
+        readline.write_history_file(path)
+        path.chmod(0o600)
+    except OSError:
+        pass  # a read-only home: the session itself is saved in .transcripts/
