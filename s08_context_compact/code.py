@@ -42,7 +42,7 @@ from overflow import MIN_CONTEXT_WINDOW, ContextOverflow, learned_window
 from redaction import redact, redact_deep
 from session_log import TRANSCRIPT_DIR, open_session
 from terminal import HELP, Spinner, context_report, layer_line, one_line, say, start_repl, status_line, terminal_confirm
-from workspace import inside_workspace, numbered_lines, output_names, printable, run_command, write_atomically
+from workspace_io import inside_workspace, numbered_lines, output_names, printable, run_command, write_atomically
 
 
 # ==== PART 1: THE CHAPTER =========================================================================
@@ -401,17 +401,11 @@ def save_tool_output(folder: Path, tool_use_id: str, text: str) -> Path:
     raise OSError(f"could not find a free file name for {tool_use_id} in {folder}")
 
 
-def transcript_name(kind: str) -> str:
-    """A new transcript's file name: the layer that wrote it, when, and a random part."""
-    return f"{kind}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:8]}.jsonl"
-
-
-def save_transcript(folder: Path, messages: list, kind: str, footer: dict | None = None,
-                    name: str | None = None) -> Path:
+def save_transcript(folder: Path, messages: list, kind: str, footer: dict | None = None) -> Path:
     """Write messages as JSON lines, one message a line (then the footer, if any), under a
     name never used before, and return the path."""
     folder.mkdir(parents=True, exist_ok=True)
-    path = folder / (name or transcript_name(kind))
+    path = folder / f"{kind}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:8]}.jsonl"
     with open(path, "x", encoding="utf-8") as f:
         for record in messages + ([footer] if footer else []):
             f.write(json.dumps(record, ensure_ascii=False) + "\n")
@@ -429,9 +423,9 @@ class Store:
     def save_output(self, tool_use_id: str, text: str) -> Path:
         return self.wrote(save_tool_output(self.workdir / TOOL_RESULTS_DIR, tool_use_id, redact(text, self.secrets)))
 
-    def save_messages(self, messages: list, kind: str, footer: dict | None = None, name: str | None = None) -> Path:
+    def save_messages(self, messages: list, kind: str, footer: dict | None = None) -> Path:
         return self.wrote(save_transcript(self.workdir / TRANSCRIPT_DIR, redact_deep(messages, self.secrets), kind,
-                                          redact_deep(footer, self.secrets), name))
+                                          redact_deep(footer, self.secrets)))
 
     def wrote(self, path: Path) -> Path:
         self.written.append(path.relative_to(self.workdir))
@@ -591,25 +585,31 @@ def micro_compact(messages: list, *, keep_recent: int, min_chars: int, clear_at_
 
 def compact_history(messages: list, *, agent, focus: str = "") -> list:
     """Replace the history with a summary the model writes, then what the work needs back,
-    then the request. In the middle of a turn the last call and its results stay, so the
-    model carries on."""
-    mid_turn = len(messages) >= 2 and is_tool_result_message(messages[-1])
-    return summarize_into(agent, messages, "compact", messages[-2:] if mid_turn else [], focus)
+    then the request."""
+    return summarize_into(agent, messages, "compact", compact_tail(messages), focus)
+
+
+def compact_tail(messages: list) -> list:
+    """In the middle of a turn the last call and its results stay, so the model carries on."""
+    return messages[-2:] if len(messages) >= 2 and is_tool_result_message(messages[-1]) else []
 
 
 def reactive_compact(messages: list, *, agent) -> list:
     """After "prompt is too long": the same, keeping only the recent groups that fit in a
     share of the threshold, smaller when the endpoint counted more than we estimated."""
     tail_tokens = int(agent.settings.threshold * REACTIVE_TAIL_SHARE / agent.endpoint.undercount)
+    return summarize_into(agent, messages, "reactive", reactive_tail(messages, tail_tokens))
+
+
+def reactive_tail(messages: list, tail_tokens: int) -> list:
     groups = message_groups(messages)
     kept = newest_within(groups, tail_tokens, estimate_tokens) or groups[-1:]  # the newest group stays, whole
-    return summarize_into(agent, messages, "reactive", [m for group in kept for m in group])
+    return [m for group in kept for m in group]
 
 
 def summarize_into(agent, messages: list, kind: str, tail: list, focus: str = "") -> list:
-    """Both summary layers: the hooks around it, what comes back after it, the summary,
-    and the new history. The old one is saved to a transcript, the summary and what the
-    hooks found at its end, before the new one is handed back."""
+    """Both summary layers: the hooks around the summary, what comes back after it, the
+    summary itself, then the new history."""
     for extra in fire_hooks(agent, "PreCompact", messages=messages, focus=focus):
         focus = " ".join(filter(None, [focus, extra.get("instructions", "")]))
     tail_tokens = estimate_tokens(tail)
@@ -618,28 +618,27 @@ def summarize_into(agent, messages: list, kind: str, tail: list, focus: str = ""
         agent.say("[compact_history] nothing to compact: a summary would not make the context smaller")
         return messages
     summary, source = make_summary(agent, messages, focus, limit)
-    name = transcript_name(kind)
-    result = replace_with_summary(messages, kind, summary, tail, restored, preview_chars=agent.settings.preview_chars,
-                                  store=agent.store, path=Path(TRANSCRIPT_DIR) / name)
-    if result is messages:
-        agent.say(f"[{kind}] the summary came out no smaller than the history; the history is kept")
-        return messages
-    # PostCompact hooks may check the summary (the ledger does): their notes stay with it
-    answers = fire_hooks(agent, "PostCompact", messages=result, summary=summary, source=source)
+    # PostCompact hooks check the summary (the ledger does); what they find is kept with it
+    answers = fire_hooks(agent, "PostCompact", summary=summary, source=source)
     found = {key: value for answer in answers for key, value in answer.items() if key != "note"}
-    agent.store.save_messages(messages, kind, name=name, footer={
-        "type": "compaction", "layer": f"{kind}_history" if kind == "compact" else "reactive_compact",
-        "summary_by": source, "summary": summary, **found})
+    result = replace_with_summary(messages, kind, summary, tail, restored, preview_chars=agent.settings.preview_chars,
+                                  store=agent.store, footer={"type": "compaction", "summary_by": source,
+                                                             "summary": summary, **found})
+    if result is messages:
+        agent.say(f"[{kind}] the summary came out no smaller than the history; the history is kept "
+                  f"(transcript saved to {agent.store.written[-1]})")
+        return messages
     agent.state.read_state.clear()  # what was read is no longer in context as it was
     header = {**result[0]["content"][0], "summary_by": source, "checks": [a["note"] for a in answers if a.get("note")]}
     return [{**result[0], "content": [header] + result[0]["content"][1:]}] + result[1:]
 
 
 def replace_with_summary(messages: list, kind: str, summary: str, tail: list, restored: list, *,
-                         preview_chars: int, store, path: Path) -> list:
-    """One user message with the summary (the whole history is saved at path), the restored
-    context and, last, the request being worked on; then the tail, its big results saved
-    and previewed."""
+                         preview_chars: int, store, footer: dict | None = None) -> list:
+    """Save the whole history (the footer last), then one user message with the summary,
+    the restored context and, last, the request being worked on; then the tail, its big
+    results saved and previewed."""
+    path = store.save_messages(messages, kind, footer)
     marker = REACTIVE_MARKER if kind == "reactive" else COMPACT_MARKER
     header = (f"{marker}: the earlier conversation was summarized to free context. "
               f"The full transcript is saved at {path}.]\n\n{summary}")
@@ -1381,7 +1380,8 @@ def handle_command(agent, messages: list, line: str) -> None:
     if command == "/help":
         agent.say(HELP)
     elif command == "/context":
-        agent.say(context_report(agent, messages, context_tokens(agent, messages), context_parts(agent, messages)))
+        total = context_tokens(agent, messages)
+        agent.say(context_report(agent, messages, total, context_parts(agent, messages, total)))
     elif command == "/compact":
         if not messages:
             agent.say("Nothing to compact yet.")

@@ -10,7 +10,7 @@ import hashlib
 import re
 from pathlib import Path
 
-from workspace import inside_workspace
+from workspace_io import inside_workspace
 
 CONSTRAINT_WORDS = re.compile(r"\b(must|mustn't|don't|do not|never|always)\b|必须|不要|不能|不许|禁止|务必|永远|总是",
                               re.IGNORECASE)  # a user line with one of these is a constraint

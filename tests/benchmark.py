@@ -208,7 +208,7 @@ class Stopwatch:
     def swaps(self) -> dict:
         code = self.code
         return {"compact_pipeline": self.pipeline_of(code.compact_pipeline),
-                "send_request": self.waiting(code.send_request),
+                "model_reply": self.waiting(code.model_reply),
                 "exact_context_tokens": self.waiting(code.exact_context_tokens)}
 
 

@@ -101,6 +101,13 @@ def make_agent(s08, fake, workspace):
     return build
 
 
+def context_report(s08, agent, messages: list) -> str:
+    """What /context prints for this history (the command itself, through the agent's output)."""
+    before = len(agent.out)
+    s08.handle_command(agent, messages, "/context")
+    return "".join(agent.out[before:])
+
+
 # ---------------------------------------------------------------- running the CLI
 
 def cli_env(fake, **extra):

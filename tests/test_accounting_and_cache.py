@@ -9,6 +9,7 @@ from conftest import chat as _chat
 def chat(turns, size):
     return _chat(turns, size, word="talk ")
 from fake_anthropic import FakeAnthropic, count_tokens, text, tool_use, tool_uses
+import terminal  # noqa: E402
 
 
 def marked_prefix(body):
@@ -163,8 +164,8 @@ def test_a_session_reads_most_of_its_prompt_from_the_cache(s08, make_agent, work
 
 def test_the_status_line_says_when_the_context_is_already_over_the_threshold(s08, make_agent):
     agent = make_agent(window=20_000)
-    assert "auto-compact in " in s08.status_line(agent, [user("hi")])
-    over = s08.status_line(agent, [user("x" * 4 * agent.settings.threshold)])
+    assert "auto-compact in " in terminal.status_line(agent.settings, s08.context_tokens(agent, [user("hi")]))
+    over = terminal.status_line(agent.settings, s08.context_tokens(agent, [user("x" * 4 * agent.settings.threshold)]))
     assert "over the auto-compact threshold" in over and "auto-compact in" not in over
 
 
@@ -207,7 +208,7 @@ def test_the_summary_request_continues_the_cached_conversation(s08, make_agent, 
         fake.reply(tool_use("read_file", {"path": "spec.md"}), text("Read the spec."))
         s08.take_turn(agent, messages, "read the spec")
         fake.summary(text("<summary>Read the spec.</summary>"))
-        messages[:] = s08.summarize_history(agent, messages, focus="keep the requirements")
+        messages[:] = s08.compact_history(messages, agent=agent, focus="keep the requirements")
         summary = fake.summary_requests[0]
         assert "tool_choice" not in summary and summary["tools"] == fake.main_requests[0]["tools"], \
             "a changed tool_choice would invalidate the cached messages"

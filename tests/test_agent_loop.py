@@ -7,6 +7,7 @@ import pytest
 from conftest import assert_requests_valid, assert_valid, blocks, plain, user
 from conftest import chat as chat_history
 from fake_anthropic import FakeAnthropic, error, is_summary_request, server_error, text, tool_use, tool_uses
+import endpoint  # noqa: E402
 
 
 def first_text(body, index=0):
@@ -144,7 +145,7 @@ def test_repeated_500s_trip_the_breaker_and_the_session_still_finishes(s08, fake
     for n in range(6):
         s08.take_turn(agent, messages, f"turn {n}")
         assert_valid(messages, f"turn {n}")
-    attempts = s08.MAX_API_ATTEMPTS
+    attempts = endpoint.MAX_API_ATTEMPTS
     assert len(fake.summary_requests) == 3 * attempts, "each summary is retried, then none after the breaker trips"
     assert agent.out.text.count("summaries failed in a row") == 1
     assert len(fake.main_requests) == 6 and "API error" not in agent.out.text
@@ -155,7 +156,7 @@ def test_repeated_500s_trip_the_breaker_and_the_session_still_finishes(s08, fake
 def test_a_successful_summary_resets_the_failure_count(s08, fake, make_agent):
     agent = make_agent(window=20_000)
     messages = chat_history(12, 2_000)
-    fake.summary(*[server_error() for _ in range(2 * s08.MAX_API_ATTEMPTS)], text("<summary>fine</summary>"))
+    fake.summary(*[server_error() for _ in range(2 * endpoint.MAX_API_ATTEMPTS)], text("<summary>fine</summary>"))
     fake.reply(*[text("long " * 11_000) for _ in range(3)])
     s08.take_turn(agent, messages, "one")
     s08.take_turn(agent, messages, "two")
@@ -254,11 +255,11 @@ def test_a_passing_api_error_is_retried_with_a_notice(s08, fake, make_agent):
 
 
 def test_api_errors_that_persist_print_one_line_and_the_session_goes_on(s08, fake, make_agent):
-    fake.reply(*[error(500, "api_error", "Internal server error")] * s08.MAX_API_ATTEMPTS, text("Back again."))
+    fake.reply(*[error(500, "api_error", "Internal server error")] * endpoint.MAX_API_ATTEMPTS, text("Back again."))
     agent = make_agent()
     messages = []
     s08.take_turn(agent, messages, "first")
-    assert len(fake.main_requests) == s08.MAX_API_ATTEMPTS, "retries are bounded"
+    assert len(fake.main_requests) == endpoint.MAX_API_ATTEMPTS, "retries are bounded"
     assert "API error: 500 api_error: Internal server error" in agent.out.text
     assert "Your message was not answered and was taken back out; send it again" in agent.out.text and messages == []
     s08.take_turn(agent, messages, "second")
@@ -280,7 +281,7 @@ def test_a_stream_cut_mid_reply_is_retried_and_the_partial_reply_not_kept(s08, f
 
 
 def test_a_stream_cut_every_time_ends_the_turn_cleanly(s08, fake, make_agent):
-    fake.reply(*[dict(text("partial " * 50), drop_after_block=0)] * s08.MAX_API_ATTEMPTS, text("later"))
+    fake.reply(*[dict(text("partial " * 50), drop_after_block=0)] * endpoint.MAX_API_ATTEMPTS, text("later"))
     agent = make_agent()
     messages = []
     s08.take_turn(agent, messages, "go")

@@ -15,6 +15,7 @@ from fake_anthropic import FakeAnthropic, error, text, tool_use, tool_uses
 
 def test_import_without_api_key(tmp_path):
     script = ("import importlib.util, sys\n"
+              f"sys.path.insert(0, {str(CODE.parent)!r})\n"  # its sibling modules, as running it would
               f"spec = importlib.util.spec_from_file_location('s08', {str(CODE)!r})\n"
               "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)\n"
               "print(len(m.TOOLS), [t['name'] for t in m.TOOLS])")

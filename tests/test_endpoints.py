@@ -8,9 +8,12 @@ import time
 import anthropic
 import pytest
 
-from conftest import assert_valid, blocks, user, wait_until
+from conftest import assert_valid, blocks, user, wait_until, context_report
 from fake_anthropic import (OVERFLOWS, FakeAnthropic, broken_tool_json, count_tokens, error_event, hang,
                             malformed, pings_only, text, tool_use)
+import endpoint as endpoint_module
+import overflow as overflow_module
+import session_log
 
 TOOLS = [{"name": "bash", "description": "run", "input_schema": {"type": "object", "properties": {}}}]
 
@@ -41,9 +44,9 @@ EXPECTED_SIZES = {  # overflow style -> (prompt tokens stated?, window stated?)
 def test_every_overflow_wording_is_recognised_with_its_sizes(s08, style):
     answer, tokens = refused(style)
     if style == "stop_reason":
-        overflow = s08.context_overflow(stop_reason=answer.stop_reason)
+        overflow = overflow_module.context_overflow(stop_reason=answer.stop_reason)
     else:
-        overflow = s08.context_overflow(answer, max_tokens=100)
+        overflow = overflow_module.context_overflow(answer, max_tokens=100)
     assert overflow is not None, f"{style}: {answer}"
     has_prompt, has_window = EXPECTED_SIZES[style]
     assert overflow.prompt_tokens == (tokens if has_prompt else None)
@@ -63,8 +66,8 @@ def test_what_is_not_an_overflow_is_not_taken_for_one(s08, fake, status, kind, m
     client = anthropic.Anthropic(api_key="test", base_url=fake.url, max_retries=0)
     with pytest.raises(anthropic.APIStatusError) as caught:
         client.messages.create(model="m", max_tokens=10, tools=TOOLS, messages=[user("hi")])
-    assert s08.context_overflow(caught.value) is None
-    assert s08.context_overflow(stop_reason="end_turn") is None
+    assert overflow_module.context_overflow(caught.value) is None
+    assert overflow_module.context_overflow(stop_reason="end_turn") is None
 
 
 def test_an_overflow_inside_a_200_stream_is_recognised(s08, make_agent, fake):
@@ -78,29 +81,29 @@ def test_an_overflow_inside_a_200_stream_is_recognised(s08, make_agent, fake):
 # ---------------------------------------------------------------- learning and finding the window
 
 def test_a_stated_window_is_adopted_and_a_larger_one_ignored(s08):
-    stated = s08.Overflow("x", prompt_tokens=140_000, window=131_072)
-    assert s08.learned_window(stated, window=200_000, sent_tokens=120_000, max_tokens=8_192,
+    stated = overflow_module.Overflow("x", prompt_tokens=140_000, window=131_072)
+    assert overflow_module.learned_window(stated, window=200_000, sent_tokens=120_000, max_tokens=8_192,
                               largest_accepted=(100_000, 108_192)) == 131_072
-    assert s08.learned_window(s08.Overflow("x", 210_000, 200_000), window=150_000, sent_tokens=140_000,
+    assert overflow_module.learned_window(overflow_module.Overflow("x", 210_000, 200_000), window=150_000, sent_tokens=140_000,
                               max_tokens=8_192, largest_accepted=(0, 0)) == 150_000
 
 
 def test_without_numbers_the_window_lies_between_answered_and_refused(s08):
-    silent = s08.Overflow("the request exceeds the available context size")
-    assert s08.learned_window(silent, window=200_000, sent_tokens=33_000, max_tokens=8_192,
+    silent = overflow_module.Overflow("the request exceeds the available context size")
+    assert overflow_module.learned_window(silent, window=200_000, sent_tokens=33_000, max_tokens=8_192,
                               largest_accepted=(31_000, 39_192)) == 31_000
-    counting = s08.Overflow("context window exceeds limit", counts_output=True)
-    assert s08.learned_window(counting, window=200_000, sent_tokens=40_000, max_tokens=8_192,
+    counting = overflow_module.Overflow("context window exceeds limit", counts_output=True)
+    assert overflow_module.learned_window(counting, window=200_000, sent_tokens=40_000, max_tokens=8_192,
                               largest_accepted=(31_000, 39_192)) == 39_192
     # an estimate of the refused size that is barely above the answered one: stay below it
-    assert s08.learned_window(silent, window=200_000, sent_tokens=31_500, max_tokens=8_192,
+    assert overflow_module.learned_window(silent, window=200_000, sent_tokens=31_500, max_tokens=8_192,
                               largest_accepted=(31_000, 39_192)) == int(31_500 * 0.95)
     # nothing answered yet: a share below the refused size
-    assert s08.learned_window(silent, window=200_000, sent_tokens=30_000, max_tokens=8_192,
-                              largest_accepted=(0, 0)) == int(30_000 * s08.NO_NUMBERS_SHRINK)
+    assert overflow_module.learned_window(silent, window=200_000, sent_tokens=30_000, max_tokens=8_192,
+                              largest_accepted=(0, 0)) == int(30_000 * overflow_module.NO_NUMBERS_SHRINK)
     # never below the smallest window the program works in
-    assert s08.learned_window(silent, window=200_000, sent_tokens=100, max_tokens=8_192,
-                              largest_accepted=(0, 0)) == s08.MIN_CONTEXT_WINDOW
+    assert overflow_module.learned_window(silent, window=200_000, sent_tokens=100, max_tokens=8_192,
+                              largest_accepted=(0, 0)) == overflow_module.MIN_CONTEXT_WINDOW
 
 
 @pytest.mark.parametrize("model, window", [
@@ -110,26 +113,26 @@ def test_without_numbers_the_window_lies_between_answered_and_refused(s08):
     ("MiniMax-M2", 204_800), ("minimax/minimax-m2.7", 204_800), ("llama-3-8b", None),
 ])
 def test_well_known_models_have_a_window_without_the_models_api(s08, model, window):
-    found = s08.known_window(model)
+    found = endpoint_module.known_window(model)
     assert (found[0] if found else None) == window
 
 
 def test_window_sources_in_order_and_the_404_remembered(s08, fake, monkeypatch):
     client = anthropic.Anthropic(api_key="test", base_url=fake.url, max_retries=0)
     monkeypatch.delenv("CONTEXT_WINDOW", raising=False)
-    endpoint = s08.discover_endpoint(client, "deepseek-chat")
+    endpoint = endpoint_module.discover_endpoint(client, "deepseek-chat")
     assert (endpoint.window, endpoint.models_api) == (131_072, False)
     assert "built-in table" in endpoint.window_source and fake.model_lookups == ["deepseek-chat"]
     # a resumed session that learned a window, and that the Models API is missing, keeps both
-    endpoint = s08.discover_endpoint(client, "deepseek-chat", {
+    endpoint = endpoint_module.discover_endpoint(client, "deepseek-chat", {
         "window": 64_000, "window_source": "the endpoint's overflow message", "learned": True,
         "models_api": False, "count_tokens": False, "counts_output": True})
     assert (endpoint.window, endpoint.can_count_tokens, endpoint.counts_output) == (64_000, False, True)
     assert fake.model_lookups == ["deepseek-chat"], "a 404 remembered is not asked again"
     fake.max_input_tokens = 150_000
-    assert s08.discover_endpoint(client, "deepseek-chat").window == 150_000, "the Models API comes before the table"
+    assert endpoint_module.discover_endpoint(client, "deepseek-chat").window == 150_000, "the Models API comes before the table"
     monkeypatch.setenv("CONTEXT_WINDOW", "50000")
-    assert s08.discover_endpoint(client, "deepseek-chat").window_source == "CONTEXT_WINDOW"
+    assert endpoint_module.discover_endpoint(client, "deepseek-chat").window_source == "CONTEXT_WINDOW"
 
 
 def test_an_overflow_teaches_the_window_and_the_session_is_not_refused_again(s08, make_agent, workspace):
@@ -145,7 +148,7 @@ def test_an_overflow_teaches_the_window_and_the_session_is_not_refused_again(s08
         assert agent.settings.window == 12_000 and agent.settings.threshold < 12_000
         assert "read them all" in agent.out.text
         assert "Window: 12,000 tokens, from the endpoint's overflow message; the endpoint counts max_tokens" \
-            in s08.context_report(agent, messages)
+            in context_report(s08, agent, messages)
 
 
 # ---------------------------------------------------------------- usage from any endpoint
@@ -159,10 +162,10 @@ def test_the_context_size_never_falls_to_zero_or_double(s08, make_agent, style):
         s08.agent_loop(agent, messages)
         s08.add_user_text(messages, "more")
         s08.agent_loop(agent, messages)  # the second call reads the first from the cache
-        true_size = sum(fake.usage_log[-1][k] for k in s08.USAGE_KEYS)
+        true_size = sum(fake.usage_log[-1][k] for k in endpoint_module.USAGE_KEYS)
         measured = s08.context_tokens(agent, messages)
         assert 0.8 * true_size < measured < 1.2 * true_size, (style, measured, true_size)
-        report = s08.context_report(agent, messages)
+        report = context_report(s08, agent, messages)
         if style == "none":
             assert "Usage: the endpoint reported no input usage" in report
         if style == "includes_cache":
@@ -173,26 +176,26 @@ def test_the_context_size_never_falls_to_zero_or_double(s08, make_agent, style):
 
 def test_usage_far_below_the_estimate_is_distrusted_and_far_above_kept(s08):
     endpoint = s08.Endpoint(200_000)
-    assert s08.usage_prompt_tokens(endpoint, {"input_tokens": 4_000}, 10_000)[0] is None
+    assert endpoint_module.usage_prompt_tokens(endpoint, {"input_tokens": 4_000}, 10_000)[0] is None
     assert "usage distrusted" in endpoint.usage_note
-    assert s08.usage_prompt_tokens(endpoint, {"input_tokens": 50_000}, 10_000)[0] == 50_000
+    assert endpoint_module.usage_prompt_tokens(endpoint, {"input_tokens": 50_000}, 10_000)[0] == 50_000
     assert "its count is used" in endpoint.usage_note
 
 
 def test_cache_reads_inside_input_tokens_are_counted_once(s08):
     kimi = s08.Endpoint(200_000)  # adding the reads would double the size: they were inside
-    size, counted = s08.usage_prompt_tokens(kimi, {"input_tokens": 10_500, "cache_read_input_tokens": 9_000,
+    size, counted = endpoint_module.usage_prompt_tokens(kimi, {"input_tokens": 10_500, "cache_read_input_tokens": 9_000,
                                                    "cache_creation_input_tokens": 300}, 10_000)
     assert (size, counted["input_tokens"]) == (10_800, 1_500) and "counted once" in kimi.usage_note
     anthropic_style = s08.Endpoint(200_000)  # fewer input tokens than reads: they are beside it
-    size, counted = s08.usage_prompt_tokens(anthropic_style, {"input_tokens": 1_500, "cache_read_input_tokens": 9_000},
+    size, counted = endpoint_module.usage_prompt_tokens(anthropic_style, {"input_tokens": 1_500, "cache_read_input_tokens": 9_000},
                                             10_000)
     assert (size, counted["input_tokens"]) == (10_500, 1_500) and anthropic_style.usage_note == ""
     # then a reply where both readings look possible keeps the proven way (50k + 20k, not 50k)
-    assert s08.usage_prompt_tokens(anthropic_style, {"input_tokens": 50_000, "cache_read_input_tokens": 20_000},
+    assert endpoint_module.usage_prompt_tokens(anthropic_style, {"input_tokens": 50_000, "cache_read_input_tokens": 20_000},
                                    59_000)[0] == 70_000
     unknown = s08.Endpoint(200_000)  # and before anything is proven, the larger, safer reading
-    assert s08.usage_prompt_tokens(unknown, {"input_tokens": 50_000, "cache_read_input_tokens": 20_000}, 59_000)[0] \
+    assert endpoint_module.usage_prompt_tokens(unknown, {"input_tokens": 50_000, "cache_read_input_tokens": 20_000}, 59_000)[0] \
         == 70_000
 
 
@@ -273,7 +276,7 @@ def test_a_resumed_history_with_a_non_object_input_is_repaired(s08):
     history = [user("go"), {"role": "assistant", "content": [
         {"type": "tool_use", "id": "t1", "name": "bash", "input": "ls"}]},
         {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "x"}]}]
-    repaired = s08.repair_history(history)
+    repaired = session_log.repair_history(history)
     assert blocks(repaired[1])[0]["input"] == {} and history[1]["content"][0]["input"] == "ls"
 
 
@@ -363,8 +366,8 @@ def test_a_prompt_bigger_than_the_real_window_is_refused_only_once(s08, make_age
 
 
 def test_a_big_step_after_small_ones_does_not_collapse_the_window(s08):
-    silent = s08.Overflow("Prompt exceeds max length")
-    window = s08.learned_window(silent, window=200_000, sent_tokens=25_000, max_tokens=8_192,
+    silent = overflow_module.Overflow("Prompt exceeds max length")
+    window = overflow_module.learned_window(silent, window=200_000, sent_tokens=25_000, max_tokens=8_192,
                                 largest_accepted=(3_000, 11_192))
     assert 3_000 < window < 25_000 and window == int((3_000 * 25_000) ** 0.5)
 
@@ -381,7 +384,7 @@ def test_newer_wordings_with_numbers_are_read(s08, fake):
     for _ in range(2):
         with pytest.raises(anthropic.BadRequestError) as caught:
             client.messages.create(model="m", max_tokens=10, tools=TOOLS, messages=[user("hi")])
-        found.append(s08.context_overflow(caught.value))
+        found.append(overflow_module.context_overflow(caught.value))
     assert (found[0].prompt_tokens, found[0].window) == (66_202, 65_536)
     assert (found[1].prompt_tokens, found[1].window) == (9_000, 8_192)
 

@@ -171,7 +171,7 @@ class MemoryStore:
         self.texts.add(text)
         return Path(f"tool-results/{tool_use_id}.txt")
 
-    def save_messages(self, removed, kind):
+    def save_messages(self, removed, kind, footer=None):
         self.texts |= {b.get("text") or s08.result_text(b) for m in removed for b in blocks(m)}
         return Path(f"transcripts/{kind}.jsonl")
 
@@ -268,11 +268,9 @@ def test_the_summary_layers_never_grow_and_reactive_fits_its_tail(name, history,
     summary = text_of(Rolled(summary_size), summary_size)
     restored = [text_of(Rolled(size), size) for size in restored_sizes]
     tail_tokens = config.threshold // (4 * undercount)
-    common = dict(summary=summary, restored=restored, store=store, preview_chars=config.preview_chars)
-    if name == "compact_history":
-        after = s08.compact_history(history, **common)
-    else:
-        after = s08.reactive_compact(history, tail_tokens=tail_tokens, **common)
+    tail = s08.compact_tail(history) if name == "compact_history" else s08.reactive_tail(history, tail_tokens)
+    after = s08.replace_with_summary(history, name.split("_")[0], summary, tail, restored, store=store,
+                                     preview_chars=config.preview_chars)
     check_saved(history, after, store.texts, request_of(history))
     if name == "reactive_compact" and after is not history:
         tail = after[1:]  # after the one message of summary, restored context and request

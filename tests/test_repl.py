@@ -6,8 +6,9 @@ import sys
 import unicodedata
 
 import cli_runner
-from conftest import CODE, Terminal, run_cli
+from conftest import CODE, Terminal, run_cli, context_report
 from fake_anthropic import FakeAnthropic, error, text, tool_use
+import terminal  # noqa: E402
 
 
 def imported_modules(workspace, *args, python_flags=()) -> tuple:
@@ -178,9 +179,9 @@ def test_a_refused_key_is_named_at_start_and_the_first_message_says_where(worksp
 
 def test_one_message_is_one_message(s08, make_agent):
     agent = make_agent()
-    report = s08.context_report(agent, [{"role": "user", "content": [{"type": "text", "text": "hi"}]}])
+    report = context_report(s08, agent, [{"role": "user", "content": [{"type": "text", "text": "hi"}]}])
     assert report.startswith("Context: 1 message, ")
-    assert s08.context_report(agent, []).startswith("Context: 0 messages, ")
+    assert context_report(s08, agent, []).startswith("Context: 0 messages, ")
 
 
 def test_a_request_the_endpoint_refuses_is_not_worth_sending_again(fake, workspace):
@@ -217,10 +218,10 @@ def test_a_history_file_that_cannot_be_placed_is_no_history(fake, workspace):
 
 
 def test_a_word_split_across_chunks_is_never_broken(s08):
-    wrap = s08.WordWrap(21)
+    wrap = terminal.WordWrap(21)
     shown = wrap.feed("Tests pass 🎉cele") + wrap.feed("brate it, 上下文") + wrap.feed("压缩 done") + wrap.finish()
     assert "🎉celebrate" in shown and "celebrate it," in shown.replace("\n", " ")
-    assert all(s08.display_width(line) <= 20 for line in shown.split("\n"))
+    assert all(terminal.display_width(line) <= 20 for line in shown.split("\n"))
 
 
 def test_list_fits_the_terminal_and_marks_a_prompt_never_answered(fake, workspace):

@@ -9,11 +9,12 @@ import pytest
 
 from conftest import LiveCLI, assert_requests_valid, assert_valid, blocks, plain, run_cli, user
 from fake_anthropic import text, tool_use, tool_uses
+import session_log  # noqa: E402
 
 
 def logged_agent(s08, make_agent, workspace, **kw):
     agent = make_agent(**kw)
-    agent.log = s08.SessionLog(workspace / ".transcripts" / "session-test.jsonl")
+    agent.log = session_log.SessionLog(workspace / ".transcripts" / "session-test.jsonl")
     return agent
 
 
@@ -26,10 +27,10 @@ def test_every_message_and_rewrite_is_logged_as_it_happens(s08, fake, make_agent
                text("Ran."))
     messages = []
     s08.take_turn(agent, messages, "read a.txt")
-    assert s08.read_session(agent.log.path) == messages
+    assert session_log.read_session(agent.log.path) == messages
     s08.take_turn(agent, messages, "run it")
-    s08.replace_history(agent, messages, s08.summarize_history(agent, messages), "/compact")
-    assert s08.read_session(agent.log.path) == messages
+    s08.replace_history(agent, messages, s08.apply_layer(agent, s08.compact_history, messages, agent=agent), "/compact")
+    assert session_log.read_session(agent.log.path) == messages
     records = [json.loads(line) for line in agent.log.path.read_text().splitlines()]
     rewrites = [r for r in records if r["type"] == "rewrite"]
     assert len(rewrites) == 1 and [list(p) for p in rewrites[0]["parts"]] == [["message"]], \
@@ -60,7 +61,7 @@ def test_a_torn_last_line_is_skipped(s08, fake, make_agent, workspace):
     s08.take_turn(agent, messages, "hello")
     with open(agent.log.path, "a") as f:
         f.write('{"type": "message", "message": {"role": "user", "cont')
-    assert s08.read_session(agent.log.path) == messages
+    assert session_log.read_session(agent.log.path) == messages
 
 
 def test_list_and_resume_continue_exactly_where_the_model_was(fake, workspace):
@@ -296,8 +297,8 @@ def test_paths_leaving_the_workspace_are_refused(s08, make_agent, path):
 
 def test_a_line_separator_inside_a_message_does_not_split_its_record(s08, tmp_path):
     message = {"role": "user", "content": [{"type": "text", "text": "one\u2028two\u2029three\x1cfour"}]}
-    log = s08.SessionLog(tmp_path / "session-x.jsonl")
-    log.write({"type": "message", "message": message})
+    log = session_log.SessionLog(tmp_path / "session-x.jsonl")
+    log.message(message, prompt=message["content"][0]["text"])
     warnings = []
-    assert s08.read_session(log.path, warn=warnings.append) == [message] and warnings == []
-    assert s08.first_prompt(log.path) == message["content"][0]["text"]
+    assert session_log.read_session(log.path, warn=warnings.append) == [message] and warnings == []
+    assert session_log.first_prompt(log.path) == message["content"][0]["text"]
