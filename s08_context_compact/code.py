@@ -42,7 +42,8 @@ from overflow import MIN_CONTEXT_WINDOW, ContextOverflow, learned_window
 from redaction import redact, redact_deep
 from session_log import TRANSCRIPT_DIR, open_session
 from terminal import HELP, Spinner, context_report, layer_line, one_line, say, start_repl, status_line, terminal_confirm
-from workspace_io import inside_workspace, numbered_lines, output_names, printable, run_command, write_atomically
+from workspace_io import (ToolError, discover_skills, edit_file, glob_files, inside_workspace, output_names, read_lines,
+                          run_command, write_file)
 
 
 # ==== PART 1: THE CHAPTER =========================================================================
@@ -105,8 +106,6 @@ MAX_STEPS_PER_TURN = 100            # model calls in one user turn before we sto
 SUBAGENT_MAX_STEPS = 30
 BASH_TIMEOUT = 120                  # seconds, unless the call asks for another (max 600)
 READ_DEFAULT_LINES = 2_000
-EDIT_MAX_BYTES = 10_000_000         # edit_file loads the whole file: refuse bigger ones
-GLOB_MAX_RESULTS = 200
 
 
 @dataclass(frozen=True)
@@ -1380,8 +1379,7 @@ def handle_command(agent, messages: list, line: str) -> None:
     if command == "/help":
         agent.say(HELP)
     elif command == "/context":
-        total = context_tokens(agent, messages)
-        agent.say(context_report(agent, messages, total, context_parts(agent, messages, total)))
+        agent.say(context_report(agent, messages, context_tokens(agent, messages), measure=estimate_text_tokens))
     elif command == "/compact":
         if not messages:
             agent.say("Nothing to compact yet.")
@@ -1412,28 +1410,9 @@ def park_long_prompt(agent, prompt: str) -> str | None:
             f"{path.relative_to(agent.workdir)}: read it in parts with read_file and do what it asks.")
 
 
-def context_parts(agent, messages: list, total: int) -> dict:
-    """What fills the context, by kind, in tokens that add up to total: the split between
-    kinds is estimated, the total is the counter's (exact up to the last response)."""
-    estimated = {"system prompt + tools": agent.overhead, "user text": 0, "assistant text": 0,
-                 "tool calls": 0, "tool results": 0}
-    for message in messages:
-        for block in blocks_of(message):
-            kind = {"text": f"{message['role']} text", "tool_use": "tool calls"}.get(block.get("type"), "tool results")
-            estimated[kind] += estimate_text_tokens(json.dumps(block, ensure_ascii=False))
-    scale = total / max(sum(estimated.values()), 1)
-    parts = {kind: int(n * scale) for kind, n in estimated.items()}
-    parts[max(parts, key=parts.get)] += total - sum(parts.values())  # the rounding goes to the largest
-    return parts
-
-
 # ==== PART 2: WHAT EARLIER CHAPTERS BUILT ========================================================
 
 # ---- the nine tools ------------------------------------------------------------------------------
-
-class ToolError(Exception):
-    """A tool failure the model can act on; the message says what to try next."""
-
 
 def tool(name: str, description: str, required: tuple, /, **properties) -> dict:
     """One tool definition as the API takes it: a name, what it does, a JSON Schema."""
@@ -1548,64 +1527,19 @@ def run_read_file(agent, path: str, offset: int = 1, limit: int = READ_DEFAULT_L
         agent.state.read_stubs[agent.state.current_call] = (seen[2], path)
         return f"(unchanged: {path}, lines from {offset}, is exactly as in result {seen[2]} above)"
     agent.state.read_state[key] = (stat.st_size, stat.st_mtime_ns, agent.state.current_call)
-    with open(target, "rb") as f:
-        if b"\0" in f.read(8192):
-            raise ToolError(f"{path} is a binary file ({target.stat().st_size:,} bytes); read_file shows "
-                            "text only. Use bash (for example `file` or `xxd | head`) to inspect it.")
-        f.seek(0)
-        return numbered_lines(f, path, offset, limit)
+    return read_lines(target, path, offset, limit)
 
 
 def run_write_file(agent, path: str, content: str) -> str:
-    target = workspace_path(agent, path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    data = content.encode("utf-8", "surrogatepass")
-    try:
-        write_atomically(target, data)
-    except OSError as err:
-        raise ToolError(f"could not write {path} ({err.strerror or err}); the file is unchanged.") from None
-    return f"Wrote {len(data):,} bytes to {path}"
+    return write_file(workspace_path(agent, path), path, content)
 
 
 def run_edit_file(agent, path: str, old_text: str, new_text: str) -> str:
-    target = workspace_path(agent, path)
-    if not target.is_file():
-        raise ToolError(f"{path} not found. Call glob to list files, or write_file to create it.")
-    if target.stat().st_size > EDIT_MAX_BYTES:
-        raise ToolError(f"{path} is {target.stat().st_size:,} bytes, too big for edit_file; use bash (sed, patch).")
-    try:
-        text = target.read_bytes().decode("utf-8")  # bytes, so CRLF and lone CR stay as they are
-    except UnicodeDecodeError:
-        raise ToolError(f"{path} is not UTF-8 text; edit_file cannot change it safely. Use bash.")
-    count = text.count(old_text) if old_text else 0
-    if count == 0 and "\r\n" in text and "\n" in old_text and "\r" not in old_text + new_text:
-        # read_file shows lines without their CR: match the file's own line endings
-        old_text, new_text = old_text.replace("\n", "\r\n"), new_text.replace("\n", "\r\n")
-        count = text.count(old_text)
-    if count != 1:
-        hint = "read the file again and copy the exact text (whitespace matters)" if count == 0 \
-            else "include more surrounding lines so it matches exactly once"
-        raise ToolError(f"old_text was found {count} times in {path}; it must occur exactly once: {hint}.")
-    try:
-        write_atomically(target, text.replace(old_text, new_text, 1).encode("utf-8"))
-    except OSError as err:
-        raise ToolError(f"could not write {path} ({err.strerror or err}); the file is unchanged.") from None
-    return f"Edited {path}"
+    return edit_file(workspace_path(agent, path), path, old_text, new_text)
 
 
 def run_glob(agent, pattern: str, path: str = ".") -> str:
-    base = workspace_path(agent, path)
-    if Path(pattern).is_absolute() or ".." in Path(pattern).parts:
-        raise ToolError("glob patterns are relative to the workspace: drop the leading / and any '..'.")
-    root = agent.workdir.resolve()
-    matches = sorted(printable(str(p.relative_to(root))) for p in base.glob(pattern)
-                     if p.resolve().is_relative_to(root) and ".git" not in p.relative_to(root).parts)
-    if not matches:
-        return f"No files match {pattern!r} under {path}."
-    shown = "\n".join(matches[:GLOB_MAX_RESULTS])
-    if len(matches) > GLOB_MAX_RESULTS:
-        shown += f"\n[showing {GLOB_MAX_RESULTS} of {len(matches)} matches; use a narrower pattern]"
-    return shown
+    return glob_files(agent.workdir, workspace_path(agent, path), pattern, path)
 
 
 def run_todo_write(agent, items: list) -> str:
@@ -1649,20 +1583,6 @@ def run_compact(agent, focus: str = "") -> str:
 TOOL_HANDLERS = {"bash": run_bash, "read_file": run_read_file, "write_file": run_write_file,
                  "edit_file": run_edit_file, "glob": run_glob, "todo_write": run_todo_write,
                  "task": run_task, "load_skill": run_load_skill, "compact": run_compact}
-
-
-def discover_skills(folders: list) -> dict:
-    """Find skills/<name>/SKILL.md files; front matter gives name and description."""
-    skills = {}
-    for folder in folders:
-        for path in sorted(Path(folder).glob("*/SKILL.md")):
-            text = path.read_text(encoding="utf-8", errors="replace")
-            match = re.match(r"^---\s*\n(.*?)\n---\s*\n?(.*)$", text, re.S)
-            meta = dict(re.findall(r"^(\w+):\s*(.+?)\s*$", match.group(1), re.M)) if match else {}
-            name = meta.get("name", path.parent.name)
-            skills.setdefault(name, {"description": meta.get("description", ""),
-                                     "body": (match.group(2) if match else text).strip(), "path": path})
-    return skills
 
 
 # ---- hooks and the permission check ---------------------------------------------------------------

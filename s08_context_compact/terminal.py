@@ -6,6 +6,7 @@ Machinery the chapter does not need: code.py says what happened (agent.say) and 
 module decides how it looks.
 """
 
+import json
 import os
 import re
 import shutil
@@ -271,12 +272,27 @@ def bar(tokens: int, window: int, width: int = 20) -> str:
     return "█" * filled + "░" * (width - filled)
 
 
-def context_report(agent, messages: list, total: int, parts: dict) -> str:
+def context_parts(agent, messages: list, total: int, measure) -> dict:
+    """What fills the context, by kind, in tokens that add up to total: the split between
+    kinds is estimated, the total is the counter's (exact up to the last response)."""
+    estimated = {"system prompt + tools": agent.overhead, "user text": 0, "assistant text": 0,
+                 "tool calls": 0, "tool results": 0}
+    for message in messages:
+        for block in blocks(message):
+            kind = {"text": f"{message['role']} text", "tool_use": "tool calls"}.get(block.get("type"), "tool results")
+            estimated[kind] += measure(json.dumps(block, ensure_ascii=False))
+    scale = total / max(sum(estimated.values()), 1)
+    parts = {kind: int(n * scale) for kind, n in estimated.items()}
+    parts[max(parts, key=parts.get)] += total - sum(parts.values())  # the rounding goes to the largest
+    return parts
+
+
+def context_report(agent, messages: list, total: int, measure) -> str:
     """What /context prints: what fills the window, part by part (parts add up to total),
     so the rows add up to the window; then the thresholds, the cache and the savings."""
     s = agent.settings
     how = "exact up to the last response, split by estimate" if agent.state.tokens.anchor_tokens else "estimated"
-    rows = {**parts, "free until auto-compact": max(s.threshold - total, 0),
+    rows = {**context_parts(agent, messages, total, measure), "free until auto-compact": max(s.threshold - total, 0),
             "reserved: output + buffer": max(s.window - max(total, s.threshold), 0)}
     lines = [f"Context: {counted(len(messages), 'message')}, {total:,} tokens of a {s.window:,}-token window "
              f"({100 * total / s.window:.0f}%; {how})"]

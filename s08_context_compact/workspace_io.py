@@ -19,6 +19,12 @@ BASH_OUTPUT_HEAD = 200_000          # characters of command output kept in memor
 BASH_OUTPUT_TAIL = 20_000           # ...plus the last ones, so errors at the end survive
 READ_MAX_CHARS = 200_000            # one read_file call returns at most this much
 READ_MAX_LINE_CHARS = 2_000         # minified files: cut single lines, not whole reads
+EDIT_MAX_BYTES = 10_000_000         # edit_file loads the whole file: refuse bigger ones
+GLOB_MAX_RESULTS = 200
+
+
+class ToolError(Exception):
+    """A tool failure the model can act on; the message says what to try next."""
 
 
 def inside_workspace(workdir: Path, path: str) -> Path | None:
@@ -160,6 +166,16 @@ def keep_as(partial: Path, folder: Path, tool_use_id: str) -> Path:
     return partial
 
 
+def read_lines(target: Path, path: str, offset: int, limit: int) -> str:
+    """Numbered lines of a text file; a binary file is refused with what to use instead."""
+    with open(target, "rb") as f:
+        if b"\0" in f.read(8192):
+            raise ToolError(f"{path} is a binary file ({target.stat().st_size:,} bytes); read_file shows "
+                            "text only. Use bash (for example `file` or `xxd | head`) to inspect it.")
+        f.seek(0)
+        return numbered_lines(f, path, offset, limit)
+
+
 def bounded_lines(f):
     """Lines of a binary file, each cut to a few KB: a 1 GB file with no newline never
     lands in memory whole."""
@@ -217,3 +233,69 @@ def printable(name: str) -> str:
     """A file name whose bytes are not UTF-8, with those bytes shown as \ufffd: it can be
     printed, logged and sent (an undecodable name arrives with lone surrogates)."""
     return name.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+
+def write_file(target: Path, path: str, content: str) -> str:
+    """Create or replace a file; a write that fails leaves the old one as it was."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    data = content.encode("utf-8", "surrogatepass")
+    try:
+        write_atomically(target, data)
+    except OSError as err:
+        raise ToolError(f"could not write {path} ({err.strerror or err}); the file is unchanged.") from None
+    return f"Wrote {len(data):,} bytes to {path}"
+
+
+def edit_file(target: Path, path: str, old_text: str, new_text: str) -> str:
+    """Replace the one occurrence of old_text; the file is left whole if anything fails."""
+    if not target.is_file():
+        raise ToolError(f"{path} not found. Call glob to list files, or write_file to create it.")
+    if target.stat().st_size > EDIT_MAX_BYTES:
+        raise ToolError(f"{path} is {target.stat().st_size:,} bytes, too big for edit_file; use bash (sed, patch).")
+    try:
+        text = target.read_bytes().decode("utf-8")  # bytes, so CRLF and lone CR stay as they are
+    except UnicodeDecodeError:
+        raise ToolError(f"{path} is not UTF-8 text; edit_file cannot change it safely. Use bash.")
+    count = text.count(old_text) if old_text else 0
+    if count == 0 and "\r\n" in text and "\n" in old_text and "\r" not in old_text + new_text:
+        # read_file shows lines without their CR: match the file's own line endings
+        old_text, new_text = old_text.replace("\n", "\r\n"), new_text.replace("\n", "\r\n")
+        count = text.count(old_text)
+    if count != 1:
+        hint = "read the file again and copy the exact text (whitespace matters)" if count == 0 \
+            else "include more surrounding lines so it matches exactly once"
+        raise ToolError(f"old_text was found {count} times in {path}; it must occur exactly once: {hint}.")
+    try:
+        write_atomically(target, text.replace(old_text, new_text, 1).encode("utf-8"))
+    except OSError as err:
+        raise ToolError(f"could not write {path} ({err.strerror or err}); the file is unchanged.") from None
+    return f"Edited {path}"
+
+
+def glob_files(workdir: Path, base: Path, pattern: str, path: str) -> str:
+    """The files under base matching pattern, relative to the workspace; never outside it, never .git."""
+    if Path(pattern).is_absolute() or ".." in Path(pattern).parts:
+        raise ToolError("glob patterns are relative to the workspace: drop the leading / and any '..'.")
+    root = workdir.resolve()
+    matches = sorted(printable(str(p.relative_to(root))) for p in base.glob(pattern)
+                     if p.resolve().is_relative_to(root) and ".git" not in p.relative_to(root).parts)
+    if not matches:
+        return f"No files match {pattern!r} under {path}."
+    shown = "\n".join(matches[:GLOB_MAX_RESULTS])
+    if len(matches) > GLOB_MAX_RESULTS:
+        shown += f"\n[showing {GLOB_MAX_RESULTS} of {len(matches)} matches; use a narrower pattern]"
+    return shown
+
+
+def discover_skills(folders: list) -> dict:
+    """Find skills/<name>/SKILL.md files; front matter gives name and description."""
+    skills = {}
+    for folder in folders:
+        for path in sorted(Path(folder).glob("*/SKILL.md")):
+            text = path.read_text(encoding="utf-8", errors="replace")
+            match = re.match(r"^---\s*\n(.*?)\n---\s*\n?(.*)$", text, re.S)
+            meta = dict(re.findall(r"^(\w+):\s*(.+?)\s*$", match.group(1), re.M)) if match else {}
+            name = meta.get("name", path.parent.name)
+            skills.setdefault(name, {"description": meta.get("description", ""),
+                                     "body": (match.group(2) if match else text).strip(), "path": path})
+    return skills
