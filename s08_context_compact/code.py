@@ -14,12 +14,10 @@ Before every model call the history goes through a pipeline, cheapest layer firs
 Nothing is thrown away: every layer writes what it removes to .task_outputs/tool-results/
 or .transcripts/ before it removes it, and the session log keeps every message.
 
-This file is the chapter, read top to bottom beside README.md: part 1 is new in this
-chapter, part 2 is what earlier chapters built (the nine tools, hooks, the permission
-check), part 3 a short main. The machinery around it lives in the modules beside it,
-which the chapter does not need: endpoint.py and overflow.py (talking to the endpoint),
-session_log.py, terminal.py, redaction.py, workspace.py, ledger.py (a hooks plug-in)
-and cli.py.
+This file is the chapter, read top to bottom beside README.md: part 1 is new here, part 2
+is what earlier chapters built, part 3 a short main. The machinery the chapter does not
+need (endpoint, session log, terminal, redaction, file I/O, the ledger plug-in, the
+command line) lives in the modules beside it.
 
     python s08_context_compact/code.py            # needs ANTHROPIC_API_KEY (or _AUTH_TOKEN) and MODEL_ID
     python s08_context_compact/code.py --demo     # watch every layer fire, offline, no key
@@ -35,10 +33,10 @@ from functools import cached_property
 from pathlib import Path
 
 from cli import configure, run, say_what_start_up_found
-from endpoint import (IDLE_TIMEOUT, RETRY_BASE_SECONDS, Endpoint, anthropic, api_error_text, api_failures, explain_api_error,
-                      model_reply)
+from endpoint import (IDLE_TIMEOUT, RETRY_BASE_SECONDS, Endpoint, api_error_text, api_failures, count_tokens,
+                      explain_api_error, model_reply)
 from ledger import Ledger, ledger_hooks, short_hash
-from overflow import MIN_CONTEXT_WINDOW, ContextOverflow, learned_window
+from overflow import ContextOverflow
 from redaction import redact, redact_deep
 from session_log import TRANSCRIPT_DIR, open_session
 from terminal import HELP, Spinner, context_report, layer_line, one_line, say, start_repl, status_line, terminal_confirm
@@ -350,25 +348,13 @@ def context_tokens(agent, messages: list) -> int:
 
 
 def exact_context_tokens(agent, messages: list) -> int:
-    """Ask count_tokens when the endpoint offers it; otherwise fall back to the estimate."""
+    """Ask the endpoint's count_tokens when it offers one; otherwise the estimate stands."""
     estimate = context_tokens(agent, messages)
-    if agent.endpoint.can_count_tokens:
-        request = build_request(agent, messages)
-        request.pop("max_tokens")
-        try:
-            counted = agent.client.messages.count_tokens(**request).input_tokens
-        except anthropic.APIStatusError as err:
-            # 404 (or 405, 501): not offered here, so never ask again; anything else: not this time
-            agent.endpoint.can_count_tokens = err.status_code not in (404, 405, 501)
-            counted = None
-        except anthropic.APIError:
-            counted = None
-        if isinstance(counted, int) and counted >= estimate / 2:
-            agent.state.tokens.anchor(counted, messages)
-            return counted
-        if counted is not None:
-            agent.endpoint.can_count_tokens = False  # a count far below what is sent is not a count of it
-    return estimate
+    counted = count_tokens(agent.client, agent.endpoint, build_request(agent, messages), estimate)
+    if counted is None:
+        return estimate
+    agent.state.tokens.anchor(counted, messages)
+    return counted
 
 
 def over_threshold(agent, messages: list) -> bool:
@@ -962,29 +948,13 @@ def compact_pipeline(agent, messages: list) -> list:
 # raises ContextOverflow. Here the loop learns from it, before reactive_compact runs.
 
 def adopt_overflow(agent, err: ContextOverflow) -> bool:
-    """Learn from an overflow what the endpoint's window really is, and size everything to
-    it; True when the window shrank."""
-    endpoint, overflow = agent.endpoint, err.overflow
-    if not overflow.window and err.sent_tokens < MIN_CONTEXT_WINDOW:
-        overflow = replace(overflow, counts_output=True)  # a prompt this small can only be refused for max_tokens
-    endpoint.counts_output = endpoint.counts_output or overflow.counts_output
-    window = learned_window(overflow, window=endpoint.window, sent_tokens=err.sent_tokens,
-                            max_tokens=err.max_tokens, largest_accepted=endpoint.largest_accepted)
-    shrank = window < endpoint.window
-    if shrank:
-        if err.overflow.window:
-            agent.say(f"[window] the endpoint's limit is {window:,} tokens (was assuming {endpoint.window:,})", "layer")
-            endpoint.window_source = "the endpoint's overflow message"
-        else:
-            output = f" + {err.max_tokens:,} for the reply" if overflow.counts_output else ""
-            agent.say(f"[window] the endpoint refused about {err.sent_tokens:,} tokens{output} without naming its "
-                      f"limit; assuming a window of {window:,} from now on (was {endpoint.window:,})", "layer")
-            endpoint.window_source = "an overflow that named no limit (below the refused size)"
-        endpoint.window, endpoint.learned = window, True
-    if err.overflow.prompt_tokens and err.sent_tokens:  # it counted more than we estimated: size by its count
-        endpoint.undercount = max(endpoint.undercount, err.overflow.prompt_tokens / err.sent_tokens)
-    agent.settings = agent.settings.resized(endpoint.window)
-    return shrank
+    """Learn from an overflow what the endpoint's window really is (endpoint.py), and size
+    every threshold to it; True when the window shrank."""
+    learned = agent.endpoint.learn_from(err)
+    if learned:
+        agent.say(learned, "layer")
+    agent.settings = agent.settings.resized(agent.endpoint.window)
+    return bool(learned)
 
 
 def park_oversized_request(agent, messages: list) -> list:
@@ -1106,10 +1076,6 @@ class Agent:
     def __post_init__(self):
         if self.endpoint is None:
             self.endpoint = Endpoint(self.settings.window)
-
-    @property
-    def transcripts(self) -> Path:
-        return self.workdir / TRANSCRIPT_DIR
 
     @property
     def outputs(self) -> Path:

@@ -13,9 +13,9 @@ import random
 import re
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from overflow import MIN_CONTEXT_WINDOW, ContextOverflow, context_overflow
+from overflow import MIN_CONTEXT_WINDOW, ContextOverflow, context_overflow, learned_window
 from terminal import Spinner, StreamedText, one_line
 
 
@@ -68,6 +68,31 @@ class Endpoint:
     def accepted(self, prompt_tokens: int, max_tokens: int) -> None:
         self.largest_accepted = (max(self.largest_accepted[0], prompt_tokens),
                                  max(self.largest_accepted[1], prompt_tokens + max_tokens))
+
+    def learn_from(self, err: ContextOverflow) -> str:
+        """Take the window an overflow reveals: the one it states, else one below the refused
+        size and no lower than the largest request answered. Says what was learned ("" if
+        the window did not shrink)."""
+        overflow = err.overflow
+        if not overflow.window and err.sent_tokens < MIN_CONTEXT_WINDOW:
+            overflow = replace(overflow, counts_output=True)  # a prompt this small can only be refused for max_tokens
+        self.counts_output = self.counts_output or overflow.counts_output
+        if overflow.prompt_tokens and err.sent_tokens:  # it counted more than we estimated: size by its count
+            self.undercount = max(self.undercount, overflow.prompt_tokens / err.sent_tokens)
+        window = learned_window(overflow, window=self.window, sent_tokens=err.sent_tokens,
+                                max_tokens=err.max_tokens, largest_accepted=self.largest_accepted)
+        if window >= self.window:
+            return ""
+        if overflow.window:
+            said = f"[window] the endpoint's limit is {window:,} tokens (was assuming {self.window:,})"
+            self.window_source = "the endpoint's overflow message"
+        else:
+            output = f" + {err.max_tokens:,} for the reply" if overflow.counts_output else ""
+            said = (f"[window] the endpoint refused about {err.sent_tokens:,} tokens{output} without naming its "
+                    f"limit; assuming a window of {window:,} from now on (was {self.window:,})")
+            self.window_source = "an overflow that named no limit (below the refused size)"
+        self.window, self.learned = window, True
+        return said
 
     def facts(self) -> dict:
         """What the session log keeps, so --resume starts from what was learned."""
@@ -507,3 +532,21 @@ def make_client(connect: float, idle: float):
     if token and os.getenv("ANTHROPIC_API_KEY"):
         print("Using ANTHROPIC_AUTH_TOKEN; ANTHROPIC_API_KEY is set too and is not sent.", file=sys.stderr)
     return anthropic.Anthropic(**credential, max_retries=0, timeout=anthropic.Timeout(idle, connect=connect))
+
+
+def count_tokens(client, endpoint: Endpoint, request: dict, estimate: int) -> int | None:
+    """The endpoint's own count of a request, or None. Where count_tokens is not offered
+    (404, 405, 501), or answers far below what is sent, it is never asked again."""
+    if not endpoint.can_count_tokens:
+        return None
+    try:
+        counted = client.messages.count_tokens(**{k: v for k, v in request.items() if k != "max_tokens"}).input_tokens
+    except anthropic.APIStatusError as err:
+        endpoint.can_count_tokens = err.status_code not in (404, 405, 501)  # anything else: not this time
+        return None
+    except anthropic.APIError:
+        return None
+    if isinstance(counted, int) and counted >= estimate / 2:
+        return counted
+    endpoint.can_count_tokens = False  # a count far below what is sent is not a count of it
+    return None
