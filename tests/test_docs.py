@@ -1,15 +1,33 @@
 """The chapter names the code: every function or constant it mentions must exist in code.py
-(a comment does not count), in the order the chapter's table gives."""
+(a comment does not count), in the order the chapter's table gives; every piece of code it
+quotes is in code.py as quoted; its numbers are the code's. The reference page names only
+what exists beside it, and both pages keep their Chinese copies in step."""
 
 import ast
 import re
+import textwrap
 
 import pytest
 
-from conftest import CODE
+from conftest import CODE, ROOT
 
-CHAPTER = CODE.parent / "README.md"
+FOLDER = CODE.parent
+CHAPTER = FOLDER / "README.md"
+CHAPTER_ZH = FOLDER / "README.zh.md"
+REFERENCE = FOLDER / "REFERENCE.md"
+REFERENCE_ZH = FOLDER / "REFERENCE.zh.md"
 TREE = ast.parse(CODE.read_text(encoding="utf-8"))
+CHAPTER_MAX_WORDS = 3_500
+# The machinery the chapter does not need, in sibling modules of code.py (STYLE.md, part 2).
+MACHINERY = ("endpoint", "session_log", "terminal", "redaction", "workspace", "ledger", "cli")
+# Names of the API, of LiteLLM, of settings read from the environment, and the layers' settings fields.
+KNOWN_ELSEWHERE = {"tool_use", "tool_result", "tool_choice", "max_tokens", "input_tokens", "cache_control",
+                   "max_input_tokens", "invalid_request_error", "count_tokens", "read_file", "write_file",
+                   "edit_file", "todo_write", "load_skill", "clear_at_least", "budget_chars", "micro_trigger",
+                   "NO_COLOR", "CONTEXT_WINDOW", "MODEL_ID", "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL",
+                   "POST_COMPACT_", "SKILL", "cache_edits", "tool_use_id", "messages/count_tokens",
+                   "redacted_thinking", "ContextWindowExceededError", "stop_reason", "message_delta",
+                   "cache_read_input_tokens", "ANTHROPIC_AUTH_TOKEN"}
 
 
 def words_in_code(tree) -> set:
@@ -32,8 +50,28 @@ def words_in_code(tree) -> set:
     return words
 
 
+def module_words(name: str) -> set:
+    """The words of a sibling module of code.py, or of code.py itself while that module is
+    not split off yet."""
+    path = FOLDER / f"{name}.py"
+    return words_in_code(ast.parse(path.read_text(encoding="utf-8"))) if path.exists() else WORDS
+
+
+def defined_at(tree) -> dict:
+    """Top-level functions, classes and assigned names, with the line that defines them."""
+    found = {}
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            found.setdefault(node.name, node.lineno)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                if isinstance(target, ast.Name):
+                    found.setdefault(target.id, node.lineno)
+    return found
+
+
 WORDS = words_in_code(TREE)
-DEFINED_AT = {node.name: node.lineno for node in TREE.body if isinstance(node, (ast.FunctionDef, ast.ClassDef))}
+DEFINED_AT = defined_at(TREE)
 
 
 def code_names(markdown: str) -> set:
@@ -45,26 +83,67 @@ def code_names(markdown: str) -> set:
     return names
 
 
-@pytest.mark.parametrize("chapter", [CHAPTER, CODE.parent / "README.zh.md"], ids=["en", "zh"])
+def missing_names(text: str, words: set) -> list:
+    """The code names a page mentions that are nowhere to be found. `endpoint.context_overflow`
+    is looked up in endpoint.py (in code.py until that file exists); `session_log.py` is a
+    file of the chapter's folder or one of the machinery modules."""
+    missing = []
+    for name in sorted(code_names(text) - KNOWN_ELSEWHERE):
+        module, _, attribute = name.rpartition(".")
+        if attribute == "py":
+            found = module in MACHINERY or (FOLDER / name).exists()
+        elif module in MACHINERY:
+            found = attribute in module_words(module)
+        else:
+            found = name.split(".")[-1] in words
+        if not found:
+            missing.append(name)
+    return missing
+
+
+@pytest.mark.parametrize("chapter", [CHAPTER, CHAPTER_ZH], ids=["en", "zh"])
 def test_every_code_name_in_the_chapter_exists(chapter):
-    text = chapter.read_text(encoding="utf-8")
-    known_elsewhere = {"tool_use", "tool_result", "tool_choice", "max_tokens", "input_tokens", "cache_control",
-                       "max_input_tokens", "invalid_request_error", "count_tokens", "read_file", "write_file",
-                       "edit_file", "todo_write", "load_skill", "clear_at_least", "budget_chars", "micro_trigger",
-                       "NO_COLOR", "CONTEXT_WINDOW", "MODEL_ID", "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL",
-                       "POST_COMPACT_", "SKILL", "cache_edits", "tool_use_id", "messages/count_tokens",
-                       "redacted_thinking", "ContextWindowExceededError"}  # the API's and LiteLLM's names
-    missing = sorted(n for n in code_names(text) if n not in known_elsewhere and n.split(".")[-1] not in WORDS)
+    missing = missing_names(chapter.read_text(encoding="utf-8"), WORDS)
     assert not missing, f"{chapter.name} names what code.py does not have: {missing}"
 
 
-def test_the_chapter_numbers_match_the_code(s08):
-    text = CHAPTER.read_text(encoding="utf-8")
+@pytest.mark.parametrize("reference", [REFERENCE, REFERENCE_ZH], ids=["en", "zh"])
+def test_every_code_name_in_the_reference_exists(reference):
+    """The reference describes the machinery, so its names may live in any module of the folder."""
+    words = set().union(*(words_in_code(ast.parse(path.read_text(encoding="utf-8")))
+                          for path in sorted(FOLDER.glob("*.py"))))
+    missing = missing_names(reference.read_text(encoding="utf-8"), words)
+    assert not missing, f"{reference.name} names what no module has: {missing}"
+
+
+def test_a_module_prefix_is_looked_up_in_that_module():
+    assert missing_names("`endpoint.no_such_function_anywhere`", WORDS) == ["endpoint.no_such_function_anywhere"]
+    assert missing_names("`no_where.py` and `session_log.py`", WORDS) == ["no_where.py"]
+    assert missing_names("`Settings.for_window` and `tool_result_budget`", WORDS) == []
+
+
+def ceiling_window(s08) -> int:
+    """The smallest window at which the tool-result budget reaches its fixed ceiling."""
+    low, high = 4_000, 10_000_000
+    while low < high:
+        middle = (low + high) // 2
+        if s08.Settings.for_window("m", middle).budget_chars >= s08.TOOL_RESULT_BUDGET_CHARS:
+            high = middle
+        else:
+            low = middle + 1
+    return low
+
+
+@pytest.mark.parametrize("chapter", [CHAPTER, CHAPTER_ZH], ids=["en", "zh"])
+def test_the_chapter_numbers_match_the_code(s08, chapter):
+    text = chapter.read_text(encoding="utf-8")
     big = s08.Settings.for_window("m", 200_000)
     small = s08.Settings.for_window("m", 12_000)
-    for number in (big.threshold, big.micro_trigger, big.clear_at_least, small.threshold, small.budget_chars,
+    for number in (big.threshold, big.budget_chars, big.micro_trigger, big.clear_at_least,
+                   big.restore_files_tokens, small.threshold, small.budget_chars,
                    small.micro_trigger, small.clear_at_least):
         assert f"{number:,}" in text, number
+    assert f"{ceiling_window(s08) / 1000:.1f}k" in text, "the window from which the budget is 200,000 characters"
 
 
 def test_a_name_only_in_a_comment_or_a_docstring_is_not_in_the_code():
@@ -74,17 +153,27 @@ def test_a_name_only_in_a_comment_or_a_docstring_is_not_in_the_code():
     assert {"f", "g", "x_y"} <= words and "compact_history" not in words and "keep_going" not in words
 
 
+def section(text: str, heading: str) -> str:
+    """The text under a "## " heading, up to the next one."""
+    start = text.index(f"\n## {heading}\n")
+    end = text.find("\n## ", start + 1)
+    return text[start:end if end != -1 else len(text)]
+
+
+WHERE_EACH_IDEA_LIVES = {CHAPTER: "Where each idea lives", CHAPTER_ZH: "每个概念在哪里"}
+
+
 def table_names(text: str) -> list:
-    """The code names in the function column of the "Where each idea lives" table."""
+    """The code names in the second column of a section's table."""
     table = text[text.index("| --- |"):].split("\n\n")[0]
     return [name.split(".")[0] for line in table.splitlines()[1:]
             for name in re.findall(r"`([A-Za-z_][\w.]*)`", line.split("|")[2])]
 
 
-@pytest.mark.parametrize("chapter", [CHAPTER, CODE.parent / "README.zh.md"], ids=["en", "zh"])
+@pytest.mark.parametrize("chapter", [CHAPTER, CHAPTER_ZH], ids=["en", "zh"])
 def test_code_py_defines_the_tables_names_in_the_tables_order(chapter):
     text = chapter.read_text(encoding="utf-8")
-    names = table_names(text)
+    names = table_names(section(text, WHERE_EACH_IDEA_LIVES[chapter]))
     assert len(names) >= 30 and all(n in DEFINED_AT for n in names), [n for n in names if n not in DEFINED_AT]
     backwards = [(a, b) for a, b in zip(names, names[1:]) if DEFINED_AT[b] < DEFINED_AT[a]]
     assert not backwards, f"code.py defines these the other way round: {backwards}"
@@ -93,8 +182,128 @@ def test_code_py_defines_the_tables_names_in_the_tables_order(chapter):
     assert [DEFINED_AT[n] for n in layers] == sorted(DEFINED_AT[n] for n in layers)
 
 
-def test_the_lesson_comes_before_the_command_line():
-    source = CODE.read_text(encoding="utf-8")
-    part_two = source[:source.index("PART 2: THE COMMAND LINE AROUND IT")].count("\n") + 1
-    assert all(DEFINED_AT[n] < part_two for n in ("Settings", "tool_result_budget", "compact_pipeline", "agent_loop"))
-    assert all(DEFINED_AT[n] > part_two for n in ("repl", "SessionLog", "send_request", "main"))
+def imports_of(path) -> set:
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            found.add(node.module.split(".")[0])
+    return found
+
+
+def test_code_py_is_the_lesson_and_main_comes_last():
+    """code.py keeps the lesson and ends with main; the machinery lives in sibling modules,
+    which never import code.py (its name is also a standard-library module)."""
+    functions = [node.name for node in TREE.body if isinstance(node, (ast.FunctionDef, ast.ClassDef))]
+    assert functions[-1] == "main", f"code.py defines {functions[functions.index('main') + 1:]} after main"
+    assert not [n for n in MACHINERY if not (FOLDER / f"{n}.py").exists()], "machinery modules missing"
+    moved = {"endpoint": ("Endpoint", "context_overflow", "learned_window", "OVERFLOW_WORDINGS"),
+             "ledger": ("Ledger", "ledger_hooks")}
+    for module, names in moved.items():
+        assert not [n for n in names if n in DEFINED_AT], f"code.py still defines what {module}.py holds"
+        assert all(n in defined_at(ast.parse((FOLDER / f"{module}.py").read_text(encoding="utf-8"))) for n in names)
+    assert not [n for n in MACHINERY if "code" in imports_of(FOLDER / f"{n}.py")]
+
+
+def python_blocks(text: str) -> list:
+    return re.findall(r"^```python\n(.*?)^```", text, re.M | re.S)
+
+
+def quoted_verbatim(block: str, source_lines: list) -> bool:
+    """Whether a quoted block is in the source as it stands: after its common indentation is
+    stripped, each run of lines between "..." lines matches consecutive source lines, all at
+    one further indentation, the runs in order."""
+    runs, run = [], []
+    for line in textwrap.dedent(block).splitlines():
+        if line.strip() == "...":
+            runs.append(run)
+            run = []
+        else:
+            run.append(line)
+    runs = [r for r in runs + [run] if r]
+
+    def match_from(run_index: int, start: int, indent: str | None) -> bool:
+        if run_index == len(runs):
+            return True
+        lines = runs[run_index]
+        for at in range(start, len(source_lines) - len(lines) + 1):
+            first = source_lines[at]
+            if not first.endswith(lines[0]) or first[:len(first) - len(lines[0])].strip():
+                continue
+            pad = first[:len(first) - len(lines[0])]
+            if indent is not None and pad != indent:
+                continue
+            if all(source_lines[at + k] == (pad + line if line else "") for k, line in enumerate(lines)) \
+                    and match_from(run_index + 1, at + len(lines), pad):
+                return True
+        return False
+    return bool(runs) and match_from(0, 0, None)
+
+
+def test_quoting_finds_what_is_there_and_only_that():
+    source = ["def f(x):", "    a = 1", "    b = 2", "    return a + b", "", "def g():", "    pass"]
+    assert quoted_verbatim("def f(x):\n    ...\n    return a + b\n", source)
+    assert quoted_verbatim("    a = 1\n    b = 2\n", source)
+    assert not quoted_verbatim("def f(x):\n    a = 2\n", source)  # a changed line
+    assert not quoted_verbatim("return a + b\n...\ndef f(x):\n", source)  # out of order
+    assert not quoted_verbatim("def f(x):\n  a = 1\n", source)  # indentation changed inside the block
+
+
+@pytest.mark.parametrize("chapter", [CHAPTER, CHAPTER_ZH], ids=["en", "zh"])
+def test_every_excerpt_is_in_code_py_as_quoted(chapter):
+    blocks = python_blocks(chapter.read_text(encoding="utf-8"))
+    assert len(blocks) >= 5, "the chapter shows a piece of the real code for each idea"
+    source_lines = CODE.read_text(encoding="utf-8").splitlines()
+    stale = [block.splitlines()[0] for block in blocks if not quoted_verbatim(block, source_lines)]
+    assert not stale, f"{chapter.name} quotes code that is not in code.py as quoted: {stale}"
+
+
+def headings(text: str) -> list:
+    return [line.split(" ")[0] for line in text.splitlines() if re.match(r"#{1,4} ", line)]
+
+
+@pytest.mark.parametrize("english, chinese", [(CHAPTER, CHAPTER_ZH), (REFERENCE, REFERENCE_ZH)],
+                         ids=["chapter", "reference"])
+def test_the_chinese_copy_is_in_step(english, chinese):
+    en, zh = english.read_text(encoding="utf-8"), chinese.read_text(encoding="utf-8")
+    assert headings(en) == headings(zh), "the same sections, in the same order"
+    assert python_blocks(en) == python_blocks(zh), "the same code"
+    assert code_names(en) == code_names(zh), "the same names"
+
+
+def test_the_chapter_is_short_enough_to_read_in_one_sitting():
+    words = len(CHAPTER.read_text(encoding="utf-8").split())
+    assert words <= CHAPTER_MAX_WORDS, f"{words} words"
+
+
+def slug(heading: str) -> str:
+    """The anchor GitHub gives a heading."""
+    text = heading.strip().lower()
+    return re.sub(r" ", "-", "".join(c for c in text if c.isalnum() or c in " -_"))
+
+
+PAGES = [CHAPTER, CHAPTER_ZH, REFERENCE, REFERENCE_ZH, ROOT / "README.md"]
+
+
+@pytest.mark.parametrize("page", PAGES, ids=[p.relative_to(ROOT).as_posix() for p in PAGES])
+def test_every_link_between_the_pages_arrives(page):
+    text = page.read_text(encoding="utf-8")
+    links = re.findall(r"\]\(([^)\s]+)\)", text)
+    assert links, page
+    for link in links:
+        if re.match(r"[a-z]+:", link):
+            continue
+        target, _, anchor = link.partition("#")
+        path = (page.parent / target).resolve() if target else page
+        assert path.exists(), link
+        if anchor and path.suffix == ".md":
+            anchors = {slug(line.lstrip("#")) for line in path.read_text(encoding="utf-8").splitlines()
+                       if line.startswith("#")}
+            assert anchor in anchors, f"{link}: no such heading in {path.name}"
+
+
+def test_the_pages_that_lead_to_the_reference_link_it():
+    assert "](REFERENCE.md" in CHAPTER.read_text(encoding="utf-8")
+    assert "](REFERENCE.zh.md" in CHAPTER_ZH.read_text(encoding="utf-8")
+    assert "s08_context_compact/REFERENCE.md" in (ROOT / "README.md").read_text(encoding="utf-8")
