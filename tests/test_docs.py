@@ -19,7 +19,7 @@ REFERENCE_ZH = FOLDER / "REFERENCE.zh.md"
 TREE = ast.parse(CODE.read_text(encoding="utf-8"))
 CHAPTER_MAX_WORDS = 3_500
 # The machinery the chapter does not need, in sibling modules of code.py (STYLE.md, part 2).
-MACHINERY = ("endpoint", "session_log", "terminal", "redaction", "workspace", "ledger", "cli")
+MACHINERY = ("endpoint", "overflow", "session_log", "terminal", "redaction", "workspace_io", "ledger", "cli")
 # Names of the API, of LiteLLM, of settings read from the environment, and the layers' settings fields.
 KNOWN_ELSEWHERE = {"tool_use", "tool_result", "tool_choice", "max_tokens", "input_tokens", "cache_control",
                    "max_input_tokens", "invalid_request_error", "count_tokens", "read_file", "write_file",
@@ -84,8 +84,8 @@ def code_names(markdown: str) -> set:
 
 
 def missing_names(text: str, words: set) -> list:
-    """The code names a page mentions that are nowhere to be found. `endpoint.context_overflow`
-    is looked up in endpoint.py (in code.py until that file exists); `session_log.py` is a
+    """The code names a page mentions that are nowhere to be found. `overflow.context_overflow`
+    is looked up in overflow.py; `session_log.py` is a
     file of the chapter's folder or one of the machinery modules."""
     missing = []
     for name in sorted(code_names(text) - KNOWN_ELSEWHERE):
@@ -198,7 +198,7 @@ def test_code_py_is_the_lesson_and_main_comes_last():
     functions = [node.name for node in TREE.body if isinstance(node, (ast.FunctionDef, ast.ClassDef))]
     assert functions[-1] == "main", f"code.py defines {functions[functions.index('main') + 1:]} after main"
     assert not [n for n in MACHINERY if not (FOLDER / f"{n}.py").exists()], "machinery modules missing"
-    moved = {"endpoint": ("Endpoint", "context_overflow", "learned_window", "OVERFLOW_WORDINGS"),
+    moved = {"endpoint": ("Endpoint",), "overflow": ("context_overflow", "learned_window", "OVERFLOW_WORDINGS"),
              "ledger": ("Ledger", "ledger_hooks")}
     for module, names in moved.items():
         assert not [n for n in names if n in DEFINED_AT], f"code.py still defines what {module}.py holds"
