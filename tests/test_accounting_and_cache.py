@@ -219,16 +219,6 @@ def test_the_summary_request_continues_the_cached_conversation(s08, make_agent, 
         assert_valid(messages)
 
 
-def test_status_line_after_each_turn_dim_only_with_colour(s08, make_agent, fake):
-    agent = make_agent(window=30_000, show_status=True, color=True)
-    s08.take_turn(agent, [], "hello")
-    line = agent.out[-1]
-    assert line.startswith("\033[2mcontext ") and "/30.0k tokens (" in line and "auto-compact in " in line
-    plain_agent = make_agent(window=30_000, show_status=True, color=False)
-    s08.take_turn(plain_agent, [], "again")
-    assert plain_agent.out[-1].startswith("context ") and "\033[" not in plain_agent.out[-1]
-
-
 def test_piped_output_has_no_status_line_and_no_escape_codes(fake, workspace):
     from conftest import run_cli
     done = run_cli(fake, workspace, "hello\n")

@@ -9,7 +9,8 @@ from conftest import CODE
 
 
 def test_demo_runs_offline_and_every_layer_fires(tmp_path):
-    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}  # no key, no endpoint, no model
+    # no key, no endpoint, no model; the demo's workspace (mkdtemp) goes in this test's tmp_path, not /tmp
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "TMPDIR": str(tmp_path)}
     done = subprocess.run([sys.executable, str(CODE), "--demo", "--no-pause"], capture_output=True, text=True,
                           cwd=tmp_path, env=env, timeout=60)
     out = done.stdout
@@ -21,6 +22,7 @@ def test_demo_runs_offline_and_every_layer_fires(tmp_path):
     steps = re.findall(r"^== (\d)/7 ", out, re.M)
     assert steps == [str(n) for n in range(1, 8)]
     workspace = Path(re.search(r"Workspace: (\S+)", out).group(1))
+    assert workspace.parent == tmp_path, "the run leaves nothing behind in /tmp"
     named = re.findall(r"^   wrote (\S+)$", out, re.M) + re.findall(r"saved to (\.transcripts/\S+?\.jsonl)", out)
     assert named and all((workspace / path).is_file() for path in named)
     assert re.search(r"The session log is (\S+\.jsonl)", out) and "\033[" not in out

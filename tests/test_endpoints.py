@@ -171,7 +171,12 @@ def test_the_context_size_never_falls_to_zero_or_double(s08, make_agent, style):
         if style == "includes_cache":
             assert fake.usage_log[-1]["cache_read_input_tokens"] > 0
             assert "input_tokens include the cache reads" in report
-            assert "% read (" in report and " 0 uncached)" not in report or True
+            true = fake.usage_log[-1]  # what the prompt really cost, each token once
+            read, written, uncached = (true[k] for k in ("cache_read_input_tokens", "cache_creation_input_tokens",
+                                                         "input_tokens"))
+            assert (f"Prompt cache, last request: {100 * read // (read + written + uncached)}% read "
+                    f"({s08.format_tokens(read)} read, {s08.format_tokens(written)} written, "
+                    f"{s08.format_tokens(uncached)} uncached)") in report, "the reads are not counted twice"
 
 
 def test_usage_far_below_the_estimate_is_distrusted_and_far_above_kept(s08):

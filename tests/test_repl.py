@@ -1,11 +1,13 @@
 """The REPL as people meet it: start-up, pastes, the terminal's width, history."""
 
 import re
+import shutil
 import subprocess
 import sys
 import unicodedata
 
 import cli_runner
+import pytest
 from conftest import CODE, Terminal, run_cli, context_report
 from fake_anthropic import FakeAnthropic, error, text, tool_use
 import terminal  # noqa: E402
@@ -27,15 +29,28 @@ def test_help_and_list_answer_without_importing_the_sdk(workspace):
         assert "anthropic" not in modules and "httpx2" not in modules, args
 
 
-def test_a_python_without_the_requirements_is_told_how_to_install_them(workspace):
+@pytest.mark.parametrize("has_venv", [False, True], ids=["no-venv-yet", "venv-beside-it"])
+def test_a_python_without_the_requirements_is_told_how_to_install_them(tmp_path, workspace, has_venv):
+    # a copy of the program in a tree of its own: whether <repo>/.venv exists is this test's choice
+    root = tmp_path / "repo"
+    shutil.copytree(CODE.parent, root / CODE.parent.name, ignore=shutil.ignore_patterns("__pycache__"))
+    if has_venv:
+        (root / ".venv").mkdir()
     # -S leaves out site-packages: a Python that never had the requirements installed
-    done = subprocess.run([sys.executable, "-S", str(CODE)], capture_output=True, text=True, cwd=workspace,
-                          env={"PATH": "/usr/bin:/bin", "MODEL_ID": "m", "ANTHROPIC_API_KEY": "k"}, timeout=60)
+    done = subprocess.run([sys.executable, "-S", str(root / CODE.parent.name / CODE.name)], capture_output=True,
+                          text=True, cwd=workspace, env={"PATH": "/usr/bin:/bin", "MODEL_ID": "m",
+                                                         "ANTHROPIC_API_KEY": "k"}, timeout=60)
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
     assert "This Python lacks anthropic and python-dotenv, which the program needs:" in done.stderr
-    assert f"cd {CODE.parent.parent}\n" in done.stderr and "-m venv .venv" in done.stderr, "a virtual environment"
-    assert "pip install -r requirements.txt" in done.stderr
-    assert max(map(len, done.stderr.splitlines()[2:] + done.stderr.splitlines()[:1])) <= 80, "it fits a terminal"
+    lines = [line.strip() for line in done.stderr.splitlines()]
+    assert f"cd {root}" in lines, done.stderr
+    after_cd = lines[lines.index(f"cd {root}") + 1:]
+    make_venv = "" if has_venv else "python3 -m venv .venv && "  # a second .venv would replace the first
+    assert after_cd[0] == f"{make_venv}. .venv/bin/activate", done.stderr
+    assert after_cd[1].endswith("pip install -r requirements.txt"), done.stderr
+    assert ("-m venv" in done.stderr) != has_venv
+    own_words = [line for line in done.stderr.splitlines() if str(root) not in line and sys.executable not in line]
+    assert max(map(len, own_words)) <= 80, "it fits a terminal"
 
 
 # ---------------------------------------------------------------- several lines, one message
