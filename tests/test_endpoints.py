@@ -14,6 +14,7 @@ from fake_anthropic import (OVERFLOWS, FakeAnthropic, broken_tool_json, count_to
 import endpoint as endpoint_module
 import overflow as overflow_module
 import session_log
+import terminal
 
 TOOLS = [{"name": "bash", "description": "run", "input_schema": {"type": "object", "properties": {}}}]
 
@@ -175,8 +176,8 @@ def test_the_context_size_never_falls_to_zero_or_double(s08, make_agent, style):
             read, written, uncached = (true[k] for k in ("cache_read_input_tokens", "cache_creation_input_tokens",
                                                          "input_tokens"))
             assert (f"Prompt cache, last request: {100 * read // (read + written + uncached)}% read "
-                    f"({s08.format_tokens(read)} read, {s08.format_tokens(written)} written, "
-                    f"{s08.format_tokens(uncached)} uncached)") in report, "the reads are not counted twice"
+                    f"({terminal.format_tokens(read)} read, {terminal.format_tokens(written)} written, "
+                    f"{terminal.format_tokens(uncached)} uncached)") in report, "the reads are not counted twice"
 
 
 def test_usage_far_below_the_estimate_is_distrusted_and_far_above_kept(s08):
