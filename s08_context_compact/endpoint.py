@@ -182,6 +182,34 @@ def add_usage(usage: dict, figures) -> None:
             usage[key] = value
 
 
+class ReplyEvents:
+    """A reply stream's events as (kind, data) pairs, keep-alives left out. Pings and
+    comment lines hold a connection open but are not progress: after idle_seconds of
+    nothing else, BadReply. (The read timeout covers a stream that sends nothing at all.)"""
+
+    def __init__(self, response, idle_seconds: float):
+        self.response, self.idle_seconds, self.last_news = response, idle_seconds, time.monotonic()
+
+    def __iter__(self):
+        # The SDK's own decoder, fed bytes we can watch: iterating its Stream would drop pings
+        # unseen, skip an event with no event line, and stop at a byte that is not UTF-8.
+        for sse in anthropic.Stream.raw_events(httpx2.Response(200, content=self.chunks())):
+            try:
+                data = sse.json() if sse.data else None
+            except ValueError:
+                raise BadReply(f"the endpoint sent an event that is not JSON: {one_line(sse.data, 60)}") from None
+            kind = sse.event or (data.get("type") if isinstance(data, dict) else None)
+            if data is not None and kind != "ping":
+                self.last_news = time.monotonic()
+                yield kind, data
+
+    def chunks(self):
+        for text in self.response.iter_text():  # a byte that is not UTF-8 becomes U+FFFD, not a crash
+            yield text.encode()
+            if time.monotonic() - self.last_news > self.idle_seconds:  # after the chunk's events: news in it counts
+                raise BadReply(f"the endpoint sent nothing but pings or comments for {self.idle_seconds:g}s")
+
+
 def apply_event(kind: str, data: dict, blocks: dict, usage: dict, on_text) -> str | None:
     """Fold one stream event into the blocks being built; return a stop_reason if it has one."""
     if kind == "message_start":
@@ -208,7 +236,8 @@ def apply_event(kind: str, data: dict, blocks: dict, usage: dict, on_text) -> st
 
 def tool_input(block: dict):
     """A tool call's input: the streamed JSON if any, else what the block started with.
-    Text that is not JSON comes back as the string it is; make_reply_sendable answers it."""
+    Text that is not JSON comes back as the string it is, never completed as the SDK's stream
+    helper completes JSON cut short; make_reply_sendable answers it."""
     raw = block.pop("partial_json", "")
     if not raw.strip():
         return block.get("input", {})
@@ -222,57 +251,25 @@ def finished_blocks(blocks: dict) -> list:
     """The reply's blocks in order, as the wire format's plain dicts. Thinking blocks are
     kept verbatim, signature included: endpoints want them back exactly as sent."""
     content = []
-    for index in sorted(blocks):
-        block = {key: value for key, value in blocks[index].items() if value is not None}
-        if block["type"] == "text":
-            if not block.get("text", "").strip():
-                continue  # the API rejects empty text blocks
-            block = {"type": "text", "text": block["text"]}
-        elif block["type"] == "tool_use":
-            block = {"type": "tool_use", "id": block["id"], "name": block["name"], "input": tool_input(block)}
-        content.append(block)
+    try:
+        for index in sorted(blocks):
+            block = {key: value for key, value in blocks[index].items() if value is not None}
+            if block["type"] == "text":
+                if not block.get("text", "").strip():
+                    continue  # the API rejects empty text blocks
+                block = {"type": "text", "text": block["text"]}
+            elif block["type"] == "tool_use":
+                block = {"type": "tool_use", "id": block["id"], "name": block["name"], "input": tool_input(block)}
+            content.append(block)
+    except (KeyError, TypeError, AttributeError) as err:
+        raise BadReply(f"the endpoint sent a malformed content block ({type(err).__name__}: {err})") from None
     return content or [{"type": "text", "text": "(no reply)"}]
 
 
-def server_sent_events(chunks, idle_seconds: float):
-    """(event name, data) pairs from an SSE byte stream. Pings and comment lines keep a
-    connection open but are not progress: after idle_seconds with nothing else, BadReply."""
-    buffer, name, data = b"", None, []
-    last_news = time.monotonic()
-    for chunk in chunks:
-        *lines, buffer = (buffer + chunk).split(b"\n")
-        for raw in lines:
-            line = raw.rstrip(b"\r").decode("utf-8", "replace")  # a bad byte is a bad character, not a crash
-            if line and not line.startswith(":"):
-                field_name, _, value = line.partition(":")
-                value = value[1:] if value.startswith(" ") else value
-                if field_name == "event":
-                    name = value
-                elif field_name == "data":
-                    data.append(value)
-            elif not line and (name or data):
-                event = (name, "\n".join(data))
-                name, data = None, []
-                if event[0] != "ping" and '"type": "ping"' not in event[1] and '"type":"ping"' not in event[1]:
-                    last_news = time.monotonic()
-                    yield event
-        if time.monotonic() - last_news > idle_seconds:  # checked after the chunk: news in it counts
-            raise BadReply(f"the endpoint sent nothing but pings or comments for {idle_seconds:g}s")
-    if name or data:
-        yield name, "\n".join(data)
-
-
 def reply_from_events(events, on_text) -> tuple:
-    """(content, stop_reason, usage) from (event name, data) pairs; raises BadReply or ErrorEvent."""
+    """(content, stop_reason, usage) from (kind, data) pairs; raises BadReply or ErrorEvent."""
     blocks, usage, stop_reason, started = {}, {}, None, False
-    for name, raw in events:
-        if not raw:
-            continue
-        try:
-            data = json.loads(raw)
-        except ValueError:
-            raise BadReply(f"the endpoint sent an event that is not JSON: {one_line(raw, 60)}") from None
-        kind = name or (data.get("type") if isinstance(data, dict) else "")
+    for kind, data in events:
         if kind == "error":
             raise ErrorEvent(data)
         try:
@@ -284,10 +281,7 @@ def reply_from_events(events, on_text) -> tuple:
         raise BadReply("the endpoint's reply was empty")
     if stop_reason is None:
         raise BadReply("the reply stream ended before the message was complete (the connection dropped)")
-    try:
-        return finished_blocks(blocks), stop_reason, usage
-    except (KeyError, TypeError, AttributeError) as err:
-        raise BadReply(f"the endpoint sent a malformed content block ({type(err).__name__}: {err})") from None
+    return finished_blocks(blocks), stop_reason, usage
 
 
 def reply_from_body(raw: bytes) -> tuple:
@@ -303,10 +297,7 @@ def reply_from_body(raw: bytes) -> tuple:
         raise BadReply(f"the endpoint's reply is not a message: {one_line(json.dumps(data), 60)}")
     usage = {}
     add_usage(usage, data.get("usage"))
-    try:
-        return finished_blocks(dict(enumerate(data["content"]))), data.get("stop_reason") or "end_turn", usage
-    except (KeyError, TypeError, AttributeError) as err:
-        raise BadReply(f"the endpoint sent a malformed content block ({type(err).__name__}: {err})") from None
+    return finished_blocks(dict(enumerate(data["content"]))), data.get("stop_reason") or "end_turn", usage
 
 
 def stream_reply(agent, request: dict, on_text=None) -> tuple:
@@ -316,7 +307,7 @@ def stream_reply(agent, request: dict, on_text=None) -> tuple:
         try:
             if "json" in stream.response.headers.get("content-type", ""):
                 return reply_from_body(stream.response.read())
-            return reply_from_events(server_sent_events(stream.response.iter_bytes(), idle), on_text)
+            return reply_from_events(ReplyEvents(stream.response, idle), on_text)
         except httpx2.TimeoutException:
             raise BadReply(f"the endpoint sent nothing for {idle:g}s") from None
         except httpx2.HTTPError as err:  # a dropped connection, a body that does not decode
