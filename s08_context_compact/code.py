@@ -34,7 +34,7 @@ from pathlib import Path
 
 from cli import configure, run, say_what_start_up_found
 from endpoint import (IDLE_TIMEOUT, RETRY_BASE_SECONDS, Endpoint, api_error_text, api_failures, count_tokens,
-                      explain_api_error, model_reply)
+                      explain_api_error, make_reply_sendable, model_reply)
 from ledger import Ledger, ledger_hooks, short_hash
 from overflow import ContextOverflow
 from redaction import redact, redact_deep
@@ -1178,34 +1178,6 @@ def call_model(agent, messages: list) -> tuple:
     return reply, answer.stop_reason
 
 
-def make_reply_sendable(agent, messages: list, reply: dict, stop_reason: str) -> tuple:
-    """Fix what would break the next request: a tool call cut off by max_tokens (dropped,
-    with a note for the model), a tool_use id used before (renamed), and an input that is
-    not a JSON object (kept as {} so later requests stay valid, and answered with an error).
-    Returns (reply, note, {tool_use id: why it will not run})."""
-    content, note, refused = list(reply["content"]), "", {}
-    if stop_reason == "max_tokens" and content and content[-1].get("type") == "tool_use":
-        cut = content.pop()  # its input is incomplete: never run it
-        note = (f"{NOTE_MARKER}: your reply reached the output limit ({agent.settings.max_output:,} tokens) in the "
-                f"middle of a call to {cut['name']}, so that call was not run. Continue from there, and split "
-                "large content into several smaller calls.]")
-    seen = set(tool_names(messages))
-    for k, block in enumerate(content):
-        if block.get("type") == "tool_use":
-            unique, n = block["id"], 1
-            while unique in seen:
-                unique, n = f"{block['id']}_{n}", n + 1
-            seen.add(unique)
-            content[k] = {**block, "id": unique}
-            if not isinstance(block["input"], dict):
-                refused[unique] = (f"its input was not a JSON object (received {one_line(json.dumps(block['input']), 80)}),"
-                                   " so it was not run")
-                content[k]["input"] = {}
-    if content == reply["content"]:
-        return reply, note, refused  # the same object: the token counter's anchor still knows it
-    return {**reply, "content": content or [{"type": "text", "text": "(reply cut off)"}]}, note, refused
-
-
 def use_tools(agent, tool_uses: list, refused: dict) -> tuple:
     """Run every call in order (a refused one is answered with why). On Ctrl-C the rest
     are answered as interrupted."""
@@ -1248,18 +1220,19 @@ def agent_loop(agent, messages: list) -> str | None:
             replace_history(agent, messages, apply_layer(agent, reactive_compact, messages, agent=agent),
                             "reactive_compact")
             continue
-        reply, note, refused = make_reply_sendable(agent, messages, reply, stop_reason)
+        reply, note, refused = make_reply_sendable(reply, stop_reason, ids_used=set(tool_names(messages)),
+                                                   max_output=agent.settings.max_output)
         append_message(agent, messages, reply)
         tool_uses = [b for b in reply["content"] if b.get("type") == "tool_use"]
-        if not tool_uses and note:  # cut short: tell the model and let it go on
-            append_message(agent, messages, {"role": "user", "content": [own_text("note", note)]})
+        notes = [own_text("note", f"{NOTE_MARKER}: {note}]")] if note else []
+        if not tool_uses and notes:  # cut short: tell the model and let it go on
+            append_message(agent, messages, {"role": "user", "content": notes})
             continue
         if not tool_uses:
             final = "\n".join(b["text"] for b in reply["content"] if b.get("type") == "text")
             fire_hooks(agent, "Stop", messages=messages, final=final)
             return final
         results, interrupted = use_tools(agent, tool_uses, refused)
-        notes = [own_text("note", note)] if note else []
         append_message(agent, messages, {"role": "user", "content": results + notes})
         if interrupted:
             agent.state.pending_compact = None  # an interrupted batch leaves nothing to do later

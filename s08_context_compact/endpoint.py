@@ -372,6 +372,34 @@ def model_reply(agent, request: dict, sent_tokens: int, show_text: bool, label: 
     return answer
 
 
+def make_reply_sendable(reply: dict, stop_reason: str, *, ids_used: set, max_output: int) -> tuple:
+    """Fix what would break the next request: a tool call cut off by max_tokens (dropped,
+    with a note for the model), a tool_use id used before (renamed), and an input that is
+    not a JSON object (kept as {} so later requests stay valid, and answered with an error).
+    Returns (reply, note for the model, {tool_use id: why it will not run})."""
+    content, note, refused = list(reply["content"]), "", {}
+    if stop_reason == "max_tokens" and content and content[-1].get("type") == "tool_use":
+        cut = content.pop()  # its input is incomplete: never run it
+        note = (f"your reply reached the output limit ({max_output:,} tokens) in the middle of a call to "
+                f"{cut['name']}, so that call was not run. Continue from there, and split large content into "
+                "several smaller calls.")
+    seen = set(ids_used)
+    for k, block in enumerate(content):
+        if block.get("type") == "tool_use":
+            unique, n = block["id"], 1
+            while unique in seen:
+                unique, n = f"{block['id']}_{n}", n + 1
+            seen.add(unique)
+            content[k] = {**block, "id": unique}
+            if not isinstance(block["input"], dict):
+                refused[unique] = (f"its input was not a JSON object (received {one_line(json.dumps(block['input']), 80)}),"
+                                   " so it was not run")
+                content[k]["input"] = {}
+    if content == reply["content"]:
+        return reply, note, refused  # the same object: the token counter's anchor still knows it
+    return {**reply, "content": content or [{"type": "text", "text": "(reply cut off)"}]}, note, refused
+
+
 def usage_prompt_tokens(endpoint, usage: dict, estimate: int) -> tuple:
     """(the prompt's size by usage, the usage with each token counted once). The size is
     None when usage cannot be trusted, and the estimate stands.
