@@ -2,8 +2,9 @@
 read and written, commands and their exit codes, failing tests, the user's constraints),
 puts it back after every compaction, and checks what the summary kept.
 
-It shows how hooks extend the agent: code.py only fires the events (PostToolUse,
-UserPromptSubmit, RestoreContext, PostCompact); nothing in the loop knows the ledger.
+The chapter does not need its inside; it shows how hooks extend the agent: code.py only
+fires the events (PostToolUse, UserPromptSubmit, RestoreContext, PostCompact), and
+nothing in the loop knows the ledger.
 """
 
 import hashlib
@@ -110,8 +111,9 @@ def ledger_hooks(agent) -> dict:
     def check(event: dict):
         kept, total, lost = agent.ledger.check(event["summary"], agent.state.todos)
         missing = f" (not in the summary: {'; '.join(key for _, key in lost)[:200]})" if lost else ""
-        return {"note": f"ledger check: the summary mentions {kept} of {total} fact{'' if total == 1 else 's'} the hooks "
-                        f"recorded{missing}; the ledger itself is restored after it" if total else "",
+        facts = f"{total} fact{'' if total == 1 else 's'}"
+        return {"note": f"ledger check: the summary mentions {kept} of {facts} the hooks recorded{missing}; "
+                        "the ledger itself is restored after it" if total else "",
                 "ledger": {"retained": kept, "total": total, "lost": [f"{kind}: {key}" for kind, key in lost]}}
     return {"PostToolUse": after_tool, "UserPromptSubmit": on_prompt, "RestoreContext": restore, "PostCompact": check}
 
