@@ -158,7 +158,8 @@ def play_step(code, agent, fake, messages, title, what, prompt, script, say) -> 
             asked = prompt if turn == 0 else f"Go on with part {turn}"
             say(f"s08 >> {asked}")
             code.take_turn(agent, messages, asked)
-    new_files = sorted(str(p.relative_to(agent.workdir)) for p in files_under(agent.workdir) - before_files)
+    new_files = [str(p.relative_to(agent.workdir)) for p in  # in the order they were written
+                 sorted(files_under(agent.workdir) - before_files, key=lambda p: p.stat().st_mtime_ns)]
     acted = []  # what each layer did in this step alone: a whole step also adds new content
     for name, figures in agent.stats.items():
         runs = figures["runs"] - before_stats.get(name, {}).get("runs", 0)

@@ -32,3 +32,7 @@ def test_demo_runs_offline_and_every_layer_fires(tmp_path):
     step4 = out.split("== 4/7 ")[1].split("== 5/7 ")[0]
     assert len(step4.splitlines()) < 20 and "[compact_history] " in step4, "the filler does not bury the layer line"
     assert "window. step [...]\n" in step4 and "ledger check: the summary mentions" in step4
+    step3 = out.split("== 3/7 ")[1].split("== 4/7 ")[0]
+    written = re.findall(r"^   wrote (\S+)$", step3, re.M)
+    assert written[0].startswith(".transcripts/snip-"), "files are listed in the order they were written: snip first"
+    assert "because 3 summary calls failed in a row" in out, "a fallback made because the breaker is open says so"
