@@ -171,10 +171,6 @@ def blocks_of(message: dict) -> list:
     return [{"type": "text", "text": content}] if isinstance(content, str) else content
 
 
-def has_tool_use(message: dict) -> bool:
-    return message["role"] == "assistant" and any(b.get("type") == "tool_use" for b in blocks_of(message))
-
-
 def is_tool_result_message(message: dict) -> bool:
     return message["role"] == "user" and any(b.get("type") == "tool_result" for b in blocks_of(message))
 
