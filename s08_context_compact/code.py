@@ -34,12 +34,15 @@ from pathlib import Path
 
 from cli import configure, run, say_what_start_up_found
 from endpoint import (IDLE_TIMEOUT, RETRY_BASE_SECONDS, Endpoint, api_error_text, api_failures, count_tokens,
-                      explain_api_error, make_reply_sendable, model_reply)
+                      make_reply_sendable, model_reply)
+from history import (OWN, append_message, blocks_of, is_request_block, is_tool_result_message, own_text,
+                     replace_history, replace_result, result_text, sendable, still_in_context, tool_names, with_text)
 from ledger import Ledger, ledger_hooks, short_hash
 from overflow import ContextOverflow
 from redaction import redact, redact_deep
 from session_log import TRANSCRIPT_DIR, open_session
-from terminal import HELP, Spinner, context_report, layer_line, one_line, say, start_repl, status_line, terminal_confirm
+from terminal import Spinner, layer_line, one_line, say, start_repl, terminal_confirm
+from turns import add_prompt, park_long_prompt, report_command, show_status, turn_failed
 from workspace_io import (ToolError, discover_skills, edit_file, glob_files, inside_workspace, output_names, read_lines,
                           run_command, write_file)
 
@@ -95,10 +98,9 @@ RESTORED_MARKER = "[Restored after compaction"
 NOTE_MARKER = "[Program note"
 PERSISTED_TAG = "<persisted-output"
 PLACEHOLDER_PREFIX = "[Earlier tool result"
-# The program knows its own blocks by a field, never by their text: a user may type any of
-# the texts above. The field (and its companions) is stripped from every request.
-OWN = "_s08"                        # on a block the program wrote: its kind ("snip", "placeholder", ...)
-PROGRAM_FIELDS = (OWN, "snipped", "saved_at", "summary_by", "checks")
+# The program knows its own blocks by a field (OWN, history.py), never by their text: a user
+# may type any of the texts above. The field is stripped from every request.
+
 # the loop and the tools (earlier chapters)
 MAX_STEPS_PER_TURN = 100            # model calls in one user turn before we stop and ask
 SUBAGENT_MAX_STEPS = 30
@@ -164,40 +166,9 @@ class Settings:
 
 
 # ---- the history, as plain dicts -----------------------------------------------------------------
-# History is a list of plain dicts in the API's wire format. These helpers read it.
-
-def blocks_of(message: dict) -> list:
-    content = message["content"]
-    return [{"type": "text", "text": content}] if isinstance(content, str) else content
-
-
-def is_tool_result_message(message: dict) -> bool:
-    return message["role"] == "user" and any(b.get("type") == "tool_result" for b in blocks_of(message))
-
-
-def result_text(block: dict) -> str:
-    content = block.get("content", "")
-    if isinstance(content, str):
-        return content
-    return "\n".join(part.get("text", "") for part in content if part.get("type") == "text")
-
-
-def own_text(kind: str, text: str, **fields) -> dict:
-    """A text block the program wrote (a summary header, a marker, a note)."""
-    return {"type": "text", "text": text, OWN: kind, **fields}
-
-
-def sendable(message: dict) -> dict:
-    """The message as the API takes it: the program's own fields off its blocks."""
-    content = blocks_of(message)
-    if not any(OWN in block for block in content):
-        return message
-    return {**message, "content": [{k: v for k, v in b.items() if k not in PROGRAM_FIELDS} for b in content]}
-
-
-def is_request_block(block: dict) -> bool:
-    return block.get("type") == "text" and OWN not in block
-
+# History is a list of plain dicts in the API's wire format; history.py reads a message's
+# blocks and changes the history. What matters here is what the user asked, and where
+# the history may be cut.
 
 def current_request(messages: list) -> dict | None:
     """The newest text block the user typed (our own markers are not requests)."""
@@ -218,26 +189,6 @@ def last_reply_text(messages: list) -> str:
 def user_words(messages: list) -> list:
     """Every text block the user typed, oldest first (our own markers left out)."""
     return [b["text"] for m in messages if m["role"] == "user" for b in blocks_of(m) if is_request_block(b)]
-
-
-def still_in_context(messages: list, tool_use_id: str) -> bool:
-    """Whether a tool result is still in the history with its full text (not cleared or previewed)."""
-    for message in messages:
-        for block in blocks_of(message):
-            if block.get("type") == "tool_result" and block["tool_use_id"] == tool_use_id:
-                return OWN not in block  # not a placeholder, not a preview
-    return False
-
-
-def tool_names(messages: list) -> dict:
-    return {b["id"]: b["name"] for m in messages if m["role"] == "assistant"
-            for b in blocks_of(m) if b.get("type") == "tool_use"}
-
-
-def with_text(message: dict, *texts) -> dict:
-    """A copy of a user message with text blocks (or strings) appended after its tool results."""
-    return {**message, "content": blocks_of(message) + [t if isinstance(t, dict) else {"type": "text", "text": t}
-                                                        for t in texts]}
 
 
 def group_starts(messages: list) -> list:
@@ -404,6 +355,10 @@ class Store:
     def save_output(self, tool_use_id: str, text: str) -> Path:
         return self.wrote(save_tool_output(self.workdir / TOOL_RESULTS_DIR, tool_use_id, redact(text, self.secrets)))
 
+    def save_prompt(self, text: str) -> Path:
+        return self.wrote(save_tool_output(self.workdir / ".task_outputs" / "prompts", f"prompt-{uuid.uuid4().hex[:8]}",
+                                           redact(text, self.secrets)))
+
     def save_messages(self, messages: list, kind: str, footer: dict | None = None) -> Path:
         return self.wrote(save_transcript(self.workdir / TRANSCRIPT_DIR, redact_deep(messages, self.secrets), kind,
                                           redact_deep(footer, self.secrets)))
@@ -424,12 +379,6 @@ def persisted_preview(path: Path, text: str, preview_chars: int) -> str:
             f"This result was too large to keep in context. The full output is saved at {path}; "
             f"read it (read_file with offset/limit) if you need more than this preview.\n"
             f"Preview (first {len(head)} characters):\n{head}\n</persisted-output>")
-
-
-def replace_result(block: dict, content: str, kind: str | None = None, saved_at: str | None = None) -> dict:
-    """A copy of a tool result with new content; kind and saved_at mark a preview or a placeholder."""
-    marks = {OWN: kind, **({"saved_at": str(saved_at)} if saved_at else {})} if kind else {}
-    return {**block, "content": content, **marks}
 
 
 def fewer_tokens(new: str, old: str) -> bool:
@@ -959,7 +908,7 @@ def park_oversized_request(agent, messages: list) -> list:
     request = current_request(messages)
     if not request or estimate_text_tokens(request["text"]) <= agent.settings.threshold // 2:
         return messages
-    pointer = park_long_prompt(agent, request["text"])
+    pointer = park_long_prompt(agent, request["text"], estimate_text_tokens(request["text"]))
     for i in range(len(messages) - 1, -1, -1):
         texts = [b.get("text") for b in blocks_of(messages[i])]
         if pointer and messages[i]["role"] == "user" and request["text"] in texts:
@@ -1106,23 +1055,6 @@ def build_system_prompt(workdir: Path, skills: dict) -> str:
             f"Skills (load one with load_skill before using it):\n{listed}")
 
 
-def append_message(agent, messages: list, message: dict) -> None:
-    """Append a message to the history, and to the session log the same moment."""
-    messages.append(message)
-    if agent.log:
-        tokens = agent.state.tokens  # a reply's usage measures the history up to it: --resume starts exact
-        agent.log.message(message, tokens.anchor_tokens if message is tokens.last_anchored() else None)
-
-
-def replace_history(agent, messages: list, new: list, reason: str) -> None:
-    """Put a rewritten history in place (same list object), and record what changed."""
-    if new is messages:
-        return
-    if agent.log:
-        agent.log.rewrite(messages, new, reason)
-    messages[:] = new
-
-
 INTERRUPTED = "[Interrupted by the user: this request was cancelled. Do not resume it unless the user asks.]"
 
 
@@ -1242,15 +1174,15 @@ def agent_loop(agent, messages: list) -> str | None:
 
 
 # ---- one user turn -------------------------------------------------------------------------------
-# What the REPL (terminal.py) hands each line to: a command, or a turn of the agent loop.
+# What the REPL (terminal.py) hands each line to. turns.py holds what a turn needs around
+# the lesson: a prompt too long to send, an API error that ends the turn, the reports.
 
 def take_line(agent, messages: list, line: str) -> bool:
-    """A line the user typed; False when it ended in an API error. After Ctrl-C the
-    history says so (a layer only replaces the history when done, so it is intact)."""
+    """A command or a prompt; False when it ended in an API error. After Ctrl-C the history
+    says so (a layer only replaces the history when done, so it is intact)."""
     try:
         if line.startswith("/"):
-            handle_command(agent, messages, line)
-            return True
+            return handle_command(agent, messages, line)
         return take_turn(agent, messages, line)
     except KeyboardInterrupt as stop:
         record_interruption(agent, messages, getattr(stop, "partial", ""))
@@ -1259,90 +1191,35 @@ def take_line(agent, messages: list, line: str) -> bool:
 
 
 def take_turn(agent, messages: list, prompt: str) -> bool:
-    """One user turn, start to end; False when it ended in an API error."""
+    """One user turn: the hooks see the prompt, it joins the history, and the loop runs
+    until the model answers. False when an API error ended it."""
     prompt = redact(prompt, agent.secrets)  # before any hook: the ledger quotes prompts verbatim
     blocked = [r["block"] for r in fire_hooks(agent, "UserPromptSubmit", prompt=prompt) if "block" in r]
     if blocked:
         agent.say(f"(prompt blocked by a hook: {blocked[0]})")
         return True
-    if estimate_text_tokens(prompt) > agent.settings.threshold // 2:
-        prompt = park_long_prompt(agent, prompt)
-        if prompt is None:
-            return True
-    merged = add_user_text(messages, prompt)
-    asked = blocks_of(messages[-1])[-1]  # this very block is withdrawn if the model never answers it
-    if agent.log:
-        agent.log.message(messages[-1], prompt=prompt, merged=merged)
+    asked = add_prompt(agent, messages, prompt, estimate_text_tokens(prompt))
+    if asked is None:
+        return True
     try:
         agent_loop(agent, messages)
-        if agent.show_status:
-            agent.say(status_line(agent.settings, context_tokens(agent, messages)), "dim")
-        return True
-    except ContextOverflow as err:
-        agent.say(f"API error: {err}, even after compacting. The conversation is kept: try /compact, "
-                  "or set CONTEXT_WINDOW lower.", "error")
-    except api_failures() as err:
-        withdrawn = withdraw_unanswered_prompt(agent, messages, asked)
-        agent.say(explain_api_error(err, withdrawn=withdrawn, terminal=agent.fit_width), "error")
-    return False
-
-
-def withdraw_unanswered_prompt(agent, messages: list, asked: dict) -> bool:
-    """A prompt the model never answered is taken back out, so sending it again does not
-    send it twice; the session log keeps a record of it. Only that block goes: a summary
-    it was merged into, or anything else, stays."""
-    if not messages or not any(block is asked for block in blocks_of(messages[-1])):
+    except (ContextOverflow, *api_failures()) as err:
+        turn_failed(agent, messages, asked, err)
         return False
-    rest = [block for block in blocks_of(messages[-1]) if block is not asked]
-    new = messages[:-1] + ([{**messages[-1], "content": rest}] if rest else [])
-    replace_history(agent, messages, new, "prompt not answered (API error)")
+    show_status(agent, context_tokens(agent, messages))
     return True
 
 
-def add_user_text(messages: list, text: str) -> bool:
-    """Append the user's words; after an interruption they join the pending user message
-    (True then), so roles keep alternating."""
-    if messages and messages[-1]["role"] == "user":
-        messages[-1] = with_text(messages[-1], text)
-        return True
-    messages.append({"role": "user", "content": [{"type": "text", "text": text}]})
-    return False
-
-
-def handle_command(agent, messages: list, line: str) -> None:
-    command, _, argument = line.partition(" ")
-    if command == "/help":
-        agent.say(HELP)
-    elif command == "/context":
-        agent.say(context_report(agent, messages, context_tokens(agent, messages), measure=estimate_text_tokens))
-    elif command == "/compact":
-        if not messages:
-            agent.say("Nothing to compact yet.")
-            return
-        compacted = apply_layer(agent, compact_history, messages, agent=agent, focus=argument.strip())
+def handle_command(agent, messages: list, line: str) -> bool:
+    """/compact summarizes now, with an optional focus; /clear starts a new conversation."""
+    command, _, focus = line.partition(" ")
+    if command == "/compact" and messages:
+        compacted = apply_layer(agent, compact_history, messages, agent=agent, focus=focus.strip())
         replace_history(agent, messages, compacted, "/compact")
     elif command == "/clear":
         replace_history(agent, messages, [], "/clear")
         agent.state = LoopState()  # nothing read, no todos, no size anchor: a new conversation
-        agent.say("(A new conversation. The session log keeps the old one: --resume cannot bring it back, "
-                  "but .transcripts/ has every message.)")
-    else:
-        agent.say(f"Unknown command {command}. Type /help for the list.")
-
-
-def park_long_prompt(agent, prompt: str) -> str | None:
-    """A message too big to send is saved to a file, and the model is asked to read it."""
-    tokens = estimate_text_tokens(prompt)
-    try:
-        path = save_tool_output(agent.workdir / ".task_outputs" / "prompts", f"prompt-{uuid.uuid4().hex[:8]}", prompt)
-    except OSError as err:
-        agent.say(f"Your message is about {tokens:,} tokens, more than half the context window allows, and it "
-                  f"could not be saved to a file ({err}). It was not sent: put it in a file and ask me to read it.")
-        return None
-    agent.say(f"(Your message is about {tokens:,} tokens, too big to send whole; it was saved to "
-              f"{path.relative_to(agent.workdir)} and the model will read it from there.)")
-    return (f"My message is too long to send whole (about {tokens:,} tokens). It is saved at "
-            f"{path.relative_to(agent.workdir)}: read it in parts with read_file and do what it asks.")
+    return report_command(agent, messages, command, context_tokens(agent, messages), estimate_text_tokens)
 
 
 # ==== PART 2: WHAT EARLIER CHAPTERS BUILT ========================================================

@@ -10,6 +10,7 @@ def chat(turns, size):
     return _chat(turns, size, word="talk ")
 from fake_anthropic import FakeAnthropic, count_tokens, text, tool_use, tool_uses
 import terminal  # noqa: E402
+from turns import add_user_text  # noqa: E402
 
 
 def marked_prefix(body):
@@ -37,7 +38,7 @@ def test_context_size_comes_from_usage_not_the_character_estimate(s08, make_agen
         assert s08.context_tokens(agent, messages) == measured
         estimate = agent.overhead + s08.estimate_tokens(messages)
         assert estimate < agent.settings.threshold < measured < 20_000, "the estimate alone would not compact"
-        s08.add_user_text(messages, "second question")
+        add_user_text(messages, "second question")
         s08.agent_loop(agent, messages)
         assert len(fake.summary_requests) == 1, "the measured size triggers compact_history"
         assert fake.rejections == []

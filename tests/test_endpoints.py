@@ -15,6 +15,7 @@ import endpoint as endpoint_module
 import overflow as overflow_module
 import session_log
 import terminal
+from turns import add_user_text  # noqa: E402
 
 TOOLS = [{"name": "bash", "description": "run", "input_schema": {"type": "object", "properties": {}}}]
 
@@ -161,7 +162,7 @@ def test_the_context_size_never_falls_to_zero_or_double(s08, make_agent, style):
         messages = [user("hello " * 2_000)]
         fake.reply(text("hi"), text("again"))
         s08.agent_loop(agent, messages)
-        s08.add_user_text(messages, "more")
+        add_user_text(messages, "more")
         s08.agent_loop(agent, messages)  # the second call reads the first from the cache
         true_size = sum(fake.usage_log[-1][k] for k in endpoint_module.USAGE_KEYS)
         measured = s08.context_tokens(agent, messages)

@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from conftest import blocks, invariant_problems, load_code
+from turns import add_user_text  # noqa: E402
 
 s08 = load_code()
 MAX_EXAMPLES = 50
@@ -75,7 +76,7 @@ def build_history(dice, sizes=SIZES, turns=8, rounds=8, widths=(4,)):
             {"type": "text", "text": "[Compacted: earlier work was summarized.]\n\nEarlier: " + text_of(dice, 200)}]})
         messages.append({"role": "assistant", "content": [{"type": "text", "text": "Understood."}]})
     for turn in range(dice.between(1, turns)):
-        s08.add_user_text(messages, f"request {turn}: " + text_of(dice, 40))  # joins pending results, as in the program
+        add_user_text(messages, f"request {turn}: " + text_of(dice, 40))  # joins pending results, as in the program
         steps = dice.between(0, rounds)
         for r in range(steps):
             calls, width = [], dice.pick(widths)
@@ -100,7 +101,7 @@ def build_history(dice, sizes=SIZES, turns=8, rounds=8, widths=(4,)):
         if steps == 0 or ends_turn:
             messages.append({"role": "assistant", "content": [{"type": "text", "text": "done " + text_of(dice, 60)}]})
     if messages[-1]["role"] == "assistant":
-        s08.add_user_text(messages, "the current request: go on")
+        add_user_text(messages, "the current request: go on")
     return messages
 
 

@@ -4,6 +4,7 @@ import json
 
 from conftest import assert_requests_valid, assert_valid, blocks, chat, plain, user
 from fake_anthropic import FakeAnthropic, text, tool_use, tool_uses
+from turns import add_user_text  # noqa: E402
 
 
 def first_texts(body):
@@ -94,7 +95,7 @@ def test_after_compaction_the_work_comes_back_in_order(s08, fake, make_agent, wo
     s08.take_turn(agent, messages, "read a.py and b.py; never change the public API")
     (workspace / "a.py").write_text("def a():\n    return 42\n")
     (workspace / "b.py").unlink()
-    s08.add_user_text(messages, "now the next step")
+    add_user_text(messages, "now the next step")
     messages[:] = s08.apply_layer(agent, s08.compact_history, messages, agent=agent)
     s08.agent_loop(agent, messages)
     texts = first_texts(fake.main_requests[-1])

@@ -1,0 +1,91 @@
+"""The history's wire format, and the two ways it changes.
+
+A history is a list of plain dicts in the Messages API's format. This module reads one
+(a message's blocks, a tool result's text), marks the blocks the program wrote itself and
+takes those marks off before a request, and changes a history: appending a message and
+putting a rewritten one in place, each recorded in the session log the same moment.
+
+Machinery the chapter does not need: code.py reads and changes the history only through
+these functions, and what a layer decides stays there.
+"""
+
+OWN = "_s08"  # on a block the program wrote: its kind ("snip", "placeholder", ...)
+PROGRAM_FIELDS = (OWN, "snipped", "saved_at", "summary_by", "checks")  # stripped before sending
+
+
+def blocks_of(message: dict) -> list:
+    content = message["content"]
+    return [{"type": "text", "text": content}] if isinstance(content, str) else content
+
+
+def is_tool_result_message(message: dict) -> bool:
+    return message["role"] == "user" and any(b.get("type") == "tool_result" for b in blocks_of(message))
+
+
+def result_text(block: dict) -> str:
+    content = block.get("content", "")
+    if isinstance(content, str):
+        return content
+    return "\n".join(part.get("text", "") for part in content if part.get("type") == "text")
+
+
+def own_text(kind: str, text: str, **fields) -> dict:
+    """A text block the program wrote (a summary header, a marker, a note)."""
+    return {"type": "text", "text": text, OWN: kind, **fields}
+
+
+def replace_result(block: dict, content: str, kind: str | None = None, saved_at: str | None = None) -> dict:
+    """A copy of a tool result with new content; kind and saved_at mark a preview or a placeholder."""
+    marks = {OWN: kind, **({"saved_at": str(saved_at)} if saved_at else {})} if kind else {}
+    return {**block, "content": content, **marks}
+
+
+def sendable(message: dict) -> dict:
+    """The message as the API takes it: the program's own fields off its blocks."""
+    content = blocks_of(message)
+    if not any(OWN in block for block in content):
+        return message
+    return {**message, "content": [{k: v for k, v in b.items() if k not in PROGRAM_FIELDS} for b in content]}
+
+
+def is_request_block(block: dict) -> bool:
+    """A text block the user typed (the program's own markers are not requests)."""
+    return block.get("type") == "text" and OWN not in block
+
+
+def with_text(message: dict, *texts) -> dict:
+    """A copy of a user message with text blocks (or strings) appended after its tool results."""
+    return {**message, "content": blocks_of(message) + [t if isinstance(t, dict) else {"type": "text", "text": t}
+                                                        for t in texts]}
+
+
+def tool_names(messages: list) -> dict:
+    """Each tool call's id, and the name of the tool it called."""
+    return {b["id"]: b["name"] for m in messages if m["role"] == "assistant"
+            for b in blocks_of(m) if b.get("type") == "tool_use"}
+
+
+def still_in_context(messages: list, tool_use_id: str) -> bool:
+    """Whether a tool result is still in the history with its full text (not cleared or previewed)."""
+    for message in messages:
+        for block in blocks_of(message):
+            if block.get("type") == "tool_result" and block["tool_use_id"] == tool_use_id:
+                return OWN not in block  # not a placeholder, not a preview
+    return False
+
+
+def append_message(agent, messages: list, message: dict) -> None:
+    """Append a message to the history, and to the session log the same moment."""
+    messages.append(message)
+    if agent.log:
+        tokens = agent.state.tokens  # a reply's usage measures the history up to it: --resume starts exact
+        agent.log.message(message, tokens.anchor_tokens if message is tokens.last_anchored() else None)
+
+
+def replace_history(agent, messages: list, new: list, reason: str) -> None:
+    """Put a rewritten history in place (same list object), and record what changed."""
+    if new is messages:
+        return
+    if agent.log:
+        agent.log.rewrite(messages, new, reason)
+    messages[:] = new

@@ -1,0 +1,100 @@
+"""The user's side of a turn: a prompt on its way into the history, what the person is
+told when a turn cannot go on, and the commands that only report.
+
+A prompt too big to send is saved to a file and the model is asked to read it. After
+Ctrl-C the next prompt joins the pending user message, so roles keep alternating. A prompt
+the model never answered (an API error) is taken back out, so that sending it again does
+not send it twice.
+
+Machinery the chapter does not need: code.py's take_turn and handle_command call these
+around the parts that teach (the hooks, the loop, /compact and /clear).
+"""
+
+from endpoint import explain_api_error
+from history import blocks_of, replace_history, with_text
+from overflow import ContextOverflow
+from terminal import HELP, context_report, status_line
+
+
+def add_prompt(agent, messages: list, prompt: str, tokens: int) -> dict | None:
+    """Put the user's prompt into the history (parked in a file first when it is more than
+    half the threshold) and the session log; return its block, or None if it was not sent."""
+    if tokens > agent.settings.threshold // 2:
+        prompt = park_long_prompt(agent, prompt, tokens)
+        if prompt is None:
+            return None
+    merged = add_user_text(messages, prompt)
+    if agent.log:
+        agent.log.message(messages[-1], prompt=prompt, merged=merged)
+    return blocks_of(messages[-1])[-1]  # this very block is withdrawn if the model never answers it
+
+
+def add_user_text(messages: list, text: str) -> bool:
+    """Append the user's words; after an interruption they join the pending user message
+    (True then), so roles keep alternating."""
+    if messages and messages[-1]["role"] == "user":
+        messages[-1] = with_text(messages[-1], text)
+        return True
+    messages.append({"role": "user", "content": [{"type": "text", "text": text}]})
+    return False
+
+
+def park_long_prompt(agent, prompt: str, tokens: int) -> str | None:
+    """A message too big to send is saved to a file, and the model is asked to read it."""
+    try:
+        path = agent.store.save_prompt(prompt)
+    except OSError as err:
+        agent.say(f"Your message is about {tokens:,} tokens, more than half the context window allows, and it "
+                  f"could not be saved to a file ({err}). It was not sent: put it in a file and ask me to read it.")
+        return None
+    agent.say(f"(Your message is about {tokens:,} tokens, too big to send whole; it was saved to "
+              f"{path} and the model will read it from there.)")
+    return (f"My message is too long to send whole (about {tokens:,} tokens). It is saved at "
+            f"{path}: read it in parts with read_file and do what it asks.")
+
+
+def turn_failed(agent, messages: list, asked: dict, err: Exception) -> None:
+    """Say why the turn ended. After "too long" even once compacted the conversation is kept;
+    after any other API error the unanswered prompt is taken back out."""
+    if isinstance(err, ContextOverflow):
+        agent.say(f"API error: {err}, even after compacting. The conversation is kept: try /compact, "
+                  "or set CONTEXT_WINDOW lower.", "error")
+        return
+    withdrawn = withdraw_unanswered_prompt(agent, messages, asked)
+    agent.say(explain_api_error(err, withdrawn=withdrawn, terminal=agent.fit_width), "error")
+
+
+def withdraw_unanswered_prompt(agent, messages: list, asked: dict) -> bool:
+    """Only that block goes: a summary it was merged into, or anything else, stays. The
+    session log keeps a record of it."""
+    if not messages or not any(block is asked for block in blocks_of(messages[-1])):
+        return False
+    rest = [block for block in blocks_of(messages[-1]) if block is not asked]
+    new = messages[:-1] + ([{**messages[-1], "content": rest}] if rest else [])
+    replace_history(agent, messages, new, "prompt not answered (API error)")
+    return True
+
+
+def show_status(agent, tokens: int) -> None:
+    """After a turn on a terminal: how full the context is, and how far from auto-compact."""
+    if agent.show_status:
+        agent.say(status_line(agent.settings, tokens), "dim")
+
+
+def report_command(agent, messages: list, command: str, tokens: int, measure) -> bool:
+    """What a command says once it has run (/compact and /clear act in code.py); True, for
+    a command is never an API error."""
+    if command == "/help":
+        agent.say(HELP)
+    elif command == "/context":
+        agent.say(context_report(agent, messages, tokens, measure=measure))
+    elif command == "/compact":
+        if not messages:
+            agent.say("Nothing to compact yet.")
+        show_status(agent, tokens)
+    elif command == "/clear":
+        agent.say("(A new conversation. The session log keeps the old one: --resume cannot bring it back, "
+                  "but .transcripts/ has every message.)")
+    else:
+        agent.say(f"Unknown command {command}. Type /help for the list.")
+    return True
