@@ -36,13 +36,14 @@ from cli import configure, run, say_what_start_up_found
 from endpoint import (IDLE_TIMEOUT, RETRY_BASE_SECONDS, Endpoint, api_error_text, api_failures, count_tokens,
                       make_reply_sendable, model_reply)
 from history import (OWN, append_message, blocks_of, is_request_block, is_tool_result_message, own_text,
-                     replace_history, replace_result, result_text, sendable, still_in_context, tool_names, with_text)
+                     replace_history, replace_result, result_text, sendable, tool_names, with_text)
 from ledger import Ledger, ledger_hooks, short_hash
 from overflow import ContextOverflow
 from redaction import redact, redact_deep
+from repeat_reads import repeat_read_stub, true_stubs
 from session_log import TRANSCRIPT_DIR, open_session
 from terminal import Spinner, layer_line, one_line, say, start_repl, terminal_confirm
-from turns import add_prompt, park_long_prompt, report_command, show_status, turn_failed
+from turns import add_prompt, park_long_prompt, record_interruption, report_command, show_status, turn_failed
 from workspace_io import (ToolError, discover_skills, edit_file, glob_files, inside_workspace, output_names, read_lines,
                           run_command, write_file)
 
@@ -1055,45 +1056,6 @@ def build_system_prompt(workdir: Path, skills: dict) -> str:
             f"Skills (load one with load_skill before using it):\n{listed}")
 
 
-INTERRUPTED = "[Interrupted by the user: this request was cancelled. Do not resume it unless the user asks.]"
-
-
-def record_interruption(agent, messages: list, partial: str) -> None:
-    """After Ctrl-C, the history says so: the reply the user saw stream (if any) is kept,
-    marked interrupted, and the model is told the work was cancelled. The next prompt is
-    then a message of its own, not merged into the cancelled one."""
-    if not messages or messages[-1]["role"] != "user":
-        return
-    said = f"{partial.rstrip()}\n\n{INTERRUPTED}" if partial.strip() else INTERRUPTED
-    append_message(agent, messages, {"role": "assistant", "content": [own_text("interrupted", said)]})
-
-
-def true_stubs(messages: list, stubs: dict) -> list:
-    """A repeated read answered "as in result X above" must stay true in what is sent: when
-    a layer has since cleared X (or a summary took it), the stub says where the text went."""
-    if not stubs:
-        return messages
-    found = {b["tool_use_id"]: b for m in messages for b in blocks_of(m) if b.get("type") == "tool_result"}
-    stale = {call: (target, path) for call, (target, path) in stubs.items()
-             if call in found and OWN not in found[call] and (target not in found or OWN in found[target])}
-    if not stale:
-        return messages
-    out = []
-    for message in messages:
-        if any(b.get("tool_use_id") in stale for b in blocks_of(message)):
-            message = {**message, "content": [restub(b, *stale[b["tool_use_id"]], found.get(stale[b["tool_use_id"]][0]))
-                                              if b.get("tool_use_id") in stale else b for b in blocks_of(message)]}
-        out.append(message)
-    return out
-
-
-def restub(block: dict, target: str, path: str, earlier: dict | None) -> dict:
-    where = f"its full text is saved at {earlier['saved_at']}" if earlier and earlier.get("saved_at") else \
-        "it is no longer in the conversation"
-    return replace_result(block, f"(a repeat read of {path}: the earlier result {target} was cleared since, and "
-                                 f"{where}; call read_file on {path} again to see it)", "stub")
-
-
 def call_model(agent, messages: list) -> tuple:
     """One model call: (assistant message, stop_reason). The main agent's text is shown as
     it arrives. Raises ContextOverflow when the prompt did not fit."""
@@ -1332,14 +1294,8 @@ def run_read_file(agent, path: str, offset: int = 1, limit: int = READ_DEFAULT_L
     if not target.is_file():
         raise ToolError(f"{path} not found (or not a file). Call glob to list files.")
     offset, limit = max(offset, 1), max(limit, 1)
-    key, stat = (str(target), offset, limit), target.stat()
-    seen = agent.state.read_state.get(key)
-    if seen and seen[:2] == (stat.st_size, stat.st_mtime_ns) and still_in_context(agent.state.history, seen[2]):
-        # the same bytes are already in the conversation: say so instead of sending them twice
-        agent.state.read_stubs[agent.state.current_call] = (seen[2], path)
-        return f"(unchanged: {path}, lines from {offset}, is exactly as in result {seen[2]} above)"
-    agent.state.read_state[key] = (stat.st_size, stat.st_mtime_ns, agent.state.current_call)
-    return read_lines(target, path, offset, limit)
+    # the same bytes already in the conversation are not sent twice: a stub points at them
+    return repeat_read_stub(agent.state, target, path, offset, limit) or read_lines(target, path, offset, limit)
 
 
 def run_write_file(agent, path: str, content: str) -> str:

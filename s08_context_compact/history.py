@@ -65,15 +65,6 @@ def tool_names(messages: list) -> dict:
             for b in blocks_of(m) if b.get("type") == "tool_use"}
 
 
-def still_in_context(messages: list, tool_use_id: str) -> bool:
-    """Whether a tool result is still in the history with its full text (not cleared or previewed)."""
-    for message in messages:
-        for block in blocks_of(message):
-            if block.get("type") == "tool_result" and block["tool_use_id"] == tool_use_id:
-                return OWN not in block  # not a placeholder, not a preview
-    return False
-
-
 def append_message(agent, messages: list, message: dict) -> None:
     """Append a message to the history, and to the session log the same moment."""
     messages.append(message)

@@ -2,7 +2,7 @@
 told when a turn cannot go on, and the commands that only report.
 
 A prompt too big to send is saved to a file and the model is asked to read it. After
-Ctrl-C the next prompt joins the pending user message, so roles keep alternating. A prompt
+Ctrl-C the history says the work was cancelled. A prompt
 the model never answered (an API error) is taken back out, so that sending it again does
 not send it twice.
 
@@ -11,7 +11,7 @@ around the parts that teach (the hooks, the loop, /compact and /clear).
 """
 
 from endpoint import explain_api_error
-from history import blocks_of, replace_history, with_text
+from history import append_message, blocks_of, own_text, replace_history, with_text
 from overflow import ContextOverflow
 from terminal import HELP, context_report, status_line
 
@@ -51,6 +51,19 @@ def park_long_prompt(agent, prompt: str, tokens: int) -> str | None:
               f"{path} and the model will read it from there.)")
     return (f"My message is too long to send whole (about {tokens:,} tokens). It is saved at "
             f"{path}: read it in parts with read_file and do what it asks.")
+
+
+INTERRUPTED = "[Interrupted by the user: this request was cancelled. Do not resume it unless the user asks.]"
+
+
+def record_interruption(agent, messages: list, partial: str) -> None:
+    """After Ctrl-C, the history says so: the reply the user saw stream (if any) is kept,
+    marked interrupted, and the model is told the work was cancelled. The next prompt is
+    then a message of its own, not merged into the cancelled one."""
+    if not messages or messages[-1]["role"] != "user":
+        return
+    said = f"{partial.rstrip()}\n\n{INTERRUPTED}" if partial.strip() else INTERRUPTED
+    append_message(agent, messages, {"role": "assistant", "content": [own_text("interrupted", said)]})
 
 
 def turn_failed(agent, messages: list, asked: dict, err: Exception) -> None:
