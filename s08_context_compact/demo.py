@@ -10,6 +10,8 @@ you can read what every layer saved.
 This file is not part of the lesson: read code.py for that.
 """
 
+import json
+import re
 import sys
 import tempfile
 import time
@@ -18,10 +20,11 @@ from pathlib import Path
 import anthropic
 
 from fake_anthropic import FakeAnthropic, error, server_error, text, tool_use
-from terminal import format_tokens
+from terminal import STYLES, cut_to_width, format_tokens, terminal_columns
 
 WINDOW = 12_000
 SCRIPTED = "(scripted) "
+REFUSAL = "prompt is too long: 12800 tokens > 12000 maximum"
 
 
 def make_workspace() -> Path:
@@ -60,7 +63,9 @@ STEPS = [
      {"replies": [tool_use("read_file", {"path": f"notes/chapter{n}.md"}) for n in range(6)]
       + [text(SCRIPTED + "All six chapters read.")]}),
     ("compact_history", "still over the threshold after the cheap layers: a summary replaces the history. "
-     "The ledger check under it counts the recorded facts (files, commands) the summary still names",
+     "Hooks are functions the agent calls at fixed moments (before a tool runs, around a compaction); the "
+     "fact ledger (ledger.py) is one: it records each file read and command run, and the ledger check under "
+     "the summary counts how many of those facts the summary still names",
      "Explain the pipeline in four long parts",
      {"turns": 4, "replies": [text(explanation(n)) for n in range(4)],
       "summaries": [text("<analysis>scripted</analysis><summary>1. Primary request: read build.log and the "
@@ -68,7 +73,7 @@ STEPS = [
                          "pipeline. 8. Current work: part 3 of the explanation.</summary>")]}),
     ("reactive_compact", "the API answers \"prompt is too long\": compact hard, retry once",
      "One more question about the notes",
-     {"replies": [error(400, "invalid_request_error", "prompt is too long: 12800 tokens > 12000 maximum"),
+     {"refusal": True, "replies": [error(400, "invalid_request_error", REFUSAL),
                   text(SCRIPTED + "Recovered after the emergency compaction.")],
       "summaries": [text("<summary>The user asked about the notes after a long explanation.</summary>")]}),
     ("compact", "the model itself asks for compaction; it runs after the current tool calls",
@@ -83,25 +88,84 @@ STEPS = [
 
 
 class FoldedReplies:
-    """Prints what the agent says, but only the start of each streamed reply: the scripted
-    explanations are long on purpose (they fill the window), and would push the layer lines
-    off the screen."""
+    """Prints what the agent says, shortened for a demo: only the start of each streamed
+    reply (the scripted explanations are long on purpose, to fill the window), and a run of
+    tool calls or retries alike but for their numbers (30 calls of one script, three
+    retries) as one counted line. A tool call and its result count as one."""
 
     def __init__(self, shown_chars: int = 240):
         self.shown_chars, self.streamed, self.folded = shown_chars, 0, False
+        self.agent = None               # set once the agent exists: the width and colours are its
+        self.call = None                # a tool call's line, until its result comes
+        self.run, self.last, self.count = None, None, 0  # the first and last of a run of alike units
 
     def __call__(self, *args, end: str = "\n", flush: bool = False) -> None:
         text = " ".join(map(str, args))
-        if end:  # the end of a line: a reply's stream, if any, is over
+        if end and not (self.streamed or self.folded):
+            self.line(text)
+        elif end:  # the end of a streamed reply
             print("" if self.folded else text, end=end, flush=True)
             self.streamed, self.folded = 0, False
-        elif not self.folded:
+        else:
+            self.flush()
             self.streamed += len(text)
+            if self.folded:
+                return
             if self.streamed <= self.shown_chars or " " not in text:
                 print(text, end="", flush=True)
             else:  # past the limit: finish the word, then fold
                 print(text.split(" ", 1)[0] + " [...]", end="", flush=True)
                 self.folded = True
+
+    def line(self, text: str) -> None:
+        if self.call and plain(text).startswith(("  < ", "  ✗ ")):
+            self.take(self.call + [text])  # a call and its result: one unit
+            self.call = None
+            return
+        if self.call:
+            self.take(self.call)
+        self.call = [text] if plain(text).startswith("> ") else None
+        if not self.call:
+            self.take([text])
+
+    def take(self, unit: list) -> None:
+        foldable = plain(unit[0]).startswith(("> ", "[api] "))  # tool calls and retries; not what a layer did
+        if foldable and self.run and shape(unit) == shape(self.run):
+            self.last, self.count = unit, self.count + 1
+            return
+        self.show_run()
+        self.run, self.last, self.count = unit, unit, 1
+
+    def flush(self) -> None:
+        """Print all held back (before a streamed reply, a question, or the end)."""
+        if self.call:
+            self.take(self.call)
+            self.call = None
+        self.show_run()
+        self.run, self.count = None, 0
+
+    def show_run(self) -> None:
+        """A run of one unit as it was, a longer one as a single counted line."""
+        if not self.run:
+            return
+        if self.count == 1:
+            for text in self.run:
+                print(text, flush=True)
+            return
+        first, last = (" → ".join(plain(t).strip(" <✗") for t in unit) for unit in (self.run, self.last))
+        text = f"[×{self.count}] {first}  ... the last: {last}"
+        columns = terminal_columns(self.agent) if self.agent else None
+        text = cut_to_width(text, columns - 1) if columns else text
+        print(f"{STYLES['dim']}{text}\033[0m" if self.agent and self.agent.color else text, flush=True)
+
+
+def plain(text: str) -> str:
+    return re.sub(r"\033\[[0-9;]*m", "", text)
+
+
+def shape(unit: list) -> list:
+    """What lines look like with every number taken out: alike lines have the same shape."""
+    return [re.sub(r"\d+(\.\d+)?", "#", plain(text)) for text in unit]
 
 
 def files_under(workspace: Path) -> set:
@@ -119,6 +183,7 @@ def run(code, pause: bool) -> int:
                            workdir=workspace, tools=code.TOOLS, skills=skills, color=terminal, fit_width=terminal,
                            system=code.build_system_prompt(workspace, skills),
                            confirm=lambda question: (False, "the demo answers no"), out=FoldedReplies())
+        agent.out.agent = agent
         code.install_default_hooks(agent)
         say = agent.say  # fitted to the terminal's width, as the agent's own lines are
         say("s08 scripted demo: a SCRIPTED model (canned replies, not Claude) drives the real agent loop and "
@@ -127,6 +192,7 @@ def run(code, pause: bool) -> int:
         messages = code.open_session(agent, None)
         for number, (name, what, prompt, script) in enumerate(STEPS, start=1):
             play_step(code, agent, fake, messages, f"{number}/{len(STEPS)} {name}", what, prompt, script, say)
+            agent.out.flush()
             if pause and number < len(STEPS):
                 input("Press Enter for the next step... ")
     outputs = list((workspace / ".task_outputs").rglob("*.txt"))
@@ -135,6 +201,7 @@ def run(code, pause: bool) -> int:
         f"{len(outputs)} saved tool outputs to {workspace / '.task_outputs'}.\n"
         f"The session log is {agent.log.path}. Open them to see what each layer removed, and where it went.",
         "title")
+    agent.out.flush()
     return 0
 
 
@@ -142,7 +209,7 @@ def play_step(code, agent, fake, messages, title, what, prompt, script, say) -> 
     say(f"\n== {title}: {what} ==", "title")
     before_files = files_under(agent.workdir)
     before_stats = {name: dict(figures) for name, figures in agent.stats.items()}
-    started = time.monotonic()
+    started, first_request = time.monotonic(), len(fake.requests)
     fake.replies.clear()
     fake.reply(*script.get("replies", []))
     fake.summary(*script.get("summaries", []))
@@ -166,9 +233,18 @@ def play_step(code, agent, fake, messages, title, what, prompt, script, say) -> 
         saved = figures["saved"] - before_stats.get(name, {}).get("saved", 0)
         if runs:
             acted.append(f"{name} {runs}× −{format_tokens(saved)}")
-    now = code.context_tokens(agent, messages)
-    say(f"   this step: {', '.join(acted) or 'no layer acted'}; the context is now {now:,} tokens "
-        f"({100 * now // agent.settings.window}% of the window); {time.monotonic() - started:.1f}s", "dim")
+    if script.get("refusal"):  # the request the endpoint refused, beside what we had estimated it at
+        refused = fake.requests[first_request]
+        ours = code.estimate_text_tokens(agent.system + json.dumps(agent.tools)) + code.estimate_tokens(
+            refused["messages"])
+        say(f"   the endpoint refused a request we had estimated at {ours:,} tokens, saying \"{REFUSAL}\". "
+            "Here the refusal is scripted, to show reactive_compact; a real endpoint refuses when its own "
+            "tokenizer counts more than our estimate (about 4 characters a token) or its window is smaller "
+            "than the one configured. The program learns from the numbers in the error, then compacts.", "dim")
+    now, s = code.context_tokens(agent, messages), agent.settings
+    say(f"   this step: {', '.join(acted) or 'no layer acted'}; the context is now {now:,} tokens, "
+        f"{100 * now // s.threshold}% of the {s.threshold:,}-token threshold (snip and micro act past "
+        f"{s.micro_trigger:,}, a summary past {s.threshold:,}); {time.monotonic() - started:.1f}s", "dim")
     for path in new_files[:6]:
         say(f"   wrote {path}", "dim")
     if len(new_files) > 6:

@@ -36,3 +36,15 @@ def test_demo_runs_offline_and_every_layer_fires(tmp_path):
     written = re.findall(r"^   wrote (\S+)$", step3, re.M)
     assert written[0].startswith(".transcripts/snip-"), "files are listed in the order they were written: snip first"
     assert "because 3 summary calls failed in a row" in out, "a fallback made because the breaker is open says so"
+    # the demo explains itself: sizes against what they are compared with, the refusal beside
+    # our estimate, runs of alike tool calls and retries as one counted line, hooks said once
+    assert "of the 7,800-token threshold (snip and micro act past 5,460, a summary past 7,800)" in out
+    assert "% of the window" not in out
+    step5 = out.split("== 5/7 ")[1].split("== 6/7 ")[0]
+    refusal = re.search(r"refused a request we had estimated at ([\d,]+) tokens, saying \"prompt is too long: "
+                        r"12800 tokens > 12000 maximum\"", step5)
+    assert refusal and int(refusal.group(1).replace(",", "")) < 12_000 and "tokenizer" in step5
+    assert re.search(r"^\[×20\] > bash: .*step\.sh 10\b.*the last: .*step\.sh 29\b.*step 29 ok$", out, re.M)
+    assert len(re.findall(r"^\[×3\] \[api\] 500 ", out, re.M)) == 3 and "(retry 2 of 3)" not in out
+    assert "step.sh 15" not in out, "the middle of a run is not printed"
+    assert out.count("Hooks are functions the agent calls") == 1 and "the fact ledger (ledger.py)" in out
