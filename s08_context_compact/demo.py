@@ -149,8 +149,8 @@ class FoldedReplies:
         if not self.run:
             return
         if self.count == 1:
-            for text in self.run:
-                print(text, flush=True)
+            for line in self.run:
+                print(line, flush=True)
             return
         first, last = (" → ".join(plain(t).strip(" <✗") for t in unit) for unit in (self.run, self.last))
         text = f"[×{self.count}] {first}  ... the last: {last}"
