@@ -403,7 +403,7 @@ def repl(agent, interactive: bool, messages: list, take_line) -> int:
             else:
                 agent.say("\n(press Ctrl-C again, or type q, to quit)")
                 continue
-        if line is None or line.strip() in ("q", "exit", "quit", "/exit", "/quit"):
+        if line is None or line.strip() in ("q", "exit", "quit") or line.split()[:1] in (["/exit"], ["/quit"]):
             return 1 if failed and not interactive else 0
         interrupts = 0
         if line.strip() and not take_line(agent, messages, line.strip()):

@@ -252,3 +252,21 @@ def test_list_fits_the_terminal_and_marks_a_prompt_never_answered(fake, workspac
     assert all(columns_of(row) <= 50 for row in rows), rows
     listed = run_cli(None, workspace, "", args=["--list"]).stdout  # not a terminal: rows whole
     assert "a first prompt that is rather long" in listed and "this one fails (not answered)" in listed
+
+
+def test_exit_with_words_after_it_still_leaves(fake, workspace):
+    done = run_cli(fake, workspace, "/exit now\nhello\n")
+    assert done.returncode == 0 and "Unknown command" not in done.stdout
+    assert fake.requests == [], "nothing typed after /exit is sent"
+
+
+def test_compact_is_followed_by_the_status_line_on_a_terminal(s08, make_agent, fake):
+    agent, messages = make_agent(show_status=True), []
+    fake.reply(text("A long answer. " * 200))
+    fake.summary(text("<summary>The user said hi.</summary>"))
+    s08.take_turn(agent, messages, "hi")
+    before = len(agent.out)
+    s08.handle_command(agent, messages, "/compact")
+    shown = "".join(agent.out[before:])
+    assert "[compact_history] " in shown
+    assert re.search(r"\ncontext \S+/200\.0k tokens \(\d+%\) · auto-compact in \S+\s*$", shown), shown
