@@ -44,8 +44,8 @@ from repeat_reads import repeat_read_stub, true_stubs
 from session_log import TRANSCRIPT_DIR, open_session
 from terminal import Spinner, layer_line, one_line, say, start_repl, terminal_confirm
 from turns import add_prompt, park_long_prompt, record_interruption, report_command, show_status, turn_failed
-from workspace_io import (ToolError, discover_skills, edit_file, glob_files, inside_workspace, output_names, read_lines,
-                          run_command, write_file)
+from workspace_io import (ToolError, discover_skills, edit_file, glob_files, holds_exactly, inside_workspace,
+                          output_names, own_folder, read_lines, run_command, write_file)
 
 
 # ==== PART 1: THE CHAPTER =========================================================================
@@ -315,15 +315,15 @@ def over_threshold(agent, messages: list) -> bool:
 
 
 # ---- saving before removing ----------------------------------------------------------------------
-# The only writes the layers cause. Files are opened with "x" (create, never replace)
-# under names that are new each time, so nothing is ever overwritten.
+# The only writes the layers cause. Files are opened with "x" (create, never replace, never
+# through a link) under names that are new each time, so nothing is ever overwritten, in
+# folders own_folder checked are real: a cloned repository may plant a link there.
 
 def save_tool_output(folder: Path, tool_use_id: str, text: str) -> Path:
     """Write one full tool result, byte for byte, and return its path."""
-    folder.mkdir(parents=True, exist_ok=True)
     data = text.encode("utf-8", "surrogatepass")
     for path in output_names(folder, tool_use_id):
-        if path.exists() and path.stat().st_size == len(data) and path.read_bytes() == data:
+        if holds_exactly(path, data):
             return path  # the same content saved before: point at it again
         try:
             with open(path, "xb") as f:
@@ -337,7 +337,6 @@ def save_tool_output(folder: Path, tool_use_id: str, text: str) -> Path:
 def save_transcript(folder: Path, messages: list, kind: str, footer: dict | None = None) -> Path:
     """Write messages as JSON lines, one message a line (then the footer, if any), under a
     name never used before, and return the path."""
-    folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{kind}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:8]}.jsonl"
     with open(path, "x", encoding="utf-8") as f:
         for record in messages + ([footer] if footer else []):
@@ -354,15 +353,16 @@ class Store:
         self.workdir, self.secrets, self.written = workdir, list(secrets), []
 
     def save_output(self, tool_use_id: str, text: str) -> Path:
-        return self.wrote(save_tool_output(self.workdir / TOOL_RESULTS_DIR, tool_use_id, redact(text, self.secrets)))
-
-    def save_prompt(self, text: str) -> Path:
-        return self.wrote(save_tool_output(self.workdir / ".task_outputs" / "prompts", f"prompt-{uuid.uuid4().hex[:8]}",
+        return self.wrote(save_tool_output(own_folder(self.workdir, TOOL_RESULTS_DIR), tool_use_id,
                                            redact(text, self.secrets)))
 
+    def save_prompt(self, text: str) -> Path:
+        return self.wrote(save_tool_output(own_folder(self.workdir, ".task_outputs/prompts"),
+                                           f"prompt-{uuid.uuid4().hex[:8]}", redact(text, self.secrets)))
+
     def save_messages(self, messages: list, kind: str, footer: dict | None = None) -> Path:
-        return self.wrote(save_transcript(self.workdir / TRANSCRIPT_DIR, redact_deep(messages, self.secrets), kind,
-                                          redact_deep(footer, self.secrets)))
+        return self.wrote(save_transcript(own_folder(self.workdir, TRANSCRIPT_DIR), redact_deep(messages, self.secrets),
+                                          kind, redact_deep(footer, self.secrets)))
 
     def wrote(self, path: Path) -> Path:
         self.written.append(path.relative_to(self.workdir))

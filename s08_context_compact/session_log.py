@@ -8,12 +8,14 @@ agent.log.rewrite(...), and never sees a record's layout.
 
 import json
 import os
+import stat
 import time
 import uuid
 from pathlib import Path
 
 from redaction import redact
 from terminal import counted, cut_to_width, display_width, one_line
+from workspace_io import file_kind, open_log, open_regular
 
 TRANSCRIPT_DIR = ".transcripts"
 
@@ -21,15 +23,18 @@ TRANSCRIPT_DIR = ".transcripts"
 class SessionLog:
     """An append-only JSON-lines file, flushed to disk after every record. It watches the
     endpoint the session shares with its subagents: what is learned about it (its window,
-    say) is recorded before the next record, so --resume starts from it."""
+    say) is recorded before the next record, so --resume starts from it. It also keeps
+    the history the log holds so far: if the file is deleted while the program runs, the
+    log is written again from it, and --resume still finds the session."""
 
     def __init__(self, path: Path, secrets: list = (), warn=print, header: dict | None = None, endpoint=None):
         self.path, self.secrets, self.warn = path, list(secrets), warn
-        self.header = header  # written with the first record: a session with no messages leaves no file
-        self.file = None
+        self.header = header or {"type": "session", "id": path.stem.removeprefix("session-")}
+        self.file = None  # opened with the first record: a session with no messages leaves no file
         self.failed = False
         self.endpoint = endpoint
         self.facts = endpoint.facts() if endpoint else None  # the endpoint facts written last
+        self.history, self.last_prompt = [], None  # what the log holds, to write it again if it is lost
 
     def message(self, message: dict, context_tokens: int | None = None, prompt: str | None = None,
                 merged: bool = False) -> None:
@@ -42,10 +47,23 @@ class SessionLog:
         if prompt is not None:
             record["prompt"] = prompt
         self.write(record)
+        if merged and self.history:
+            self.history[-1] = message
+        else:
+            self.history.append(message)
+        if prompt is not None:
+            self.header.setdefault("prompt", prompt)  # the first one, for --list if the log is written again
+            self.last_prompt = prompt
 
     def rewrite(self, old: list, new: list, reason: str) -> None:
         """A rewrite of the history, as what changed: runs of the old history and new messages."""
         self.write({"type": "rewrite", "reason": reason, "parts": rewrite_parts(old, new)})
+        self.history = list(new)
+
+    def replace(self, messages: list, reason: str, **extra) -> None:
+        """The whole history at once (a resumed session starts with it)."""
+        self.write({"type": "history", "reason": reason, "messages": messages, **extra})
+        self.history, self.last_prompt = list(messages), extra.get("prompt", self.last_prompt)
 
     def layer(self, name: str, saved_to: list, tokens_saved: int) -> None:
         self.write({"type": "layer", "layer": name, "saved_to": saved_to, "tokens_saved": tokens_saved})
@@ -53,32 +71,56 @@ class SessionLog:
     def write(self, record: dict) -> None:
         if self.failed:
             return
-        if self.header:
-            header, self.header = self.header, None
-            self.write(header)
-            if self.failed:
-                return
-        if self.endpoint and self.endpoint.facts() != self.facts:
-            self.facts = self.endpoint.facts()
-            self.write({"type": "endpoint", **self.facts})
-        line = redact(json.dumps(record, ensure_ascii=False), self.secrets)  # a last net for secrets
         try:
-            if self.file is None:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
-                self.file = open(self.path, "a", encoding="utf-8")
-            self.file.write(line + "\n")
+            records = [] if self.still_open() else self.reopen()
+            if self.endpoint and self.endpoint.facts() != self.facts:
+                self.facts = self.endpoint.facts()
+                records.append({"type": "endpoint", **self.facts})
+            for each in records + [record]:
+                self.file.write(redact(json.dumps(each, ensure_ascii=False), self.secrets) + "\n")  # a last net
             self.file.flush()
             os.fsync(self.file.fileno())
         except OSError as err:
             self.failed = True  # say it once; the session itself goes on
             self.warn(f"[session log] cannot write {self.path} ({err}); this session will not be resumable.")
 
+    def still_open(self) -> bool:
+        """Whether the log's path still names the file being written: it may have been
+        deleted (with .transcripts/, say), and records written to it would be lost."""
+        if self.file is None:
+            return False
+        try:
+            now, opened = os.stat(self.path, follow_symlinks=False), os.fstat(self.file.fileno())
+        except OSError:
+            return False
+        return (now.st_dev, now.st_ino) == (opened.st_dev, opened.st_ino)
+
+    def reopen(self) -> list:
+        """Open the file (create it for a new session); the records to write first: the
+        header for a new file, and the history so far if the old file was lost."""
+        lost = self.file is not None
+        if lost:
+            self.file.close()
+            self.file = None
+        self.file, created = open_log(self.path, new=lost)
+        if not created:
+            return []  # a resumed session: appending to its log
+        records = [self.header]
+        if lost:
+            self.warn(f"[session log] {self.path} was deleted while the program ran; it is written again with "
+                      f"the session so far, so --resume still finds it.")
+            records += [{"type": "endpoint", **self.facts}] if self.facts else []
+        if self.history:
+            records.append({"type": "history", "reason": "the log was deleted; written again",
+                            "messages": self.history, **({"prompt": self.last_prompt} if self.last_prompt else {})})
+        return records
+
 
 def log_records(path: Path):
     """Each line of a session log as a record: a dict, or None for a line that is not a JSON
     object (torn by a crash, or edited). Lines end at newlines only: a record may hold a
     U+2028 in its text, which str.splitlines would also split at."""
-    with open(path, encoding="utf-8", errors="replace", newline="\n") as f:
+    with open(open_regular(path), encoding="utf-8", errors="replace", newline="\n") as f:
         for line in f:
             try:
                 record = json.loads(line)
@@ -147,7 +189,7 @@ def repair_torn_tail(path: Path) -> int:
     """Cut a last line the program was killed while writing, so new records start on a
     line of their own; return how many bytes were cut."""
     try:
-        with open(path, "rb+") as f:
+        with open(open_regular(path, os.O_RDWR), "rb+") as f:
             data = f.read()
             if not data or data.endswith(b"\n"):
                 return 0
@@ -163,29 +205,52 @@ def repair_torn_tail(path: Path) -> int:
     return len(data) - keep
 
 
-def session_logs(workdir: Path) -> list:
-    """This workspace's session logs, oldest first."""
-    return sorted((workdir / TRANSCRIPT_DIR).glob("session-*.jsonl"), key=lambda p: p.stat().st_mtime)
+def session_logs(workdir: Path, skipped: list | None = None) -> list:
+    """This workspace's session logs, oldest first. Only regular files in a real folder are
+    logs: a pipe there would block the read forever, a link may lead anywhere. What is
+    skipped goes to `skipped`, with the reason."""
+    folder, found, skipped = workdir / TRANSCRIPT_DIR, [], [] if skipped is None else skipped
+    try:
+        mode = os.lstat(folder).st_mode
+    except FileNotFoundError:
+        return []
+    if not stat.S_ISDIR(mode):
+        skipped.append(f"{TRANSCRIPT_DIR}: {file_kind(mode)}, not a folder")
+        return []
+    for path in sorted(folder.glob("session-*.jsonl")):
+        try:
+            info = os.lstat(path)
+        except FileNotFoundError:  # deleted since the folder was listed
+            continue
+        if stat.S_ISREG(info.st_mode):
+            found.append((info.st_mtime, path.name, path))
+        else:
+            skipped.append(f"{TRANSCRIPT_DIR}/{path.name}: {file_kind(info.st_mode)}, not a regular file")
+    return [path for *_, path in sorted(found)]
 
 
 def list_sessions(workdir: Path, width: int | None = None) -> str:
     """A row a session: its id, when it last changed, its size and its first prompt. On a
     terminal narrower than a row, each session takes two lines, cut to the width."""
-    rows = []
-    for path in session_logs(workdir):
-        history = read_session(path, warn=print)
-        first = first_prompt(path)
-        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(path.stat().st_mtime))
+    rows, skipped = [], []
+    for path in session_logs(workdir, skipped):
+        try:
+            history, first, info = read_session(path, warn=print), first_prompt(path), path.stat()
+        except OSError as err:  # gone, or replaced, since it was listed
+            skipped.append(f"{TRANSCRIPT_DIR}/{path.name}: {err.strerror or err}")
+            continue
+        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(info.st_mtime))
         prompt = one_line(first, 50) + ("" if history else " (not answered)") if first else "(no prompt yet)"
-        session, size = path.stem.removeprefix("session-"), f"{path.stat().st_size / 1024:.1f} KB"
+        session, size = path.stem.removeprefix("session-"), f"{info.st_size / 1024:.1f} KB"
         row = f"  {session:<24} {when}  {counted(len(history), 'message'):>13}  {size:>11}  {prompt}"
         if width and display_width(row) >= width:
             rows += [cut_to_width(f"  {session}  {when}", width - 1),
                      cut_to_width(f"    {counted(len(history), 'message')}, {size}: {prompt}", width - 1)]
         else:
             rows.append(row)
-    return "Sessions in this workspace (newest last):\n" + "\n".join(rows) if rows else \
+    listed = "Sessions in this workspace (newest last):\n" + "\n".join(rows) if rows else \
         "No sessions in this workspace yet."
+    return "\n".join([listed] + [f"  (skipped {why})" for why in skipped])
 
 
 def first_prompt(path: Path) -> str | None:
@@ -294,10 +359,8 @@ def open_session(agent, resume: Path | None) -> list:
     """Start a new session log, or continue the one given; return its history."""
     if not resume:
         session = f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
-        header = {"type": "session", "id": session, "model": agent.settings.model,
-                  "window": agent.settings.window, "workdir": str(agent.workdir), "endpoint": agent.endpoint.facts()}
         agent.log = SessionLog(agent.workdir / TRANSCRIPT_DIR / f"session-{session}.jsonl", agent.secrets,
-                               agent.say, header, agent.endpoint)
+                               agent.say, session_header(agent, session), agent.endpoint)
         return []
     cut = repair_torn_tail(resume)
     if cut:
@@ -306,16 +369,23 @@ def open_session(agent, resume: Path | None) -> list:
     history, tokens = repair_history(logged), logged_context_tokens(resume)
     if tokens and len(history) == len(logged):  # nothing was repaired: the usage still measures it
         agent.state.tokens.anchor(tokens, history)  # so the first pass estimates nothing
-    agent.log = SessionLog(resume, agent.secrets, agent.say, endpoint=agent.endpoint)
-    agent.log.write({"type": "history", "reason": "resumed", "messages": history,
-                     **({"context_tokens": agent.state.tokens.anchor_tokens} if agent.state.tokens.anchor_tokens
-                        else {})})
-    agent.say(f"Resumed session {resume.stem.removeprefix('session-')}: {counted(len(history), 'message')}.")
+    session, first, last = resume.stem.removeprefix("session-"), first_prompt(resume), last_prompt(resume)
+    header = {**session_header(agent, session), **({"prompt": first} if first else {})}  # if written again
+    agent.log = SessionLog(resume, agent.secrets, agent.say, header, agent.endpoint)
+    agent.log.replace(history, "resumed", **({"context_tokens": agent.state.tokens.anchor_tokens}
+                                             if agent.state.tokens.anchor_tokens else {}),
+                      **({"prompt": last} if last else {}))
+    agent.say(f"Resumed session {session}: {counted(len(history), 'message')}.")
     reply = next((b["text"] for m in reversed(history) if m["role"] == "assistant"
                   for b in reversed(blocks(m)) if b.get("type") == "text"), "")
-    for line in recap(last_prompt(resume), reply):  # where the conversation was
+    for line in recap(last, reply):  # where the conversation was
         agent.say(line, "dim", cut=True)
     return history
+
+
+def session_header(agent, session: str) -> dict:
+    return {"type": "session", "id": session, "model": agent.settings.model, "window": agent.settings.window,
+            "workdir": str(agent.workdir), "endpoint": agent.endpoint.facts()}
 
 
 def recap(request: str | None, reply: str) -> list:

@@ -1,6 +1,8 @@
 """Safe file and command I/O in the workspace: paths that cannot escape it, writes that
 leave the old file whole when they fail, command output captured to disk as it arrives,
-and files read line by line however big they are.
+and files read line by line however big they are. The workspace is often a repository
+just cloned, so what it holds is not trusted: the program's own folders must be real
+folders (never a planted link), and skills are read only from regular files.
 
 Machinery the chapter does not need: the tools in code.py call these.
 """
@@ -8,6 +10,7 @@ Machinery the chapter does not need: the tools in code.py call these.
 import os
 import re
 import signal
+import stat
 import subprocess
 import tempfile
 import threading
@@ -21,6 +24,7 @@ READ_MAX_CHARS = 200_000            # one read_file call returns at most this mu
 READ_MAX_LINE_CHARS = 2_000         # minified files: cut single lines, not whole reads
 EDIT_MAX_BYTES = 10_000_000         # edit_file loads the whole file: refuse bigger ones
 GLOB_MAX_RESULTS = 200
+SKILL_MAX_BYTES = 100_000           # a SKILL.md bigger than this is skipped, not read
 
 
 class ToolError(Exception):
@@ -32,6 +36,71 @@ def inside_workspace(workdir: Path, path: str) -> Path | None:
     root = workdir.resolve()
     target = (root / path).resolve()
     return target if target == root or target.is_relative_to(root) else None
+
+
+def own_folder(workdir: Path, relative) -> Path:
+    """One of the program's own folders (.transcripts, .task_outputs/tool-results, ...),
+    made if missing. Each part must be a real folder: a cloned repository may have planted
+    a link there, to make the program write outside the workspace, or a file. Either is
+    refused with an OSError that says so; nothing is ever written through it."""
+    folder = workdir
+    for part in Path(relative).parts:
+        folder = folder / part
+        try:
+            os.mkdir(folder)
+        except FileExistsError:
+            pass
+        mode = os.lstat(folder).st_mode
+        if not stat.S_ISDIR(mode):
+            what = f"a link to {os.readlink(folder)}" if stat.S_ISLNK(mode) else file_kind(mode)
+            raise OSError(f"{folder.relative_to(workdir)} is {what}, not a folder: the program writes only into "
+                          "real folders inside the workspace; remove or rename it")
+    return folder
+
+
+def file_kind(mode: int) -> str:
+    kinds = [(stat.S_ISREG, "a file"), (stat.S_ISDIR, "a folder"), (stat.S_ISLNK, "a symbolic link"),
+             (stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISSOCK, "a socket")]
+    return next((name for test, name in kinds if test(mode)), "a device")
+
+
+def open_regular(path: Path, flags: int = os.O_RDONLY) -> int:
+    """A descriptor of path, which must be a regular file: never a link (however dangling),
+    a pipe that would block the open forever, or a device such as /dev/zero that never
+    ends. OSError saying what it is otherwise."""
+    mode = os.lstat(path).st_mode
+    if stat.S_ISREG(mode):
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY)
+        mode = os.fstat(fd).st_mode  # what was opened, in case it was swapped since
+        if stat.S_ISREG(mode):
+            return fd
+        os.close(fd)
+    raise OSError(f"{file_kind(mode)}, not a regular file")
+
+
+def holds_exactly(path: Path, data: bytes) -> bool:
+    """Whether path is a regular file with exactly these bytes."""
+    try:
+        if os.lstat(path).st_size != len(data):
+            return False
+        with open(open_regular(path), "rb") as f:
+            return f.read(len(data) + 1) == data
+    except OSError:
+        return False
+
+
+def open_log(path: Path, *, new: bool):
+    """A session log opened to append; whether it was created. Its folder is one of the
+    program's own, right in the workspace; the file must be regular. new: create it, and
+    fail rather than append to a file someone else put there."""
+    own_folder(path.parent.parent, path.parent.name)
+    if not new:
+        try:
+            return open(open_regular(path, os.O_WRONLY | os.O_APPEND), "a", encoding="utf-8"), False
+        except FileNotFoundError:
+            pass
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o666)
+    return open(fd, "a", encoding="utf-8"), True
 
 
 def output_names(folder: Path, tool_use_id: str):
@@ -50,7 +119,7 @@ def run_command(command: str, *, cwd: Path, timeout: int, outputs: Path, secrets
     environment = {k: v for k, v in os.environ.items() if not SECRET_NAME.search(k)}
     proc = subprocess.Popen(["bash", "-c", command], cwd=cwd, stdin=subprocess.DEVNULL, env=environment,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
-    captured = CapturedOutput(outputs, secrets)
+    captured = CapturedOutput(cwd, outputs.relative_to(cwd), secrets)
     reader = threading.Thread(target=captured.drain, args=(proc.stdout,), daemon=True)
     reader.start()
     try:
@@ -86,8 +155,9 @@ class CapturedOutput:
     100 MB of output costs what 220 KB does. The file is kept only when the output was
     too long to show whole."""
 
-    def __init__(self, folder: Path, secrets: list):
-        self.folder, self.file, self.unsaved = folder, None, None
+    def __init__(self, workdir: Path, folder: Path, secrets: list):
+        # folder is relative to workdir until the first byte comes and own_folder checks it
+        self.workdir, self.folder, self.file, self.unsaved = workdir, folder, None, None
         self.secrets = sorted({v.encode("utf-8", "surrogatepass") for v in secrets}, key=len, reverse=True)
         self.overlap = max(map(len, self.secrets), default=1) - 1  # a secret may straddle two chunks
         self.carry, self.head, self.tail, self.total = b"", bytearray(), bytearray(), 0
@@ -112,7 +182,7 @@ class CapturedOutput:
         if self.unsaved is None and data:
             try:
                 if self.file is None:
-                    self.folder.mkdir(parents=True, exist_ok=True)
+                    self.folder = own_folder(self.workdir, self.folder)
                     self.file = tempfile.NamedTemporaryFile(dir=self.folder, prefix=".bash-", suffix=".partial",
                                                             delete=False)
                 self.file.write(data)
@@ -214,9 +284,10 @@ def current_umask() -> int:
 
 def write_atomically(target: Path, data: bytes) -> None:
     """Write beside the target, flush to disk, then rename over it: a write that fails
-    half-way (a full disk, say) leaves the original file exactly as it was."""
+    half-way (a full disk, say) leaves the original file exactly as it was. The temporary
+    name is short, so a file whose name is near the 255-byte limit can be written too."""
     mode = target.stat().st_mode & 0o7777 if target.exists() else 0o666 & ~current_umask()
-    fd, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    fd, temporary = tempfile.mkstemp(dir=target.parent, prefix=".s08-", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
@@ -229,6 +300,44 @@ def write_atomically(target: Path, data: bytes) -> None:
         raise
 
 
+def write_in_place(target: Path, data: bytes) -> None:
+    """Rewrite a file through its own inode, so its other hard links show the new content
+    too. The space is reserved first: a full disk fails before any byte changes."""
+    fd = os.open(target, os.O_WRONLY | os.O_NOFOLLOW)
+    try:
+        size = os.fstat(fd).st_size
+        if len(data) > size and hasattr(os, "posix_fallocate"):
+            try:
+                os.posix_fallocate(fd, 0, len(data))
+            except OSError:
+                os.ftruncate(fd, size)  # whatever was reserved goes back; the content never changed
+                raise
+        with os.fdopen(os.dup(fd), "wb") as f:
+            f.write(data)
+            f.truncate()
+            f.flush()
+            os.fsync(f.fileno())
+    finally:
+        os.close(fd)
+
+
+def replace_content(target: Path, path: str, data: bytes) -> None:
+    """Give a file new content, or create it. A file its owner made read-only is refused,
+    not replaced; a file with other hard links is rewritten in place, so the links keep
+    sharing one content; any other file is replaced atomically (write_atomically)."""
+    info = target.stat() if target.exists() else None
+    if info and (not info.st_mode & 0o222 or not os.access(target, os.W_OK)):
+        raise ToolError(f"{path} is read-only (mode {stat.S_IMODE(info.st_mode):04o}): someone protected it "
+                        "against changes, so it was left as it is. Ask the user before changing it.")
+    try:
+        if info and info.st_nlink > 1:
+            write_in_place(target, data)
+        else:
+            write_atomically(target, data)
+    except OSError as err:
+        raise ToolError(f"could not write {path} ({err.strerror or err}); the file is unchanged.") from None
+
+
 def printable(name: str) -> str:
     """A file name whose bytes are not UTF-8, with those bytes shown as \ufffd: it can be
     printed, logged and sent (an undecodable name arrives with lone surrogates)."""
@@ -239,11 +348,17 @@ def write_file(target: Path, path: str, content: str) -> str:
     """Create or replace a file; a write that fails leaves the old one as it was."""
     target.parent.mkdir(parents=True, exist_ok=True)
     data = content.encode("utf-8", "surrogatepass")
-    try:
-        write_atomically(target, data)
-    except OSError as err:
-        raise ToolError(f"could not write {path} ({err.strerror or err}); the file is unchanged.") from None
+    replace_content(target, path, data)
     return f"Wrote {len(data):,} bytes to {path}"
+
+
+def occurrences(text: str, part: str) -> int:
+    """How often part occurs in text, overlapping matches included ("aba" is twice in
+    "ababa"): str.count would call that one match, and the edit would be a guess."""
+    count = text.count(part) if part else 0
+    if count == 1 and text.find(part, text.find(part) + 1) != -1:
+        count = 2  # the one match str.count saw overlaps another
+    return count
 
 
 def edit_file(target: Path, path: str, old_text: str, new_text: str) -> str:
@@ -256,19 +371,17 @@ def edit_file(target: Path, path: str, old_text: str, new_text: str) -> str:
         text = target.read_bytes().decode("utf-8")  # bytes, so CRLF and lone CR stay as they are
     except UnicodeDecodeError:
         raise ToolError(f"{path} is not UTF-8 text; edit_file cannot change it safely. Use bash.")
-    count = text.count(old_text) if old_text else 0
+    count = occurrences(text, old_text)
     if count == 0 and "\r\n" in text and "\n" in old_text and "\r" not in old_text + new_text:
         # read_file shows lines without their CR: match the file's own line endings
         old_text, new_text = old_text.replace("\n", "\r\n"), new_text.replace("\n", "\r\n")
-        count = text.count(old_text)
+        count = occurrences(text, old_text)
     if count != 1:
         hint = "read the file again and copy the exact text (whitespace matters)" if count == 0 \
             else "include more surrounding lines so it matches exactly once"
-        raise ToolError(f"old_text was found {count} times in {path}; it must occur exactly once: {hint}.")
-    try:
-        write_atomically(target, text.replace(old_text, new_text, 1).encode("utf-8"))
-    except OSError as err:
-        raise ToolError(f"could not write {path} ({err.strerror or err}); the file is unchanged.") from None
+        raise ToolError(f"old_text was found {count} times in {path} (overlapping matches count); it must occur "
+                        f"exactly once: {hint}.")
+    replace_content(target, path, text.replace(old_text, new_text, 1).encode("utf-8"))
     return f"Edited {path}"
 
 
@@ -287,15 +400,42 @@ def glob_files(workdir: Path, base: Path, pattern: str, path: str) -> str:
     return shown
 
 
-def discover_skills(folders: list) -> dict:
-    """Find skills/<name>/SKILL.md files; front matter gives name and description."""
+def discover_skills(folders: list, warn=print) -> dict:
+    """Find skills/<name>/SKILL.md files; front matter gives name and description. A skill
+    that cannot be read safely (read_skill) is skipped, and warn() says why, a line each."""
     skills = {}
-    for folder in folders:
-        for path in sorted(Path(folder).glob("*/SKILL.md")):
-            text = path.read_text(encoding="utf-8", errors="replace")
+    for folder in map(Path, folders):
+        for path in sorted(folder.glob("*/")) if folder.is_dir() else []:
+            path = path / "SKILL.md"
+            if not os.path.lexists(path):
+                continue
+            try:
+                text = read_skill(folder.parent, path)
+            except (OSError, RuntimeError) as err:  # RuntimeError: a loop of links
+                warn(f"[skills] skipped {printable(str(path.relative_to(folder.parent)))}: {err}")
+                continue
             match = re.match(r"^---\s*\n(.*?)\n---\s*\n?(.*)$", text, re.S)
             meta = dict(re.findall(r"^(\w+):\s*(.+?)\s*$", match.group(1), re.M)) if match else {}
             name = meta.get("name", path.parent.name)
             skills.setdefault(name, {"description": meta.get("description", ""),
                                      "body": (match.group(2) if match else text).strip(), "path": path})
     return skills
+
+
+def read_skill(root: Path, path: Path) -> str:
+    """The text of a SKILL.md under root (the workspace, or the program's own folder).
+    What a cloned repository put there is not trusted: a link may lead to a private file
+    outside, a pipe would block start-up forever, /dev/zero never ends. So it must lead
+    to a regular file inside root, of at most SKILL_MAX_BYTES; else OSError says why."""
+    real = path.resolve()
+    if not real.is_relative_to(root.resolve()):
+        raise OSError(f"it leads to {real}, outside {root}")
+    try:
+        fd = open_regular(real)
+    except FileNotFoundError:
+        raise OSError("a link to nothing") from None
+    with open(fd, "rb") as f:
+        data = f.read(SKILL_MAX_BYTES + 1)
+    if len(data) > SKILL_MAX_BYTES:
+        raise OSError(f"larger than {SKILL_MAX_BYTES:,} bytes")
+    return data.decode("utf-8", "replace")

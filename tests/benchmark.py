@@ -319,7 +319,7 @@ def pipeline_time_at(code, workdir: Path, size: int, turns: int = 200, log: bool
                      {"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"t{n}",
                                                    "content": lorem(rng, rng.randint(50, 4_000))}]}]
     if log:
-        agent.log.write({"type": "history", "reason": "benchmark", "messages": messages})
+        agent.log.replace(messages, "benchmark")
     agent.state.tokens.anchor(code.estimate_tokens(messages), messages)  # as after a response
     times = []
     for _ in range(turns):

@@ -59,7 +59,7 @@ def test_an_edit_on_a_full_disk_leaves_the_file_intact(s08, make_agent, fake, fu
     result = next(b for m in messages for b in blocks(m) if b.get("type") == "tool_result")
     assert result["is_error"] and "could not write big.py" in result["content"] and "unchanged" in result["content"]
     assert (full_disk / "big.py").read_bytes() == original
-    assert not [p for p in full_disk.iterdir() if p.name.startswith(".big.py.")], "no temporary file left behind"
+    assert not [p for p in full_disk.iterdir() if p.name.endswith(".tmp")], "no temporary file left behind"
 
 
 def test_a_write_on_a_full_disk_leaves_the_old_content(s08, make_agent, fake, full_disk):

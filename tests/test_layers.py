@@ -36,10 +36,10 @@ def savers(s08, tmp_path):
         transcripts = tmp_path / "transcripts"
 
         def save_output(self, tool_use_id, text):
-            return s08.save_tool_output(self.outputs, tool_use_id, text)
+            return s08.save_tool_output(s08.own_folder(tmp_path, "tool-results"), tool_use_id, text)
 
         def save_messages(self, messages, kind, footer=None):
-            return s08.save_transcript(self.transcripts, messages, kind, footer)
+            return s08.save_transcript(s08.own_folder(tmp_path, "transcripts"), messages, kind, footer)
     return Savers()
 
 
