@@ -8,7 +8,7 @@ pointed at it with ANTHROPIC_BASE_URL:
 - GET  /v1/models/{id}
 
 Every request is validated the way the real API validates it (tool pairing, block
-order, empty text, tool schemas) and rejected with the real error texts. The context
+order, empty messages and text, tool schemas) and rejected with the real error texts. The context
 window is enforced with the real "prompt is too long: N tokens > M maximum" error.
 
 Replies are scripted. Requests that offer tools the model may call go to `replies`;
@@ -495,14 +495,16 @@ def validate_request(body: dict, *, need_max_tokens: bool = True) -> None:
         if not isinstance(message, dict) or message.get("role") not in ("user", "assistant"):
             raise InvalidRequest(f"messages.{i}.role: Input should be 'user' or 'assistant'")
         content = message.get("content")
+        if not isinstance(content, (str, list)):
+            raise InvalidRequest(f"messages.{i}.content: Input should be a valid string or list")
+        final_assistant = i == len(messages) - 1 and message["role"] == "assistant"  # a prefill may be empty
+        if not content and not final_assistant:
+            raise InvalidRequest(f"messages.{i}: all messages must have non-empty content except for the "
+                                 "optional final assistant message")
         if isinstance(content, str):
             if message["role"] == "user" and not content.strip():
-                raise InvalidRequest(f"messages.{i}: user messages must have non-empty content")
+                raise InvalidRequest("messages: text content blocks must contain non-whitespace text")
             continue
-        if not isinstance(content, list):
-            raise InvalidRequest(f"messages.{i}.content: Input should be a valid string or list")
-        if message["role"] == "user" and not content:
-            raise InvalidRequest(f"messages.{i}: user messages must have non-empty content")
         for k, block in enumerate(content):
             _check_block(block, message["role"], f"messages.{i}.content.{k}")
     if messages[0]["role"] != "user":
