@@ -18,7 +18,7 @@ from pathlib import Path
 from endpoint import (CONNECT_TIMEOUT, DEFAULT_WINDOW_SOURCE, IDLE_TIMEOUT, Endpoint, discover_endpoint,
                       make_client)
 from redaction import secret_values
-from session_log import find_session, list_sessions, logged_endpoint
+from session_log import SessionInUse, find_session, list_sessions, logged_endpoint
 
 
 SETUP_HELP = """{problem}
@@ -167,9 +167,12 @@ def say_what_start_up_found(agent) -> None:
 
 
 def run(main) -> int:
-    """main(), with the two ways out a person causes handled quietly."""
+    """main(), with the ways out a person causes handled quietly."""
     try:
         return main()
+    except SessionInUse as err:  # --resume of a session another program still has open
+        print(err, file=sys.stderr)
+        return 2
     except KeyboardInterrupt:  # Ctrl-C before the prompt is up (or at the demo's pause): leave quietly
         print(file=sys.stderr)  # ...and let the shell's prompt start on a line of its own
         return 130

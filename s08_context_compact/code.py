@@ -42,7 +42,9 @@ from overflow import ContextOverflow
 from redaction import redact, redact_deep
 from repeat_reads import repeat_read_stub, true_stubs
 from session_log import TRANSCRIPT_DIR, open_session
+from surrogates import well_formed
 from terminal import Spinner, layer_line, one_line, say, start_repl, terminal_confirm
+from tool_input import check_tool_input, park_oversized_inputs
 from turns import add_prompt, park_long_prompt, record_interruption, report_command, show_status, turn_failed
 from workspace_io import (ToolError, discover_skills, edit_file, glob_files, holds_exactly, inside_workspace,
                           output_names, own_folder, read_lines, run_command, write_file)
@@ -340,7 +342,7 @@ def save_transcript(folder: Path, messages: list, kind: str, footer: dict | None
     path = folder / f"{kind}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:8]}.jsonl"
     with open(path, "x", encoding="utf-8") as f:
         for record in messages + ([footer] if footer else []):
-            f.write(json.dumps(record, ensure_ascii=False) + "\n")
+            f.write(well_formed(json.dumps(record, ensure_ascii=False)) + "\n")  # a lone emoji half cannot be written
     return path
 
 
@@ -906,6 +908,7 @@ def adopt_overflow(agent, err: ContextOverflow) -> bool:
 def park_oversized_request(agent, messages: list) -> list:
     """After the window shrank, a request too big for it is moved to a file (as a long
     prompt is from the start), so the retry is not refused for its size again."""
+    messages = park_oversized_inputs(agent, messages, estimate_text_tokens)  # and so is a tool call's input
     request = current_request(messages)
     if not request or estimate_text_tokens(request["text"]) <= agent.settings.threshold // 2:
         return messages
@@ -1078,7 +1081,7 @@ def use_tools(agent, tool_uses: list, refused: dict) -> tuple:
                 agent.say(f"  ✗ {block['name']}: {refused[block['id']]}", "error")
                 results.append({"type": "tool_result", "tool_use_id": block["id"], "is_error": True,
                                 "content": f"Error: this call to {block['name']} failed: {refused[block['id']]}. "
-                                           "Call it again with a JSON object as its input."})
+                                           "Call it again with a valid JSON object as its input."})
             else:
                 results.append(use_tool(agent, block))
         return results, False
@@ -1095,6 +1098,7 @@ def agent_loop(agent, messages: list) -> str | None:
     agent.state.history = messages  # the same list object: read_file checks it for repeat reads
     for _ in range(agent.max_steps):
         agent.settings = agent.settings.resized(agent.endpoint.window)  # a subagent may have learned it
+        replace_history(agent, messages, park_oversized_inputs(agent, messages, estimate_text_tokens), "input parked")
         replace_history(agent, messages, compact_pipeline(agent, messages), "compaction")
         replace_history(agent, messages, true_stubs(messages, agent.state.read_stubs), "read stubs re-pointed")
         try:
@@ -1218,29 +1222,6 @@ TOOLS = [
     tool("compact", "Summarize the conversation so far to free context. Runs after the current tool calls; "
          "focus says what the summary must keep.", (), focus=TEXT),
 ]
-
-
-JSON_TYPES = {"string": str, "integer": int, "array": list, "object": dict, "boolean": bool}
-
-
-def check_tool_input(schema: dict, args) -> str | None:
-    """Return what is wrong with a tool call's input, or None when it fits the schema.
-    Arguments the schema does not list are not wrong (JSON Schema allows them); use_tool
-    leaves them out."""
-    if not isinstance(args, dict):
-        return "the input must be a JSON object"
-    missing = [key for key in schema.get("required", []) if key not in args]
-    if missing:
-        return f"missing required argument(s): {', '.join(missing)}"
-    for key, value in args.items():
-        if key not in schema.get("properties", {}):
-            continue
-        expected = schema["properties"][key].get("type")
-        python_type = JSON_TYPES.get(expected)
-        wrong_bool = python_type is int and isinstance(value, bool)
-        if python_type and (not isinstance(value, python_type) or wrong_bool):
-            return f"argument '{key}' must be of type {expected}, got {type(value).__name__}"
-    return None
 
 
 def use_tool(agent, block: dict) -> dict:

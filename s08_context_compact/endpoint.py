@@ -16,7 +16,9 @@ import time
 from dataclasses import dataclass, replace
 
 from overflow import MIN_CONTEXT_WINDOW, ContextOverflow, context_overflow, learned_window
+from surrogates import HALF_ESCAPE, shown_so_far, well_formed, well_formed_deep
 from terminal import Spinner, StreamedText, one_line
+from tool_input import input_problem
 
 
 def lazy_import(name: str):
@@ -196,7 +198,7 @@ class ReplyEvents:
         for sse in anthropic.Stream.raw_events(httpx2.Response(200, content=self.chunks())):
             try:
                 data = sse.json() if sse.data else None
-            except ValueError:
+            except (ValueError, RecursionError):  # nested too deep to read is no better
                 raise BadReply(f"the endpoint sent an event that is not JSON: {one_line(sse.data, 60)}") from None
             kind = sse.event or (data.get("type") if isinstance(data, dict) else None)
             if data is not None and kind != "ping":
@@ -226,8 +228,10 @@ def apply_event(kind: str, data: dict, blocks: dict, usage: dict, on_text) -> st
         name = field_of.get(delta["type"])
         if name:
             block[name] = (block.get(name) or "") + delta[name]
-        if name == "text" and on_text:
-            on_text(delta["text"])
+        if name == "text" and on_text:  # the first half of a split emoji waits for its second
+            shown, block["held"] = shown_so_far(block.get("held", "") + delta["text"])
+            if shown:
+                on_text(shown)
     elif kind == "message_delta":
         add_usage(usage, data.get("usage"))
         return (data.get("delta") or {}).get("stop_reason")
@@ -236,15 +240,17 @@ def apply_event(kind: str, data: dict, blocks: dict, usage: dict, on_text) -> st
 
 def tool_input(block: dict):
     """A tool call's input: the streamed JSON if any, else what the block started with.
-    Text that is not JSON comes back as the string it is, never completed as the SDK's stream
-    helper completes JSON cut short; make_reply_sendable answers it."""
-    raw = block.pop("partial_json", "")
+    Text that is not JSON (or nests too deep to read) comes back as the string it is, never
+    completed as the SDK's stream helper completes JSON cut short; make_reply_sendable
+    answers it. A lone half of an emoji (a \\udXXX escape alone) becomes U+FFFD."""
+    raw = well_formed(block.pop("partial_json", ""))  # halves split across two deltas join here
     if not raw.strip():
-        return block.get("input", {})
+        return well_formed_deep(block.get("input", {}))
     try:
-        return json.loads(raw)
-    except ValueError:
+        value = json.loads(raw)
+    except (ValueError, RecursionError):
         return raw
+    return well_formed_deep(value) if HALF_ESCAPE.search(raw) else value
 
 
 def finished_blocks(blocks: dict) -> list:
@@ -257,7 +263,9 @@ def finished_blocks(blocks: dict) -> list:
             if block["type"] == "text":
                 if not block.get("text", "").strip():
                     continue  # the API rejects empty text blocks
-                block = {"type": "text", "text": block["text"]}
+                block = {"type": "text", "text": well_formed(block["text"])}
+            elif block["type"] == "thinking" and isinstance(block.get("thinking"), str):
+                block["thinking"] = well_formed(block["thinking"])  # the halves joined: the text that was signed
             elif block["type"] == "tool_use":
                 block = {"type": "tool_use", "id": block["id"], "name": block["name"], "input": tool_input(block)}
             content.append(block)
@@ -288,7 +296,7 @@ def reply_from_body(raw: bytes) -> tuple:
     """A whole message as JSON where a stream was asked for (some proxies answer so)."""
     try:
         data = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):
         raise BadReply("the endpoint's reply was empty" if not raw.strip() else
                        f"the endpoint's reply is not JSON: {one_line(raw.decode('utf-8', 'replace'), 60)}") from None
     if isinstance(data, dict) and data.get("error"):
@@ -375,8 +383,9 @@ def model_reply(agent, request: dict, sent_tokens: int, show_text: bool, label: 
 def make_reply_sendable(reply: dict, stop_reason: str, *, ids_used: set, max_output: int) -> tuple:
     """Fix what would break the next request: a tool call cut off by max_tokens (dropped,
     with a note for the model), a tool_use id used before (renamed), and an input that is
-    not a JSON object (kept as {} so later requests stay valid, and answered with an error).
-    Returns (reply, note for the model, {tool_use id: why it will not run})."""
+    not a JSON object or nests too deep (kept as {} so later requests stay valid, and
+    answered with an error). Returns (reply, note for the model, {tool_use id: why it will
+    not run})."""
     content, note, refused = list(reply["content"]), "", {}
     if stop_reason == "max_tokens" and content and content[-1].get("type") == "tool_use":
         cut = content.pop()  # its input is incomplete: never run it
@@ -391,9 +400,8 @@ def make_reply_sendable(reply: dict, stop_reason: str, *, ids_used: set, max_out
                 unique, n = f"{block['id']}_{n}", n + 1
             seen.add(unique)
             content[k] = {**block, "id": unique}
-            if not isinstance(block["input"], dict):
-                refused[unique] = (f"its input was not a JSON object (received {one_line(json.dumps(block['input']), 80)}),"
-                                   " so it was not run")
+            if problem := input_problem(block["input"]):
+                refused[unique] = f"{problem}, so it was not run"
                 content[k]["input"] = {}
     if content == reply["content"]:
         return reply, note, refused  # the same object: the token counter's anchor still knows it

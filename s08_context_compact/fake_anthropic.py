@@ -8,7 +8,7 @@ pointed at it with ANTHROPIC_BASE_URL:
 - GET  /v1/models/{id}
 
 Every request is validated the way the real API validates it (tool pairing, block
-order, empty text, tool schemas) and rejected with the real error texts. The context
+order, empty messages and text, tool schemas) and rejected with the real error texts. The context
 window is enforced with the real "prompt is too long: N tokens > M maximum" error.
 
 Replies are scripted. Requests that offer tools the model may call go to `replies`;
@@ -46,7 +46,8 @@ Scripted misbehaviour: `malformed("sse_not_json" | "json_body" | "empty_body")`,
 asked to stream; `broken_tool_json` streams tool input that does not parse, and tool
 inputs that are not objects (`tool_use("bash", ["ls"])`) are streamed as they are.
 `stalls` records how each hang or ping-only reply ended: "client closed", "timed out"
-or "server closed".
+or "server closed". `split_surrogates(reply)` streams each emoji as two UTF-16 halves in
+two deltas.
 """
 
 from __future__ import annotations
@@ -106,6 +107,27 @@ def tool_uses(calls, preface: str | None = None) -> dict:
 def error(status: int, kind: str, message: str, **extra) -> dict:
     """A reply that is an HTTP error with the API's error envelope."""
     return {"error": {"status": status, "type": kind, "message": message}, **extra}
+
+
+def split_surrogates(reply: dict) -> dict:
+    """The same reply, streamed with each emoji (any character beyond the BMP) cut into its
+    two UTF-16 halves across two deltas: JSON `\\ud83d` ends one text_delta, thinking_delta or
+    input_json_delta and `\\ude00` starts the next, as endpoints that cut a stream by UTF-16
+    units send it. The client must join them; each half alone cannot be encoded."""
+    return dict(reply, split_surrogates=True)
+
+
+def utf16_pieces(text: str) -> list:
+    """text as UTF-16 halves, cut after every first half (the pieces rejoined are the text)."""
+    pieces, piece = [], ""
+    for char in text:
+        if ord(char) <= 0xFFFF:
+            piece += char
+            continue
+        high, low = divmod(ord(char) - 0x10000, 0x400)
+        pieces.append(piece + chr(0xD800 + high))
+        piece = chr(0xDC00 + low)
+    return pieces + [piece] if piece or not pieces else pieces
 
 
 def overloaded() -> dict:
@@ -473,14 +495,16 @@ def validate_request(body: dict, *, need_max_tokens: bool = True) -> None:
         if not isinstance(message, dict) or message.get("role") not in ("user", "assistant"):
             raise InvalidRequest(f"messages.{i}.role: Input should be 'user' or 'assistant'")
         content = message.get("content")
+        if not isinstance(content, (str, list)):
+            raise InvalidRequest(f"messages.{i}.content: Input should be a valid string or list")
+        final_assistant = i == len(messages) - 1 and message["role"] == "assistant"  # a prefill may be empty
+        if not content and not final_assistant:
+            raise InvalidRequest(f"messages.{i}: all messages must have non-empty content except for the "
+                                 "optional final assistant message")
         if isinstance(content, str):
             if message["role"] == "user" and not content.strip():
-                raise InvalidRequest(f"messages.{i}: user messages must have non-empty content")
+                raise InvalidRequest("messages: text content blocks must contain non-whitespace text")
             continue
-        if not isinstance(content, list):
-            raise InvalidRequest(f"messages.{i}.content: Input should be a valid string or list")
-        if message["role"] == "user" and not content:
-            raise InvalidRequest(f"messages.{i}: user messages must have non-empty content")
         for k, block in enumerate(content):
             _check_block(block, message["role"], f"messages.{i}.content.{k}")
     if messages[0]["role"] != "user":
@@ -1066,7 +1090,7 @@ class _Handler(BaseHTTPRequestHandler):
         self._event("message_start", {"type": "message_start", "message": start})
         self._event("ping", {"type": "ping"})
         for index, block in enumerate(message["content"]):
-            self._stream_block(index, block, reply.get("chunk_delay", 0))
+            self._stream_block(index, block, reply.get("chunk_delay", 0), reply.get("split_surrogates", False))
             if reply.get("drop_after_block") == index:
                 return  # the connection closes mid-stream, as a dropped network would
         delta = {"type": "message_delta", "delta": {"stop_reason": message["stop_reason"], "stop_sequence": None}}
@@ -1075,20 +1099,22 @@ class _Handler(BaseHTTPRequestHandler):
         self._event("message_delta", delta)
         self._event("message_stop", {"type": "message_stop"})
 
-    def _stream_block(self, index: int, block: dict, chunk_delay: float) -> None:
+    def _stream_block(self, index: int, block: dict, chunk_delay: float, split: bool = False) -> None:
         kind = block["type"]
         if kind == "text":
             self._block_start(index, {"type": "text", "text": ""})
-            self._deltas(index, "text_delta", "text", block["text"], chunk_delay)
+            self._deltas(index, "text_delta", "text", block["text"], chunk_delay, split=split)
         elif kind == "thinking":
             self._block_start(index, {"type": "thinking", "thinking": "", "signature": ""})
-            self._deltas(index, "thinking_delta", "thinking", block["thinking"], chunk_delay)
+            self._deltas(index, "thinking_delta", "thinking", block["thinking"], chunk_delay, split=split)
             self._delta(index, {"type": "signature_delta", "signature": block["signature"]})
         elif kind == "tool_use":
             self._block_start(index, dict(block, input={}))
-            # RawJSON goes out verbatim; anything else (dict, str, list) as its JSON
-            payload = block["input"] if isinstance(block["input"], RawJSON) else json.dumps(block["input"])
-            self._deltas(index, "input_json_delta", "partial_json", payload, 0, at_least_one=False)
+            # RawJSON goes out verbatim; anything else (dict, str, list) as its JSON, an emoji in it
+            # as itself when it is to be split (escaped, its halves would be ASCII text)
+            payload = block["input"] if isinstance(block["input"], RawJSON) else \
+                json.dumps(block["input"], ensure_ascii=not split)
+            self._deltas(index, "input_json_delta", "partial_json", payload, 0, at_least_one=False, split=split)
         else:
             self._block_start(index, block)  # redacted_thinking and the like arrive whole
         self._event("content_block_stop", {"type": "content_block_stop", "index": index})
@@ -1100,9 +1126,12 @@ class _Handler(BaseHTTPRequestHandler):
         self._event("content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta})
 
     def _deltas(self, index: int, kind: str, key: str, value: str, chunk_delay: float,
-                at_least_one: bool = True) -> None:
-        """Stream `value` in 40-character pieces (text sends one even when empty)."""
-        starts = range(0, len(value), 40) or ([0] if at_least_one else [])
-        for start in starts:
+                at_least_one: bool = True, split: bool = False) -> None:
+        """Stream `value` in 40-character pieces (text sends one even when empty); split: a
+        character beyond the BMP as its two UTF-16 halves, a piece ending between them."""
+        pieces = [value[start:start + 40] for start in range(0, len(value), 40)] or ([""] if at_least_one else [])
+        if split:
+            pieces = [part for piece in pieces for part in utf16_pieces(piece)]
+        for piece in pieces:
             time.sleep(chunk_delay)
-            self._delta(index, {"type": kind, key: value[start:start + 40]})
+            self._delta(index, {"type": kind, key: piece})

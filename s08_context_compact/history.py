@@ -10,7 +10,8 @@ these functions, and what a layer decides stays there.
 """
 
 OWN = "_s08"  # on a block the program wrote: its kind ("snip", "placeholder", ...)
-PROGRAM_FIELDS = (OWN, "snipped", "saved_at", "summary_by", "checks")  # stripped before sending
+# The fields the program puts on the blocks it wrote, with their types; stripped before sending.
+PROGRAM_FIELDS = {OWN: str, "snipped": int, "saved_at": str, "summary_by": str, "checks": list}
 
 
 def blocks_of(message: dict) -> list:

@@ -1,6 +1,8 @@
 """The session log: every message and every rewrite of the history, appended to a
 JSON-lines file the moment it happens, so a crash loses at most the line being written;
-and reading it back for --resume and --list, repairing what a crash or an edit broke.
+and reading it back for --resume and --list, repairing what a crash, an edit or an older
+version broke so the API takes it again. A session is open in one program at a time:
+the program that writes a log holds a lock on it.
 
 Machinery the chapter does not need: code.py calls agent.log.message(...) and
 agent.log.rewrite(...), and never sees a record's layout.
@@ -11,13 +13,26 @@ import os
 import stat
 import time
 import uuid
+from collections import Counter
 from pathlib import Path
 
+from history import OWN, PROGRAM_FIELDS, blocks_of
 from redaction import redact
+from surrogates import HALF_ESCAPE, well_formed, well_formed_deep
 from terminal import counted, cut_to_width, display_width, one_line
+from tool_input import input_problem
 from workspace_io import file_kind, open_log, open_regular
 
+try:
+    import fcntl  # a lock on the log, so two programs never append to one session
+except ImportError:  # Windows: no lock
+    fcntl = None
+
 TRANSCRIPT_DIR = ".transcripts"
+
+
+class SessionInUse(Exception):
+    """Another program has this session open: two writers would interleave their records."""
 
 
 class SessionLog:
@@ -77,10 +92,11 @@ class SessionLog:
                 self.facts = self.endpoint.facts()
                 records.append({"type": "endpoint", **self.facts})
             for each in records + [record]:
-                self.file.write(redact(json.dumps(each, ensure_ascii=False), self.secrets) + "\n")  # a last net
+                line = redact(json.dumps(each, ensure_ascii=False), self.secrets)  # a last net for secrets
+                self.file.write(well_formed(line) + "\n")  # a lone half of an emoji cannot be written
             self.file.flush()
             os.fsync(self.file.fileno())
-        except OSError as err:
+        except (OSError, SessionInUse) as err:
             self.failed = True  # say it once; the session itself goes on
             self.warn(f"[session log] cannot write {self.path} ({err}); this session will not be resumable.")
 
@@ -103,6 +119,7 @@ class SessionLog:
             self.file.close()
             self.file = None
         self.file, created = open_log(self.path, new=lost)
+        self.lock()
         if not created:
             return []  # a resumed session: appending to its log
         records = [self.header]
@@ -115,6 +132,30 @@ class SessionLog:
                             "messages": self.history, **({"prompt": self.last_prompt} if self.last_prompt else {})})
         return records
 
+    def open(self) -> None:
+        """Open an existing log to append, and lock it (a resumed session does this first)."""
+        if self.file is None:
+            self.file, _ = open_log(self.path, new=False)
+            self.lock()
+
+    def lock(self) -> None:
+        """Lock the log for as long as it stays open: a second program that tries to continue
+        this session is refused (SessionInUse)."""
+        try:
+            if fcntl:
+                fcntl.flock(self.file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self.close()
+            raise SessionInUse(f"Session {self.path.stem.removeprefix('session-')} is open in another program "
+                               "right now (two programs would mix their records in its log). Quit that one first, "
+                               "or start a new session without --resume.") from None
+
+    def close(self) -> None:
+        """Close the log, and so release its lock."""
+        if self.file:
+            self.file.close()
+            self.file = None
+
 
 def log_records(path: Path):
     """Each line of a session log as a record: a dict, or None for a line that is not a JSON
@@ -124,8 +165,10 @@ def log_records(path: Path):
         for line in f:
             try:
                 record = json.loads(line)
-            except ValueError:
+            except (ValueError, RecursionError):  # nested too deep to read is no better
                 record = None
+            if HALF_ESCAPE.search(line):  # a lone half of an emoji, escaped: U+FFFD from here on
+                record = well_formed_deep(record)
             yield record if isinstance(record, dict) else None
 
 
@@ -258,48 +301,170 @@ def first_prompt(path: Path) -> str | None:
     return next((r["prompt"] for r in filter(None, log_records(path)) if isinstance(r.get("prompt"), str)), None)
 
 
-def blocks(message: dict) -> list:
-    content = message["content"]
-    return [{"type": "text", "text": content}] if isinstance(content, str) else content
-
-
-def tool_uses(message: dict) -> list:
-    return [b for b in blocks(message) if b.get("type") == "tool_use"]
-
-
 def unanswered(calls: list) -> list:
     return [{"type": "tool_result", "tool_use_id": c["id"], "is_error": True,
              "content": "Interrupted: the program stopped before this call finished."} for c in calls]
 
 
-def repair_history(messages: list) -> list:
-    """Make a history from a log valid for the API again, whatever the log lost: it starts
-    with the user; every call is answered right after it (a call the program stopped in
-    gets a result saying so); a result with no call is dropped; a tool input that is not
-    an object (refused when it came) becomes {}."""
-    repaired = []
-    for message in messages:
-        previous = repaired[-1] if repaired else None
-        calls = tool_uses(previous) if previous and previous["role"] == "assistant" else []
-        if message["role"] == "assistant":
-            if previous is None:
-                continue  # a history starts with the user
-            if calls:
-                repaired.append({"role": "user", "content": unanswered(calls)})
-            repaired.append({**message, "content": [{**b, "input": {}} if b.get("type") == "tool_use" and not
-                                                    isinstance(b.get("input"), dict) else b for b in blocks(message)]})
+# What the Messages API takes in a block of each type (cache marks aside: the program adds
+# its own to each request, and the history never holds one), and who may send it.
+BLOCK_KEYS = {"text": {"type", "text", "citations"}, "tool_use": {"type", "id", "name", "input"},
+              "tool_result": {"type", "tool_use_id", "content", "is_error"},
+              "thinking": {"type", "thinking", "signature"}, "redacted_thinking": {"type", "data"},
+              "image": {"type", "source"}, "document": {"type", "source", "title", "context", "citations"}}
+REQUIRED = {"thinking": {"thinking": str, "signature": str}, "redacted_thinking": {"data": str},
+            "image": {"source": dict}, "document": {"source": dict}}  # (text, tool_use, tool_result: is_message)
+SENT_BY = {"tool_use": "assistant", "thinking": "assistant", "redacted_thinking": "assistant", "tool_result": "user"}
+REPAIRS = {"dropped": "dropped {}", "renamed": "renamed {}", "text": "turned {} into text",
+           "emptied": "replaced {} by {{}}", "answered": "answered {} as interrupted"}
+
+
+def right_type(value, kind: type) -> bool:
+    if kind is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, kind) and (kind is not list or all(isinstance(item, str) for item in value))
+
+
+def clean_block(block: dict, role: str, found: Counter) -> dict | None:
+    """A block as the API takes it, or None when it cannot be sent at all. What was dropped
+    or changed is counted in found."""
+    kind = block.get("type")
+    if kind not in BLOCK_KEYS or SENT_BY.get(kind, role) != role:
+        found["dropped", "unknown or misplaced block"] += 1
+        return None
+    program = PROGRAM_FIELDS if isinstance(block.get(OWN), str) else {}  # the program's fields, on its own blocks
+    for key in [k for k in block if k not in BLOCK_KEYS[kind]]:
+        if key in program and right_type(block[key], program[key]):
             continue
-        ids = {c["id"] for c in calls}
-        results = [b for b in blocks(message) if b.get("type") == "tool_result" and b["tool_use_id"] in ids]
-        results += unanswered([c for c in calls if c["id"] not in {r["tool_use_id"] for r in results}])
-        content = results + [b for b in blocks(message) if b.get("type") != "tool_result"]
-        if previous is not None and previous["role"] == "user":
-            repaired[-1] = {**previous, "content": blocks(previous) + content}  # keep the roles alternating
+        what = "cache mark" if key == "cache_control" else "bad program marker" if key in PROGRAM_FIELDS \
+            else "unknown field"
+        found["dropped", what] += 1
+        block = {k: v for k, v in block.items() if k != key}
+    if kind == "text" and not block["text"].strip():
+        found["dropped", "empty text block"] += 1
+        return None
+    if kind == "tool_use" and input_problem(block.get("input")):
+        found["emptied", "bad tool input"] += 1
+        return {**block, "input": {}}
+    if kind == "tool_result":
+        return clean_result(block, found)
+    if not all(isinstance(block.get(key), kind_of) for key, kind_of in REQUIRED.get(kind, {}).items()):
+        found["dropped", "unknown or misplaced block"] += 1
+        return None
+    return block
+
+
+def clean_result(block: dict, found: Counter) -> dict:
+    """A tool result whose content is text, or a list of text and image parts."""
+    content = block.get("content", "")
+    if "is_error" in block and not isinstance(block["is_error"], bool):
+        found["dropped", "unknown field"] += 1
+        block = {k: v for k, v in block.items() if k != "is_error"}
+    parts_ok = isinstance(content, list) and content and all(
+        isinstance(p, dict) and set(p) <= {"type", "text", "source"} and (
+            p.get("type") == "text" and isinstance(p.get("text"), str) and p["text"].strip()
+            or p.get("type") == "image" and isinstance(p.get("source"), dict)) for p in content)
+    if isinstance(content, str) or parts_ok:
+        return block
+    found["text", "tool result"] += 1
+    texts = [p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str)] \
+        if isinstance(content, list) else []
+    text = "\n".join(texts) if texts else "(no output)" if content is None else json.dumps(content)
+    return {**block, "content": text.strip() or "(no output)"}
+
+
+def clean_message(message: dict, found: Counter) -> dict | None:
+    """A message with only what the API takes; None when nothing is left of it (the API
+    refuses an empty message, the last assistant one aside, and a new prompt follows that)."""
+    if set(message) - {"role", "content"}:
+        found["dropped", "unknown field"] += len(set(message) - {"role", "content"})
+    content = [b for b in (clean_block(block, message["role"], found) for block in blocks_of(message)) if b] \
+        if not isinstance(message["content"], str) or message["content"].strip() else []
+    if not content:
+        found["dropped", "empty message"] += 1
+        return None
+    if content == blocks_of(message) and set(message) == {"role", "content"}:
+        return message
+    return {"role": message["role"], "content": content}
+
+
+def unique_ids(message: dict, used: set, found: Counter) -> tuple:
+    """(the reply with every tool_use id not used before, [(the id its results use, the call)])."""
+    content, calls = [], []
+    for block in blocks_of(message):
+        if block.get("type") == "tool_use":
+            unique, n = block["id"], 1
+            while unique in used:
+                unique, n = f"{block['id']}_{n}", n + 1
+            if unique != block["id"]:
+                found["renamed", "reused tool_use id"] += 1
+            used.add(unique)
+            calls.append((block["id"], {**block, "id": unique}))
+            block = calls[-1][1]
+        content.append(block)
+    return (message if all(new is old for new, old in zip(content, blocks_of(message))) else
+            {**message, "content": content}), calls
+
+
+def answer_calls(message: dict, calls: list, found: Counter) -> list:
+    """A user message's content: a result for each call of the reply before it first (one the
+    log has, or one saying the call was interrupted), then its other blocks."""
+    waiting, results = list(calls), []
+    for block in [b for b in blocks_of(message) if b.get("type") == "tool_result"]:
+        match = next((pair for pair in waiting if pair[0] == block["tool_use_id"]), None)
+        if match is None:
+            found["dropped", "orphaned tool result"] += 1
+            continue
+        waiting.remove(match)
+        results.append(block if match[1]["id"] == block["tool_use_id"] else {**block, "tool_use_id": match[1]["id"]})
+    if waiting:
+        found["answered", "unanswered call"] += len(waiting)
+    return results + unanswered([call for _, call in waiting]) + \
+        [b for b in blocks_of(message) if b.get("type") != "tool_result"]
+
+
+def repair_history(messages: list, found: Counter | None = None) -> list:
+    """Make a history from a log valid for the API again, whatever the log lost or an edit
+    (or an older version, or a second writer) put in: every block is one the API takes
+    (clean_block); it starts with the user and the roles alternate; every call has an id of
+    its own and is answered right after it (a call the program stopped in gets a result
+    saying so); a result with no call is dropped. What was changed is counted in found."""
+    found = Counter() if found is None else found
+    repaired, used, calls = [], set(), []  # calls: those of the last reply, still to be answered
+    for message in messages:
+        message = clean_message(message, found)
+        if message is None:
+            continue
+        if message["role"] == "assistant":
+            if not repaired:
+                found["dropped", "leading assistant message"] += 1
+                continue
+            if calls:
+                repaired.append({"role": "user", "content": answer_calls({"content": []}, calls, found)})
+            message, calls = unique_ids(message, used, found)
+            if repaired[-1]["role"] == "assistant":  # two replies in a row: the API takes them as one
+                message = {**message, "content": blocks_of(repaired.pop()) + blocks_of(message)}
+            repaired.append(message)
+            continue
+        content = answer_calls(message, calls, found)
+        calls = []
+        if repaired and repaired[-1]["role"] == "user":
+            repaired[-1] = {**repaired[-1], "content": blocks_of(repaired[-1]) + content}  # keep the roles alternating
         elif content:
-            repaired.append({**message, "content": content})
-    if repaired and repaired[-1]["role"] == "assistant" and tool_uses(repaired[-1]):
-        repaired.append({"role": "user", "content": unanswered(tool_uses(repaired[-1]))})
+            repaired.append(message if content == blocks_of(message) else {**message, "content": content})
+    if calls:
+        repaired.append({"role": "user", "content": answer_calls({"content": []}, calls, found)})
     return repaired
+
+
+def what_was_repaired(found: Counter) -> str:
+    """One line: what repair_history changed, by kind."""
+    said = []
+    for verb, template in REPAIRS.items():
+        things = [counted(n, noun) for (kind, noun), n in found.items() if kind == verb]
+        if things:
+            said.append(template.format(", ".join(things)))
+    return "; ".join(said)
 
 
 def find_session(workdir: Path, wanted: str) -> Path:
@@ -362,22 +527,25 @@ def open_session(agent, resume: Path | None) -> list:
         agent.log = SessionLog(agent.workdir / TRANSCRIPT_DIR / f"session-{session}.jsonl", agent.secrets,
                                agent.say, session_header(agent, session), agent.endpoint)
         return []
-    cut = repair_torn_tail(resume)
-    if cut:
-        agent.say(f"[session log] its last line was cut off when the program stopped; removed it ({cut} bytes)")
-    logged = read_session(resume, warn=agent.say)
-    history, tokens = repair_history(logged), logged_context_tokens(resume)
-    if tokens and len(history) == len(logged):  # nothing was repaired: the usage still measures it
-        agent.state.tokens.anchor(tokens, history)  # so the first pass estimates nothing
     session, first, last = resume.stem.removeprefix("session-"), first_prompt(resume), last_prompt(resume)
     header = {**session_header(agent, session), **({"prompt": first} if first else {})}  # if written again
     agent.log = SessionLog(resume, agent.secrets, agent.say, header, agent.endpoint)
+    agent.log.open()  # before anything is written: a session another program has open is refused (SessionInUse)
+    cut = repair_torn_tail(resume)
+    if cut:
+        agent.say(f"[session log] its last line was cut off when the program stopped; removed it ({cut} bytes)")
+    logged, found = read_session(resume, warn=agent.say), Counter()
+    history, tokens = repair_history(logged, found), logged_context_tokens(resume)
+    if found:  # a log edited by hand, written by an older version, or cut short
+        agent.say(f"[session log] repaired what the API would refuse: {what_was_repaired(found)}")
+    elif tokens:  # nothing was repaired: the usage still measures it
+        agent.state.tokens.anchor(tokens, history)  # so the first pass estimates nothing
     agent.log.replace(history, "resumed", **({"context_tokens": agent.state.tokens.anchor_tokens}
                                              if agent.state.tokens.anchor_tokens else {}),
                       **({"prompt": last} if last else {}))
     agent.say(f"Resumed session {session}: {counted(len(history), 'message')}.")
     reply = next((b["text"] for m in reversed(history) if m["role"] == "assistant"
-                  for b in reversed(blocks(m)) if b.get("type") == "text"), "")
+                  for b in reversed(blocks_of(m)) if b.get("type") == "text"), "")
     for line in recap(last, reply):  # where the conversation was
         agent.say(line, "dim", cut=True)
     return history

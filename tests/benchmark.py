@@ -353,6 +353,7 @@ def resume_pass_time(code, workdir: Path, size: int = 5_000, repeats: int = 5) -
         if n == size // 2 - 1:  # the last message carries the endpoint's count, as a reply does
             agent.state.tokens.anchor(code.estimate_tokens(messages + [reply]), messages + [reply])
         code.append_message(agent, messages, reply)
+    agent.log.close()  # the session ends, so it can be resumed (a session open in a program cannot)
     times = []
     for _ in range(repeats):
         resumed = code.Agent(client=None, settings=settings, workdir=workdir, tools=code.TOOLS, system="benchmark",
@@ -362,6 +363,7 @@ def resume_pass_time(code, workdir: Path, size: int = 5_000, repeats: int = 5) -
         started = time.perf_counter()
         code.compact_pipeline(resumed, history)
         times.append((time.perf_counter() - started) * 1000)
+        resumed.log.close()
     return statistics.median(times)
 
 

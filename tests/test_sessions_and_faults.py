@@ -47,12 +47,14 @@ def test_resume_starts_from_the_endpoints_count_and_estimates_nothing(s08, fake,
     counted = agent.state.tokens.anchor_tokens
     assert counted and counted == fake.usage_log[-1]["input_tokens"] + fake.usage_log[-1]["cache_read_input_tokens"] \
         + fake.usage_log[-1]["cache_creation_input_tokens"] + fake.usage_log[-1]["output_tokens"]
+    agent.log.close()  # the session ends: its log is no longer held
     for _ in range(2):  # a resume of a resumed session too
         resumed = make_agent()
         history = s08.open_session(resumed, agent.log.path)
         assert history == messages
         assert s08.context_tokens(resumed, history) == counted
         assert resumed.state.tokens.sizes == {}, "the first pass after --resume estimated no message"
+        resumed.log.close()
 
 
 def test_a_torn_last_line_is_skipped(s08, fake, make_agent, workspace):

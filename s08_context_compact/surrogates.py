@@ -1,0 +1,48 @@
+"""Text that cannot be written: lone UTF-16 surrogates. An emoji is two UTF-16 halves in
+JSON (\\ud83d\\ude00); an endpoint that cuts a stream between them sends each half in a
+delta of its own, and Python decodes each to a lone surrogate, which no UTF-8 file,
+terminal or request can take. A log edited by hand can hold a lone \\udXXX escape too.
+Here halves that belong together are joined, and one that is alone becomes U+FFFD.
+
+Machinery the chapter does not need: endpoint.py makes a reply well formed as it is
+assembled, session_log.py a record as it is read back and a line as it is written.
+"""
+
+import re
+
+LONE_HALF = re.compile("[\ud800-\udfff]")
+HALF_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")  # how JSON text spells a half
+REPLACEMENT = "\ufffd"
+
+
+def well_formed(text: str) -> str:
+    """text with each pair of surrogate halves joined into its character and any half left
+    alone replaced by U+FFFD. Text without halves (nearly all) comes back as it is."""
+    if not LONE_HALF.search(text):
+        return text
+    return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+
+
+def well_formed_deep(value, depth: int = 100):
+    """A JSON value with every string (and key) well formed; what holds no half comes back
+    as the same object. Nesting past `depth` is left as it is (tool_input.py refuses it)."""
+    if isinstance(value, str):
+        return well_formed(value)
+    if depth <= 0:
+        return value
+    if isinstance(value, dict):
+        items = {well_formed(key): well_formed_deep(item, depth - 1) for key, item in value.items()}
+        same = items.keys() == value.keys() and all(items[key] is item for key, item in value.items())
+        return value if same else items
+    if isinstance(value, list):
+        items = [well_formed_deep(item, depth - 1) for item in value]
+        return value if all(new is old for new, old in zip(items, value)) else items
+    return value
+
+
+def shown_so_far(text: str) -> tuple:
+    """(what of a streamed text can be shown now, what must wait for the next piece): a
+    first half at the very end waits, since its second half may be in the next delta."""
+    if text and "\ud800" <= text[-1] <= "\udbff":
+        return well_formed(text[:-1]), text[-1]
+    return well_formed(text), ""

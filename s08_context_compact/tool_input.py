@@ -1,0 +1,133 @@
+"""What the model sends as a tool's input, checked before anything uses it, and parked when
+it is too big to keep in the context.
+
+Checked: the input is a JSON object that fits the tool's schema, nests lists and objects
+no deeper than MAX_INPUT_DEPTH (measured without recursion, before json.dumps, redaction
+or the token estimate recurse over it), and holds no NUL character in a path or a
+command, which the operating system cannot take. Each problem is said in words the model
+can act on. Parked: a call whose input no longer fits the window keeps its short
+arguments; the long ones go to .task_outputs/tool-results/ and a pointer stays.
+
+Machinery the chapter does not need: code.py's use_tool calls check_tool_input, and the
+agent loop park_oversized_inputs; endpoint.py asks input_problem of every reply.
+"""
+
+import json
+import re
+
+from terminal import one_line
+
+JSON_TYPES = {"string": str, "integer": int, "array": list, "object": dict, "boolean": bool}
+MAX_INPUT_DEPTH = 64                # no tool takes more than 3 levels; Python's recursion ends near 1,000
+OS_STRINGS = {"path": "a file path", "pattern": "a file pattern", "command": "a shell command"}
+PARK_ARGUMENT_CHARS = 200           # a parked call keeps arguments this short, so it still reads as a call
+JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+TOO_DEEP = (f"nests lists and objects more than {MAX_INPUT_DEPTH} levels deep; send the arguments as the "
+            "tool's schema lists them, with nothing nested deeper")
+
+
+def nesting_depth(value, limit: int = MAX_INPUT_DEPTH) -> int:
+    """How many levels of lists and objects a JSON value nests, counted without recursion
+    (counting stops once past limit)."""
+    deepest, todo = 0, [(value, 1)]
+    while todo:
+        item, depth = todo.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
+        if children is None:
+            continue
+        deepest = max(deepest, depth)
+        if deepest > limit:
+            break
+        todo.extend((child, depth + 1) for child in children)
+    return deepest
+
+
+def text_depth(text: str) -> int:
+    """The same for JSON text too deep for json.loads: brackets outside strings, counted."""
+    depth = deepest = 0
+    for bracket in re.sub(r"[^\[\]{}]", "", JSON_STRING.sub("", text)):
+        depth += 1 if bracket in "[{" else -1
+        deepest = max(deepest, depth)
+    return deepest
+
+
+def input_problem(value) -> str | None:
+    """Why a tool call's input cannot be kept in the history as it came, or None: it is
+    not a JSON object, or it nests too deep for anything to walk it safely."""
+    depth = text_depth(value) if isinstance(value, str) else nesting_depth(value)
+    if depth > MAX_INPUT_DEPTH:  # first: json.dumps below recurses
+        return f"its input {TOO_DEEP}"
+    if not isinstance(value, dict):
+        return f"its input was not a JSON object (received {one_line(json.dumps(value), 80)})"
+    return None
+
+
+def check_tool_input(schema: dict, args) -> str | None:
+    """Return what is wrong with a tool call's input, or None when it fits the schema.
+    Arguments the schema does not list are not wrong (JSON Schema allows them); use_tool
+    leaves them out."""
+    if not isinstance(args, dict):
+        return "the input must be a JSON object"
+    if nesting_depth(args) > MAX_INPUT_DEPTH:  # first: everything after may recurse
+        return f"the input {TOO_DEEP}"
+    missing = [key for key in schema.get("required", []) if key not in args]
+    if missing:
+        return f"missing required argument(s): {', '.join(missing)}"
+    for key, value in args.items():
+        if key not in schema.get("properties", {}):
+            continue
+        expected = schema["properties"][key].get("type")
+        python_type = JSON_TYPES.get(expected)
+        wrong_bool = python_type is int and isinstance(value, bool)
+        if python_type and (not isinstance(value, python_type) or wrong_bool):
+            return f"argument '{key}' must be of type {expected}, got {type(value).__name__}"
+        if key in OS_STRINGS and isinstance(value, str) and "\0" in value:
+            return f"argument '{key}' contains a NUL character (\\u0000), which {OS_STRINGS[key]} cannot hold"
+    return None
+
+
+def park_oversized_inputs(agent, messages: list, measure) -> list:
+    """A call whose input makes its message bigger than half the threshold (the rule for a
+    long prompt) has each long argument saved to disk and replaced by a pointer; the call
+    itself ran with the whole input. Without this the history would never fit again."""
+    limit = agent.settings.threshold // 2
+    if agent.state.tokens.count(messages, agent.overhead) <= limit:
+        return messages  # the whole context is smaller: no message in it can be over
+    changed = {}
+    for i, message in enumerate(messages):
+        if message["role"] != "assistant" or not isinstance(message["content"], list) or \
+                agent.state.tokens.size(message) <= limit:
+            continue
+        content = [parked(agent, block, measure) if block.get("type") == "tool_use" else block
+                   for block in message["content"]]
+        if any(new is not old for new, old in zip(content, message["content"])):
+            changed[i] = {**message, "content": content}
+    return [changed.get(i, message) for i, message in enumerate(messages)] if changed else messages
+
+
+def parked(agent, block: dict, measure) -> dict:
+    """A tool_use block with its long arguments on disk: still valid, still readable."""
+    args, saved, kept = block["input"], [], {}
+    if not isinstance(args, dict):
+        return block
+    for key, value in args.items():
+        text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+        if len(text) <= PARK_ARGUMENT_CHARS:
+            kept[key] = value
+            continue
+        try:
+            path = agent.store.save_output(f"{block['id']}-{key}", text)
+        except OSError as err:
+            if not agent.disk_warned:  # said once, as the layers say it
+                agent.say(f"[tool input] cannot save a long input of {block['name']} ({err}); it stays in context.")
+                agent.disk_warned = True
+            return block
+        kept[key] = (f"[parked: {len(text):,} characters, too many for the context window; saved at {path}, "
+                     "read_file shows it]")
+        saved.append(str(path))
+    if not saved:
+        return block
+    tokens = measure(json.dumps(args, ensure_ascii=False))
+    agent.say(f"[tool input] the input of a {block['name']} call (about {tokens:,} tokens) does not fit the context "
+              f"window; its long arguments were saved to {', '.join(saved)} and the history keeps a pointer.", "layer")
+    return {**block, "input": kept}
