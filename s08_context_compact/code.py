@@ -1096,14 +1096,15 @@ class Agent:
         return estimate_text_tokens(self.system + json.dumps(self.tools))
 
 
-def build_system_prompt(workdir: Path, skills: dict) -> str:
+def build_system_prompt(workdir: Path, skills: dict, instructions: str = "") -> str:
+    """Sent whole with every request: the project's instructions (AGENTS.md) survive every compaction."""
     listed = "\n".join(f"- {name}: {s['description']}" for name, s in skills.items()) or "(none)"
     return (f"You are a coding agent working in {workdir}. Use the tools to inspect and change files "
             "and to run commands; keep going until the user's request is done, then answer briefly.\n"
             "Long conversations are compacted: old tool results become pointers to files under "
             f"{TOOL_RESULTS_DIR}/ and old messages are summarized. Read those files again when you "
             "need the details. Call compact yourself when you finish a phase of work.\n"
-            f"Skills (load one with load_skill before using it):\n{listed}")
+            f"Skills (load one with load_skill before using it):\n{listed}" + (instructions and f"\n\n{instructions}"))
 
 
 def append_message(agent, messages: list, message: dict) -> None:
@@ -1596,11 +1597,12 @@ def main(argv=None) -> int:
                        cache_ttl=config.cache_ttl)
     skills = discover_skills([config.workdir / "skills", Path(__file__).resolve().parent / "skills"])
     agent = Agent(client=config.client, settings=settings, workdir=config.workdir, tools=TOOLS, skills=skills,
-                  system=build_system_prompt(config.workdir, skills), confirm=terminal_confirm(config.interactive),
-                  secrets=config.secrets, endpoint=config.endpoint, **config.screen)
+                  system=build_system_prompt(config.workdir, skills, config.instructions),
+                  confirm=terminal_confirm(config.interactive), secrets=config.secrets, endpoint=config.endpoint,
+                  **config.screen)
     install_default_hooks(agent)
+    say_what_start_up_found(agent, config)  # the banner first, then what start-up found (cli.py)
     messages = open_session(agent, config.resume)
-    say_what_start_up_found(agent)
     return start_repl(agent, config.interactive, messages, take_line)
 
 

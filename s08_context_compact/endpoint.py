@@ -518,19 +518,22 @@ DEFAULT_WINDOW_SOURCE = "the default (nothing else said; set CONTEXT_WINDOW if y
 def discover_endpoint(client, model: str, logged: dict | None = None) -> Endpoint:
     """The window, from CONTEXT_WINDOW, else the Models API, else the table of well-known
     models, else 200,000. A window a resumed session learned from an overflow caps the
-    last three."""
+    last three. The Models API is asked even when CONTEXT_WINDOW is set: the answer also
+    says whether the key, the URL and the model are right (unless a resumed session
+    already learned that the endpoint has no Models API)."""
     logged = logged or {}
     endpoint = Endpoint(DEFAULT_CONTEXT_WINDOW, DEFAULT_WINDOW_SOURCE, model=model,
                         counts_output=bool(logged.get("counts_output")),
                         can_count_tokens=logged.get("count_tokens", True) is not False,
                         models_api=logged.get("models_api", True) is not False)
     configured = os.getenv("CONTEXT_WINDOW", "").strip()
+    if configured and (not re.fullmatch(r"[0-9]+", configured) or int(configured) < MIN_CONTEXT_WINDOW):
+        raise ValueError(f"CONTEXT_WINDOW={configured!r} must be a whole number of tokens, at least "
+                         f"{MIN_CONTEXT_WINDOW}, such as 200000.")  # [0-9]: "²" passes isdigit() but not int()
+    window = models_api_window(client, model, endpoint)
     if configured:
-        if not configured.isdigit() or int(configured) < MIN_CONTEXT_WINDOW:
-            raise ValueError(f"CONTEXT_WINDOW={configured!r} must be a whole number of tokens, "
-                             f"at least {MIN_CONTEXT_WINDOW}.")
         endpoint.window, endpoint.window_source = int(configured), "CONTEXT_WINDOW"
-    elif window := models_api_window(client, model, endpoint):
+    elif window:
         endpoint.window, endpoint.window_source = window, "the Models API (max_input_tokens)"
     elif row := known_window(model):
         endpoint.window, endpoint.window_source = row[0], f"the built-in table of known models ({row[1]})"

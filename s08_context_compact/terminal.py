@@ -14,9 +14,11 @@ import sys
 import threading
 import time
 import unicodedata
+import warnings
 from pathlib import Path
 
 from redaction import redact
+from workspace_io import INSTRUCTIONS_TAG
 
 
 SPINNER_FRAMES = "|/-\\"
@@ -190,6 +192,24 @@ def say(agent, text: str, style: str = "", cut: bool = False) -> None:
     agent.out(f"{STYLES[style]}{text}\033[0m" if agent.color and style else text)
 
 
+class WarningsOnce:
+    """Python's warnings (the SDK's "this model is deprecated", sent with every request)
+    shown once each, as one of the program's own lines, wrapped to the terminal."""
+
+    def __init__(self, stream):
+        self.stream, self.seen = stream, set()
+        warnings.filterwarnings("always", r"The model .* is deprecated", DeprecationWarning)  # not hidden: said once
+        warnings.showwarning = self.show
+
+    def show(self, message, *_) -> None:
+        text = "[warning] " + " ".join(str(message).split())
+        if text in self.seen:
+            return
+        self.seen.add(text)
+        columns = shutil.get_terminal_size().columns if self.stream.isatty() else None
+        print("\n".join(wrapped(text, columns - 1) if columns else [text]), file=self.stream, flush=True)
+
+
 def terminal_columns(agent) -> int | None:
     """The terminal's width now (it may have been resized); None when output is not a terminal."""
     return shutil.get_terminal_size().columns if agent.fit_width else None
@@ -272,11 +292,17 @@ def bar(tokens: int, window: int, width: int = 20) -> str:
     return "█" * filled + "░" * (width - filled)
 
 
+INSTRUCTIONS = re.compile(f'<{INSTRUCTIONS_TAG} file="([^"]+)">.*?</{INSTRUCTIONS_TAG}>', re.S)
+
+
 def context_parts(agent, messages: list, total: int, measure) -> dict:
     """What fills the context, by kind, in tokens that add up to total: the split between
     kinds is estimated, the total is the counter's (exact up to the last response)."""
-    estimated = {"system prompt + tools": agent.overhead, "user text": 0, "assistant text": 0,
-                 "tool calls": 0, "tool results": 0}
+    estimated = {"system prompt + tools": agent.overhead}
+    if found := INSTRUCTIONS.search(agent.system):  # AGENTS.md, a part of the system prompt of its own
+        estimated[f"instructions ({found.group(1)})"] = size = min(measure(found.group(0)), agent.overhead)
+        estimated["system prompt + tools"] -= size
+    estimated.update({"user text": 0, "assistant text": 0, "tool calls": 0, "tool results": 0})
     for message in messages:
         for block in blocks(message):
             kind = {"text": f"{message['role']} text", "tool_use": "tool calls"}.get(block.get("type"), "tool results")
@@ -449,13 +475,16 @@ def start_repl(agent, interactive: bool, messages: list, take_line) -> int:
             readline.read_history_file(path)
     except OSError as err:
         agent.say(f"[history] cannot read {path} ({err}); set S08_HISTORY=off to keep none.")
-    agent.say(f"s08 context compact · {agent.settings.model} · window {agent.settings.window:,} tokens · "
-              f"workspace {agent.workdir}\nType /help for commands, q to quit.")
     try:
         return repl(agent, interactive, messages, take_line)
     finally:
         if path:
             save_history(readline, path, agent.secrets)
+
+
+def banner(agent) -> None:
+    agent.say(f"s08 context compact · {agent.settings.model} · window {agent.settings.window:,} tokens · "
+              f"workspace {agent.workdir}\nType /help for commands, q to quit.")
 
 
 def save_history(readline, path: Path, secrets: list) -> None:

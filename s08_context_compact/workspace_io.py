@@ -1,6 +1,7 @@
 """Safe file and command I/O in the workspace: paths that cannot escape it, writes that
 leave the old file whole when they fail, command output captured to disk as it arrives,
-and files read line by line however big they are.
+files read line by line however big they are, and the project's own instructions for
+agents (AGENTS.md) read safely for the system prompt.
 
 Machinery the chapter does not need: the tools in code.py call these.
 """
@@ -8,12 +9,13 @@ Machinery the chapter does not need: the tools in code.py call these.
 import os
 import re
 import signal
+import stat
 import subprocess
 import tempfile
 import threading
 from pathlib import Path
 
-from redaction import SECRET_NAME, redact_bytes
+from redaction import SECRET_NAME, redact, redact_bytes
 
 BASH_OUTPUT_HEAD = 200_000          # characters of command output kept in memory...
 BASH_OUTPUT_TAIL = 20_000           # ...plus the last ones, so errors at the end survive
@@ -21,6 +23,9 @@ READ_MAX_CHARS = 200_000            # one read_file call returns at most this mu
 READ_MAX_LINE_CHARS = 2_000         # minified files: cut single lines, not whole reads
 EDIT_MAX_BYTES = 10_000_000         # edit_file loads the whole file: refuse bigger ones
 GLOB_MAX_RESULTS = 200
+INSTRUCTION_FILES = ("AGENTS.md", "CLAUDE.md")  # the project's instructions for agents: the first one there
+INSTRUCTIONS_MAX_CHARS = 20_000     # about 5,000 tokens, sent with every request; a longer file is cut
+INSTRUCTIONS_TAG = "project_instructions"
 
 
 class ToolError(Exception):
@@ -299,3 +304,52 @@ def discover_skills(folders: list) -> dict:
             skills.setdefault(name, {"description": meta.get("description", ""),
                                      "body": (match.group(2) if match else text).strip(), "path": path})
     return skills
+
+
+def read_workspace_file(workdir: Path, name: str, max_bytes: int) -> tuple | None:
+    """(the first max_bytes of a file in the workspace, its size); None when there is no
+    such file. ToolError when it is there but not to be read: a symlink that leads out of
+    the workspace, or not a regular file (a FIFO is opened without blocking, then refused)."""
+    target = inside_workspace(workdir, name)
+    if target is None:
+        raise ToolError(f"{name} leads outside the workspace")
+    try:
+        fd = os.open(target, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
+    except FileNotFoundError:
+        return None
+    except OSError as err:
+        raise ToolError(f"{name} cannot be read ({err.strerror or err})") from None
+    with os.fdopen(fd, "rb") as f:
+        info = os.fstat(f.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise ToolError(f"{name} is not a regular file")
+        try:
+            return f.read(max_bytes), info.st_size
+        except OSError as err:
+            raise ToolError(f"{name} cannot be read ({err.strerror or err})") from None
+
+
+def project_instructions(workdir: Path, secrets: list) -> tuple:
+    """(the project's instructions for agents, ready for the system prompt, or ""; notes for
+    the person). AGENTS.md, else CLAUDE.md, at the top of the workspace; secrets redacted;
+    cut at INSTRUCTIONS_MAX_CHARS, with a note saying where the rest is."""
+    notes = []
+    for name in INSTRUCTION_FILES:
+        try:
+            found = read_workspace_file(workdir, name, INSTRUCTIONS_MAX_CHARS * 4)
+        except ToolError as err:
+            notes.append(f"[instructions] {err}; not read.")
+            continue
+        if found is None:
+            continue
+        data, size = found
+        text = redact(data.decode("utf-8", "replace"), secrets).strip()
+        if len(text) > INSTRUCTIONS_MAX_CHARS or size > len(data):
+            kept = text[:INSTRUCTIONS_MAX_CHARS].rsplit("\n", 1)[0]  # cut between lines
+            text = f"{kept}\n[{name} is {size:,} bytes; cut here, at {len(kept):,} characters: read_file {name} " \
+                "for the rest]"
+            notes.append(f"[instructions] {name} is {size:,} bytes; requests carry its first {len(kept):,} "
+                         f"characters (the bound is {INSTRUCTIONS_MAX_CHARS:,}).")
+        return (f'The project\'s instructions for agents, from its {name} (they hold for the whole session):\n'
+                f'<{INSTRUCTIONS_TAG} file="{name}">\n{text}\n</{INSTRUCTIONS_TAG}>'), notes
+    return "", notes
