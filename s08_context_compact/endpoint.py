@@ -36,13 +36,9 @@ def lazy_import(name: str):
 anthropic = lazy_import("anthropic")  # the official SDK
 httpx2 = lazy_import("httpx2")  # the SDK's HTTP library: its errors can surface while a stream is being read
 
-
-anthropic = lazy_import("anthropic")  # the official SDK
-httpx2 = lazy_import("httpx2")  # the SDK's HTTP library: its errors can surface while a stream is being read
-
 DEFAULT_CONTEXT_WINDOW = 200_000    # tokens, when neither CONTEXT_WINDOW nor the Models API says
 MAX_API_ATTEMPTS = 4                # a call and up to 3 retries for 429, 5xx and dropped connections
-RETRY_BASE_SECONDS = 1.0            # backoff 1 s, 2 s, 4 s (±20%), unless the API says when
+RETRY_BASE_SECONDS = 1.0            # backoff 1 s, 2 s, 4 s (±20%), longer if the API's retry-after says so
 CONNECT_TIMEOUT = 10.0              # seconds to reach the endpoint (API_CONNECT_TIMEOUT)
 IDLE_TIMEOUT = 120.0                # a stream silent this long (pings aside) is abandoned (API_IDLE_TIMEOUT)
 
@@ -139,10 +135,11 @@ def with_retries(agent, call):
             if attempt == MAX_API_ATTEMPTS or not worth_retrying(err):
                 raise
             response = getattr(err, "response", None)
-            try:  # the API's own advice first
-                delay = max(0.0, min(float(response.headers.get("retry-after")), 60.0))
+            delay = agent.settings.retry_base_seconds * 2 ** (attempt - 1) * random.uniform(0.8, 1.2)
+            try:  # the API's advice, when it asks for longer: a "retry-after: 0" must not make three retries a burst
+                delay = max(delay, min(float(response.headers.get("retry-after")), 60.0))
             except (AttributeError, TypeError, ValueError):
-                delay = agent.settings.retry_base_seconds * 2 ** (attempt - 1) * random.uniform(0.8, 1.2)
+                pass
             agent.say(f"[api] {api_error_text(err)}; retrying in {delay:.1f}s "
                       f"(retry {attempt} of {MAX_API_ATTEMPTS - 1})")
             time.sleep(delay)
