@@ -39,7 +39,8 @@ from ledger import Ledger, ledger_hooks, short_hash
 from overflow import ContextOverflow
 from redaction import redact, redact_deep
 from session_log import TRANSCRIPT_DIR, open_session
-from terminal import HELP, Spinner, context_report, layer_line, one_line, say, start_repl, status_line, terminal_confirm
+from terminal import (HELP, Spinner, context_report, layer_line, one_line, say, show_tool_call, show_tool_result,
+                      start_repl, status_line, terminal_confirm)
 from workspace_io import (ToolError, discover_skills, edit_file, glob_files, inside_workspace, output_names, read_lines,
                           run_command, write_file)
 
@@ -1408,7 +1409,7 @@ def check_tool_input(schema: dict, args) -> str | None:
 def use_tool(agent, block: dict) -> dict:
     """Run one tool call through the hooks; always returns a tool_result block."""
     name, args = block["name"], block["input"]
-    agent.say(f"> {name}: {one_line(json.dumps(args, ensure_ascii=False), 90)}", "tool", cut=True)
+    show_tool_call(agent, name, args)  # "● bash  wc -l *.py" (terminal.py)
     schema = next((t["input_schema"] for t in agent.tools if t["name"] == name), None)
     if schema is None:
         output, failed = (f"Error: unknown tool '{name}'. Available tools: "
@@ -1431,10 +1432,7 @@ def use_tool(agent, block: dict) -> dict:
             output += f"\n(ignored argument(s) {name} does not take: {', '.join(ignored)})"
         fire_hooks(agent, "PostToolUse", name=name, input=args, output=output, is_error=failed)
     output = redact(output, agent.secrets)  # a secret printed by a tool never reaches the model or disk
-    if name == "todo_write" and not failed:  # the list itself, an item a line, shown once
-        agent.say("  " + output.replace("\n", "\n  "), "tool", cut=True)
-    else:
-        agent.say(f"  {'✗' if failed else '<'} {one_line(output)}", "error" if failed else "tool", cut=True)
+    show_tool_result(agent, name, args, output, failed)  # a preview; for an edit, its −/+ lines
     result = {"type": "tool_result", "tool_use_id": block["id"], "content": output}
     return {**result, "is_error": True} if failed else result
 

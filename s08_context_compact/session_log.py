@@ -176,7 +176,7 @@ def list_sessions(workdir: Path, width: int | None = None) -> str:
         history = read_session(path, warn=print)
         first = first_prompt(path)
         when = time.strftime("%Y-%m-%d %H:%M", time.localtime(path.stat().st_mtime))
-        prompt = one_line(first, 50) + ("" if history else " (not answered)") if first else "(no prompt yet)"
+        prompt = one_line(first, 50) + ("" if was_answered(path) else " (not answered)") if first else "(no prompt yet)"
         session, size = path.stem.removeprefix("session-"), f"{path.stat().st_size / 1024:.1f} KB"
         row = f"  {session:<24} {when}  {counted(len(history), 'message'):>13}  {size:>11}  {prompt}"
         if width and display_width(row) >= width:
@@ -186,6 +186,13 @@ def list_sessions(workdir: Path, width: int | None = None) -> str:
             rows.append(row)
     return "Sessions in this workspace (newest last):\n" + "\n".join(rows) if rows else \
         "No sessions in this workspace yet."
+
+
+def was_answered(path: Path) -> bool:
+    """Whether the model ever replied in a session: its log keeps the replies a /clear or a
+    summary took out of the history."""
+    return any(r.get("type") in ("message", "replace_last") and isinstance(r.get("message"), dict)
+               and r["message"].get("role") == "assistant" for r in filter(None, log_records(path)))
 
 
 def first_prompt(path: Path) -> str | None:

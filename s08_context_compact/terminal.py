@@ -6,6 +6,7 @@ Machinery the chapter does not need: code.py says what happened (agent.say) and 
 module decides how it looks.
 """
 
+import difflib
 import json
 import os
 import re
@@ -238,6 +239,88 @@ class StreamedText:
     @property
     def text(self) -> str:
         return "".join(self.shown)
+
+
+TOOL_MARK = "●"
+EDIT_DIFF_LINES = 6      # the −/+ lines shown of an edit; the rest is counted
+PREVIEW_SCAN = 2_000     # characters of a result a one-line preview looks at (a result can be 200 KB)
+NUMBERED_LINE = re.compile(r"^ *(\d+)\t(.*)$")  # how read_file numbers a line (workspace_io.numbered_lines)
+MAIN_ARGUMENT = {"bash": "command", "read_file": "path", "edit_file": "path", "load_skill": "name", "compact": "focus"}
+
+
+def show_tool_call(agent, name: str, args: dict) -> None:
+    """One line as a call starts: "● bash  wc -l *.py", "● read_file  src/app.py (lines 1–200)"."""
+    agent.say(f"{TOOL_MARK} {name}  {main_argument(name, args)}".rstrip(), "tool", cut=True)
+
+
+def main_argument(name: str, args: dict) -> str:
+    """What a call is about, in a few words: the command, the path, the pattern."""
+    if not isinstance(args, dict):  # refused by use_tool; shown as it came
+        return one_line(json.dumps(args, ensure_ascii=False))
+    path = str(args.get("path", ""))
+    if name == "read_file" and ("offset" in args or "limit" in args):
+        first, limit = args.get("offset", 1), args.get("limit")
+        if isinstance(first, int) and isinstance(limit, int):
+            return f"{path} (lines {first}–{first + limit - 1})"
+        return f"{path} (from line {first})"
+    if name == "write_file":
+        return f"{path} ({counted(len(str(args.get('content', '')).splitlines()), 'line')})"
+    if name == "glob":
+        return one_line(args.get("pattern", "")) + (f" in {path}" if path not in ("", ".") else "")
+    if name == "todo_write":
+        return counted(len(args.get("items") or []), "item")
+    if name == "task":
+        return one_line(args.get("description") or args.get("prompt", ""))
+    if key := MAIN_ARGUMENT.get(name):
+        return one_line(args.get(key, ""))
+    return one_line(" ".join(f"{key}={json.dumps(value, ensure_ascii=False)}" for key, value in args.items()))
+
+
+def show_tool_result(agent, name: str, args: dict, output: str, failed: bool) -> None:
+    """One line with a preview of the result (line numbers kept apart from the text); the
+    todo list whole; for an edit, a few −/+ lines of what changed."""
+    if failed:
+        agent.say(f"  ✗ {lines_preview(output)}", "error", cut=True)
+    elif name == "todo_write":  # the list itself, an item a line, shown once
+        agent.say("  " + output.replace("\n", "\n  "), "tool", cut=True)
+    elif name == "edit_file":
+        diff = edit_diff(str(args.get("old_text", "")), str(args.get("new_text", "")))
+        agent.say("\n".join([f"  < {one_line(output)}"] + diff), "tool", cut=True)
+    elif name == "read_file" and (numbered := read_preview(output)):
+        agent.say(f"  < {numbered}", "tool", cut=True)
+    else:
+        agent.say(f"  < {lines_preview(output)}", "tool", cut=True)
+
+
+def lines_preview(text: str, width: int = 100) -> str:
+    """Several lines as one, each still told from the next: "120 a.py ⏎ 30 b.py"."""
+    return one_line(" ⏎ ".join(line.strip() for line in text[:PREVIEW_SCAN].splitlines() if line.strip()), width)
+
+
+def read_preview(output: str) -> str:
+    """read_file's numbered lines in one line: their range, then their text without the
+    numbers, "lines 1–40: import os ⏎ import sys ⏎ …" ("" when not numbered lines)."""
+    head = [match for line in output[:PREVIEW_SCAN].splitlines() if (match := NUMBERED_LINE.match(line))]
+    tail = [match for line in output[-PREVIEW_SCAN:].splitlines()[1:]  # (the first may start mid-line)
+            if (match := NUMBERED_LINE.match(line))]
+    if not head:
+        return ""
+    more = " (more follow)" if "[more lines follow;" in output[-200:] else ""
+    return f"lines {head[0].group(1)}–{(tail or head)[-1].group(1)}{more}: " + \
+        lines_preview("\n".join(match.group(2) for match in head))
+
+
+def edit_diff(old: str, new: str) -> list:
+    """What an edit changed, as a few "− old" / "+ new" lines; lines both sides share are
+    left out, and a long change is cut with a count of the rest."""
+    old_lines, new_lines = old.splitlines()[:500], new.splitlines()[:500]  # bounded work for a huge edit
+    changed = []
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, old_lines, new_lines).get_opcodes():
+        if tag != "equal":
+            changed += [f"    − {line}" for line in old_lines[i1:i2]] + [f"    + {line}" for line in new_lines[j1:j2]]
+    if len(changed) <= EDIT_DIFF_LINES:
+        return changed
+    return changed[:EDIT_DIFF_LINES] + [f"    … {counted(len(changed) - EDIT_DIFF_LINES, 'more changed line')}"]
 
 
 LAYER_VERBS = {"tool_result_budget": "large results → disk + preview",

@@ -17,7 +17,7 @@ def test_demo_runs_offline_and_every_layer_fires(tmp_path):
     assert done.returncode == 0, done.stderr
     assert "Traceback" not in done.stderr and "SCRIPTED model" in out
     for line in ("[tool_result_budget] ", "[snip_compact] ", "[micro_compact] ", "[compact_history] ",
-                 "[reactive_compact] ", "> compact: ", "summaries failed in a row", "summary by fallback"):
+                 "[reactive_compact] ", "● compact  ", "summaries failed in a row", "summary by fallback"):
         assert line in out, f"missing {line!r}"
     steps = re.findall(r"^== (\d)/7 ", out, re.M)
     assert steps == [str(n) for n in range(1, 8)]

@@ -138,3 +138,32 @@ def test_retry_after_zero_still_backs_off(s08, make_agent, fake):
     assert s08.take_turn(agent, [], "hello") and "Back." in agent.out.text
     gaps = [later - earlier for earlier, later in zip(fake.request_times, fake.request_times[1:])]
     assert len(gaps) == 3 and all(gap >= 0.8 * 0.05 * 2 ** n for n, gap in enumerate(gaps)), gaps
+
+
+# ---------------------------------------------------------------- --list, and how tool calls look
+
+def test_list_after_clear_does_not_call_answered_turns_unanswered(fake, workspace):
+    fake.reply(text("one"), text("two"))
+    assert run_cli(fake, workspace, "first question\nsecond question\n/clear\n").returncode == 0
+    listed = run_cli(None, workspace, "", args=["--list"]).stdout
+    assert "first question" in listed and "(not answered)" not in listed, listed
+
+
+def test_tool_calls_show_the_tool_and_its_main_argument_and_an_edit_its_diff(fake, workspace):
+    (workspace / "src").mkdir()
+    (workspace / "src" / "app.py").write_text("import os\nimport sys\nprint(os.getcwd())\n")
+    (workspace / "NOTES.md").write_text("# Notes\nThe build is slow.\nAsk Ada.\n")
+    old = "The build is slow.\nAsk Ada.\n"
+    new = "The build takes 4 minutes.\nAsk Ada.\n" + "".join(f"Step {n}.\n" for n in range(8))
+    fake.reply(tool_use("bash", {"command": "wc -l src/*.py"}),
+               tool_use("read_file", {"path": "src/app.py", "offset": 1, "limit": 200}),
+               tool_use("edit_file", {"path": "NOTES.md", "old_text": old, "new_text": new}), text("Done."))
+    done = run_cli(fake, workspace, "look around\n")
+    lines = done.stdout.splitlines()
+    assert "● bash  wc -l src/*.py" in lines and "  < 3 src/app.py" in lines, lines
+    assert "● read_file  src/app.py (lines 1–200)" in lines, lines
+    assert "  < lines 1–3: import os ⏎ import sys ⏎ print(os.getcwd())" in lines, "numbers apart from the text"
+    at = lines.index("● edit_file  NOTES.md")
+    assert lines[at + 1:at + 9] == ["  < Edited NOTES.md", "    − The build is slow.", "    + The build takes 4 minutes.",
+                                    "    + Step 0.", "    + Step 1.", "    + Step 2.", "    + Step 3.",
+                                    "    … 4 more changed lines"], lines[at:]
