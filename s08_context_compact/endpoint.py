@@ -331,6 +331,8 @@ def send_request(agent, request: dict, sent_tokens: int, on_text=None, label: st
                 on_text(chunk)
             try:
                 return stream_reply(agent, request, show if on_text else None)
+            except KeyboardInterrupt:
+                raise  # model_reply ends the line: the word held back was never shown
             except BaseException:
                 if shown:  # a reply cut off mid-line: what is said next starts on a line of its own
                     on_text("\n")

@@ -8,6 +8,8 @@ agent.log.rewrite(...), and never sees a record's layout.
 
 import json
 import os
+import shlex
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -46,6 +48,12 @@ class SessionLog:
     def rewrite(self, old: list, new: list, reason: str) -> None:
         """A rewrite of the history, as what changed: runs of the old history and new messages."""
         self.write({"type": "rewrite", "reason": reason, "parts": rewrite_parts(old, new)})
+
+    def resume_command(self) -> str:
+        """The command that comes back to this session, once it holds something to come back to."""
+        if self.file is None or self.failed:
+            return ""
+        return f"python {shlex.quote(sys.argv[0])} --resume"
 
     def layer(self, name: str, saved_to: list, tokens_saved: int) -> None:
         self.write({"type": "layer", "layer": name, "saved_to": saved_to, "tokens_saved": tokens_saved})

@@ -224,20 +224,27 @@ class StreamedText:
         self.agent, self.wrap, self.shown = agent, WordWrap(terminal_columns(agent)), []
 
     def __call__(self, chunk: str) -> None:
+        self.shown.append(chunk)  # first: a Ctrl-C while the chunk is being printed must not lose it
         self.agent.out(self.wrap.feed(chunk), end="", flush=True)
-        self.shown.append(chunk)
 
     def finish(self, complete: bool = True) -> None:
-        """End the streamed text: with a line break when the reply is complete, without
-        one when it was cut off (what is said next starts a line of its own anyway)."""
-        rest = self.wrap.finish()
-        if complete and self.shown:
-            self.agent.out(rest)
-        elif rest:
-            self.agent.out(rest, end="", flush=True)
+        """End the streamed text: with a line break when the reply is complete. When it was
+        cut off (Ctrl-C), the word held back stays unshown, and unkept: the terminal has
+        already echoed ^C where the text stopped, and what is said next starts a line of
+        its own."""
+        if complete:
+            rest = self.wrap.finish()
+            if self.shown:
+                self.agent.out(rest)
+            return
+        held, text = self.wrap.word, self.text
+        self.wrap.finish()
+        if held and text.endswith(held):
+            self.shown = [text[:-len(held)]]
 
     @property
     def text(self) -> str:
+        """What was streamed, as far as it was shown."""
         return "".join(self.shown)
 
 
@@ -513,6 +520,9 @@ def repl(agent, interactive: bool, messages: list, take_line) -> int:
                 agent.say("\n(press Ctrl-C again, or type q, to quit)")
                 continue
         if line is None or line.strip() in ("q", "exit", "quit", "/exit", "/quit"):
+            if interactive and agent.log and agent.log.resume_command():
+                agent.say("To come back to this session later:", "dim")
+                agent.out(f"  {agent.log.resume_command()}")  # one line however narrow the terminal: copied whole
             return 1 if failed and not interactive else 0
         interrupts = 0
         if line.strip() and not take_line(agent, messages, line.strip()):

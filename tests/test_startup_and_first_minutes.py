@@ -167,3 +167,35 @@ def test_tool_calls_show_the_tool_and_its_main_argument_and_an_edit_its_diff(fak
     assert lines[at + 1:at + 9] == ["  < Edited NOTES.md", "    − The build is slow.", "    + The build takes 4 minutes.",
                                     "    + Step 0.", "    + Step 1.", "    + Step 2.", "    + Step 3.",
                                     "    … 4 more changed lines"], lines[at:]
+
+
+# ---------------------------------------------------------------- the terminal: start, Ctrl-C, the end
+
+def test_on_a_terminal_banner_then_recap_warnings_once_a_clean_ctrl_c_and_how_to_come_back(fake, workspace):
+    model = next(iter(DEPRECATED_MODELS))  # one the SDK warns about on every request
+    fake.reply(text("The parser is fixed."))
+    assert run_cli(fake, workspace, "fix the parser\n", MODEL_ID=model).returncode == 0
+    sentences = "".join(f"Sentence {n:02d} of 20. " for n in range(1, 21))  # 40-character chunks end inside words
+    fake.reply(dict(text(sentences), chunk_delay=0.3), text("Fine."))
+    terminal = Terminal(fake, workspace, columns=50, args=["--resume"], MODEL_ID=model)
+    assert terminal.read_until(b"s08 >> ")
+    assert terminal.text.index("s08 context compact") < terminal.text.index("Resumed session"), "the banner first"
+    terminal.type(b"talk\r")
+    assert terminal.read_until(b"Sentence 02 of 20. ")
+    terminal.type(b"\x03")
+    assert terminal.read_until(b"s08 >> ", 2)
+    assert re.search(r"Sentence 02 of 20\. (\^C)?\r\n\(interrupted", terminal.text), \
+        "the streamed line ends where the text stopped; the word held back is not printed after ^C"
+    assert terminal.turn(b"again\r")
+    assert terminal.finish() == 0
+    kept = fake.requests[-1]["messages"][-2]["content"][0]["text"]
+    assert kept.split("\n\n")[0] == "Sentence 01 of 20. Sentence 02 of 20.", "what was shown, and no more"
+    plain = ESCAPES.sub("", terminal.text)
+    command = re.search(r"To come back to this session later:\r\n  (python \S+code\.py --resume)\r\n", plain)
+    assert command, "how to come back, as one command to copy"
+    lines = [line for line in screen_lines(terminal.text) if line != f"  {command.group(1)}"]
+    assert all(columns_of(line) <= 50 for line in lines), [line for line in lines if columns_of(line) > 50]
+    warning = [n for n, line in enumerate(lines) if line.startswith("[warning] The model")]
+    assert len(warning) == 1, "two requests, one warning"
+    said = " ".join(line.strip() for line in lines[warning[0]:warning[0] + 6])
+    assert f"The model '{model}' is deprecated and will reach end-of-life on" in said, "wrapped between words"
