@@ -132,12 +132,12 @@ def test_agents_md_is_in_every_request_and_its_size_in_context(fake, workspace, 
 
 def test_retry_after_zero_still_backs_off(s08, make_agent, fake):
     agent = make_agent()
-    agent.settings = replace(agent.settings, retry_base_seconds=0.05)
+    agent.settings = replace(agent.settings, retry_base_seconds=0.03)
     flaky = error(500, "api_error", "Internal server error", retry=True, retry_after=0)
     fake.reply(flaky, flaky, flaky, text("Back."))
     assert s08.take_turn(agent, [], "hello") and "Back." in agent.out.text
     gaps = [later - earlier for earlier, later in zip(fake.request_times, fake.request_times[1:])]
-    assert len(gaps) == 3 and all(gap >= 0.8 * 0.05 * 2 ** n for n, gap in enumerate(gaps)), gaps
+    assert len(gaps) == 3 and all(gap >= 0.8 * 0.03 * 2 ** n for n, gap in enumerate(gaps)), gaps
 
 
 # ---------------------------------------------------------------- --list, and how tool calls look
