@@ -11,7 +11,6 @@ import importlib.util
 import os
 import shutil
 import sys
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -19,6 +18,9 @@ from endpoint import (CONNECT_TIMEOUT, DEFAULT_WINDOW_SOURCE, IDLE_TIMEOUT, Endp
                       make_client)
 from redaction import secret_values
 from session_log import SessionInUse, find_session, list_sessions, logged_endpoint
+from startup import StartupError, base_url_setting, check_credentials, check_model, load_dotenv_files, tidy_settings
+from terminal import WarningsOnce, banner
+from workspace_io import project_instructions
 
 
 SETUP_HELP = """{problem}
@@ -27,21 +29,32 @@ ANTHROPIC_AUTH_TOKEN (a token sent as "Authorization: Bearer", as proxies such
 as OpenRouter want), plus ANTHROPIC_BASE_URL for an Anthropic-compatible
 endpoint; or export them in your shell. See README.md, section "Set up"."""
 
+DOTENV_HELP = """{problem}
+{path} does not set {them}. Add to it:
+{lines}
+or export them in your shell. .env.example has every setting, with the base URL
+and a model id for each compatible provider (README.md, section "Set up")."""
+
+MISSING_LINES = {"key": "    ANTHROPIC_API_KEY=<your key>   (or ANTHROPIC_AUTH_TOKEN=<token> for a proxy)",
+                 "model": "    MODEL_ID=claude-sonnet-5-5     (or the model id your endpoint uses)"}
+
 
 def dotenv_paths() -> list:
     return [Path.cwd() / ".env", Path(__file__).resolve().parent.parent / ".env"]
 
 
-def load_configuration() -> None:
-    from dotenv import load_dotenv  # imported here so that importing this file does no work
-    for path in dotenv_paths():
-        load_dotenv(path)
-
-
-def dotenv_files() -> tuple:
-    """The values in the .env files of the working folder and the repository root."""
-    from dotenv import dotenv_values
-    return tuple(dotenv_values(path) for path in dotenv_paths() if path.is_file())
+def missing_settings(dotenv_found: dict) -> str:
+    """What to tell a person when the key or the model is not set ("" when both are)."""
+    missing = ([] if os.getenv("ANTHROPIC_API_KEY") or os.getenv("ANTHROPIC_AUTH_TOKEN") else ["key"]) + \
+        ([] if os.getenv("MODEL_ID") else ["model"])
+    if not missing:
+        return ""
+    problem = " ".join({"key": "Neither ANTHROPIC_API_KEY nor ANTHROPIC_AUTH_TOKEN is set.",
+                        "model": "MODEL_ID is not set."}[m] for m in missing)
+    if not dotenv_found:
+        return SETUP_HELP.format(problem=problem)
+    return DOTENV_HELP.format(problem=problem, path=next(iter(dotenv_found)), them="them" if missing[1:] else "it",
+                              lines="\n".join(MISSING_LINES[m] for m in missing))
 
 
 def seconds_setting(name: str, default: float) -> float:
@@ -107,6 +120,8 @@ class Config:
     resume: Path | None = None
     interactive: bool = False
     secrets: list = field(default_factory=list)
+    instructions: str = ""                        # the workspace's AGENTS.md, for the system prompt
+    notes: list = field(default_factory=list)     # what start-up tidied or found, said before the first prompt
     screen: dict = field(default_factory=dict)    # how the agent shows things: a terminal, or not
 
 
@@ -124,38 +139,59 @@ def configure(argv) -> Config | int:
     if args.list:
         print(list_sessions(Path.cwd(), shutil.get_terminal_size().columns if sys.stdout.isatty() else None))
         return 0
-    load_configuration()
-    warnings.showwarning = lambda message, *_: print(f"[warning] {str(message).splitlines()[0]}", file=sys.stderr)
-    missing = ([] if os.getenv("ANTHROPIC_API_KEY") or os.getenv("ANTHROPIC_AUTH_TOKEN") else
-               ["Neither ANTHROPIC_API_KEY nor ANTHROPIC_AUTH_TOKEN is set."]) + \
-        ([] if os.getenv("MODEL_ID") else ["MODEL_ID is not set."])
-    if missing:
-        print(SETUP_HELP.format(problem=" ".join(missing)), file=sys.stderr)
+    try:
+        return configure_session(args)
+    except StartupError as err:  # a setting it cannot start with: one line that names it and the fix
+        print(err, file=sys.stderr)
         return 2
+    except ValueError as err:
+        print(f"{err} Set it in .env or in your shell (README.md, section Configuration).", file=sys.stderr)
+        return 2
+
+
+def configure_session(args) -> Config | int:
+    """The settings, each checked; the endpoint asked about the model; the workspace's
+    instructions for agents read. Raises StartupError (or ValueError) for a mistake."""
+    dotenv_found = load_dotenv_files(dotenv_paths())
+    notes = tidy_settings()
+    WarningsOnce(sys.stderr)  # the SDK's deprecation warnings: once each, wrapped like our own lines
+    if missing := missing_settings(dotenv_found):
+        print(missing, file=sys.stderr)
+        return 2
+    check_credentials()
+    notes.append(base_url_setting())
     model, workdir = os.environ["MODEL_ID"], Path.cwd()
     try:
         resume = find_session(workdir, args.resume) if args.resume else None
     except ValueError as err:
         print(err, file=sys.stderr)
         return 2
-    try:
-        idle = seconds_setting("API_IDLE_TIMEOUT", IDLE_TIMEOUT)
-        client = make_client(seconds_setting("API_CONNECT_TIMEOUT", CONNECT_TIMEOUT), idle)
-        endpoint = discover_endpoint(client, model, logged_endpoint(resume, model) if resume else None)
-        ttl = ttl_setting()
-    except ValueError as err:
-        print(f"{err} Set it in .env or in your shell (README.md, section Configuration).", file=sys.stderr)
-        return 2
+    idle = seconds_setting("API_IDLE_TIMEOUT", IDLE_TIMEOUT)
+    client = make_client(seconds_setting("API_CONNECT_TIMEOUT", CONNECT_TIMEOUT), idle)
+    logged = logged_endpoint(resume, model) if resume else None
+    endpoint = discover_endpoint(client, model, logged)
+    if not endpoint.models_api and (logged or {}).get("models_api", True) is not False:  # a 404 just now
+        notes.append(check_model(client, model))
+    ttl = ttl_setting()
+    secrets = secret_values(os.environ, tuple(dotenv_found.values()))
+    instructions, said = project_instructions(workdir, secrets)
     sys.stdout.reconfigure(line_buffering=True, errors="replace")  # line by line; never dies on a character
     sys.stdin.reconfigure(errors="replace")  # bytes that are not UTF-8 must not end the session
     terminal = sys.stdout.isatty()
     return Config(model=model, workdir=workdir, client=client, endpoint=endpoint, idle_timeout=idle, cache_ttl=ttl,
-                  resume=resume, interactive=sys.stdin.isatty(), secrets=secret_values(os.environ, dotenv_files()),
+                  resume=resume, interactive=sys.stdin.isatty(), secrets=secrets, instructions=instructions,
+                  notes=[note for note in notes + said if note],
                   screen={"show_status": terminal, "color": terminal and not os.getenv("NO_COLOR"),
                           "fit_width": terminal, "spinner_to": sys.stdout if terminal else None})
 
 
-def say_what_start_up_found(agent) -> None:
+def say_what_start_up_found(agent, config) -> None:
+    """Before the first prompt: the banner (on a terminal), then the notes start-up made
+    and what the endpoint's answer showed."""
+    if config.interactive:
+        banner(agent)
+    for note in config.notes:
+        agent.say(note)
     endpoint = agent.endpoint
     if endpoint.startup_problem:
         agent.say(f"[endpoint] {endpoint.startup_problem} The first message will fail the same way until "

@@ -43,7 +43,7 @@ from redaction import redact, redact_deep
 from repeat_reads import repeat_read_stub, true_stubs
 from session_log import TRANSCRIPT_DIR, open_session
 from surrogates import well_formed
-from terminal import Spinner, layer_line, one_line, say, start_repl, terminal_confirm
+from terminal import Spinner, layer_line, one_line, say, show_tool_call, show_tool_result, start_repl, terminal_confirm
 from tool_input import check_tool_input, park_oversized_inputs
 from turns import add_prompt, park_long_prompt, record_interruption, report_command, show_status, turn_failed
 from workspace_io import (ToolError, discover_skills, edit_file, glob_files, holds_exactly, inside_workspace,
@@ -1049,14 +1049,15 @@ class Agent:
         return estimate_text_tokens(self.system + json.dumps(self.tools))
 
 
-def build_system_prompt(workdir: Path, skills: dict) -> str:
+def build_system_prompt(workdir: Path, skills: dict, instructions: str = "") -> str:
+    """Sent whole with every request: the project's instructions (AGENTS.md) survive every compaction."""
     listed = "\n".join(f"- {name}: {s['description']}" for name, s in skills.items()) or "(none)"
     return (f"You are a coding agent working in {workdir}. Use the tools to inspect and change files "
             "and to run commands; keep going until the user's request is done, then answer briefly.\n"
             "Long conversations are compacted: old tool results become pointers to files under "
             f"{TOOL_RESULTS_DIR}/ and old messages are summarized. Read those files again when you "
             "need the details. Call compact yourself when you finish a phase of work.\n"
-            f"Skills (load one with load_skill before using it):\n{listed}")
+            f"Skills (load one with load_skill before using it):\n{listed}" + (instructions and f"\n\n{instructions}"))
 
 
 def call_model(agent, messages: list) -> tuple:
@@ -1227,7 +1228,7 @@ TOOLS = [
 def use_tool(agent, block: dict) -> dict:
     """Run one tool call through the hooks; always returns a tool_result block."""
     name, args = block["name"], block["input"]
-    agent.say(f"> {name}: {one_line(json.dumps(args, ensure_ascii=False), 90)}", "tool", cut=True)
+    show_tool_call(agent, name, args)  # "● bash  wc -l *.py" (terminal.py)
     schema = next((t["input_schema"] for t in agent.tools if t["name"] == name), None)
     if schema is None:
         output, failed = (f"Error: unknown tool '{name}'. Available tools: "
@@ -1250,10 +1251,7 @@ def use_tool(agent, block: dict) -> dict:
             output += f"\n(ignored argument(s) {name} does not take: {', '.join(ignored)})"
         fire_hooks(agent, "PostToolUse", name=name, input=args, output=output, is_error=failed)
     output = redact(output, agent.secrets)  # a secret printed by a tool never reaches the model or disk
-    if name == "todo_write" and not failed:  # the list itself, an item a line, shown once
-        agent.say("  " + output.replace("\n", "\n  "), "tool", cut=True)
-    else:
-        agent.say(f"  {'✗' if failed else '<'} {one_line(output)}", "error" if failed else "tool", cut=True)
+    show_tool_result(agent, name, args, output, failed)  # a preview; for an edit, its −/+ lines
     result = {"type": "tool_result", "tool_use_id": block["id"], "content": output}
     return {**result, "is_error": True} if failed else result
 
@@ -1410,11 +1408,12 @@ def main(argv=None) -> int:
                        cache_ttl=config.cache_ttl)
     skills = discover_skills([config.workdir / "skills", Path(__file__).resolve().parent / "skills"])
     agent = Agent(client=config.client, settings=settings, workdir=config.workdir, tools=TOOLS, skills=skills,
-                  system=build_system_prompt(config.workdir, skills), confirm=terminal_confirm(config.interactive),
-                  secrets=config.secrets, endpoint=config.endpoint, **config.screen)
+                  system=build_system_prompt(config.workdir, skills, config.instructions),
+                  confirm=terminal_confirm(config.interactive), secrets=config.secrets, endpoint=config.endpoint,
+                  **config.screen)
     install_default_hooks(agent)
+    say_what_start_up_found(agent, config)  # the banner first, then what start-up found (cli.py)
     messages = open_session(agent, config.resume)
-    say_what_start_up_found(agent)
     return start_repl(agent, config.interactive, messages, take_line)
 
 

@@ -15,12 +15,13 @@ import re
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import anthropic
 
 from fake_anthropic import FakeAnthropic, error, server_error, text, tool_use
-from terminal import STYLES, cut_to_width, format_tokens, terminal_columns
+from terminal import STYLES, TOOL_MARK, cut_to_width, format_tokens, terminal_columns
 
 WINDOW = 12_000
 SCRIPTED = "(scripted) "
@@ -124,12 +125,12 @@ class FoldedReplies:
             return
         if self.call:
             self.take(self.call)
-        self.call = [text] if plain(text).startswith("> ") else None
+        self.call = [text] if plain(text).startswith(TOOL_MARK + " ") else None
         if not self.call:
             self.take([text])
 
     def take(self, unit: list) -> None:
-        foldable = plain(unit[0]).startswith(("> ", "[api] "))  # tool calls and retries; not what a layer did
+        foldable = plain(unit[0]).startswith((TOOL_MARK + " ", "[api] "))  # tool calls and retries; not what a layer did
         if foldable and self.run and shape(unit) == shape(self.run):
             self.last, self.count = unit, self.count + 1
             return
@@ -178,8 +179,10 @@ def run(code, pause: bool) -> int:
     terminal = sys.stdout.isatty()
     with FakeAnthropic(context_window=WINDOW) as fake:
         client = anthropic.Anthropic(api_key="scripted-demo", base_url=fake.url, max_retries=0)
+        # the scripted server errors are answered at once: waiting out a backoff would show nothing
+        settings = replace(code.Settings.for_window("scripted-demo-model", WINDOW), retry_base_seconds=0.05)
         skills = code.discover_skills([Path(code.__file__).resolve().parent / "skills"])
-        agent = code.Agent(client=client, settings=code.Settings.for_window("scripted-demo-model", WINDOW),
+        agent = code.Agent(client=client, settings=settings,
                            workdir=workspace, tools=code.TOOLS, skills=skills, color=terminal, fit_width=terminal,
                            system=code.build_system_prompt(workspace, skills),
                            confirm=lambda question: (False, "the demo answers no"), out=FoldedReplies())

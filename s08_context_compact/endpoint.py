@@ -38,13 +38,9 @@ def lazy_import(name: str):
 anthropic = lazy_import("anthropic")  # the official SDK
 httpx2 = lazy_import("httpx2")  # the SDK's HTTP library: its errors can surface while a stream is being read
 
-
-anthropic = lazy_import("anthropic")  # the official SDK
-httpx2 = lazy_import("httpx2")  # the SDK's HTTP library: its errors can surface while a stream is being read
-
 DEFAULT_CONTEXT_WINDOW = 200_000    # tokens, when neither CONTEXT_WINDOW nor the Models API says
 MAX_API_ATTEMPTS = 4                # a call and up to 3 retries for 429, 5xx and dropped connections
-RETRY_BASE_SECONDS = 1.0            # backoff 1 s, 2 s, 4 s (±20%), unless the API says when
+RETRY_BASE_SECONDS = 1.0            # backoff 1 s, 2 s, 4 s (±20%), longer if the API's retry-after says so
 CONNECT_TIMEOUT = 10.0              # seconds to reach the endpoint (API_CONNECT_TIMEOUT)
 IDLE_TIMEOUT = 120.0                # a stream silent this long (pings aside) is abandoned (API_IDLE_TIMEOUT)
 
@@ -141,10 +137,11 @@ def with_retries(agent, call):
             if attempt == MAX_API_ATTEMPTS or not worth_retrying(err):
                 raise
             response = getattr(err, "response", None)
-            try:  # the API's own advice first
-                delay = max(0.0, min(float(response.headers.get("retry-after")), 60.0))
+            delay = agent.settings.retry_base_seconds * 2 ** (attempt - 1) * random.uniform(0.8, 1.2)
+            try:  # the API's advice, when it asks for longer: a "retry-after: 0" must not make three retries a burst
+                delay = max(delay, min(float(response.headers.get("retry-after")), 60.0))
             except (AttributeError, TypeError, ValueError):
-                delay = agent.settings.retry_base_seconds * 2 ** (attempt - 1) * random.uniform(0.8, 1.2)
+                pass
             agent.say(f"[api] {api_error_text(err)}; retrying in {delay:.1f}s "
                       f"(retry {attempt} of {MAX_API_ATTEMPTS - 1})")
             time.sleep(delay)
@@ -342,6 +339,8 @@ def send_request(agent, request: dict, sent_tokens: int, on_text=None, label: st
                 on_text(chunk)
             try:
                 return stream_reply(agent, request, show if on_text else None)
+            except KeyboardInterrupt:
+                raise  # model_reply ends the line: the word held back was never shown
             except BaseException:
                 if shown:  # a reply cut off mid-line: what is said next starts on a line of its own
                     on_text("\n")
@@ -526,19 +525,22 @@ DEFAULT_WINDOW_SOURCE = "the default (nothing else said; set CONTEXT_WINDOW if y
 def discover_endpoint(client, model: str, logged: dict | None = None) -> Endpoint:
     """The window, from CONTEXT_WINDOW, else the Models API, else the table of well-known
     models, else 200,000. A window a resumed session learned from an overflow caps the
-    last three."""
+    last three. The Models API is asked even when CONTEXT_WINDOW is set: the answer also
+    says whether the key, the URL and the model are right (unless a resumed session
+    already learned that the endpoint has no Models API)."""
     logged = logged or {}
     endpoint = Endpoint(DEFAULT_CONTEXT_WINDOW, DEFAULT_WINDOW_SOURCE, model=model,
                         counts_output=bool(logged.get("counts_output")),
                         can_count_tokens=logged.get("count_tokens", True) is not False,
                         models_api=logged.get("models_api", True) is not False)
     configured = os.getenv("CONTEXT_WINDOW", "").strip()
+    if configured and (not re.fullmatch(r"[0-9]+", configured) or int(configured) < MIN_CONTEXT_WINDOW):
+        raise ValueError(f"CONTEXT_WINDOW={configured!r} must be a whole number of tokens, at least "
+                         f"{MIN_CONTEXT_WINDOW}, such as 200000.")  # [0-9]: "²" passes isdigit() but not int()
+    window = models_api_window(client, model, endpoint)
     if configured:
-        if not configured.isdigit() or int(configured) < MIN_CONTEXT_WINDOW:
-            raise ValueError(f"CONTEXT_WINDOW={configured!r} must be a whole number of tokens, "
-                             f"at least {MIN_CONTEXT_WINDOW}.")
         endpoint.window, endpoint.window_source = int(configured), "CONTEXT_WINDOW"
-    elif window := models_api_window(client, model, endpoint):
+    elif window:
         endpoint.window, endpoint.window_source = window, "the Models API (max_input_tokens)"
     elif row := known_window(model):
         endpoint.window, endpoint.window_source = row[0], f"the built-in table of known models ({row[1]})"

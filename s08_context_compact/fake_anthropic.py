@@ -5,7 +5,7 @@ pointed at it with ANTHROPIC_BASE_URL:
 
 - POST /v1/messages               JSON, or SSE when the body has "stream": true
 - POST /v1/messages/count_tokens
-- GET  /v1/models/{id}
+- GET  /v1/models/{id}, GET /v1/models
 
 Every request is validated the way the real API validates it (tool pairing, block
 order, empty messages and text, tool schemas) and rejected with the real error texts. The context
@@ -27,7 +27,14 @@ defaults are Anthropic's behaviour. `PROVIDERS` bundles them per provider.
                          `OVERFLOWS` (status, body, and whether max_tokens counts).
                          Refusals are listed in `overflows`, invalid requests in
                          `invalid`, and both in `rejections`.
-- models_api=True        False: GET /v1/models/{id} answers 404.
+- models_api=True        False: GET /v1/models/{id} and GET /v1/models answer 404.
+- models=None            the ids the Models API knows. None: a lookup by id answers for
+                         any model (404 `model: <id>` unless max_input_tokens is set) and
+                         there is no list. A list: ids in it answer, others get that 404,
+                         and GET /v1/models lists them.
+- models_list="anthropic"  "openai": the list is OpenAI-shaped (`"object": "list"`), as
+                         vLLM, LiteLLM, OpenRouter and llama.cpp serve it, and there is no
+                         lookup by id (404 Not found).
 - count_tokens_api=True  False: POST /v1/messages/count_tokens answers 404.
 - usage="anthropic"      how usage is reported: "no_delta_usage" (no usage in
                          message_delta), "zero_start" (zeros in message_start, the real
@@ -63,6 +70,7 @@ import select
 import socket
 import threading
 import time
+import urllib.parse
 from collections import deque
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -255,6 +263,7 @@ OVERFLOWS = {
 USAGE_STYLES = ("anthropic", "no_delta_usage", "zero_start", "includes_cache", "none")
 AUTH_STYLES = ("any", "bearer")
 TOOL_ID_STYLES = ("anthropic", "kimi")
+MODELS_LIST_STYLES = ("anthropic", "openai")
 
 # Each row models facts gathered in /work/shared/endpoints.md.
 PROVIDERS = {
@@ -665,7 +674,8 @@ class PromptCache:
 # ---------------------------------------------------------------- the server
 
 # attributes whose value must be one of a fixed set of names
-CHOICES = {"overflow": tuple(OVERFLOWS), "usage": USAGE_STYLES, "auth": AUTH_STYLES, "tool_ids": TOOL_ID_STYLES}
+CHOICES = {"overflow": tuple(OVERFLOWS), "usage": USAGE_STYLES, "auth": AUTH_STYLES, "tool_ids": TOOL_ID_STYLES,
+           "models_list": MODELS_LIST_STYLES}
 
 
 class FakeAnthropic:
@@ -675,12 +685,14 @@ class FakeAnthropic:
                  max_output_tokens: int = 64_000, chars_per_token: float = 3.5, min_cache_tokens: int | None = None,
                  overflow: str = "anthropic", models_api: bool = True, count_tokens_api: bool = True,
                  usage: str = "anthropic", auth: str = "any", token: str = "test", thinking: bool = False,
-                 tool_ids: str = "anthropic", clock=time.monotonic):
+                 tool_ids: str = "anthropic", models: list | None = None, models_list: str = "anthropic",
+                 clock=time.monotonic):
         self.context_window, self.max_input_tokens = context_window, max_input_tokens
         self.max_output_tokens, self.chars_per_token = max_output_tokens, chars_per_token
         # provider behaviours (see the module docstring); tests may change them at any time
         self.overflow, self.models_api, self.count_tokens_api = overflow, models_api, count_tokens_api
         self.usage, self.auth, self.token, self.thinking, self.tool_ids = usage, auth, token, thinking, tool_ids
+        self.models, self.models_list = models, models_list
         self.replies: deque = deque()
         self.summaries: deque = deque()
         self.min_cache_tokens = min_cache_tokens  # None: by the model's family, as the API does
@@ -694,7 +706,9 @@ class FakeAnthropic:
         self.stalls: list[str] = []          # how each hang or pings_only reply ended
         self.count_token_calls = 0
         self.count_requests: list[dict] = []  # every count_tokens body, as received
-        self.model_lookups: list[str] = []
+        self.model_lookups: list[str] = []   # GET /v1/models/{id}
+        self.model_lists = 0                 # GET /v1/models
+        self.request_times: list[float] = []  # time.monotonic() of every POST /v1/messages
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
@@ -879,22 +893,41 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         if not self._authorized():
             return
-        match = re.fullmatch(r"/v1/models/([^/?]+)", self.path.split("?")[0])
+        path, owner = self.path.split("?")[0], self.owner
+        if path == "/v1/models":
+            self._list_models()
+            return
+        match = re.fullmatch(r"/v1/models/([^/?]+)", path)
         if not match:
             self._send_error(404, "not_found_error", "Not found")
             return
-        model = match.group(1)
-        self.owner.model_lookups.append(model)
-        if not self.owner.models_api:
+        model = urllib.parse.unquote(match.group(1))
+        owner.model_lookups.append(model)
+        if not owner.models_api or (owner.models is not None and owner.models_list == "openai"):
             self._send_error(404, "not_found_error", "Not found")
             return
-        if self.owner.max_input_tokens is None:
+        known = model in owner.models if owner.models is not None else owner.max_input_tokens is not None
+        if not known:
             self._send_error(404, "not_found_error", f"model: {model}")
             return
-        self._send_json(200, {"type": "model", "id": model, "display_name": model,
-                              "created_at": "2025-01-01T00:00:00Z",
-                              "max_input_tokens": self.owner.max_input_tokens,
-                              "max_tokens": self.owner.max_output_tokens})
+        info = {"type": "model", "id": model, "display_name": model, "created_at": "2025-01-01T00:00:00Z"}
+        if owner.max_input_tokens is not None:
+            info.update(max_input_tokens=owner.max_input_tokens, max_tokens=owner.max_output_tokens)
+        self._send_json(200, info)
+
+    def _list_models(self) -> None:
+        owner = self.owner
+        owner.model_lists += 1
+        if not owner.models_api or owner.models is None:
+            self._send_error(404, "not_found_error", "Not found")
+        elif owner.models_list == "openai":
+            self._send_json(200, {"object": "list", "data": [
+                {"id": model, "object": "model", "created": 1735689600, "owned_by": "fake"} for model in owner.models]})
+        else:
+            self._send_json(200, {"data": [{"type": "model", "id": model, "display_name": model,
+                                            "created_at": "2025-01-01T00:00:00Z"} for model in owner.models],
+                                  "has_more": False, "first_id": (owner.models or [None])[0],
+                                  "last_id": (owner.models or [None])[-1]})
 
     def do_POST(self) -> None:
         path, self.prompt = self.path.split("?")[0], None
@@ -933,6 +966,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _messages(self, body: dict) -> None:
         owner = self.owner
         owner.requests.append(body)
+        owner.request_times.append(time.monotonic())
         owner.received.set()
         try:
             validate_request(body)

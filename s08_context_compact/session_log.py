@@ -10,7 +10,9 @@ agent.log.rewrite(...), and never sees a record's layout.
 
 import json
 import os
+import shlex
 import stat
+import sys
 import time
 import uuid
 from collections import Counter
@@ -79,6 +81,12 @@ class SessionLog:
         """The whole history at once (a resumed session starts with it)."""
         self.write({"type": "history", "reason": reason, "messages": messages, **extra})
         self.history, self.last_prompt = list(messages), extra.get("prompt", self.last_prompt)
+
+    def resume_command(self) -> str:
+        """The command that comes back to this session, once it holds something to come back to."""
+        if self.file is None or self.failed:
+            return ""
+        return f"python {shlex.quote(sys.argv[0])} --resume"
 
     def layer(self, name: str, saved_to: list, tokens_saved: int) -> None:
         self.write({"type": "layer", "layer": name, "saved_to": saved_to, "tokens_saved": tokens_saved})
@@ -283,7 +291,7 @@ def list_sessions(workdir: Path, width: int | None = None) -> str:
             skipped.append(f"{TRANSCRIPT_DIR}/{path.name}: {err.strerror or err}")
             continue
         when = time.strftime("%Y-%m-%d %H:%M", time.localtime(info.st_mtime))
-        prompt = one_line(first, 50) + ("" if history else " (not answered)") if first else "(no prompt yet)"
+        prompt = one_line(first, 50) + ("" if was_answered(path) else " (not answered)") if first else "(no prompt yet)"
         session, size = path.stem.removeprefix("session-"), f"{info.st_size / 1024:.1f} KB"
         row = f"  {session:<24} {when}  {counted(len(history), 'message'):>13}  {size:>11}  {prompt}"
         if width and display_width(row) >= width:
@@ -294,6 +302,13 @@ def list_sessions(workdir: Path, width: int | None = None) -> str:
     listed = "Sessions in this workspace (newest last):\n" + "\n".join(rows) if rows else \
         "No sessions in this workspace yet."
     return "\n".join([listed] + [f"  (skipped {why})" for why in skipped])
+
+
+def was_answered(path: Path) -> bool:
+    """Whether the model ever replied in a session: its log keeps the replies a /clear or a
+    summary took out of the history."""
+    return any(r.get("type") in ("message", "replace_last") and isinstance(r.get("message"), dict)
+               and r["message"].get("role") == "assistant" for r in filter(None, log_records(path)))
 
 
 def first_prompt(path: Path) -> str | None:

@@ -6,6 +6,7 @@ Machinery the chapter does not need: code.py says what happened (agent.say) and 
 module decides how it looks.
 """
 
+import difflib
 import json
 import os
 import re
@@ -14,9 +15,12 @@ import sys
 import threading
 import time
 import unicodedata
+import warnings
 from pathlib import Path
 
+from history import blocks_of
 from redaction import redact
+from workspace_io import INSTRUCTIONS_TAG
 
 
 SPINNER_FRAMES = "|/-\\"
@@ -190,6 +194,24 @@ def say(agent, text: str, style: str = "", cut: bool = False) -> None:
     agent.out(f"{STYLES[style]}{text}\033[0m" if agent.color and style else text)
 
 
+class WarningsOnce:
+    """Python's warnings (the SDK's "this model is deprecated", sent with every request)
+    shown once each, as one of the program's own lines, wrapped to the terminal."""
+
+    def __init__(self, stream):
+        self.stream, self.seen = stream, set()
+        warnings.filterwarnings("always", r"The model .* is deprecated", DeprecationWarning)  # not hidden: said once
+        warnings.showwarning = self.show
+
+    def show(self, message, *_) -> None:
+        text = "[warning] " + " ".join(str(message).split())
+        if text in self.seen:
+            return
+        self.seen.add(text)
+        columns = shutil.get_terminal_size().columns if self.stream.isatty() else None
+        print("\n".join(wrapped(text, columns - 1) if columns else [text]), file=self.stream, flush=True)
+
+
 def terminal_columns(agent) -> int | None:
     """The terminal's width now (it may have been resized); None when output is not a terminal."""
     return shutil.get_terminal_size().columns if agent.fit_width else None
@@ -203,21 +225,110 @@ class StreamedText:
         self.agent, self.wrap, self.shown = agent, WordWrap(terminal_columns(agent)), []
 
     def __call__(self, chunk: str) -> None:
+        self.shown.append(chunk)  # first: a Ctrl-C while the chunk is being printed must not lose it
         self.agent.out(self.wrap.feed(chunk), end="", flush=True)
-        self.shown.append(chunk)
 
     def finish(self, complete: bool = True) -> None:
-        """End the streamed text: with a line break when the reply is complete, without
-        one when it was cut off (what is said next starts a line of its own anyway)."""
-        rest = self.wrap.finish()
-        if complete and self.shown:
-            self.agent.out(rest)
-        elif rest:
-            self.agent.out(rest, end="", flush=True)
+        """End the streamed text: with a line break when the reply is complete. When it was
+        cut off (Ctrl-C), the word held back stays unshown, and unkept: the terminal has
+        already echoed ^C where the text stopped, and what is said next starts a line of
+        its own."""
+        if complete:
+            rest = self.wrap.finish()
+            if self.shown:
+                self.agent.out(rest)
+            return
+        held, text = self.wrap.word, self.text
+        self.wrap.finish()
+        if held and text.endswith(held):
+            self.shown = [text[:-len(held)]]
 
     @property
     def text(self) -> str:
+        """What was streamed, as far as it was shown."""
         return "".join(self.shown)
+
+
+TOOL_MARK = "●"
+EDIT_DIFF_LINES = 6      # the −/+ lines shown of an edit; the rest is counted
+PREVIEW_SCAN = 2_000     # characters of a result a one-line preview looks at (a result can be 200 KB)
+NUMBERED_LINE = re.compile(r"^ *(\d+)\t(.*)$")  # how read_file numbers a line (workspace_io.numbered_lines)
+MAIN_ARGUMENT = {"bash": "command", "read_file": "path", "edit_file": "path", "load_skill": "name", "compact": "focus"}
+
+
+def show_tool_call(agent, name: str, args: dict) -> None:
+    """One line as a call starts: "● bash  wc -l *.py", "● read_file  src/app.py (lines 1–200)"."""
+    agent.say(f"{TOOL_MARK} {name}  {main_argument(name, args)}".rstrip(), "tool", cut=True)
+
+
+def main_argument(name: str, args: dict) -> str:
+    """What a call is about, in a few words: the command, the path, the pattern."""
+    if not isinstance(args, dict):  # refused by use_tool; shown as it came
+        return one_line(json.dumps(args, ensure_ascii=False))
+    path = str(args.get("path", ""))
+    if name == "read_file" and ("offset" in args or "limit" in args):
+        first, limit = args.get("offset", 1), args.get("limit")
+        if isinstance(first, int) and isinstance(limit, int):
+            return f"{path} (lines {first}–{first + limit - 1})"
+        return f"{path} (from line {first})"
+    if name == "write_file":
+        return f"{path} ({counted(len(str(args.get('content', '')).splitlines()), 'line')})"
+    if name == "glob":
+        return one_line(args.get("pattern", "")) + (f" in {path}" if path not in ("", ".") else "")
+    if name == "todo_write":
+        return counted(len(args.get("items") or []), "item")
+    if name == "task":
+        return one_line(args.get("description") or args.get("prompt", ""))
+    if key := MAIN_ARGUMENT.get(name):
+        return one_line(args.get(key, ""))
+    return one_line(" ".join(f"{key}={json.dumps(value, ensure_ascii=False)}" for key, value in args.items()))
+
+
+def show_tool_result(agent, name: str, args: dict, output: str, failed: bool) -> None:
+    """One line with a preview of the result (line numbers kept apart from the text); the
+    todo list whole; for an edit, a few −/+ lines of what changed."""
+    if failed:
+        agent.say(f"  ✗ {lines_preview(output)}", "error", cut=True)
+    elif name == "todo_write":  # the list itself, an item a line, shown once
+        agent.say("  " + output.replace("\n", "\n  "), "tool", cut=True)
+    elif name == "edit_file":
+        diff = edit_diff(str(args.get("old_text", "")), str(args.get("new_text", "")))
+        agent.say("\n".join([f"  < {one_line(output)}"] + diff), "tool", cut=True)
+    elif name == "read_file" and (numbered := read_preview(output)):
+        agent.say(f"  < {numbered}", "tool", cut=True)
+    else:
+        agent.say(f"  < {lines_preview(output)}", "tool", cut=True)
+
+
+def lines_preview(text: str, width: int = 100) -> str:
+    """Several lines as one, each still told from the next: "120 a.py ⏎ 30 b.py"."""
+    return one_line(" ⏎ ".join(line.strip() for line in text[:PREVIEW_SCAN].splitlines() if line.strip()), width)
+
+
+def read_preview(output: str) -> str:
+    """read_file's numbered lines in one line: their range, then their text without the
+    numbers, "lines 1–40: import os ⏎ import sys ⏎ …" ("" when not numbered lines)."""
+    head = [match for line in output[:PREVIEW_SCAN].splitlines() if (match := NUMBERED_LINE.match(line))]
+    tail = [match for line in output[-PREVIEW_SCAN:].splitlines()[1:]  # (the first may start mid-line)
+            if (match := NUMBERED_LINE.match(line))]
+    if not head:
+        return ""
+    more = " (more follow)" if "[more lines follow;" in output[-200:] else ""
+    return f"lines {head[0].group(1)}–{(tail or head)[-1].group(1)}{more}: " + \
+        lines_preview("\n".join(match.group(2) for match in head))
+
+
+def edit_diff(old: str, new: str) -> list:
+    """What an edit changed, as a few "− old" / "+ new" lines; lines both sides share are
+    left out, and a long change is cut with a count of the rest."""
+    old_lines, new_lines = old.splitlines()[:500], new.splitlines()[:500]  # bounded work for a huge edit
+    changed = []
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, old_lines, new_lines).get_opcodes():
+        if tag != "equal":
+            changed += [f"    − {line}" for line in old_lines[i1:i2]] + [f"    + {line}" for line in new_lines[j1:j2]]
+    if len(changed) <= EDIT_DIFF_LINES:
+        return changed
+    return changed[:EDIT_DIFF_LINES] + [f"    … {counted(len(changed) - EDIT_DIFF_LINES, 'more changed line')}"]
 
 
 LAYER_VERBS = {"tool_result_budget": "large results → disk + preview",
@@ -236,13 +347,8 @@ def count_changes(name: str, before: list, after: list) -> int:
     changed = 0
     for old, new in zip(before, after):
         if old is not new:  # layers copy only what they change
-            changed += sum(x is not y for x, y in zip(blocks(old), blocks(new)))
+            changed += sum(x is not y for x, y in zip(blocks_of(old), blocks_of(new)))
     return changed
-
-
-def blocks(message: dict) -> list:
-    content = message["content"]
-    return [{"type": "text", "text": content}] if isinstance(content, str) else content
 
 
 def layer_line(name: str, before: list, after: list, saved: int, where: list) -> str:
@@ -253,7 +359,7 @@ def layer_line(name: str, before: list, after: list, saved: int, where: list) ->
     verb = LAYER_VERBS[name] if changed != 1 else \
         re.sub(r"^((?:\w+ )?\w+)s\b", r"\1", LAYER_VERBS[name]).replace("placeholders", "a placeholder")
     line = f"[{name}] {changed} {verb}, {change} tokens (saved to {', '.join(where)})"
-    header = blocks(after[0])[0] if after and "summary_by" in blocks(after[0])[0] else None
+    header = blocks_of(after[0])[0] if after and "summary_by" in blocks_of(after[0])[0] else None
     if not header:
         return line
     summary = header["text"].split("\n\n", 1)[-1]
@@ -272,13 +378,19 @@ def bar(tokens: int, window: int, width: int = 20) -> str:
     return "█" * filled + "░" * (width - filled)
 
 
+INSTRUCTIONS = re.compile(f'<{INSTRUCTIONS_TAG} file="([^"]+)">.*?</{INSTRUCTIONS_TAG}>', re.S)
+
+
 def context_parts(agent, messages: list, total: int, measure) -> dict:
     """What fills the context, by kind, in tokens that add up to total: the split between
     kinds is estimated, the total is the counter's (exact up to the last response)."""
-    estimated = {"system prompt + tools": agent.overhead, "user text": 0, "assistant text": 0,
-                 "tool calls": 0, "tool results": 0}
+    estimated = {"system prompt + tools": agent.overhead}
+    if found := INSTRUCTIONS.search(agent.system):  # AGENTS.md, a part of the system prompt of its own
+        estimated[f"instructions ({found.group(1)})"] = size = min(measure(found.group(0)), agent.overhead)
+        estimated["system prompt + tools"] -= size
+    estimated.update({"user text": 0, "assistant text": 0, "tool calls": 0, "tool results": 0})
     for message in messages:
-        for block in blocks(message):
+        for block in blocks_of(message):
             kind = {"text": f"{message['role']} text", "tool_use": "tool calls"}.get(block.get("type"), "tool results")
             estimated[kind] += measure(json.dumps(block, ensure_ascii=False))
     scale = total / max(sum(estimated.values()), 1)
@@ -404,6 +516,9 @@ def repl(agent, interactive: bool, messages: list, take_line) -> int:
                 agent.say("\n(press Ctrl-C again, or type q, to quit)")
                 continue
         if line is None or line.strip() in ("q", "exit", "quit") or line.split()[:1] in (["/exit"], ["/quit"]):
+            if interactive and agent.log and agent.log.resume_command():
+                agent.say("To come back to this session later:", "dim")
+                agent.out(f"  {agent.log.resume_command()}")  # one line however narrow the terminal: copied whole
             return 1 if failed and not interactive else 0
         interrupts = 0
         if line.strip() and not take_line(agent, messages, line.strip()):
@@ -449,13 +564,16 @@ def start_repl(agent, interactive: bool, messages: list, take_line) -> int:
             readline.read_history_file(path)
     except OSError as err:
         agent.say(f"[history] cannot read {path} ({err}); set S08_HISTORY=off to keep none.")
-    agent.say(f"s08 context compact · {agent.settings.model} · window {agent.settings.window:,} tokens · "
-              f"workspace {agent.workdir}\nType /help for commands, q to quit.")
     try:
         return repl(agent, interactive, messages, take_line)
     finally:
         if path:
             save_history(readline, path, agent.secrets)
+
+
+def banner(agent) -> None:
+    agent.say(f"s08 context compact · {agent.settings.model} · window {agent.settings.window:,} tokens · "
+              f"workspace {agent.workdir}\nType /help for commands, q to quit.")
 
 
 def save_history(readline, path: Path, secrets: list) -> None:

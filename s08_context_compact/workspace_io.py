@@ -1,6 +1,7 @@
 """Safe file and command I/O in the workspace: paths that cannot escape it, writes that
 leave the old file whole when they fail, command output captured to disk as it arrives,
-and files read line by line however big they are. The workspace is often a repository
+and files read line by line however big they are, and the project's own instructions for
+agents (AGENTS.md) read safely for the system prompt. The workspace is often a repository
 just cloned, so what it holds is not trusted: the program's own folders must be real
 folders (never a planted link), and skills are read only from regular files.
 
@@ -16,7 +17,7 @@ import tempfile
 import threading
 from pathlib import Path
 
-from redaction import SECRET_NAME, redact_bytes
+from redaction import SECRET_NAME, redact, redact_bytes
 
 BASH_OUTPUT_HEAD = 200_000          # characters of command output kept in memory...
 BASH_OUTPUT_TAIL = 20_000           # ...plus the last ones, so errors at the end survive
@@ -25,6 +26,9 @@ READ_MAX_LINE_CHARS = 2_000         # minified files: cut single lines, not whol
 EDIT_MAX_BYTES = 10_000_000         # edit_file loads the whole file: refuse bigger ones
 GLOB_MAX_RESULTS = 200
 SKILL_MAX_BYTES = 100_000           # a SKILL.md bigger than this is skipped, not read
+INSTRUCTION_FILES = ("AGENTS.md", "CLAUDE.md")  # the project's instructions for agents: the first one there
+INSTRUCTIONS_MAX_CHARS = 20_000     # about 5,000 tokens, sent with every request; a longer file is cut
+INSTRUCTIONS_TAG = "project_instructions"
 
 
 class ToolError(Exception):
@@ -439,3 +443,52 @@ def read_skill(root: Path, path: Path) -> str:
     if len(data) > SKILL_MAX_BYTES:
         raise OSError(f"larger than {SKILL_MAX_BYTES:,} bytes")
     return data.decode("utf-8", "replace")
+
+
+def read_workspace_file(workdir: Path, name: str, max_bytes: int) -> tuple | None:
+    """(the first max_bytes of a file in the workspace, its size); None when there is no
+    such file. ToolError when it is there but not to be read: a symlink that leads out of
+    the workspace, or not a regular file (a FIFO is opened without blocking, then refused)."""
+    target = inside_workspace(workdir, name)
+    if target is None:
+        raise ToolError(f"{name} leads outside the workspace")
+    try:
+        fd = os.open(target, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
+    except FileNotFoundError:
+        return None
+    except OSError as err:
+        raise ToolError(f"{name} cannot be read ({err.strerror or err})") from None
+    with os.fdopen(fd, "rb") as f:
+        info = os.fstat(f.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise ToolError(f"{name} is not a regular file")
+        try:
+            return f.read(max_bytes), info.st_size
+        except OSError as err:
+            raise ToolError(f"{name} cannot be read ({err.strerror or err})") from None
+
+
+def project_instructions(workdir: Path, secrets: list) -> tuple:
+    """(the project's instructions for agents, ready for the system prompt, or ""; notes for
+    the person). AGENTS.md, else CLAUDE.md, at the top of the workspace; secrets redacted;
+    cut at INSTRUCTIONS_MAX_CHARS, with a note saying where the rest is."""
+    notes = []
+    for name in INSTRUCTION_FILES:
+        try:
+            found = read_workspace_file(workdir, name, INSTRUCTIONS_MAX_CHARS * 4)
+        except ToolError as err:
+            notes.append(f"[instructions] {err}; not read.")
+            continue
+        if found is None:
+            continue
+        data, size = found
+        text = redact(data.decode("utf-8", "replace"), secrets).strip()
+        if len(text) > INSTRUCTIONS_MAX_CHARS or size > len(data):
+            kept = text[:INSTRUCTIONS_MAX_CHARS].rsplit("\n", 1)[0]  # cut between lines
+            text = f"{kept}\n[{name} is {size:,} bytes; cut here, at {len(kept):,} characters: read_file {name} " \
+                "for the rest]"
+            notes.append(f"[instructions] {name} is {size:,} bytes; requests carry its first {len(kept):,} "
+                         f"characters (the bound is {INSTRUCTIONS_MAX_CHARS:,}).")
+        return (f'The project\'s instructions for agents, from its {name} (they hold for the whole session):\n'
+                f'<{INSTRUCTIONS_TAG} file="{name}">\n{text}\n</{INSTRUCTIONS_TAG}>'), notes
+    return "", notes

@@ -275,7 +275,7 @@ def test_a_stream_cut_mid_reply_is_retried_and_the_partial_reply_not_kept(s08, f
     messages = []
     s08.take_turn(agent, messages, "go")
     assert "stream ended before the message was complete" in agent.out.text and "retrying" in agent.out.text
-    assert "> bash" not in agent.out.text, "the cut tool calls were not run"
+    assert "● bash" not in agent.out.text, "the cut tool calls were not run"
     assert messages == [user("go"), {"role": "assistant", "content": [{"type": "text", "text": "Complete this time."}]}]
     assert_requests_valid(fake)
 

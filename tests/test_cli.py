@@ -311,4 +311,6 @@ def test_a_terminal_gets_colour_and_a_status_line_unless_no_color(fake, workspac
     status = re.search(r"^context \S+/200\.0k tokens \(\d+%\) · auto-compact in ", plain_terminal, re.M)
     assert status, "after the turn, the status line: the context's size and how far auto-compact is"
     after_prompt = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", plain_terminal).rsplit("s08 >> ", 1)[1]
-    assert after_prompt.replace("\r", "") == "\n", "after Ctrl-D the shell's prompt starts on a line of its own"
+    after_prompt = after_prompt.replace("\r", "")
+    assert after_prompt.startswith("\n") and after_prompt.endswith(" --resume\n"), \
+        "after Ctrl-D: a new line, how to come back, and the shell's prompt on a line of its own"

@@ -17,7 +17,7 @@ def test_demo_runs_offline_and_every_layer_fires(tmp_path):
     assert done.returncode == 0, done.stderr
     assert "Traceback" not in done.stderr and "SCRIPTED model" in out
     for line in ("[tool_result_budget] ", "[snip_compact] ", "[micro_compact] ", "[compact_history] ",
-                 "[reactive_compact] ", "> compact: ", "summaries failed in a row", "summary by fallback"):
+                 "[reactive_compact] ", "● compact  ", "summaries failed in a row", "summary by fallback"):
         assert line in out, f"missing {line!r}"
     steps = re.findall(r"^== (\d)/7 ", out, re.M)
     assert steps == [str(n) for n in range(1, 8)]
@@ -44,7 +44,8 @@ def test_demo_runs_offline_and_every_layer_fires(tmp_path):
     refusal = re.search(r"refused a request we had estimated at ([\d,]+) tokens, saying \"prompt is too long: "
                         r"12800 tokens > 12000 maximum\"", step5)
     assert refusal and int(refusal.group(1).replace(",", "")) < 12_000 and "tokenizer" in step5
-    assert re.search(r"^\[×20\] > bash: .*step\.sh 10\b.*the last: .*step\.sh 29\b.*step 29 ok$", out, re.M)
+    assert re.search(r"^\[×20\] ● bash  bash step\.sh 10 → step 10 ok  \.\.\. the last: ● bash  bash step\.sh 29 → "
+                     r"step 29 ok$", out, re.M)
     assert len(re.findall(r"^\[×3\] \[api\] 500 ", out, re.M)) == 3 and "(retry 2 of 3)" not in out
     assert "step.sh 15" not in out, "the middle of a run is not printed"
     assert out.count("Hooks are functions the agent calls") == 1 and "the fact ledger (ledger.py)" in out

@@ -192,7 +192,8 @@ def test_the_todo_list_is_printed_once_a_call_an_item_a_line(s08, agent):
     items = [{"content": "write tests", "status": "in_progress"}, {"content": "ship", "status": "pending"}]
     call(s08, agent, "todo_write", items=items)
     assert "  [>] write tests\n  [ ] ship" in agent.out.text
-    assert agent.out.text.count("write tests") == 2, "the call's input line, then the list: not a preview too"
+    assert agent.out.text.count("write tests") == 1, "the list once: not in the call's line, not in a preview"
+    assert "● todo_write  2 items\n" in agent.out.text
 
 
 def test_load_skill_returns_the_body(s08, agent, workspace):

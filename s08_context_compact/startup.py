@@ -1,0 +1,160 @@
+"""What start-up checks before the first prompt: the .env files, the settings a person
+types by hand (a key with a newline pasted in, a base URL with a typo or a trailing /v1),
+and whether the endpoint knows the model. Each mistake is one line that names the
+setting and the fix, never a traceback, and never a retry blamed on the network.
+
+Machinery the chapter does not need: cli.py calls these while it builds the configuration.
+"""
+
+import difflib
+import io
+import os
+import re
+import stat
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import endpoint
+
+DOTENV_MAX_BYTES = 1_000_000        # a .env is a few lines; this is only a bound on reading one
+TRIMMED = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "MODEL_ID", "ANTHROPIC_BASE_URL")
+CREDENTIALS = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN")
+CLOSEST_MODELS = 5                  # model ids suggested when MODEL_ID is not found
+
+
+class StartupError(Exception):
+    """A setting the program cannot start with; the message names it and the fix."""
+
+
+def load_dotenv_files(paths: list) -> dict:
+    """Put the values of each .env file into the environment, in order: a variable already
+    set wins, so the working folder's file wins over the next. Returns {path: {name: value}}.
+    A folder named .env (often a virtual environment) or anything else that is not a
+    regular file is passed over; a file that cannot be read, or is not UTF-8, is a
+    StartupError."""
+    from dotenv import dotenv_values  # imported here so that importing this file does no work
+    found = {}
+    for path in paths:
+        try:
+            if not stat.S_ISREG(os.stat(path).st_mode):
+                continue  # not a file: opening a FIFO would wait forever
+            with open(path, "rb") as f:
+                data = f.read(DOTENV_MAX_BYTES)
+        except FileNotFoundError:
+            continue
+        except OSError as err:
+            raise StartupError(f"{path} cannot be read ({err.strerror or err}). Make it readable "
+                               f"(chmod 600 {path}) or remove it.") from None
+        if path not in found:  # (the working folder may be the repository root)
+            found[path] = dotenv_values(stream=io.StringIO(dotenv_text(path, data)))  # ${VAR}: from what is set
+            for name, value in found[path].items():
+                if value is not None and name not in os.environ:
+                    os.environ[name] = value
+    return found
+
+
+def dotenv_text(path: Path, data: bytes) -> str:
+    if data.startswith((b"\xff\xfe", b"\xfe\xff")):
+        raise StartupError(f"{path} is saved as UTF-16. Save it as UTF-8 (in your editor: Save with Encoding, UTF-8).")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = data[:err.start].count(b"\n") + 1
+        raise StartupError(f"{path} is not UTF-8 text (line {line} holds the byte {data[err.start]:#04x}). Save it "
+                           "as UTF-8 (in your editor: Save with Encoding, UTF-8).") from None
+
+
+def tidy_settings() -> list:
+    """Strip the spaces and line breaks around the settings people paste (a key copied with
+    its newline is refused by the HTTP library, and was then blamed on the network). The
+    environment is corrected in place; returns one note for each setting tidied."""
+    notes = []
+    for name in TRIMMED:
+        value = os.environ.get(name)
+        if value is not None and value != value.strip():
+            os.environ[name] = value.strip()
+            what = "a line break" if value.strip(" \t") != value.strip() else "a space"
+            notes.append(f"[config] {name} has {what} before or after it, which the program leaves out; take it "
+                         "out of .env or your shell.")
+    return notes
+
+
+def check_credentials() -> None:
+    """A key or token with a character no key has (a space, a line break, a letter outside
+    ASCII) cannot go in an HTTP header: say which setting, before any request."""
+    for name in CREDENTIALS:
+        value = os.environ.get(name, "")
+        bad = next((k for k, char in enumerate(value) if not (char.isascii() and char.isprintable()) or
+                    char.isspace()), None)
+        if bad is not None:
+            char = "a space" if value[bad] == " " else repr(value[bad])
+            raise StartupError(f"{name} has a character no key has ({char} at position {bad + 1} of {len(value)}). "
+                               "Copy the key again into .env or your shell.")
+
+
+def base_url_setting() -> str:
+    """Check ANTHROPIC_BASE_URL; a trailing /v1 (the SDK adds its own, so requests would go
+    to /v1/v1/messages) is taken off, in the environment, and a note returned."""
+    url = os.environ.get("ANTHROPIC_BASE_URL", "")
+    if not url:
+        return ""
+    shown = re.sub(r"//[^/@\s]*@", "//", url)  # a proxy's user:password never goes on screen
+    fix = "Set it to the endpoint's address, such as https://api.anthropic.com, or remove it to use Anthropic's API."
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018  (raises ValueError for a port that is not a number)
+    except ValueError as err:
+        raise StartupError(f"ANTHROPIC_BASE_URL={shown!r} is not a usable URL ({err}). {fix}") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise StartupError(f"ANTHROPIC_BASE_URL={shown!r} is not a usable URL (it must start with https:// or "
+                           f"http:// and name a host). {fix}")
+    try:
+        endpoint.httpx2.URL(url)  # the HTTP library's own parser is stricter than urlsplit
+    except endpoint.httpx2.InvalidURL as err:
+        raise StartupError(f"ANTHROPIC_BASE_URL={shown!r} is not a usable URL ({err}). {fix}") from None
+    trimmed = re.sub(r"/v1(/messages)?/*$", "", url)
+    if trimmed == url:
+        return ""
+    os.environ["ANTHROPIC_BASE_URL"] = trimmed
+    return (f"[config] ANTHROPIC_BASE_URL ends in {url[len(trimmed):]}, which the program adds itself; "
+            f"using {shown[:len(shown) - len(url) + len(trimmed)]} (take the ending off in .env or your shell).")
+
+
+def listed_models(client) -> tuple | None:
+    """(the model ids the endpoint lists, whether the list is Anthropic's Models API), or
+    None when it lists none. An OpenAI-shaped list (vLLM, LiteLLM, OpenRouter, llama.cpp)
+    may leave out models the endpoint serves anyway."""
+    try:
+        page = client.with_options(max_retries=0, timeout=10).get("/v1/models", cast_to=object,
+                                                                   options={"params": {"limit": 1000}})
+    except endpoint.anthropic.APIError:
+        return None
+    data = page.get("data") if isinstance(page, dict) else None
+    if not isinstance(data, list) or not data:
+        return None
+    entries = [entry for entry in data if isinstance(entry, dict) and isinstance(entry.get("id"), str)]
+    return [entry["id"] for entry in entries], all(entry.get("type") == "model" for entry in entries)
+
+
+def closest(model: str, ids: list) -> list:
+    """The ids most like the one given, closest first."""
+    similarity = {i: difflib.SequenceMatcher(None, model.lower(), i.lower()).ratio() for i in ids}
+    return sorted(ids, key=similarity.get, reverse=True)[:CLOSEST_MODELS]
+
+
+def check_model(client, model: str) -> str:
+    """Called when the Models API answered 404 for the model. When the endpoint's list is
+    Anthropic's, that 404 is the truth: a StartupError naming MODEL_ID and the closest ids.
+    When its list is another shape, and lacks the model, a note (some serve more than they
+    list); with no list at all (most compatible endpoints), nothing."""
+    found = listed_models(client)
+    if not found or model in found[0]:
+        return ""
+    ids, anthropic_list = found
+    suggestions = ", ".join(closest(model, ids))
+    if anthropic_list:
+        raise StartupError(f"MODEL_ID={model!r}: the endpoint has no such model. The closest of the "
+                           f"{len(ids)} it lists: {suggestions}. Set MODEL_ID in .env or your shell.")
+    return (f"[endpoint] MODEL_ID={model!r} is not among the {len(ids)} models the endpoint lists (closest: "
+            f"{suggestions}). Some endpoints serve more than they list; if the first message fails with 404, "
+            "fix MODEL_ID.")
