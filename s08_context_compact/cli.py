@@ -17,7 +17,7 @@ from pathlib import Path
 
 from endpoint import (CONNECT_TIMEOUT, DEFAULT_WINDOW_SOURCE, IDLE_TIMEOUT, Endpoint, discover_endpoint,
                       make_client)
-from redaction import secret_values
+from redaction import Redactor, secret_values
 from session_log import find_session, list_sessions, logged_endpoint
 
 
@@ -106,7 +106,7 @@ class Config:
     cache_ttl: str = "5m"
     resume: Path | None = None
     interactive: bool = False
-    secrets: list = field(default_factory=list)
+    secrets: Redactor = field(default_factory=Redactor)
     screen: dict = field(default_factory=dict)    # how the agent shows things: a terminal, or not
 
 
@@ -149,8 +149,9 @@ def configure(argv) -> Config | int:
     sys.stdout.reconfigure(line_buffering=True, errors="replace")  # line by line; never dies on a character
     sys.stdin.reconfigure(errors="replace")  # bytes that are not UTF-8 must not end the session
     terminal = sys.stdout.isatty()
+    secrets = Redactor(secret_values(os.environ, dotenv_files()))  # built once: every form of every secret
     return Config(model=model, workdir=workdir, client=client, endpoint=endpoint, idle_timeout=idle, cache_ttl=ttl,
-                  resume=resume, interactive=sys.stdin.isatty(), secrets=secret_values(os.environ, dotenv_files()),
+                  resume=resume, interactive=sys.stdin.isatty(), secrets=secrets,
                   screen={"show_status": terminal, "color": terminal and not os.getenv("NO_COLOR"),
                           "fit_width": terminal, "spinner_to": sys.stdout if terminal else None})
 

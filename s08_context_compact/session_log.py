@@ -12,7 +12,7 @@ import time
 import uuid
 from pathlib import Path
 
-from redaction import redact
+from redaction import Redactor
 from terminal import counted, cut_to_width, display_width, one_line
 
 TRANSCRIPT_DIR = ".transcripts"
@@ -23,8 +23,8 @@ class SessionLog:
     endpoint the session shares with its subagents: what is learned about it (its window,
     say) is recorded before the next record, so --resume starts from it."""
 
-    def __init__(self, path: Path, secrets: list = (), warn=print, header: dict | None = None, endpoint=None):
-        self.path, self.secrets, self.warn = path, list(secrets), warn
+    def __init__(self, path: Path, secrets=(), warn=print, header: dict | None = None, endpoint=None):
+        self.path, self.secrets, self.warn = path, Redactor.of(secrets), warn
         self.header = header  # written with the first record: a session with no messages leaves no file
         self.file = None
         self.failed = False
@@ -61,7 +61,7 @@ class SessionLog:
         if self.endpoint and self.endpoint.facts() != self.facts:
             self.facts = self.endpoint.facts()
             self.write({"type": "endpoint", **self.facts})
-        line = redact(json.dumps(record, ensure_ascii=False), self.secrets)  # a last net for secrets
+        line = self.secrets.json_text(record)  # a last net: no secret, in any form JSON gives it
         try:
             if self.file is None:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
