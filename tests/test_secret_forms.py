@@ -109,10 +109,10 @@ def test_no_piece_of_any_secret_leaves_the_program(fake, workspace):
 REDACTOR = Redactor(SHAPES.values())
 
 
-def assert_no_piece(text: str, *secrets) -> None:
-    haystack = with_grams({"text": text})
+def assert_no_piece(shown: str, *secrets) -> None:
+    haystack = with_grams({"shown": shown})
     found = [piece for secret in secrets or SHAPES.values() for _, piece in leaks(secret, haystack)]
-    assert not found, (found, text[:300])
+    assert not found, (found, shown[:300])
 
 
 def forms_of(secret: str) -> list:
