@@ -16,7 +16,7 @@ from pathlib import Path
 
 from endpoint import (CONNECT_TIMEOUT, DEFAULT_WINDOW_SOURCE, IDLE_TIMEOUT, Endpoint, discover_endpoint,
                       make_client)
-from redaction import secret_values
+from redaction import Redactor, secret_values
 from session_log import SessionInUse, find_session, list_sessions, logged_endpoint
 from startup import StartupError, base_url_setting, check_credentials, check_model, load_dotenv_files, tidy_settings
 from terminal import WarningsOnce, banner
@@ -119,7 +119,7 @@ class Config:
     cache_ttl: str = "5m"
     resume: Path | None = None
     interactive: bool = False
-    secrets: list = field(default_factory=list)
+    secrets: Redactor = field(default_factory=Redactor)
     instructions: str = ""                        # the workspace's AGENTS.md, for the system prompt
     notes: list = field(default_factory=list)     # what start-up tidied or found, said before the first prompt
     screen: dict = field(default_factory=dict)    # how the agent shows things: a terminal, or not
@@ -173,7 +173,7 @@ def configure_session(args) -> Config | int:
     if not endpoint.models_api and (logged or {}).get("models_api", True) is not False:  # a 404 just now
         notes.append(check_model(client, model))
     ttl = ttl_setting()
-    secrets = secret_values(os.environ, tuple(dotenv_found.values()))
+    secrets = Redactor(secret_values(os.environ, tuple(dotenv_found.values())))  # built once: every form of each
     instructions, said = project_instructions(workdir, secrets)
     sys.stdout.reconfigure(line_buffering=True, errors="replace")  # line by line; never dies on a character
     sys.stdin.reconfigure(errors="replace")  # bytes that are not UTF-8 must not end the session

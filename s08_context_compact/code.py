@@ -39,7 +39,7 @@ from history import (OWN, append_message, blocks_of, is_request_block, is_tool_r
                      replace_history, replace_result, result_text, sendable, tool_names, with_text)
 from ledger import Ledger, ledger_hooks, short_hash
 from overflow import ContextOverflow
-from redaction import redact, redact_deep
+from redaction import Redactor, redact
 from repeat_reads import repeat_read_stub, true_stubs
 from session_log import TRANSCRIPT_DIR, open_session
 from surrogates import well_formed
@@ -300,7 +300,7 @@ def context_tokens(agent, messages: list) -> int:
 def exact_context_tokens(agent, messages: list) -> int:
     """Ask the endpoint's count_tokens when it offers one; otherwise the estimate stands."""
     estimate = context_tokens(agent, messages)
-    counted = count_tokens(agent.client, agent.endpoint, build_request(agent, messages), estimate)
+    counted = count_tokens(agent, build_request(agent, messages), estimate)
     if counted is None:
         return estimate
     agent.state.tokens.anchor(counted, messages)
@@ -351,8 +351,8 @@ class Store:
     removed messages as transcripts. The history is redacted where content enters it; this
     is the last net before the disk. It keeps a list of what it wrote, for the reports."""
 
-    def __init__(self, workdir: Path, secrets: list = ()):
-        self.workdir, self.secrets, self.written = workdir, list(secrets), []
+    def __init__(self, workdir: Path, secrets=()):
+        self.workdir, self.secrets, self.written = workdir, Redactor.of(secrets), []
 
     def save_output(self, tool_use_id: str, text: str) -> Path:
         return self.wrote(save_tool_output(own_folder(self.workdir, TOOL_RESULTS_DIR), tool_use_id,
@@ -363,8 +363,8 @@ class Store:
                                            f"prompt-{uuid.uuid4().hex[:8]}", redact(text, self.secrets)))
 
     def save_messages(self, messages: list, kind: str, footer: dict | None = None) -> Path:
-        return self.wrote(save_transcript(own_folder(self.workdir, TRANSCRIPT_DIR), redact_deep(messages, self.secrets),
-                                          kind, redact_deep(footer, self.secrets)))
+        return self.wrote(save_transcript(own_folder(self.workdir, TRANSCRIPT_DIR), self.secrets.redact_json(messages),
+                                          kind, self.secrets.redact_json(footer)))
 
     def wrote(self, path: Path) -> Path:
         self.written.append(path.relative_to(self.workdir))
@@ -779,7 +779,7 @@ def restored_files(agent, max_tokens: int) -> list:
         if room <= 50:
             continue
         with open(target, "rb") as f:
-            raw = f.read(room * CHARS_PER_TOKEN)
+            raw = f.read(room * CHARS_PER_TOKEN + agent.secrets.reach)  # a key across the cut is read whole
         if b"\0" in raw[:8192]:
             continue
         text = head_within(redact(raw.decode("utf-8", "replace"), agent.secrets), room)  # a file may hold a key
@@ -970,8 +970,7 @@ def build_request(agent, messages: list, extra_text: str | None = None) -> dict:
         sent[-1] = with_text(sent[-1], extra_text)
     elif extra_text:
         sent.append({"role": "user", "content": [{"type": "text", "text": extra_text}]})
-    request = {"model": s.model, "max_tokens": s.max_output, "system": system, "tools": agent.tools, "messages": sent}
-    return redact_deep(request, agent.secrets) if agent.secrets else request  # the last net before it leaves
+    return {"model": s.model, "max_tokens": s.max_output, "system": system, "tools": agent.tools, "messages": sent}
 
 
 # ---- the agent loop ------------------------------------------------------------------------------
@@ -1011,7 +1010,7 @@ class Agent:
     color: bool = False                               # ANSI colours: a terminal, and NO_COLOR unset
     fit_width: bool = False                           # output is a terminal: fit lines to its width
     spinner_to: object = None                         # a terminal stream for the waiting spinner
-    secrets: list = field(default_factory=list)       # values never to show the model or write down
+    secrets: Redactor = field(default_factory=Redactor)  # never shown to the model or written down, in any form
     log: object = None                                # the SessionLog (none for subagents)
     endpoint: Endpoint = None                         # shared with subagents; made from settings if not given
     ledger: Ledger = field(default_factory=Ledger)
@@ -1023,6 +1022,7 @@ class Agent:
     state: LoopState = field(default_factory=LoopState)
 
     def __post_init__(self):
+        self.secrets = Redactor.of(self.secrets)  # a list of the values will do
         if self.endpoint is None:
             self.endpoint = Endpoint(self.settings.window)
 
@@ -1274,7 +1274,8 @@ def run_read_file(agent, path: str, offset: int = 1, limit: int = READ_DEFAULT_L
         raise ToolError(f"{path} not found (or not a file). Call glob to list files.")
     offset, limit = max(offset, 1), max(limit, 1)
     # the same bytes already in the conversation are not sent twice: a stub points at them
-    return repeat_read_stub(agent.state, target, path, offset, limit) or read_lines(target, path, offset, limit)
+    return repeat_read_stub(agent.state, target, path, offset, limit) or \
+        read_lines(target, path, offset, limit, agent.secrets)
 
 
 def run_write_file(agent, path: str, content: str) -> str:
@@ -1308,7 +1309,7 @@ def render_todos(todos: list) -> str:
 def run_task(agent, prompt: str, description: str = "") -> str:
     child = agent.subagent()
     agent.say(f"[task] subagent started: {description or prompt[:60]}")
-    final = agent_loop(child, [{"role": "user", "content": [{"type": "text", "text": prompt}]}])
+    final = agent_loop(child, [{"role": "user", "content": [{"type": "text", "text": redact(prompt, agent.secrets)}]}])
     agent.say("[task] subagent finished")
     return final or "(the subagent stopped without a final answer)"
 

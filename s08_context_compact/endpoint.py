@@ -346,6 +346,7 @@ def send_request(agent, request: dict, sent_tokens: int, on_text=None, label: st
                     on_text("\n")
                 raise
     max_tokens = request["max_tokens"]
+    request = agent.secrets.redact_json(request)  # the last net: what is sent holds no secret, in any form
     try:
         content, stop_reason, usage = with_retries(agent, attempt)
     except (anthropic.APIStatusError, ErrorEvent) as err:
@@ -359,6 +360,10 @@ def send_request(agent, request: dict, sent_tokens: int, on_text=None, label: st
     prompt_tokens, usage = usage_prompt_tokens(agent.endpoint, usage, sent_tokens)
     record_usage(agent, usage)
     agent.endpoint.accepted(prompt_tokens or sent_tokens, max_tokens)
+    # A secret the model repeats in its text goes no further. Its tool inputs run as written (a
+    # .env value may be an ordinary word it means); they are redacted wherever they are sent,
+    # logged, saved or shown.
+    content = [agent.secrets.redact_deep(b) if b.get("type") == "text" else b for b in content]
     return Answer({"role": "assistant", "content": content}, stop_reason, usage, prompt_tokens)
 
 
@@ -563,13 +568,15 @@ def make_client(connect: float, idle: float):
     return anthropic.Anthropic(**credential, max_retries=0, timeout=anthropic.Timeout(idle, connect=connect))
 
 
-def count_tokens(client, endpoint: Endpoint, request: dict, estimate: int) -> int | None:
+def count_tokens(agent, request: dict, estimate: int) -> int | None:
     """The endpoint's own count of a request, or None. Where count_tokens is not offered
     (404, 405, 501), or answers far below what is sent, it is never asked again."""
+    endpoint = agent.endpoint
     if not endpoint.can_count_tokens:
         return None
+    request = agent.secrets.redact_json({k: v for k, v in request.items() if k != "max_tokens"})  # the last net
     try:
-        counted = client.messages.count_tokens(**{k: v for k, v in request.items() if k != "max_tokens"}).input_tokens
+        counted = agent.client.messages.count_tokens(**request).input_tokens
     except anthropic.APIStatusError as err:
         endpoint.can_count_tokens = err.status_code not in (404, 405, 501)  # anything else: not this time
         return None

@@ -699,6 +699,7 @@ class FakeAnthropic:
         self.cache = PromptCache(min_cache_tokens or MIN_CACHEABLE_TOKENS, clock)  # clock: the benchmark's own
         self.usage_log: list[dict] = []      # the usage of every answered request, summary or not
         self.requests: list[dict] = []       # every POST /v1/messages body, in order, valid or not
+        self.bodies: list[bytes] = []        # every POST body exactly as it arrived (JSON text, not parsed)
         self.rejections: list[str] = []      # messages of every refusal below, in order
         self.invalid: list[str] = []         # messages of the 400s for invalid requests
         self.overflows: list[str] = []       # messages of the refusals for a prompt too big for the window
@@ -862,6 +863,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _read_body(self):
         length = int(self.headers.get("content-length") or 0)
         raw = self.rfile.read(length)
+        self.owner.bodies.append(raw)
         try:
             return json.loads(raw or b"null")
         except ValueError:

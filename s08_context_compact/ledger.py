@@ -97,7 +97,7 @@ def ledger_hooks(agent) -> dict:
             if target and target.is_file():
                 (agent.ledger.note_read if name == "read_file" else agent.ledger.note_write)(args["path"], target)
         elif name == "bash":
-            agent.ledger.note_command(args["command"], event["output"])
+            agent.ledger.note_command(agent.secrets.redact(args["command"]), event["output"])  # cut later
         return None
 
     def on_prompt(event: dict):
@@ -110,7 +110,8 @@ def ledger_hooks(agent) -> dict:
 
     def check(event: dict):
         kept, total, lost = agent.ledger.check(event["summary"], agent.state.todos)
-        missing = f" (not in the summary: {'; '.join(key for _, key in lost)[:200]})" if lost else ""
+        lost_keys = agent.secrets.redact("; ".join(key for _, key in lost))  # a todo may quote a secret: before the cut
+        missing = f" (not in the summary: {lost_keys[:200]})" if lost else ""
         facts = f"{total} fact{'' if total == 1 else 's'}"
         return {"note": f"ledger check: the summary mentions {kept} of {facts} the hooks recorded{missing}; "
                         "the ledger itself is restored after it" if total else "",

@@ -19,7 +19,7 @@ from collections import Counter
 from pathlib import Path
 
 from history import OWN, PROGRAM_FIELDS, blocks_of
-from redaction import redact
+from redaction import Redactor
 from surrogates import HALF_ESCAPE, well_formed, well_formed_deep
 from terminal import counted, cut_to_width, display_width, one_line
 from tool_input import input_problem
@@ -44,8 +44,8 @@ class SessionLog:
     the history the log holds so far: if the file is deleted while the program runs, the
     log is written again from it, and --resume still finds the session."""
 
-    def __init__(self, path: Path, secrets: list = (), warn=print, header: dict | None = None, endpoint=None):
-        self.path, self.secrets, self.warn = path, list(secrets), warn
+    def __init__(self, path: Path, secrets=(), warn=print, header: dict | None = None, endpoint=None):
+        self.path, self.secrets, self.warn = path, Redactor.of(secrets), warn
         self.header = header or {"type": "session", "id": path.stem.removeprefix("session-")}
         self.file = None  # opened with the first record: a session with no messages leaves no file
         self.failed = False
@@ -100,7 +100,7 @@ class SessionLog:
                 self.facts = self.endpoint.facts()
                 records.append({"type": "endpoint", **self.facts})
             for each in records + [record]:
-                line = redact(json.dumps(each, ensure_ascii=False), self.secrets)  # a last net for secrets
+                line = self.secrets.json_text(each)  # a last net: no secret, in any form JSON gives it
                 self.file.write(well_formed(line) + "\n")  # a lone half of an emoji cannot be written
             self.file.flush()
             os.fsync(self.file.fileno())

@@ -186,7 +186,8 @@ def say(agent, text: str, style: str = "", cut: bool = False) -> None:
     """Tell the user something. On a terminal each line fits its width: cut to one line
     (a preview) when cut, else wrapped at word boundaries."""
     prefix = f"  [{agent.label}] " if agent.label else ""
-    lines = [prefix + line.expandtabs() for line in text.split("\n")]
+    # The last net before the screen: a line may end where a preview was cut, inside a secret
+    lines = [prefix + agent.secrets.redact(line, cut_end=True).expandtabs() for line in text.split("\n")]
     if columns := terminal_columns(agent):
         lines = [part for line in lines for part in ([cut_to_width(line, columns - 1)] if cut else
                                                      wrapped(line, columns - 1))]
@@ -218,23 +219,28 @@ def terminal_columns(agent) -> int | None:
 
 
 class StreamedText:
-    """The model's text as it streams, wrapped to the terminal. What was shown is kept:
+    """The model's text as it streams, wrapped to the terminal, any secret in it shown as
+    [redacted] even when it arrives split over several chunks. What was shown is kept:
     after Ctrl-C it stays in the history (the interrupted reply the user saw)."""
 
     def __init__(self, agent):
         self.agent, self.wrap, self.shown = agent, WordWrap(terminal_columns(agent)), []
+        self.held = agent.secrets.stream()
 
     def __call__(self, chunk: str) -> None:
+        chunk = self.held.feed(chunk)  # any secret in it replaced, even one split over chunks
         self.shown.append(chunk)  # first: a Ctrl-C while the chunk is being printed must not lose it
         self.agent.out(self.wrap.feed(chunk), end="", flush=True)
 
     def finish(self, complete: bool = True) -> None:
         """End the streamed text: with a line break when the reply is complete. When it was
-        cut off (Ctrl-C), the word held back stays unshown, and unkept: the terminal has
-        already echoed ^C where the text stopped, and what is said next starts a line of
-        its own."""
+        cut off (Ctrl-C), what is held back (a word, or what might start a secret) stays
+        unshown, and unkept: the terminal has already echoed ^C where the text stopped, and
+        what is said next starts a line of its own."""
         if complete:
-            rest = self.wrap.finish()
+            held = self.held.finish()
+            self.shown += [held] if held else []
+            rest = self.wrap.feed(held) + self.wrap.finish()
             if self.shown:
                 self.agent.out(rest)
             return

@@ -17,7 +17,7 @@ import tempfile
 import threading
 from pathlib import Path
 
-from redaction import SECRET_NAME, redact, redact_bytes
+from redaction import SECRET_NAME, Redactor, redact
 
 BASH_OUTPUT_HEAD = 200_000          # characters of command output kept in memory...
 BASH_OUTPUT_TAIL = 20_000           # ...plus the last ones, so errors at the end survive
@@ -114,7 +114,7 @@ def output_names(folder: Path, tool_use_id: str):
         yield folder / (f"{stem}.txt" if attempt == 0 else f"{stem}-{attempt}.txt")
 
 
-def run_command(command: str, *, cwd: Path, timeout: int, outputs: Path, secrets: list, call_id: str) -> str:
+def run_command(command: str, *, cwd: Path, timeout: int, outputs: Path, secrets, call_id: str) -> str:
     """Run a shell command; its output with an exit-code or timeout note.
 
     A new session makes the command its own process group, so a timeout (or Ctrl-C) kills
@@ -159,11 +159,11 @@ class CapturedOutput:
     100 MB of output costs what 220 KB does. The file is kept only when the output was
     too long to show whole."""
 
-    def __init__(self, workdir: Path, folder: Path, secrets: list):
+    def __init__(self, workdir: Path, folder: Path, secrets):
         # folder is relative to workdir until the first byte comes and own_folder checks it
         self.workdir, self.folder, self.file, self.unsaved = workdir, folder, None, None
-        self.secrets = sorted({v.encode("utf-8", "surrogatepass") for v in secrets}, key=len, reverse=True)
-        self.overlap = max(map(len, self.secrets), default=1) - 1  # a secret may straddle two chunks
+        self.secrets = Redactor.of(secrets)
+        self.overlap = max(self.secrets.reach - 1, 0)  # a secret may straddle two chunks
         self.carry, self.head, self.tail, self.total = b"", bytearray(), bytearray(), 0
         self.lock, self.done = threading.Lock(), False
 
@@ -172,7 +172,7 @@ class CapturedOutput:
             with self.lock:
                 if self.done:
                     return
-                data = redact_bytes(self.carry + chunk, self.secrets)
+                data = self.secrets.redact_bytes(self.carry + chunk)
                 cut = max(len(data) - self.overlap, 0)
                 self.carry = data[cut:]
                 self.keep(data[:cut])
@@ -240,14 +240,15 @@ def keep_as(partial: Path, folder: Path, tool_use_id: str) -> Path:
     return partial
 
 
-def read_lines(target: Path, path: str, offset: int, limit: int) -> str:
-    """Numbered lines of a text file; a binary file is refused with what to use instead."""
+def read_lines(target: Path, path: str, offset: int, limit: int, secrets=()) -> str:
+    """Numbered lines of a text file, secrets redacted; a binary file is refused with what
+    to use instead."""
     with open(target, "rb") as f:
         if b"\0" in f.read(8192):
             raise ToolError(f"{path} is a binary file ({target.stat().st_size:,} bytes); read_file shows "
                             "text only. Use bash (for example `file` or `xxd | head`) to inspect it.")
         f.seek(0)
-        return numbered_lines(f, path, offset, limit)
+        return numbered_lines(f, path, offset, limit, Redactor.of(secrets))
 
 
 def bounded_lines(f):
@@ -260,24 +261,31 @@ def bounded_lines(f):
         yield raw
 
 
-def numbered_lines(f, path: str, offset: int, limit: int) -> str:
-    # Reads line by line, so a 1 GB file costs only the lines asked for.
-    out, size, number = [], 0, 0
+def numbered_lines(f, path: str, offset: int, limit: int, secrets: Redactor) -> str:
+    # Reads line by line, so a 1 GB file costs only the lines asked for. Secrets go before
+    # any line is cut, and are looked for across lines too: a key in .env spans several.
+    lines, size, number, more = [], 0, 0, None
     for number, raw in enumerate(bounded_lines(f), start=1):
         if number < offset:
             continue
         if number >= offset + limit or size > READ_MAX_CHARS:
-            out.append(f"[more lines follow; call read_file with offset={number} to continue]")
+            more = number
             break
         line = raw.decode("utf-8", "replace").rstrip("\r\n")
-        if len(line) > READ_MAX_LINE_CHARS:
-            line = line[:READ_MAX_LINE_CHARS] + f" [line cut at {READ_MAX_LINE_CHARS} chars]"
-        out.append(f"{number:>6}\t{line}")
-        size += len(line) + 8
+        lines.append(line if raw.endswith(b"\n") else secrets.redact(line, cut_end=True))  # bounded_lines may cut it
+        size += min(len(line), READ_MAX_LINE_CHARS) + 8
+    out = [f"{n:>6}\t{cut_line(line)}" for n, line in enumerate(secrets.redact_lines(lines), start=offset)]
+    if more:
+        out.append(f"[more lines follow; call read_file with offset={more} to continue]")
     if not out:
         return f"(empty: {path} has {number} lines; offset {offset} is past the end)" if number \
             else f"(empty file: {path})"
     return "\n".join(out)
+
+
+def cut_line(line: str) -> str:
+    return line if len(line) <= READ_MAX_LINE_CHARS else \
+        line[:READ_MAX_LINE_CHARS] + f" [line cut at {READ_MAX_LINE_CHARS} chars]"
 
 
 def current_umask() -> int:
