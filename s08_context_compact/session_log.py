@@ -13,7 +13,7 @@ import uuid
 from pathlib import Path
 
 from redaction import redact
-from terminal import counted, cut_to_width, display_width, one_line
+from terminal import counted, cut_to_width, display_width, one_line, printable
 
 TRANSCRIPT_DIR = ".transcripts"
 
@@ -176,7 +176,7 @@ def list_sessions(workdir: Path, width: int | None = None) -> str:
         history = read_session(path, warn=print)
         first = first_prompt(path)
         when = time.strftime("%Y-%m-%d %H:%M", time.localtime(path.stat().st_mtime))
-        prompt = one_line(first, 50) + ("" if history else " (not answered)") if first else "(no prompt yet)"
+        prompt = one_line(printable(first), 50) + ("" if history else " (not answered)") if first else "(no prompt yet)"
         session, size = path.stem.removeprefix("session-"), f"{path.stat().st_size / 1024:.1f} KB"
         row = f"  {session:<24} {when}  {counted(len(history), 'message'):>13}  {size:>11}  {prompt}"
         if width and display_width(row) >= width:

@@ -229,9 +229,10 @@ def write_atomically(target: Path, data: bytes) -> None:
         raise
 
 
-def printable(name: str) -> str:
-    """A file name whose bytes are not UTF-8, with those bytes shown as \ufffd: it can be
-    printed, logged and sent (an undecodable name arrives with lone surrogates)."""
+def utf8_name(name: str) -> str:
+    """A file name whose bytes are not UTF-8, with those bytes as \ufffd: it can be logged and
+    sent to the model (an undecodable name arrives with lone surrogates). It keeps any control
+    characters the name has; terminal.printable shows them, where the name reaches the screen."""
     return name.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
 
 
@@ -277,7 +278,7 @@ def glob_files(workdir: Path, base: Path, pattern: str, path: str) -> str:
     if Path(pattern).is_absolute() or ".." in Path(pattern).parts:
         raise ToolError("glob patterns are relative to the workspace: drop the leading / and any '..'.")
     root = workdir.resolve()
-    matches = sorted(printable(str(p.relative_to(root))) for p in base.glob(pattern)
+    matches = sorted(utf8_name(str(p.relative_to(root))) for p in base.glob(pattern)
                      if p.resolve().is_relative_to(root) and ".git" not in p.relative_to(root).parts)
     if not matches:
         return f"No files match {pattern!r} under {path}."

@@ -1,7 +1,8 @@
 """An untrusted repository cannot hurt you: commands that delete, empty, overwrite or reach
-outside the workspace are asked about (and refused with no one to ask)."""
+outside the workspace are asked about (and refused with no one to ask); escape sequences
+in files, command output, file names and the model's text are shown, not obeyed."""
 
-from conftest import run_cli
+from conftest import Terminal, run_cli
 from fake_anthropic import text, tool_uses
 
 NO_ONE = "no one could confirm it (standard input is not a terminal)"
@@ -108,3 +109,31 @@ def test_check_permission_reads_the_command_as_the_shell_would(s08, workspace):
         assert s08.check_permission("bash", {"command": command}, workspace) == ("allow", ""), command
     decision, reason = s08.check_permission("bash", {"command": "sudo ls"}, workspace)
     assert decision == "deny" and reason == "`sudo ls` is on the deny list"
+
+
+# ---------------------------------------------------------------- what reaches the terminal
+
+HOSTILE = "clip\x1b]52;c;cHduZWQ=\x07 clear\x1b[2J title\x1b]0;pwned\x07 flip\u202eabc"
+RAW = [b"\x1b]52", b"\x1b[2J", b"\x1b]0;", "\u202e".encode()]
+
+
+def test_escape_sequences_are_shown_not_obeyed(fake, workspace):
+    """File contents (read_file's preview), command output, a file name (glob) and the
+    model's streamed text all carry escape sequences; none reaches the terminal raw, and
+    the program's own colours still do."""
+    (workspace / "evil.txt").write_text(HOSTILE)
+    (workspace / "name\x1b[2J\u202e.txt").write_text("x")
+    fake.reply(tool_uses([("read_file", {"path": "evil.txt"}), ("bash", {"command": "printf 'out\\033[2J\\n'"}),
+                          ("glob", {"pattern": "*.txt"})]),
+               text("The model says " + HOSTILE + " done."))
+    terminal = Terminal(fake, workspace, columns=200)
+    assert terminal.read_until(b"s08 >> ")
+    assert terminal.turn(b"look\r")
+    assert terminal.finish() == 0
+    shown = terminal.shown
+    for raw in RAW:
+        assert raw not in shown, raw
+    assert b"clip^[]52;c;cHduZWQ=^G" in shown and b"flip<U+202E>abc" in shown, "shown as text instead"
+    assert b"out^[[2J" in shown and b"name^[[2J<U+202E>.txt" in shown
+    assert b"The model says clip^[]52" in shown
+    assert b"\x1b[2m  < " in shown, "the program's own colours still reach the terminal"
