@@ -1,9 +1,18 @@
 """An untrusted repository cannot hurt you: commands that delete, empty, overwrite or reach
 outside the workspace are asked about (and refused with no one to ask); escape sequences
-in files, command output, file names and the model's text are shown, not obeyed."""
+in files, command output, file names and the model's text are shown, not obeyed; a
+command's processes end with it."""
 
-from conftest import Terminal, run_cli
-from fake_anthropic import text, tool_uses
+import os
+import random
+import re
+import signal
+from pathlib import Path
+
+import cli_runner
+import pytest
+from conftest import Terminal, cli_env, run_cli, wait_until
+from fake_anthropic import text, tool_use, tool_uses
 
 NO_ONE = "no one could confirm it (standard input is not a terminal)"
 
@@ -137,3 +146,58 @@ def test_escape_sequences_are_shown_not_obeyed(fake, workspace):
     assert b"out^[[2J" in shown and b"name^[[2J<U+202E>.txt" in shown
     assert b"The model says clip^[]52" in shown
     assert b"\x1b[2m  < " in shown, "the program's own colours still reach the terminal"
+
+
+# ---------------------------------------------------------------- nothing keeps running
+
+def processes_with(marker: str, exactly: bool = False) -> list:
+    """The pids whose command line holds marker (or, exactly, is it: arguments end with NUL)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            cmdline = (entry / "cmdline").read_bytes() if entry.name.isdigit() else b""
+        except OSError:
+            continue
+        if (cmdline == marker.encode()) if exactly else marker.encode() in cmdline:
+            found.append(int(entry.name))
+    return found
+
+
+@pytest.fixture
+def marker():
+    """A number of seconds no one else sleeps (sleep takes fractions), to find the command's
+    processes by; whatever a failed test left running with it is ended afterwards."""
+    unique = f"{random.randrange(10**8):08d}"
+    yield unique
+    for pid in processes_with(unique):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+def test_a_signal_ends_the_running_command_and_then_the_program(fake, workspace, marker, signum):
+    fake.reply(tool_use("bash", {"command": f"sleep 60.{marker}; echo never"}), text("never"))
+    pid, folder = cli_runner.start([], input="wait\n", env=cli_env(fake), cwd=workspace)
+    wait_until(lambda: processes_with(f"sleep\0" f"60.{marker}\0", exactly=True))  # bash has started it
+    os.kill(pid, signum)
+    done = cli_runner.finish(pid, folder, timeout=20)
+    wait_until(lambda: not processes_with(marker), timeout=5)
+    assert done.returncode == 128 + signum, done.stderr
+    name = signal.Signals(signum).name
+    assert f"[{name}] the program ends. The running command (sleep 60.{marker}; echo never) and the 1 process " \
+           "it started were ended." in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_a_timeout_ends_a_child_that_left_the_process_group(fake, workspace, marker):
+    command = f"setsid sleep 60.{marker} & sleep 30.{marker}"
+    fake.reply(tool_use("bash", {"command": command, "timeout": 1}), text("It timed out."))
+    done = run_cli(fake, workspace, "wait\n")
+    wait_until(lambda: not processes_with(marker), timeout=5)
+    assert done.returncode == 0, done.stderr
+    result = fake.main_requests[1]["messages"][-1]["content"][0]["content"]
+    # two, once bash has started both sleeps (a loaded machine may take it past the second)
+    assert re.fullmatch(r"\[timed out after 1s; the command and the (2 processes|1 process) it started were ended\]",
+                        result), result
