@@ -1495,11 +1495,19 @@ def render_todos(todos: list) -> str:
 
 
 def run_task(agent, prompt: str, description: str = "") -> str:
-    child = agent.subagent()
+    """A subagent does the job in a fresh context. No session log records it: its work, every
+    call and result, is saved as a transcript however it ends (large outputs as the main agent's)."""
+    child, work = agent.subagent(), [{"role": "user", "content": [{"type": "text", "text": prompt}]}]
     agent.say(f"[task] subagent started: {description or prompt[:60]}")
-    final = agent_loop(child, [{"role": "user", "content": [{"type": "text", "text": prompt}]}])
-    agent.say("[task] subagent finished")
-    return final or "(the subagent stopped without a final answer)"
+    try:
+        final = agent_loop(child, work) or "(the subagent stopped without a final answer)"
+    finally:
+        try:
+            where = f"saved at {child.store.save_messages(work, 'task')}"
+        except OSError as err:
+            where = f"not saved ({err})"
+    agent.say(f"[task] subagent finished; its calls and results are {where}")
+    return f"{final}\n\n[the subagent's calls and results are {where}]"
 
 
 def run_load_skill(agent, name: str) -> str:

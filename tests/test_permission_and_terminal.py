@@ -1,8 +1,9 @@
 """An untrusted repository cannot hurt you: commands that delete, empty, overwrite or reach
 outside the workspace are asked about (and refused with no one to ask); escape sequences
 in files, command output, file names and the model's text are shown, not obeyed; a
-command's processes end with it."""
+command's processes end with it; a subagent's work is saved."""
 
+import json
 import os
 import random
 import re
@@ -201,3 +202,24 @@ def test_a_timeout_ends_a_child_that_left_the_process_group(fake, workspace, mar
     # two, once bash has started both sleeps (a loaded machine may take it past the second)
     assert re.fullmatch(r"\[timed out after 1s; the command and the (2 processes|1 process) it started were ended\]",
                         result), result
+
+
+# ---------------------------------------------------------------- a subagent's work
+
+def test_a_subagents_outputs_and_work_are_saved(fake, workspace):
+    (workspace / "big.txt").write_text("a line of the big file\n" * 6_000)
+    fake.reply(tool_use("task", {"prompt": "read big.txt", "description": "reader"}),
+               tool_use("read_file", {"path": "big.txt", "limit": 6_000}, "toolu_sub_read"),
+               text("The file repeats one line."), text("Done."))
+    done = run_cli(fake, workspace, "what is in big.txt?\n")
+    assert done.returncode == 0, done.stderr
+    saved = workspace / ".task_outputs" / "tool-results" / "toolu_sub_read.txt"
+    assert saved.read_text().count("a line of the big file") == 6_000, "the subagent's large output, whole"
+    [transcript] = (workspace / ".transcripts").glob("task-*.jsonl")
+    work = [json.loads(line) for line in transcript.read_text().splitlines()]
+    assert [m["role"] for m in work] == ["user", "assistant", "user", "assistant"]
+    assert work[2]["content"][0]["tool_use_id"] == "toolu_sub_read" and str(saved.relative_to(workspace)) in \
+        work[2]["content"][0]["content"]
+    assert work[3]["content"][0]["text"] == "The file repeats one line."
+    told = fake.main_requests[-1]["messages"][-1]["content"][0]["content"]
+    assert told.startswith("The file repeats one line.") and str(transcript.relative_to(workspace)) in told
