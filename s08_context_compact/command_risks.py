@@ -61,10 +61,8 @@ QUOTED_PATH = re.compile(r"""['"]((?:/[\w.~-]|~/|\.\./)[^'"]*)['"]""")
 PATTERN_FIRST = {"grep": ({"-e", "--regexp"}, {"-f", "--file"}, {"-A", "-B", "-C", "-m", "-d", "-D"}),
                  "sed": ({"-e", "--expression"}, {"-f", "--file"}, {"-l"}),
                  "awk": (set(), {"-f"}, {"-F", "-v"}), "jq": (set(), {"-f", "--from-file"}, {"--arg", "--argjson"})}
-for _name in ("egrep", "fgrep", "rg", "ag", "ack"):
-    PATTERN_FIRST[_name] = PATTERN_FIRST["grep"]
-for _name in ("gawk", "mawk", "nawk"):
-    PATTERN_FIRST[_name] = PATTERN_FIRST["awk"]
+PATTERN_FIRST |= {name: PATTERN_FIRST["grep"] for name in ("egrep", "fgrep", "rg", "ag", "ack")}
+PATTERN_FIRST |= {name: PATTERN_FIRST["awk"] for name in ("gawk", "mawk", "nawk")}
 TEXT_ONLY = {"echo", "printf", "export", "alias", "test", "[", "[[", "true", "false", ":", "which", "type", "local",
              "declare", "readonly", "unset", "return", "exit", "set", "shift", "read", "wait", "sleep", "seq"}
 # Commands that run the command after them: (flags that take a value, operands before the command).
@@ -156,12 +154,12 @@ class Judge:
 
     def check_path(self, word: Word, verb: str = "uses") -> None:
         """A word that may name a file the command reads (or otherwise uses)."""
-        if word.expands:  # judged by the folder before the first $: /proc/$PPID/environ is in /proc
-            folder = word.split("$", 1)[0].rpartition("/")[0] or word[:1].replace("$", "")
-            if not folder and re.match(r"^(\$\{?\w+\}?|\$\(\.\.\.\))/", word):
+        if word.expands:  # judged by what comes before the first $: /proc/$PPID/environ is in /proc
+            known = word.split("$", 1)[0]
+            if "/" in known and self.outside(make_word(known.rpartition("/")[0] or "/"), READABLE):
+                self.ask(f"{verb} {word}, in {self.path(known)}, outside the workspace")
+            elif not known and "/" in word:
                 self.ask(f"{verb} a path known only when it runs ({word})")
-            elif folder and self.outside(make_word(folder), READABLE):
-                self.ask(f"{verb} {word}, in {self.path(folder)}, outside the workspace")
         elif word and self.outside(word, READABLE):
             self.ask(f"{verb} {self.path(word)}, outside the workspace")
 
@@ -198,9 +196,8 @@ class Judge:
             self.ask(f"{CHANGES[name]} ({name})")
         if handler := getattr(self, f"run_{name}", None):
             return handler(args)
-        if INTERPRETER.match(name):
-            return self.interpreter(LANGUAGE.get(name.rstrip("0123456789."), name.rstrip("0123456789.")),
-                                    args, stdin, piped)
+        if interpreter := INTERPRETER.match(name):
+            return self.interpreter(LANGUAGE.get(interpreter[1], interpreter[1]), args, stdin, piped)
         if name in SHELLS:
             return self.shell(name, args, stdin, piped)
         if name in COPIES:
