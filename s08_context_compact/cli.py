@@ -3,13 +3,14 @@ and .env files, the checks made before the first prompt, and a clean exit on Ctr
 closed pipe.
 
 Machinery the chapter does not need: code.py's main() asks configure() for what it needs
-to build the agent, and runs.
+to build the agent, and runs; SIGTERM and SIGHUP end it cleanly (Stop).
 """
 
 import argparse
 import importlib.util
 import os
 import shutil
+import signal
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -202,8 +203,26 @@ def say_what_start_up_found(agent, config) -> None:
                   "answer will tell.")
 
 
+STOP_SIGNALS = [getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name)]  # Windows: no SIGHUP
+
+
+class Stop(BaseException):
+    """SIGTERM or SIGHUP: leave now, once what is running has been ended. A BaseException,
+    like Ctrl-C's KeyboardInterrupt, so no handler of ordinary errors swallows it."""
+
+
+def stop_on_signal(signum: int, frame) -> None:
+    for stop_signal in STOP_SIGNALS:  # a second signal must not interrupt the ending
+        signal.signal(stop_signal, signal.SIG_IGN)
+    raise Stop(signum)
+
+
 def run(main) -> int:
-    """main(), with the ways out a person causes handled quietly."""
+    """main(), with the ways out a person (or the system) causes handled quietly. SIGTERM
+    and SIGHUP end the running command's processes (workspace_io.run_command does, as the
+    exception passes) and exit with 128 + the signal's number, as a shell would report."""
+    for stop_signal in STOP_SIGNALS:
+        signal.signal(stop_signal, stop_on_signal)
     try:
         return main()
     except SessionInUse as err:  # --resume of a session another program still has open
@@ -215,3 +234,11 @@ def run(main) -> int:
     except BrokenPipeError:  # the reader went away (`| head`): nothing left to say, and no one to say it to
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the exit flush cannot fail again
         return 141  # 128 + SIGPIPE, as a shell command would
+    except Stop as stop:
+        signum = stop.args[0]
+        ended = " ".join(getattr(stop, "__notes__", []))
+        try:  # after SIGHUP the terminal may be gone
+            print(f"\n[{signal.Signals(signum).name}] the program ends. {ended}".rstrip(), file=sys.stderr)
+        except OSError:
+            pass
+        return 128 + signum

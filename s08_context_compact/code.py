@@ -33,6 +33,7 @@ from functools import cached_property
 from pathlib import Path
 
 from cli import configure, run, say_what_start_up_found
+from command_risks import command_risks
 from endpoint import (IDLE_TIMEOUT, RETRY_BASE_SECONDS, Endpoint, api_error_text, api_failures, count_tokens,
                       make_reply_sendable, model_reply)
 from history import (OWN, append_message, blocks_of, is_request_block, is_tool_result_message, own_text,
@@ -1307,11 +1308,19 @@ def render_todos(todos: list) -> str:
 
 
 def run_task(agent, prompt: str, description: str = "") -> str:
-    child = agent.subagent()
+    """A subagent does the job in a fresh context. No session log records it: its work, every
+    call and result, is saved as a transcript however it ends (large outputs as the main agent's)."""
+    child, work = agent.subagent(), [{"role": "user", "content": [{"type": "text", "text": redact(prompt, agent.secrets)}]}]
     agent.say(f"[task] subagent started: {description or prompt[:60]}")
-    final = agent_loop(child, [{"role": "user", "content": [{"type": "text", "text": redact(prompt, agent.secrets)}]}])
-    agent.say("[task] subagent finished")
-    return final or "(the subagent stopped without a final answer)"
+    try:
+        final = agent_loop(child, work) or "(the subagent stopped without a final answer)"
+    finally:
+        try:
+            where = f"saved at {child.store.save_messages(work, 'task')}"
+        except OSError as err:
+            where = f"not saved ({err})"
+    agent.say(f"[task] subagent finished; its calls and results are {where}")
+    return f"{final}\n\n[the subagent's calls and results are {where}]"
 
 
 def run_load_skill(agent, name: str) -> str:
@@ -1338,27 +1347,17 @@ TOOL_HANDLERS = {"bash": run_bash, "read_file": run_read_file, "write_file": run
 HOOK_EVENTS = ("UserPromptSubmit", "PreToolUse", "PostToolUse", "Stop", "PreCompact", "RestoreContext", "PostCompact")
 
 
-DENY_PATTERNS = [r"\brm\s+-[a-zA-Z]*r[a-zA-Z]*f?\s+(/|~|\$HOME)(\s|$)", r"\bsudo\b", r"\bmkfs",
-                 r"\bdd\b.*\bof=/dev/", r"\b(shutdown|reboot|halt|poweroff)\b", r":\(\)\s*\{",
-                 r">\s*/dev/sd", r"\bchmod\s+-R\s+777\s+/(\s|$)"]
-
-
-CONFIRM_PATTERNS = [r"\brm\b", r"\bgit\s+push\b", r"\bgit\s+reset\s+--hard", r"\bgit\s+clean\b",
-                    r"\bgit\s+checkout\s+--\s", r"\bchmod\b", r"\bchown\b", r"\bkill(all)?\b",
-                    r"\btruncate\b", r"\bmv\b"]
-
-
 FILE_TOOLS = ("read_file", "write_file", "edit_file", "glob")
 
 
 def check_permission(name: str, args: dict, workdir: Path) -> tuple:
-    """Decide "allow", "deny" or "ask" for one tool call, with the reason."""
+    """Decide "allow", "deny" or "ask" for one tool call, with the reason (command_risks.py reads
+    a bash command: what deletes, overwrites or reaches outside the workspace asks)."""
     if name == "bash":
         command = str(args.get("command", ""))
-        if any(re.search(p, command) for p in DENY_PATTERNS):
-            return "deny", f"`{command}` is on the deny list"
-        if any(re.search(p, command) for p in CONFIRM_PATTERNS):
-            return "ask", f"`{command}` can destroy work"
+        deny, ask = command_risks(command, workdir)
+        if deny or ask:
+            return "deny" if deny else "ask", f"`{one_line(command, 100)}` {'; '.join(deny or ask)}"
     if name in FILE_TOOLS:
         path = str(args.get("path", "."))
         if inside_workspace(workdir, path) is None:

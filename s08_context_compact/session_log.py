@@ -21,7 +21,7 @@ from pathlib import Path
 from history import OWN, PROGRAM_FIELDS, blocks_of
 from redaction import Redactor
 from surrogates import HALF_ESCAPE, well_formed, well_formed_deep
-from terminal import counted, cut_to_width, display_width, one_line
+from terminal import counted, cut_to_width, display_width, one_line, printable
 from tool_input import input_problem
 from workspace_io import file_kind, open_log, open_regular
 
@@ -291,7 +291,7 @@ def list_sessions(workdir: Path, width: int | None = None) -> str:
             skipped.append(f"{TRANSCRIPT_DIR}/{path.name}: {err.strerror or err}")
             continue
         when = time.strftime("%Y-%m-%d %H:%M", time.localtime(info.st_mtime))
-        prompt = one_line(first, 50) + ("" if was_answered(path) else " (not answered)") if first else "(no prompt yet)"
+        prompt = one_line(printable(first), 50) + ("" if was_answered(path) else " (not answered)") if first else "(no prompt yet)"
         session, size = path.stem.removeprefix("session-"), f"{info.st_size / 1024:.1f} KB"
         row = f"  {session:<24} {when}  {counted(len(history), 'message'):>13}  {size:>11}  {prompt}"
         if width and display_width(row) >= width:

@@ -3,7 +3,9 @@ the spinner, the model's text wrapped as it streams, the REPL with its pastes an
 file, and the /context report.
 
 Machinery the chapter does not need: code.py says what happened (agent.say) and this
-module decides how it looks.
+module decides how it looks. Nothing reaches the screen as it came: control characters in
+file contents, command output, file names or the model's text are shown, not obeyed
+(printable).
 """
 
 import difflib
@@ -59,6 +61,27 @@ class Spinner:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+# What must never reach the terminal as it is: C0 and C1 control characters (ESC starts the
+# sequences that set the clipboard, clear the screen or retitle the window), DEL, the
+# bidirectional marks and overrides that reorder what is shown, and lone surrogates (bytes
+# of a file name that were not UTF-8). Tabs and newlines are text.
+CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+
+
+def printable(text: str) -> str:
+    """Text as it may be shown: every control character visible instead of obeyed. ESC is
+    ^[ (caret notation for C0 and DEL), C1 and bidirectional ones <U+202E>, a byte that was
+    not UTF-8 \ufffd. What the program shows passes through here; its own colours come after."""
+    return CONTROL.sub(visible, text.replace("\r\n", "\n"))
+
+
+def visible(match) -> str:
+    char = match.group(0)
+    if char < " " or char == "\x7f":
+        return "^" + chr(ord(char) ^ 0x40)
+    return "\ufffd" if "\ud800" <= char <= "\udfff" else f"<U+{ord(char):04X}>"
 
 
 def one_line(text: str, width: int = 100) -> str:
@@ -186,8 +209,9 @@ def say(agent, text: str, style: str = "", cut: bool = False) -> None:
     """Tell the user something. On a terminal each line fits its width: cut to one line
     (a preview) when cut, else wrapped at word boundaries."""
     prefix = f"  [{agent.label}] " if agent.label else ""
-    # The last net before the screen: a line may end where a preview was cut, inside a secret
-    lines = [prefix + agent.secrets.redact(line, cut_end=True).expandtabs() for line in text.split("\n")]
+    # The last net before the screen: a line may end where a preview was cut, inside a secret;
+    # and control characters from files, commands or the model are shown, never obeyed
+    lines = [prefix + agent.secrets.redact(line, cut_end=True).expandtabs() for line in printable(text).split("\n")]
     if columns := terminal_columns(agent):
         lines = [part for line in lines for part in ([cut_to_width(line, columns - 1)] if cut else
                                                      wrapped(line, columns - 1))]
@@ -230,7 +254,7 @@ class StreamedText:
     def __call__(self, chunk: str) -> None:
         chunk = self.held.feed(chunk)  # any secret in it replaced, even one split over chunks
         self.shown.append(chunk)  # first: a Ctrl-C while the chunk is being printed must not lose it
-        self.agent.out(self.wrap.feed(chunk), end="", flush=True)
+        self.agent.out(self.wrap.feed(printable(chunk)), end="", flush=True)
 
     def finish(self, complete: bool = True) -> None:
         """End the streamed text: with a line break when the reply is complete. When it was
@@ -536,7 +560,7 @@ def terminal_confirm(interactive: bool):
         if not interactive:
             return False, "no one could confirm it (standard input is not a terminal)"
         try:  # Ctrl-C here cancels the turn, as anywhere else (use_tools answers the call as interrupted)
-            answer = input(f"{question} [y/N] ").strip().lower()
+            answer = input(f"{printable(question)} [y/N] ").strip().lower()
         except EOFError:
             answer = ""
         return (True, "") if answer in ("y", "yes") else (False, "the user said no")

@@ -117,40 +117,122 @@ def output_names(folder: Path, tool_use_id: str):
 def run_command(command: str, *, cwd: Path, timeout: int, outputs: Path, secrets, call_id: str) -> str:
     """Run a shell command; its output with an exit-code or timeout note.
 
-    A new session makes the command its own process group, so a timeout (or Ctrl-C) kills
-    everything it started, not just the shell. Secret variables are not passed on: `env`
-    must not be one call away from the key."""
+    The command gets a session of its own, so its process group is everything it started
+    but what left the group (setsid); /proc shows those too (ProcessTree). A timeout, Ctrl-C,
+    or SIGTERM/SIGHUP to the program (cli.py turns them into exceptions) ends them all.
+    Secret variables are not passed on: `env` must not be one call away from the key."""
     environment = {k: v for k, v in os.environ.items() if not SECRET_NAME.search(k)}
+    captured, tree = CapturedOutput(cwd, outputs.relative_to(cwd), secrets), ProcessTree()
     proc = subprocess.Popen(["bash", "-c", command], cwd=cwd, stdin=subprocess.DEVNULL, env=environment,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
-    captured = CapturedOutput(cwd, outputs.relative_to(cwd), secrets)
     reader = threading.Thread(target=captured.drain, args=(proc.stdout,), daemon=True)
-    reader.start()
-    try:
-        code = proc.wait(timeout=timeout)
-        timed_out = False
+    try:  # from here on, whatever interrupts (even while a thread starts) ends the command's processes
+        tree.start_watching(proc.pid)
+        reader.start()
+        code, ended = proc.wait(timeout=timeout), None
     except subprocess.TimeoutExpired:
-        kill_group(proc)
-        code, timed_out = proc.wait(), True
-    except KeyboardInterrupt:
-        kill_group(proc)
+        ended = tree.end(proc)
+        code = proc.wait()
+    except BaseException as stop:  # Ctrl-C, SIGTERM, SIGHUP: nothing the command started keeps running
+        stop.add_note(f"The running command ({' '.join(command.split())[:60]}) {ended_what(tree.end(proc))}.")
         captured.finish(None)
         raise
+    finally:
+        tree.done.set()
     reader.join(timeout=0.5)  # a background child may keep the pipe open; do not wait for it
     saved = captured.finish(call_id)
     parts = [captured.text(saved and saved.relative_to(cwd)).strip("\n")]
-    if timed_out:
-        parts.append(f"[timed out after {timeout}s; the command and its children were killed]")
+    if ended is not None:
+        parts.append(f"[timed out after {timeout}s; the command {ended_what(ended)}]")
     elif code != 0:
         parts.append(f"[exit code {code}]")
     return "\n".join(p for p in parts if p) or "(no output)"
 
 
-def kill_group(proc) -> None:
+def ended_what(count: int) -> str:
+    """What ProcessTree.end() ended, truthfully."""
+    if count < 0:
+        return ("was ended with its process group; a process it started that left the group (setsid) may still "
+                "run, as this system has no /proc to find it")
+    return f"and the {count} process{'es' if count != 1 else ''} it started were ended" if count else "was ended"
+
+
+PROC = Path("/proc")
+WATCH_SECONDS = 0.2                 # how often a running command's descendants are looked up
+
+
+def process_stat(pid) -> tuple | None:
+    """(parent pid, start time) of a process, from /proc; None once it has ended."""
     try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
+        fields = Path(PROC, str(pid), "stat").read_text().rsplit(")", 1)[1].split()  # the name may hold ")"
+    except (OSError, IndexError):
+        return None
+    return int(fields[1]), int(fields[19])
+
+
+def process_table() -> dict:
+    """pid -> (parent pid, start time) of every process."""
+    return {int(entry.name): stat for entry in os.scandir(PROC)
+            if entry.name.isdigit() and (stat := process_stat(entry.name))}
+
+
+def descendants(root: int) -> dict:
+    """pid -> start time of every process below root, however far down."""
+    children = {}
+    for pid, (parent, started) in process_table().items():
+        children.setdefault(parent, []).append((pid, started))
+    found, below = {}, [root]
+    while below:
+        for pid, started in children.get(below.pop(), []):
+            if pid not in found:
+                found[pid] = started
+                below.append(pid)
+    return found
+
+
+class ProcessTree:
+    """A running command's processes. Its process group holds what it started, except a
+    process that called setsid (a daemon, `setsid cmd &`); /proc finds those by their parents,
+    looked up while the command runs too, in case the parent is gone by the time it ends."""
+
+    def __init__(self):
+        self.seen, self.done, self.watched = {}, threading.Event(), PROC.is_dir()
+
+    def start_watching(self, pid: int) -> None:
+        if self.watched:
+            threading.Thread(target=self.watch, args=(pid,), daemon=True).start()
+
+    def watch(self, pid: int) -> None:
+        while not self.done.wait(WATCH_SECONDS):
+            self.seen = {**self.seen, **descendants(pid)}  # a new dict: end() may be reading the old one
+
+    def end(self, proc) -> int:
+        """Kill the command (proc), every descendant still running and its group; how many
+        processes besides the command were ended (-1: no /proc, only the group was)."""
+        self.done.set()
+        family = {**self.seen, **descendants(proc.pid)} if self.watched else {}
+        proc.kill()  # the shell first: killed, it reports nothing about its children
+        ended = sum(map(kill_if_same, family.items()))
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # and whatever the group started since
+        except (ProcessLookupError, PermissionError):
+            pass
+        proc.wait()
+        return ended if self.watched else -1
+
+
+def kill_if_same(process: tuple) -> bool:
+    """Kill a process seen earlier, if it still runs: its start time tells it from a new
+    process given the same number since."""
+    pid, started = process
+    stat = process_stat(pid)
+    if stat is None or stat[1] != started:
+        return False
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except OSError:  # it ended meanwhile
+        return False
+    return True
 
 
 class CapturedOutput:
@@ -350,9 +432,10 @@ def replace_content(target: Path, path: str, data: bytes) -> None:
         raise ToolError(f"could not write {path} ({err.strerror or err}); the file is unchanged.") from None
 
 
-def printable(name: str) -> str:
-    """A file name whose bytes are not UTF-8, with those bytes shown as \ufffd: it can be
-    printed, logged and sent (an undecodable name arrives with lone surrogates)."""
+def utf8_name(name: str) -> str:
+    """A file name whose bytes are not UTF-8, with those bytes as \ufffd: it can be logged and
+    sent to the model (an undecodable name arrives with lone surrogates). It keeps any control
+    characters the name has; terminal.printable shows them, where the name reaches the screen."""
     return name.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
 
 
@@ -402,7 +485,7 @@ def glob_files(workdir: Path, base: Path, pattern: str, path: str) -> str:
     if Path(pattern).is_absolute() or ".." in Path(pattern).parts:
         raise ToolError("glob patterns are relative to the workspace: drop the leading / and any '..'.")
     root = workdir.resolve()
-    matches = sorted(printable(str(p.relative_to(root))) for p in base.glob(pattern)
+    matches = sorted(utf8_name(str(p.relative_to(root))) for p in base.glob(pattern)
                      if p.resolve().is_relative_to(root) and ".git" not in p.relative_to(root).parts)
     if not matches:
         return f"No files match {pattern!r} under {path}."
@@ -424,7 +507,7 @@ def discover_skills(folders: list, warn=print) -> dict:
             try:
                 text = read_skill(folder.parent, path)
             except (OSError, RuntimeError) as err:  # RuntimeError: a loop of links
-                warn(f"[skills] skipped {printable(str(path.relative_to(folder.parent)))}: {err}")
+                warn(f"[skills] skipped {utf8_name(str(path.relative_to(folder.parent)))}: {err}")
                 continue
             match = re.match(r"^---\s*\n(.*?)\n---\s*\n?(.*)$", text, re.S)
             meta = dict(re.findall(r"^(\w+):\s*(.+?)\s*$", match.group(1), re.M)) if match else {}

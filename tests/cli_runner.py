@@ -14,6 +14,7 @@ import json
 import os
 import runpy
 import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -113,22 +114,36 @@ def exit_code(pid: int, timeout: float = 30) -> int:
     return json.loads(_zygote.stdout.readline())["code"]
 
 
-def run(args: list, *, input: str = "", env: dict, cwd, timeout: float = 60) -> subprocess.CompletedProcess:
-    """Like subprocess.run([python, code.py, *args], input=..., capture_output=True, text=True)."""
-    with tempfile.TemporaryDirectory() as folder:
-        Path(folder, "stdin").write_text(input, encoding="utf-8")
-        Path(folder, "stdout").touch()
-        Path(folder, "stderr").touch()
-        pid = _start({"args": list(args), "env": dict(env), "cwd": str(cwd), "folder": folder})
-        ready, _, _ = select.select([_zygote.stdout], [], [], timeout)
-        if not ready:
-            os.kill(pid, signal.SIGKILL)
-            _zygote.stdout.readline()
-            raise subprocess.TimeoutExpired([str(CODE), *args], timeout)
-        code = json.loads(_zygote.stdout.readline())["code"]
+def start(args: list, *, input: str = "", env: dict, cwd) -> tuple:
+    """Start `python code.py *args` with piped input, without waiting: (pid, folder). The
+    pid can be sent signals; finish(pid, folder) waits for the end and collects the output."""
+    global _unfinished
+    folder = tempfile.mkdtemp(prefix="s08-run-")
+    Path(folder, "stdin").write_text(input, encoding="utf-8")
+    Path(folder, "stdout").touch()
+    Path(folder, "stderr").touch()
+    _unfinished = _start({"args": list(args), "env": dict(env), "cwd": str(cwd), "folder": folder})
+    return _unfinished, folder
+
+
+def finish(pid: int, folder: str, args: list = (), timeout: float = 60) -> subprocess.CompletedProcess:
+    """The exit code and the output of a run start() began (after timeout seconds it is killed)."""
+    try:
+        code = exit_code(pid, timeout)
         out = Path(folder, "stdout").read_text(encoding="utf-8", errors="replace")
         err = Path(folder, "stderr").read_text(encoding="utf-8", errors="replace")
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
     return subprocess.CompletedProcess([sys.executable, str(CODE), *args], code, out, err)
+
+
+def run(args: list, *, input: str = "", env: dict, cwd, timeout: float = 60) -> subprocess.CompletedProcess:
+    """Like subprocess.run([python, code.py, *args], input=..., capture_output=True, text=True)."""
+    pid, folder = start(args, input=input, env=env, cwd=cwd)
+    try:
+        return finish(pid, folder, args, timeout)
+    except subprocess.TimeoutExpired:
+        raise subprocess.TimeoutExpired([str(CODE), *args], timeout) from None
 
 
 if __name__ == "__main__":

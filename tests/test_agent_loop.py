@@ -1,6 +1,7 @@
 """agent_loop driven in-process with the real SDK against the fake Messages API."""
 
 import json
+import re
 
 import pytest
 
@@ -193,9 +194,11 @@ def test_task_runs_a_subagent_with_fresh_history_and_no_task_tool(s08, fake, mak
     sub_first = fake.main_requests[1]
     assert plain(sub_first["messages"]) == [user("count the python files")]
     assert "task" not in [t["name"] for t in sub_first["tools"]]
-    parent_result = fake.main_requests[3]["messages"][-1]["content"][0]
-    assert plain(parent_result) == {"type": "tool_result", "tool_use_id": "toolu_task",
-                                    "content": "There is 1 python file."}
+    parent_result = plain(fake.main_requests[3]["messages"][-1]["content"][0])
+    assert parent_result["tool_use_id"] == "toolu_task" and not parent_result.get("is_error")
+    answer, _, saved = parent_result["content"].partition("\n\n")
+    assert answer == "There is 1 python file.", "the subagent's final answer, then where its work is"
+    assert re.fullmatch(r"\[the subagent's calls and results are saved at \.transcripts/task-[\w-]+\.jsonl\]", saved)
     assert_requests_valid(fake)
 
 

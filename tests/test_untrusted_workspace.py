@@ -106,7 +106,7 @@ def test_a_deleted_log_is_written_again_and_odd_session_files_are_skipped(fake, 
     outside.mkdir()
     (workspace / ".task_outputs").symlink_to(outside)
     fake.reply(tool_use("bash", {"command": "head -c 300000 /dev/zero | tr '\\0' z"}),
-               tool_use("bash", {"command": "find .transcripts -delete"}), text("Deleted."), text("Second answer."))
+               tool_use("bash", {"command": "mv .transcripts old-transcripts"}), text("Deleted."), text("Second answer."))
     first = run_cli(fake, workspace, "hello\nsecond question\n", timeout=20)
     assert first.returncode == 0 and "Traceback" not in first.stderr
     assert not list(outside.iterdir()), "nothing was saved through the planted .task_outputs"

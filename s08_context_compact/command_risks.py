@@ -1,0 +1,427 @@
+"""What a bash command may do that needs a person's yes first: delete, empty or overwrite
+files, or touch paths outside the workspace. command_risks() reads the command as the
+shell would split it (quotes, escapes, pipes, redirections, $(...) and here-documents)
+and names each reason; code.py's check_permission turns the reasons into allow, ask
+or deny.
+
+Machinery the chapter does not need. It reads the text of the command, so it cannot see
+what that text becomes when it runs: a script the command runs, a variable's value, text
+built and then eval'ed, an alias. Words it cannot know (a command named by a variable)
+make it ask; what a script does inside is not checked. Only an operating-system sandbox
+(a container, bubblewrap, sandbox-exec, seccomp or Landlock) confines a command whatever
+it says.
+"""
+
+import glob
+import os
+import re
+from pathlib import Path
+
+from shell_words import Lexer, Word, make_word, simple_commands
+
+# Refused outright, whatever anyone answers: these are never part of a coding task.
+DENY_PATTERNS = [r"\brm\s+-[a-zA-Z]*r[a-zA-Z]*f?\s+(/|~|\$HOME)(\s|$)", r"\bsudo\b", r"\bmkfs",
+                 r"\bdd\b.*\bof=/dev/", r"\b(shutdown|reboot|halt|poweroff)\b", r":\(\)\s*\{",
+                 r">\s*/dev/sd", r"\bchmod\s+-R\s+777\s+/(\s|$)"]
+
+# Outside the workspace, these may be used without asking: devices that hold no data, and
+# (for reading only) the system's programs and libraries. The program run may live anywhere:
+# /usr/bin/python or ~/.local/bin/ruff is a tool, not a file the command touches. Everything
+# else outside asks, /tmp and /etc included: /tmp is shared and /etc holds configuration.
+DEVICES = ("/dev/null", "/dev/stdout", "/dev/stderr", "/dev/tty", "/dev/fd", "/proc/self/fd")
+READABLE = DEVICES + ("/dev/zero", "/dev/random", "/dev/urandom", "/dev/stdin",
+                      "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+
+DELETES = {"rm", "rmdir", "unlink", "shred", "truncate", "srm", "wipe"}
+CHANGES = {"chmod": "changes permissions", "chown": "changes ownership", "chgrp": "changes ownership",
+           "chattr": "changes file attributes", "kill": "stops processes", "killall": "stops processes",
+           "pkill": "stops processes"}
+COPIES = {"cp", "mv", "install", "ln", "rsync"}     # the last operand is written
+COPY_VALUES = {"-t", "-S", "--target-directory", "--suffix", "-m", "-o", "-g", "--mode", "--owner", "--group",
+               "-e", "--rsh", "--exclude", "--include", "--filter", "-f", "--files-from", "--exclude-from",
+               "--include-from", "--rsync-path", "--backup-dir", "--log-file", "--chmod", "--port", "-T",
+               "--temp-dir", "--link-dest", "--compare-dest", "--copy-dest"}
+OUTPUT_OPTIONS = {"sort": ("-o", "--output"), "curl": ("-o", "--output"), "wget": ("-O", "--output-document")}
+SHELLS = {"bash", "sh", "zsh", "dash", "ksh", "fish"}
+# The flags that take a program's code on the command line, per interpreter.
+CODE_FLAGS = {"python": {"-c"}, "perl": {"-e", "-E"}, "ruby": {"-e"}, "node": {"-e", "--eval", "-p", "--print"},
+              "php": {"-r"}}
+INTERPRETER = re.compile(r"^(python|pypy|perl|ruby|node|nodejs|php)[\d.]*$")
+LANGUAGE = {"pypy": "python", "nodejs": "node"}
+# Words in such code that delete, write, move or run other programs (any of the languages).
+RISKY_CODE = re.compile(
+    r"\b(unlink\w*|remove\w*|rmdir\w*|rmtree|remove_tree|rm(Sync|_rf|_r|_f)?|truncate\w*|shred|rename\w*|"
+    r"move|copy(file|tree|2|FileSync|File)?|write_text|write_bytes|writeFile\w*|appendFile\w*|createWriteStream|"
+    r"system|popen|subprocess|child_process|spawn\w*|exec\w*|fork|qx|FileUtils|delete|__import__|importlib|eval|"
+    r"os\.replace|chmod|chown|kill)\b"
+    r"|\bopen(Sync)?\b.*?(['\"][rbt]*[wax+][rbtwax+]*['\"]|['\"]\s*(\+?>|\+<))|`|%x")
+QUOTED_PATH = re.compile(r"""['"]((?:/[\w.~-]|~/|\.\./)[^'"]*)['"]""")
+# Programs whose first operand is a pattern or a program text, not a file: (flags that give
+# it instead, flags whose value is a file, flags whose value is neither).
+PATTERN_FIRST = {"grep": ({"-e", "--regexp"}, {"-f", "--file"}, {"-A", "-B", "-C", "-m", "-d", "-D"}),
+                 "sed": ({"-e", "--expression"}, {"-f", "--file"}, {"-l"}),
+                 "awk": (set(), {"-f"}, {"-F", "-v"}), "jq": (set(), {"-f", "--from-file"}, {"--arg", "--argjson"})}
+PATTERN_FIRST |= {name: PATTERN_FIRST["grep"] for name in ("egrep", "fgrep", "rg", "ag", "ack")}
+PATTERN_FIRST |= {name: PATTERN_FIRST["awk"] for name in ("gawk", "mawk", "nawk")}
+TEXT_ONLY = {"echo", "printf", "export", "alias", "test", "[", "[[", "true", "false", ":", "which", "type", "local",
+             "declare", "readonly", "unset", "return", "exit", "set", "shift", "read", "wait", "sleep", "seq"}
+# Commands that run the command after them: (flags that take a value, operands before the command).
+WRAPPERS = {"env": ({"-u", "--unset", "-C", "--chdir"}, 0), "nice": ({"-n", "--adjustment"}, 0), "nohup": (set(), 0),
+            "timeout": ({"-s", "--signal", "-k", "--kill-after"}, 1), "time": ({"-f", "--format", "-o"}, 0),
+            "command": (set(), 0), "builtin": (set(), 0), "exec": ({"-a"}, 0), "stdbuf": ({"-i", "-o", "-e"}, 0),
+            "ionice": ({"-c", "-n", "-p"}, 0), "setsid": (set(), 0), "busybox": (set(), 0), "doas": ({"-u"}, 0),
+            "xargs": ({"-I", "-i", "-n", "-P", "-L", "-l", "-d", "-s", "-E", "-e", "-a", "--arg-file", "--delimiter",
+                       "--max-args", "--max-procs", "--replace"}, 0)}
+KEYWORDS = {"if", "then", "else", "elif", "fi", "do", "done", "while", "until", "!", "{", "}", "esac",
+            "function", "coproc", "select"}
+MAX_DEPTH = 5                       # scripts inside scripts inside ...: deeper than this asks
+
+
+def command_risks(command: str, workdir: Path) -> tuple:
+    """(reasons to deny, reasons to ask) for one bash command run in workdir; when both
+    are empty it may run without asking."""
+    deny = ["is on the deny list"] if any(re.search(p, command) for p in DENY_PATTERNS) else []
+    judge = Judge(workdir)
+    judge.script(command)
+    return deny, list(dict.fromkeys(judge.reasons))
+
+
+class Judge:
+    """Reads a script command by command and collects the reasons to ask. The folder a
+    `cd` moves to is followed, so relative paths are judged where they will be used."""
+
+    def __init__(self, workdir: Path):
+        self.top = Path(os.path.normpath(workdir.absolute()))
+        self.root, self.cwd, self.home = workdir.resolve(), self.top, str(Path.home())
+        self.reasons, self.depth = [], 0
+
+    def ask(self, reason: str) -> None:
+        self.reasons.append(reason)
+
+    def script(self, text: str) -> None:
+        if self.depth > MAX_DEPTH:
+            return self.ask("nests scripts too deeply to check")
+        self.depth += 1
+        tokens, inner = Lexer(text, self.home).run()
+        for words, redirects, piped in simple_commands(tokens):
+            stdin = self.redirections(redirects)
+            self.command(self.drop_keywords(words), stdin, piped)
+        cwd = self.cwd
+        for sub in inner:  # $(...) runs in a subshell: its cd goes no further
+            self.script(sub)
+            self.cwd = cwd
+        self.depth -= 1
+
+    def drop_keywords(self, words: list) -> list:
+        """The command itself: without if/while/!/{ before it, or NAME=value assignments.
+        `for NAME in WORDS` and `case WORD in` run nothing (their words may still be paths)."""
+        while words and not words[0].quoted and (words[0] in KEYWORDS or re.match(r"^[A-Za-z_]\w*=", words[0])):
+            words = words[1:]
+        if words and words[0] in ("for", "case") and not words[0].quoted:
+            for word in words[words.index("in") + 1:] if "in" in words else []:
+                self.check_path(word)
+            return []
+        return words
+
+    def redirections(self, redirects: list) -> str | None:
+        """Judge each redirection; return a here-document's text (the command's input), if any."""
+        stdin = None
+        for op, target in redirects:
+            if op in ("<<", "<<-", "<<<"):
+                stdin = target
+            elif op in (">&", "<&") and (target.isdigit() or target == "-"):
+                continue  # 2>&1: a file descriptor, not a file
+            elif op in ("<", "<&"):
+                self.check_path(target, "reads")
+            else:
+                self.check_write(target, overwrite=op not in (">>", "&>>"), how=op)
+        return stdin
+
+    # ---- paths ----
+
+    def path(self, word: str) -> Path:
+        return Path(os.path.normpath(self.cwd / word))
+
+    def outside(self, word: Word, allowed: tuple = ()) -> bool:
+        path = self.path(word)
+        if any(path.is_relative_to(place) for place in allowed):
+            return False
+        try:
+            real = path.resolve()  # a symlink inside the workspace may point out of it
+        except (OSError, RuntimeError):
+            real = path
+        return not real.is_relative_to(self.root)
+
+    def check_path(self, word: Word, verb: str = "uses") -> None:
+        """A word that may name a file the command reads (or otherwise uses)."""
+        if word.expands:  # judged by what comes before the first $: /proc/$PPID/environ is in /proc
+            known = word.split("$", 1)[0]
+            if "/" in known and self.outside(make_word(known.rpartition("/")[0] or "/"), READABLE):
+                self.ask(f"{verb} {word}, in {self.path(known)}, outside the workspace")
+            elif not known and "/" in word:
+                self.ask(f"{verb} a path known only when it runs ({word})")
+        elif word and self.outside(word, READABLE):
+            self.ask(f"{verb} {self.path(word)}, outside the workspace")
+
+    def check_write(self, word: Word, overwrite: bool, how: str) -> None:
+        """A file the command writes: outside the workspace, or (overwrite) an existing one, asks."""
+        if word.expands:
+            return self.ask(f"writes to a file named only when it runs ({how} {word})")
+        path = self.path(word)
+        if any(path.is_relative_to(device) for device in DEVICES):
+            return None
+        if self.outside(word):
+            return self.ask(f"writes {path}, outside the workspace")
+        names = glob.glob(str(path)) if word.globs else [str(path)]
+        existing = [name for name in names if os.path.lexists(name) and not os.path.isdir(name)]
+        if overwrite and existing:
+            self.ask(f"overwrites {os.path.relpath(existing[0], self.top)} ({how})")
+
+    # ---- commands ----
+
+    def command(self, words: list, stdin: str | None = None, piped: bool = False) -> None:
+        if not words:
+            return
+        head, args = words[0], words[1:]
+        if head.expands:
+            self.ask(f"runs a command known only when it runs ({head})")
+            return self.plain(args)
+        name = os.path.basename(head)
+        if name in WRAPPERS:
+            return self.wrapped(name, args, stdin, piped)
+        if name in DELETES:
+            self.ask(f"deletes or empties files ({name})")
+            return self.plain(args, verb="writes")
+        if name in CHANGES:
+            self.ask(f"{CHANGES[name]} ({name})")
+        if handler := getattr(self, f"run_{name}", None):
+            return handler(args)
+        if interpreter := INTERPRETER.match(name):
+            return self.interpreter(LANGUAGE.get(interpreter[1], interpreter[1]), args, stdin, piped)
+        if name in SHELLS:
+            return self.shell(name, args, stdin, piped)
+        if name in COPIES:
+            return self.copy(name, args)
+        if name in PATTERN_FIRST:
+            return self.pattern_first(name, args)
+        if name in OUTPUT_OPTIONS:
+            return self.output_option(name, args)
+        if name not in TEXT_ONLY:
+            self.plain(args)
+
+    def plain(self, args: list, verb: str = "uses") -> None:
+        """Arguments that may be files: each one outside the workspace asks."""
+        for word in args:
+            if word.startswith("-") and "=" in word:
+                value = make_word(word.split("=", 1)[1], word.expands)
+                if value.startswith(("/", "../")) or value == "..":
+                    self.check_path(value, verb)
+            elif not word.startswith("-") or word == "-":
+                self.check_path(word, verb)
+
+    def wrapped(self, name: str, args: list, stdin, piped: bool) -> None:
+        """env, nice, timeout, xargs ...: the command they run is judged."""
+        takes_value, operands = WRAPPERS[name]
+        if name == "command" and args and args[0] in ("-v", "-V"):
+            return
+        k = 0
+        while k < len(args) and (args[k].startswith("-") or name == "env" and "=" in args[k]):
+            k += 2 if args[k] in takes_value else 1
+        self.command(args[k + operands:], stdin, piped)
+
+    def interpreter(self, language: str, args: list, stdin, piped: bool) -> None:
+        """python -c, perl -e, node -e ... and a script on standard input: the code is read
+        for words that delete, write or run other programs. A script file is not read."""
+        code, k = None, 0
+        while k < len(args) and args[k].startswith("-") and args[k] != "-":
+            flag = args[k]
+            if language in ("perl", "ruby") and re.match(r"^-[plnaswWtTuUcS0-9]*i", flag):
+                self.ask(f"edits files in place ({language} {flag})")
+            if flag in CODE_FLAGS[language] or language == "perl" and re.match(r"^-[a-zA-Z0-9]*[eE]$", flag):
+                code = args[k + 1] if k + 1 < len(args) else make_word("")
+                k += 2
+                break
+            if language == "python" and flag == "-m":  # a module runs: the rest are its arguments
+                return self.plain(args[k + 2:])
+            k += 2 if language == "python" and flag in ("-W", "-X") else 1
+        rest = args[k:]
+        if code is None and (not rest or rest[0] == "-"):
+            if stdin is None and piped:
+                return self.ask(f"runs {language} code from its input, which cannot be checked")
+            code = stdin
+        if code is None:
+            return self.plain(rest)
+        if code.expands:
+            self.ask(f"runs {language} code known only when it runs")
+        elif risky := RISKY_CODE.search(code):
+            self.ask(f"runs {language} code that can delete, write or run programs ({risky.group(0).strip()})")
+        for path in QUOTED_PATH.findall(code):
+            self.check_path(make_word(os.path.expanduser(path)))
+        self.plain(rest[1:] if rest and rest[0] == "-" else rest)
+
+    def shell(self, name: str, args: list, stdin, piped: bool) -> None:
+        """bash -c 'script', or a script on standard input, is read like the command itself."""
+        k = 0
+        while k < len(args) and args[k].startswith(("-", "+")):
+            if "c" in args[k][1:] and not args[k].startswith("--"):
+                script = args[k + 1] if k + 1 < len(args) else make_word("")
+                if script.expands:
+                    self.ask(f"runs a {name} script known only when it runs")
+                return self.script(script)
+            k += 2 if args[k] in ("-o", "+o", "-O", "+O") else 1
+        if k < len(args):
+            return self.plain(args[k:])  # a script file: only where it is can be checked
+        if stdin is not None:
+            return self.script(stdin)
+        if piped:
+            self.ask(f"runs a {name} script from its input, which cannot be checked")
+
+    def run_eval(self, args: list) -> None:
+        if any(word.expands for word in args):
+            self.ask("evaluates text known only when it runs (eval)")
+        self.script(" ".join(args))
+
+    def run_cd(self, args: list) -> None:
+        target = args[0] if args else make_word(self.home)
+        self.check_path(target)
+        if not target.expands and target != "-":
+            self.cwd = self.path(target)
+
+    run_pushd = run_cd
+
+    def run_find(self, args: list) -> None:
+        """find's folders are read; -delete deletes; -exec runs a command on each file found."""
+        k = 0
+        while k < len(args) and not args[k].startswith(("-", "(", "!")):
+            self.check_path(args[k])
+            k += 1
+        while k < len(args):
+            if args[k] == "-delete":
+                self.ask("deletes files (find -delete)")
+            elif args[k] in ("-exec", "-execdir", "-ok", "-okdir"):
+                end = next((j for j in range(k + 1, len(args)) if args[j] in (";", "+")), len(args))
+                self.command([make_word(w, expands=True) if w == "{}" else w for w in args[k + 1:end]])
+                k = end
+            elif args[k] in ("-fprint", "-fprint0", "-fprintf", "-fls") and k + 1 < len(args):
+                self.check_write(args[k + 1], overwrite=True, how=f"find {args[k]}")
+            k += 1
+
+    def run_git(self, args: list) -> None:
+        """The git commands that throw work away, or publish it, ask."""
+        k = 0
+        while k < len(args) and args[k].startswith("-"):
+            if args[k] in ("-C", "--git-dir", "--work-tree") and k + 1 < len(args):
+                self.check_path(args[k + 1])
+            k += 2 if args[k] in ("-C", "-c", "--git-dir", "--work-tree") else 1
+        sub, rest = (args[k], args[k + 1:]) if k < len(args) else ("", [])
+        flags, paths = set(rest), [w for w in rest if not w.startswith("-") and os.path.exists(self.path(w))]
+        discards = {"clean": True, "rm": True, "push": True,
+                    "restore": "--staged" not in flags or "--worktree" in flags,
+                    "reset": bool(flags & {"--hard", "--merge", "--keep"}),
+                    "checkout": bool(flags & {"--", "-f", "--force", "-p", "--patch"} or paths),
+                    "switch": bool(flags & {"-f", "--force", "--discard-changes"}),
+                    "stash": bool(flags & {"drop", "clear"}), "branch": bool(flags & {"-D", "--delete", "-d", "-M"})}
+        if discards.get(sub):
+            self.ask(f"can discard or publish work (git {' '.join([sub, *rest[:3]])})")
+        if sub == "apply" and not flags & {"--check", "--stat", "--numstat", "--summary"}:
+            self.ask("edits files in place (git apply)")
+        values = {k + 1 for k, word in enumerate(rest) if word in ("-m", "--message")}
+        self.plain([word for k, word in enumerate(rest) if k not in values])
+
+    def run_sed(self, args: list) -> None:
+        if any(re.match(r"^-[a-zA-Z]*i", w) and not w.startswith("--") or w.startswith("--in-place") for w in args):
+            self.ask("edits files in place (sed -i)")
+        self.pattern_first("sed", args)
+
+    def run_tee(self, args: list) -> None:
+        append = any(w in ("-a", "--append") or re.match(r"^-[ip]*a", w) for w in args)
+        for word in args:
+            if not word.startswith("-"):
+                self.check_write(word, overwrite=not append, how="tee without -a")
+
+    def run_dd(self, args: list) -> None:
+        for word in args:
+            if word.startswith("of="):
+                self.check_write(make_word(word[3:], word.expands), overwrite=True, how="dd of=")
+            elif word.startswith("if="):
+                self.check_path(make_word(word[3:], word.expands), "reads")
+
+    def run_patch(self, args: list) -> None:
+        if "--dry-run" not in args:
+            self.ask("edits files in place (patch)")
+        self.plain(args)
+
+    def pattern_first(self, name: str, args: list) -> None:
+        """grep PATTERN FILE..., sed SCRIPT FILE..., awk PROGRAM FILE...: the first operand is
+        not a file, unless -e (or -f) gave the pattern already."""
+        pattern_flags, file_flags, value_flags = PATTERN_FIRST[name]
+        files, pattern_given, k = [], False, 0
+        while k < len(args):
+            word = args[k]
+            if word in pattern_flags | file_flags | value_flags and k + 1 < len(args):
+                pattern_given = pattern_given or word in pattern_flags | file_flags
+                files += [args[k + 1]] if word in file_flags else []
+                k += 2
+                continue
+            if not word.startswith("-") or word == "-":
+                files += [word] if pattern_given else []
+                pattern_given = True
+            k += 1
+        self.plain(files)
+
+    def output_option(self, name: str, args: list) -> None:
+        """sort -o FILE, curl -o FILE, wget -O FILE write FILE."""
+        flags = OUTPUT_OPTIONS[name]
+        for k, word in enumerate(args):
+            if word in flags and k + 1 < len(args):
+                self.check_write(args[k + 1], overwrite=True, how=f"{name} {word}")
+            elif word.startswith(flags[1] + "="):
+                self.check_write(make_word(word.split("=", 1)[1], word.expands), overwrite=True,
+                                 how=f"{name} {flags[1]}")
+        self.plain([word for k, word in enumerate(args) if not (k and args[k - 1] in flags)])
+
+    def copy(self, name: str, args: list) -> None:
+        """cp, mv, install, ln and rsync write their last operand (or -t DIR): a file there
+        already is overwritten. rsync --delete deletes."""
+        operands, target_dir, k = [], None, 0
+        while k < len(args):
+            word = args[k]
+            if word in ("-t", "--target-directory") and k + 1 < len(args):
+                target_dir = args[k + 1]
+            elif word.startswith("--target-directory="):
+                target_dir = make_word(word.split("=", 1)[1], word.expands)
+            if word in COPY_VALUES:
+                k += 2
+                continue
+            operands += [] if word.startswith("-") else [word]
+            k += 1
+        flags = [word for word in args if word.startswith("-")]
+        if name == "rsync" and any(word.startswith(("--delete", "--remove-source")) for word in flags):
+            self.ask("deletes files (rsync --delete)")
+        if target_dir is None and len(operands) < 2:
+            return self.plain(operands)
+        destination = target_dir if target_dir is not None else operands.pop()
+        for source in operands:
+            self.check_path(source, "moves" if name == "mv" else "reads")
+        if name == "rsync" and re.match(r"^[^/]*:", destination):
+            return self.ask(f"copies to another machine ({destination})")
+        if name == "ln":  # ln replaces a file only with -f
+            overwrite = any(w == "--force" or re.match(r"^-[a-zA-Z]*f", w) for w in flags)
+        else:
+            overwrite = not any(w == "--no-clobber" or re.match(r"^-[a-zA-Z]*n", w) for w in flags)
+        self.copy_targets(name, operands, destination, overwrite)
+
+    def copy_targets(self, name: str, sources: list, destination: Word, overwrite: bool) -> None:
+        """A folder as the destination receives each source under its own name."""
+        if destination.expands or not os.path.isdir(self.path(destination)):
+            return self.check_write(destination, overwrite, how=name)
+        if self.outside(destination):
+            return self.ask(f"writes {self.path(destination)}, outside the workspace")
+        for source in sources:
+            if source.expands and overwrite:
+                return self.ask(f"copies files named only when it runs into {destination} ({name} {source})")
+            names = glob.glob(str(self.path(source))) if source.globs else [str(self.path(source))]
+            for found in names:
+                target = self.path(destination) / os.path.basename(os.path.normpath(found))
+                if overwrite and os.path.lexists(target) and not os.path.isdir(target):
+                    self.ask(f"overwrites {os.path.relpath(target, self.top)} ({name})")

@@ -1,0 +1,221 @@
+"""How bash splits a command into words: quotes, escapes, ~, $VARIABLES, $(...) and
+backquotes, pipes and other operators, redirections and here-documents. Each word knows
+whether part of it is known only when the command runs (a variable, a substitution).
+
+Machinery the chapter does not need: command_risks.py reads commands with it.
+"""
+
+import os
+import re
+
+SEPARATORS = {";", "&&", "||", "|", "|&", "&", "(", ")", ";;", ";&", ";;&"}
+OPERATORS = sorted(SEPARATORS | {"&>>", "&>", ">>", ">|", ">&", "<<<", "<<-", "<<", "<&", "<>", ">", "<"},
+                   key=len, reverse=True)
+
+
+class Word(str):
+    """A word of a command with its quotes removed. expands: part of it ($VAR, $(...), `...`)
+    is known only when it runs; globs: it has an unquoted * ? or [ ."""
+    expands = globs = quoted = False
+
+
+def make_word(text: str, expands=False, globs=False, quoted=False) -> Word:
+    word = Word(text)
+    word.expands, word.globs, word.quoted = expands, globs, quoted
+    return word
+
+
+class Op(str):
+    """An operator: a separator (; && | ...) or a redirection (> >> < << ...)."""
+
+
+class Lexer:
+    """Splits a script into words and operators as bash would, and collects the scripts that
+    run inside it ($(...), `...`, <(...)); here-documents become the word after their <<."""
+
+    def __init__(self, script: str, home: str):
+        self.s, self.i, self.home = script, 0, home
+        self.tokens, self.inner, self.pending = [], [], []
+        self.heredoc_next = None          # "<<" or "<<-" just read: the next word is a delimiter
+        self.start_word()
+
+    def start_word(self) -> None:
+        self.chars, self.expands, self.globs, self.quoted, self.started = [], False, False, False, False
+
+    def add(self, text: str) -> None:
+        self.chars.append(text)
+        self.started = True
+
+    def end_word(self) -> None:
+        if not self.started:
+            return
+        word = make_word("".join(self.chars), self.expands, self.globs, self.quoted)
+        if self.heredoc_next:
+            self.pending.append((len(self.tokens), word, self.heredoc_next == "<<-"))
+            self.heredoc_next = None
+        self.tokens.append(word)
+        self.start_word()
+
+    def run(self) -> tuple:
+        s = self.s
+        while self.i < len(s):
+            c = s[self.i]
+            if c in " \t":
+                self.end_word()
+                self.i += 1
+            elif c == "\n":
+                self.end_word()
+                self.tokens.append(Op(";"))
+                self.i += 1
+                self.read_heredocs()
+            elif c == "#" and not self.started:
+                end = s.find("\n", self.i)
+                self.i = len(s) if end == -1 else end
+            elif c == "\\":
+                if s[self.i + 1:self.i + 2] != "\n":
+                    self.add(s[self.i + 1:self.i + 2])
+                    self.quoted = True
+                self.i += 2
+            elif c == "'":
+                end = s.find("'", self.i + 1)
+                end = len(s) if end == -1 else end
+                self.add(s[self.i + 1:end])
+                self.quoted, self.i = True, end + 1
+            elif c == '"':
+                self.quoted, self.i = True, self.i + 1
+                self.add("")
+                self.double_quoted('"')
+            elif c in "$`":
+                self.expansion()
+            elif c in "<>" and s[self.i + 1:self.i + 2] == "(":
+                self.inner.append(self.balanced(self.i + 2))
+                self.add("/dev/fd/63")  # a process substitution is a pipe, named like this
+            elif c in ";&|()<>":
+                self.operator(c)
+            elif c == "~" and not self.started:  # ~ and ~user at the start of a word: a home folder
+                prefix = re.match(r"~[\w.-]*", s[self.i:]).group(0)
+                self.add(self.home if prefix == "~" else os.path.expanduser(prefix))
+                self.i += len(prefix)
+            else:
+                self.globs = self.globs or c in "*?["
+                self.add(c)
+                self.i += 1
+        self.end_word()
+        self.read_heredocs()
+        return self.tokens, self.inner
+
+    def operator(self, c: str) -> None:
+        if c in "<>" and self.chars and "".join(self.chars).isdigit() and not self.quoted:
+            self.start_word()  # 2> : the digits name a file descriptor, not a word
+        self.end_word()
+        op = next(o for o in OPERATORS if self.s.startswith(o, self.i))
+        self.tokens.append(Op(op))
+        self.i += len(op)
+        if op in ("<<", "<<-"):
+            self.heredoc_next = op
+
+    def double_quoted(self, end: str | None) -> None:
+        """Inside "...", or a here-document's body (end None): only $ ` and \\ are special."""
+        s = self.s
+        while self.i < len(s) and s[self.i] != end:
+            c = s[self.i]
+            if c == "\\" and s[self.i + 1:self.i + 2] in ("$", "`", '"', "\\", "\n"):
+                self.add(s[self.i + 1] if s[self.i + 1] != "\n" else "")
+                self.i += 2
+            elif c in "$`":
+                self.expansion()
+            else:
+                self.add(c)
+                self.i += 1
+        self.i += 1
+
+    def expansion(self) -> None:
+        """$(...), `...`, ${NAME}, $NAME, $'...': a script that runs, or a value known only
+        then. $HOME and $PWD are known now; a $ before nothing is a dollar sign."""
+        s, before = self.s, self.expands
+        self.expands = True
+        if s[self.i] == "`":
+            end = self.i + 1
+            while end < len(s) and s[end] != "`":
+                end += 2 if s[end] == "\\" else 1
+            self.inner.append(s[self.i + 1:end].replace("\\`", "`"))
+            self.add("$(...)")
+            self.i = end + 1
+        elif s.startswith("$(", self.i):
+            self.inner.append(self.balanced(self.i + 2))
+            self.add("$(...)")
+        elif s.startswith("$'", self.i):  # $'\x72m' is rm: taken as unknown
+            end = self.i + 2
+            while end < len(s) and s[end] != "'":
+                end += 2 if s[end] == "\\" else 1
+            self.add(s[self.i:end + 1])
+            self.i = end + 1
+        else:
+            match = re.match(r"\$(\{(\w+)\}|(\w+)|\{[^}]*\}|[?@#$!*-]?)", s[self.i:])
+            name = match.group(2) or match.group(3)
+            known = {"HOME": self.home, "PWD": "."}.get(name, "$" if match.group(0) == "$" else None)
+            if known is not None:
+                self.expands = before
+            self.add(known if known is not None else match.group(0))
+            self.i += len(match.group(0))
+
+    def balanced(self, start: int) -> str:
+        """The text from start up to the ) that closes it; self.i moves past that )."""
+        s, depth, k = self.s, 1, start
+        while k < len(s):
+            c = s[k]
+            if c == "\\":
+                k += 1
+            elif c in "'\"`":
+                close = s.find(c, k + 1)
+                while c != "'" and close != -1 and s[close - 1] == "\\":
+                    close = s.find(c, close + 1)
+                k = len(s) if close == -1 else close
+            elif c == "(":
+                depth += 1
+            elif c == ")":
+                depth -= 1
+                if depth == 0:
+                    break
+            k += 1
+        self.i = k + 1
+        return s[start:k]
+
+    def read_heredocs(self) -> None:
+        """After a line with <<WORD: the lines up to WORD are that here-document's text."""
+        for index, delimiter, strip in self.pending:
+            lines = []
+            while self.i < len(self.s):
+                end = self.s.find("\n", self.i)
+                end = len(self.s) if end == -1 else end
+                line, self.i = self.s[self.i:end], end + 1
+                if (line.lstrip("\t") if strip else line) == delimiter:
+                    break
+                lines.append(line)
+            body = "\n".join(lines)
+            if delimiter.quoted:  # <<'EOF': the text is taken as it is
+                self.tokens[index] = make_word(body)
+                continue
+            inside = Lexer(body, self.home)
+            inside.double_quoted(None)
+            self.inner += inside.inner
+            self.tokens[index] = make_word("".join(inside.chars), inside.expands)
+        self.pending = []
+
+
+def simple_commands(tokens: list) -> list:
+    """The simple commands of a script: (words, [(redirection, target word)], whether a pipe
+    feeds its input)."""
+    commands, words, redirects, piped = [], [], [], False
+    tokens = iter(tokens)
+    for token in tokens:
+        if isinstance(token, Op) and token in SEPARATORS:
+            commands.append((words, redirects, piped))
+            words, redirects, piped = [], [], token in ("|", "|&")
+        elif isinstance(token, Op):
+            target = next(tokens, make_word(""))
+            redirects.append((token, target if isinstance(target, Word) else make_word("")))
+        else:
+            words.append(token)
+    commands.append((words, redirects, piped))
+    return [command for command in commands if command[0] or command[1]]
