@@ -44,7 +44,8 @@ from redaction import Redactor, redact
 from repeat_reads import repeat_read_stub, true_stubs
 from session_log import TRANSCRIPT_DIR, open_session
 from surrogates import well_formed
-from terminal import Spinner, layer_line, one_line, say, show_tool_call, show_tool_result, start_repl, terminal_confirm
+from report import layer_line, show_tool_call, show_tool_result
+from terminal import Spinner, one_line, say, start_repl, terminal_confirm
 from tool_input import check_tool_input, park_oversized_inputs
 from turns import add_prompt, park_long_prompt, record_interruption, report_command, show_status, turn_failed
 from workspace_io import (ToolError, discover_skills, edit_file, glob_files, holds_exactly, inside_workspace,

@@ -21,7 +21,8 @@ from pathlib import Path
 import anthropic
 
 from fake_anthropic import FakeAnthropic, error, server_error, text, tool_use
-from terminal import STYLES, TOOL_MARK, cut_to_width, format_tokens, terminal_columns
+from report import TOOL_MARK
+from terminal import STYLES, cut_to_width, format_tokens, terminal_columns
 
 WINDOW = 12_000
 SCRIPTED = "(scripted) "

@@ -13,7 +13,8 @@ around the parts that teach (the hooks, the loop, /compact and /clear).
 from endpoint import explain_api_error
 from history import append_message, blocks_of, own_text, replace_history, with_text
 from overflow import ContextOverflow
-from terminal import HELP, context_report, status_line
+from report import context_report, status_line
+from terminal import HELP
 
 
 def add_prompt(agent, messages: list, prompt: str, tokens: int) -> dict | None:

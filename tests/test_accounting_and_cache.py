@@ -9,7 +9,7 @@ from conftest import chat as _chat
 def chat(turns, size):
     return _chat(turns, size, word="talk ")
 from fake_anthropic import FakeAnthropic, count_tokens, text, tool_use, tool_uses
-import terminal  # noqa: E402
+import report  # noqa: E402
 from turns import add_user_text  # noqa: E402
 
 
@@ -165,8 +165,8 @@ def test_a_session_reads_most_of_its_prompt_from_the_cache(s08, make_agent, work
 
 def test_the_status_line_says_when_the_context_is_already_over_the_threshold(s08, make_agent):
     agent = make_agent(window=20_000)
-    assert "auto-compact in " in terminal.status_line(agent.settings, s08.context_tokens(agent, [user("hi")]))
-    over = terminal.status_line(agent.settings, s08.context_tokens(agent, [user("x" * 4 * agent.settings.threshold)]))
+    assert "auto-compact in " in report.status_line(agent.settings, s08.context_tokens(agent, [user("hi")]))
+    over = report.status_line(agent.settings, s08.context_tokens(agent, [user("x" * 4 * agent.settings.threshold)]))
     assert "over the auto-compact threshold" in over and "auto-compact in" not in over
 
 

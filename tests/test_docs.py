@@ -19,7 +19,7 @@ REFERENCE_ZH = FOLDER / "REFERENCE.zh.md"
 TREE = ast.parse(CODE.read_text(encoding="utf-8"))
 CHAPTER_MAX_WORDS = 3_500
 # The machinery the chapter does not need, in sibling modules of code.py (STYLE.md, part 2).
-MACHINERY = ("endpoint", "overflow", "history", "session_log", "terminal", "turns", "repeat_reads", "redaction",
+MACHINERY = ("endpoint", "overflow", "history", "session_log", "terminal", "report", "turns", "repeat_reads", "redaction",
              "workspace_io", "command_risks", "shell_words", "ledger", "cli", "startup", "tool_input", "surrogates")
 # Names of the API, of LiteLLM, of settings read from the environment, and the layers' settings fields.
 KNOWN_ELSEWHERE = {"tool_use", "tool_result", "tool_choice", "max_tokens", "input_tokens", "cache_control",

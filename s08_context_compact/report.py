@@ -1,0 +1,220 @@
+"""What the program reports of its work: a line for each tool call and its result (an
+edit with its -/+ lines), a line for what a compaction layer did, the /context report of
+what fills the window, and the status line after a turn.
+
+Machinery the chapter does not need: code.py calls show_tool_call, show_tool_result and
+layer_line; turns.py calls context_report and status_line.
+"""
+
+import difflib
+import json
+import re
+
+from history import blocks_of
+from terminal import counted, format_tokens, one_line, terminal_columns
+from workspace_io import INSTRUCTIONS_TAG
+
+
+TOOL_MARK = "●"
+EDIT_DIFF_LINES = 6      # the −/+ lines shown of an edit; the rest is counted
+PREVIEW_SCAN = 2_000     # characters of a result a one-line preview looks at (a result can be 200 KB)
+NUMBERED_LINE = re.compile(r"^ *(\d+)\t(.*)$")  # how read_file numbers a line (workspace_io.numbered_lines)
+MAIN_ARGUMENT = {"bash": "command", "read_file": "path", "edit_file": "path", "load_skill": "name", "compact": "focus"}
+
+
+def show_tool_call(agent, name: str, args: dict) -> None:
+    """One line as a call starts: "● bash  wc -l *.py", "● read_file  src/app.py (lines 1–200)"."""
+    agent.say(f"{TOOL_MARK} {name}  {main_argument(name, args)}".rstrip(), "tool", cut=True)
+
+
+def main_argument(name: str, args: dict) -> str:
+    """What a call is about, in a few words: the command, the path, the pattern."""
+    if not isinstance(args, dict):  # refused by use_tool; shown as it came
+        return one_line(json.dumps(args, ensure_ascii=False))
+    path = str(args.get("path", ""))
+    if name == "read_file" and ("offset" in args or "limit" in args):
+        first, limit = args.get("offset", 1), args.get("limit")
+        if isinstance(first, int) and isinstance(limit, int):
+            return f"{path} (lines {first}–{first + limit - 1})"
+        return f"{path} (from line {first})"
+    if name == "write_file":
+        return f"{path} ({counted(len(str(args.get('content', '')).splitlines()), 'line')})"
+    if name == "glob":
+        return one_line(args.get("pattern", "")) + (f" in {path}" if path not in ("", ".") else "")
+    if name == "todo_write":
+        return counted(len(args.get("items") or []), "item")
+    if name == "task":
+        return one_line(args.get("description") or args.get("prompt", ""))
+    if key := MAIN_ARGUMENT.get(name):
+        return one_line(args.get(key, ""))
+    return one_line(" ".join(f"{key}={json.dumps(value, ensure_ascii=False)}" for key, value in args.items()))
+
+
+def show_tool_result(agent, name: str, args: dict, output: str, failed: bool) -> None:
+    """One line with a preview of the result (line numbers kept apart from the text); the
+    todo list whole; for an edit, a few −/+ lines of what changed."""
+    if failed:
+        agent.say(f"  ✗ {lines_preview(output)}", "error", cut=True)
+    elif name == "todo_write":  # the list itself, an item a line, shown once
+        agent.say("  " + output.replace("\n", "\n  "), "tool", cut=True)
+    elif name == "edit_file":
+        diff = edit_diff(str(args.get("old_text", "")), str(args.get("new_text", "")))
+        agent.say("\n".join([f"  < {one_line(output)}"] + diff), "tool", cut=True)
+    elif name == "read_file" and (numbered := read_preview(output)):
+        agent.say(f"  < {numbered}", "tool", cut=True)
+    else:
+        agent.say(f"  < {lines_preview(output)}", "tool", cut=True)
+
+
+def lines_preview(text: str, width: int = 100) -> str:
+    """Several lines as one, each still told from the next: "120 a.py ⏎ 30 b.py"."""
+    return one_line(" ⏎ ".join(line.strip() for line in text[:PREVIEW_SCAN].splitlines() if line.strip()), width)
+
+
+def read_preview(output: str) -> str:
+    """read_file's numbered lines in one line: their range, then their text without the
+    numbers, "lines 1–40: import os ⏎ import sys ⏎ …" ("" when not numbered lines)."""
+    head = [match for line in output[:PREVIEW_SCAN].splitlines() if (match := NUMBERED_LINE.match(line))]
+    tail = [match for line in output[-PREVIEW_SCAN:].splitlines()[1:]  # (the first may start mid-line)
+            if (match := NUMBERED_LINE.match(line))]
+    if not head:
+        return ""
+    more = " (more follow)" if "[more lines follow;" in output[-200:] else ""
+    return f"lines {head[0].group(1)}–{(tail or head)[-1].group(1)}{more}: " + \
+        lines_preview("\n".join(match.group(2) for match in head))
+
+
+def edit_diff(old: str, new: str) -> list:
+    """What an edit changed, as a few "− old" / "+ new" lines; lines both sides share are
+    left out, and a long change is cut with a count of the rest."""
+    old_lines, new_lines = old.splitlines()[:500], new.splitlines()[:500]  # bounded work for a huge edit
+    changed = []
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, old_lines, new_lines).get_opcodes():
+        if tag != "equal":
+            changed += [f"    − {line}" for line in old_lines[i1:i2]] + [f"    + {line}" for line in new_lines[j1:j2]]
+    if len(changed) <= EDIT_DIFF_LINES:
+        return changed
+    return changed[:EDIT_DIFF_LINES] + [f"    … {counted(len(changed) - EDIT_DIFF_LINES, 'more changed line')}"]
+
+
+LAYER_VERBS = {"tool_result_budget": "large results → disk + preview",
+               "snip_compact": "middle messages snipped",
+               "micro_compact": "old results → placeholders",
+               "compact_history": "messages → summary",
+               "reactive_compact": "messages → summary + recent tail"}
+
+
+def count_changes(name: str, before: list, after: list) -> int:
+    """How many messages (or, for the result layers, tool results) a layer changed."""
+    if name in ("compact_history", "reactive_compact"):
+        return len(before)
+    if name == "snip_compact":
+        return len(before) - len(after)  # the marker joins an existing message
+    changed = 0
+    for old, new in zip(before, after):
+        if old is not new:  # layers copy only what they change
+            changed += sum(x is not y for x, y in zip(blocks_of(old), blocks_of(new)))
+    return changed
+
+
+def layer_line(name: str, before: list, after: list, saved: int, where: list) -> str:
+    """What a layer did: "[micro_compact] 3 old results → placeholders, −2.1k tokens (...)";
+    for a summary, who wrote it, its first lines, and what the hooks found in it."""
+    change = f"−{format_tokens(saved)}" if saved >= 0 else f"+{format_tokens(-saved)}"
+    changed = count_changes(name, before, after)
+    verb = LAYER_VERBS[name] if changed != 1 else \
+        re.sub(r"^((?:\w+ )?\w+)s\b", r"\1", LAYER_VERBS[name]).replace("placeholders", "a placeholder")
+    line = f"[{name}] {changed} {verb}, {change} tokens (saved to {', '.join(where)})"
+    header = blocks_of(after[0])[0] if after and "summary_by" in blocks_of(after[0])[0] else None
+    if not header:
+        return line
+    summary = header["text"].split("\n\n", 1)[-1]
+    lines = [f"    {one_line(text, 120)}" for text in summary.splitlines() if text.strip()][:3]
+    return "\n".join([f"{line}; summary by {header['summary_by']}"] + lines + [f"    {c}" for c in header["checks"]])
+
+
+def billed_input(usage: dict, ttl: str = "5m") -> float:
+    """Input tokens as the price list sees them: cache reads 0.1×, cache writes 1.25× (2× for an hour)."""
+    return (usage.get("input_tokens", 0) + (2.0 if ttl == "1h" else 1.25) * usage.get("cache_creation_input_tokens", 0)
+            + 0.1 * usage.get("cache_read_input_tokens", 0))
+
+
+def bar(tokens: int, window: int, width: int = 20) -> str:
+    filled = min(width, round(width * tokens / max(window, 1)))
+    return "█" * filled + "░" * (width - filled)
+
+
+INSTRUCTIONS = re.compile(f'<{INSTRUCTIONS_TAG} file="([^"]+)">.*?</{INSTRUCTIONS_TAG}>', re.S)
+
+
+def context_parts(agent, messages: list, total: int, measure) -> dict:
+    """What fills the context, by kind, in tokens that add up to total: the split between
+    kinds is estimated, the total is the counter's (exact up to the last response)."""
+    estimated = {"system prompt + tools": agent.overhead}
+    if found := INSTRUCTIONS.search(agent.system):  # AGENTS.md, a part of the system prompt of its own
+        estimated[f"instructions ({found.group(1)})"] = size = min(measure(found.group(0)), agent.overhead)
+        estimated["system prompt + tools"] -= size
+    estimated.update({"user text": 0, "assistant text": 0, "tool calls": 0, "tool results": 0})
+    for message in messages:
+        for block in blocks_of(message):
+            kind = {"text": f"{message['role']} text", "tool_use": "tool calls"}.get(block.get("type"), "tool results")
+            estimated[kind] += measure(json.dumps(block, ensure_ascii=False))
+    scale = total / max(sum(estimated.values()), 1)
+    parts = {kind: int(n * scale) for kind, n in estimated.items()}
+    parts[max(parts, key=parts.get)] += total - sum(parts.values())  # the rounding goes to the largest
+    return parts
+
+
+def context_report(agent, messages: list, total: int, measure) -> str:
+    """What /context prints: what fills the window, part by part (parts add up to total),
+    so the rows add up to the window; then the thresholds, the cache and the savings."""
+    s = agent.settings
+    how = "exact up to the last response, split by estimate" if agent.state.tokens.anchor_tokens else "estimated"
+    rows = {**context_parts(agent, messages, total, measure), "free until auto-compact": max(s.threshold - total, 0),
+            "reserved: output + buffer": max(s.window - max(total, s.threshold), 0)}
+    lines = [f"Context: {counted(len(messages), 'message')}, {total:,} tokens of a {s.window:,}-token window "
+             f"({100 * total / s.window:.0f}%; {how})"]
+    bar_width = min(20, (terminal_columns(agent) or 80) - 45)  # on a narrow terminal the bar gives way first
+    for name, n in rows.items():
+        drawn = f"  {bar(n, s.window, bar_width)}" if bar_width >= 4 else ""
+        lines.append(f"  {name:<26}{n:>9,}{drawn} {100 * n / s.window:>3.0f}%")
+    endpoint = agent.endpoint
+    lines.append(f"Window: {s.window:,} tokens, from {endpoint.window_source}"
+                 + ("; the endpoint counts max_tokens against it" if endpoint.counts_output else ""))
+    if endpoint.usage_note:
+        lines.append(f"Usage: {endpoint.usage_note}")
+    lines.append(f"Auto-compact above {format_tokens(s.threshold)} tokens (window − {format_tokens(s.max_output)} "
+                 f"output − {format_tokens(s.window - s.max_output - s.threshold)} buffer)")
+    lines.append(f"Cheap layers: tool results ≤ {s.budget_chars:,} chars a message; above "
+                 f"{format_tokens(s.micro_trigger)} tokens, snip past {s.snip_keep_head + s.snip_keep_tail} messages "
+                 f"({s.snip_at_least}+ at a time) and micro_compact (clearing {format_tokens(s.clear_at_least)}+, "
+                 f"keeping the newest {s.keep_recent})")
+    lines += cache_lines(agent)
+    lines.append("Saved so far:")
+    lines += [f"  {name:<20}{agent.stats.get(name, {}).get('runs', 0):>4}×  "
+              f"−{format_tokens(agent.stats.get(name, {}).get('saved', 0))}" for name in LAYER_VERBS]
+    return "\n".join(lines)
+
+
+def cache_lines(agent) -> list:
+    """The prompt cache on the last request, and what the session's input was billed as."""
+    last = agent.state.last_usage
+    if not last:
+        return []
+    sent = last["input_tokens"] + last["cache_read_input_tokens"] + last["cache_creation_input_tokens"]
+    totals = agent.usage_totals
+    raw = totals["input_tokens"] + totals["cache_read_input_tokens"] + totals["cache_creation_input_tokens"]
+    return [f"Prompt cache, last request: {100 * last['cache_read_input_tokens'] // max(sent, 1)}% read "
+            f"({format_tokens(last['cache_read_input_tokens'])} read, "
+            f"{format_tokens(last['cache_creation_input_tokens'])} written, "
+            f"{format_tokens(last['input_tokens'])} uncached)",
+            f"Session input: {format_tokens(raw)} tokens sent, billed as "
+            f"{format_tokens(int(billed_input(totals, agent.settings.cache_ttl)))}"]
+
+
+def status_line(settings, used: int) -> str:
+    left = settings.threshold - used
+    return (f"context {format_tokens(used)}/{format_tokens(settings.window)} tokens "
+            f"({100 * used / settings.window:.0f}%) · "
+            + (f"auto-compact in {format_tokens(left)}" if left > 0 else "over the auto-compact threshold: "
+               "it compacts before the next call"))
