@@ -37,7 +37,7 @@ from command_risks import command_risks
 from endpoint import (IDLE_TIMEOUT, RETRY_BASE_SECONDS, Endpoint, api_error_text, api_failures, count_tokens,
                       make_reply_sendable, model_reply)
 from history import (OWN, append_message, blocks_of, is_request_block, is_tool_result_message, own_text,
-                     replace_history, replace_result, result_text, sendable, tool_names, with_text)
+                     replace_history, replace_result, result_text, sendable, tool_names, what_was_done, with_text)
 from ledger import Ledger, ledger_hooks, short_hash
 from overflow import ContextOverflow
 from redaction import Redactor, redact
@@ -459,31 +459,6 @@ def snip_compact(messages: list, *, keep_head: int, keep_tail: int, at_least: in
     new_head_last = with_text({**head_last, "content": kept_blocks}, *texts)
     result = messages[:head_end - 1] + [new_head_last] + messages[tail_start:]
     return result if measure(result) < measure(messages) else messages
-
-
-def what_was_done(removed: list) -> str:
-    """A few lines on what the snipped messages did, so the model knows what it no longer
-    sees: the files read and written, the commands run and how they ended."""
-    outcome = {b["tool_use_id"]: re.search(r"\[exit code (\d+)\]|\[timed out", result_text(b))
-               for m in removed for b in blocks_of(m) if b.get("type") == "tool_result"}
-    done = {"read": [], "wrote": [], "ran": []}
-    for message in removed:
-        for call in [b for b in blocks_of(message) if b.get("type") == "tool_use" and isinstance(b.get("input"), dict)]:
-            path, command, ended = call["input"].get("path"), call["input"].get("command"), outcome.get(call["id"])
-            if call["name"] == "read_file" and isinstance(path, str):
-                done["read"].append(path)
-            elif call["name"] in ("write_file", "edit_file") and isinstance(path, str):
-                done["wrote"].append(path)
-            elif call["name"] == "bash" and isinstance(command, str):
-                code = "timed out" if ended and not ended.group(1) else f"exit {ended.group(1) if ended else 0}"
-                done["ran"].append(f"`{one_line(command, 60)}` ({code})")
-    lines = []
-    for kind, items in done.items():
-        unique = list(dict.fromkeys(items))
-        if unique:
-            lines.append(f"\n{kind}: " + (f"{len(unique) - 8} more, then " if len(unique) > 8 else "")
-                         + ", ".join(unique[-8:]))
-    return " What they did:" + "".join(lines) if lines else ""
 
 
 def micro_compact(messages: list, *, keep_recent: int, min_chars: int, clear_at_least: int, store) -> list:
@@ -1028,10 +1003,6 @@ class Agent:
         if self.endpoint is None:
             self.endpoint = Endpoint(self.settings.window)
 
-    @property
-    def outputs(self) -> Path:
-        return self.workdir / TOOL_RESULTS_DIR
-
     def say(self, text: str, style: str = "", cut: bool = False) -> None:
         """Tell the user something (terminal.py decides how it looks)."""
         say(self, text, style, cut)
@@ -1266,7 +1237,7 @@ def workspace_path(agent, path: str) -> Path:
 
 
 def run_bash(agent, command: str, timeout: int = BASH_TIMEOUT) -> str:
-    return run_command(command, cwd=agent.workdir, timeout=max(1, min(timeout, 600)), outputs=agent.outputs,
+    return run_command(command, cwd=agent.workdir, timeout=max(1, min(timeout, 600)), outputs=agent.workdir / TOOL_RESULTS_DIR,
                        secrets=agent.secrets, call_id=agent.state.current_call or "bash")
 
 

@@ -1,13 +1,18 @@
 """The history's wire format, and the two ways it changes.
 
 A history is a list of plain dicts in the Messages API's format. This module reads one
-(a message's blocks, a tool result's text), marks the blocks the program wrote itself and
-takes those marks off before a request, and changes a history: appending a message and
-putting a rewritten one in place, each recorded in the session log the same moment.
+(a message's blocks, a tool result's text, what a run of messages did), marks the blocks
+the program wrote itself and takes those marks off before a request, and changes a
+history: appending a message and putting a rewritten one in place, each recorded in the
+session log the same moment.
 
 Machinery the chapter does not need: code.py reads and changes the history only through
 these functions, and what a layer decides stays there.
 """
+
+import re
+
+from terminal import one_line
 
 OWN = "_s08"  # on a block the program wrote: its kind ("snip", "placeholder", ...)
 # The fields the program puts on the blocks it wrote, with their types; stripped before sending.
@@ -64,6 +69,31 @@ def tool_names(messages: list) -> dict:
     """Each tool call's id, and the name of the tool it called."""
     return {b["id"]: b["name"] for m in messages if m["role"] == "assistant"
             for b in blocks_of(m) if b.get("type") == "tool_use"}
+
+
+def what_was_done(removed: list) -> str:
+    """A few lines on what the snipped messages did, so the model knows what it no longer
+    sees: the files read and written, the commands run and how they ended."""
+    outcome = {b["tool_use_id"]: re.search(r"\[exit code (\d+)\]|\[timed out", result_text(b))
+               for m in removed for b in blocks_of(m) if b.get("type") == "tool_result"}
+    done = {"read": [], "wrote": [], "ran": []}
+    for message in removed:
+        for call in [b for b in blocks_of(message) if b.get("type") == "tool_use" and isinstance(b.get("input"), dict)]:
+            path, command, ended = call["input"].get("path"), call["input"].get("command"), outcome.get(call["id"])
+            if call["name"] == "read_file" and isinstance(path, str):
+                done["read"].append(path)
+            elif call["name"] in ("write_file", "edit_file") and isinstance(path, str):
+                done["wrote"].append(path)
+            elif call["name"] == "bash" and isinstance(command, str):
+                code = "timed out" if ended and not ended.group(1) else f"exit {ended.group(1) if ended else 0}"
+                done["ran"].append(f"`{one_line(command, 60)}` ({code})")
+    lines = []
+    for kind, items in done.items():
+        unique = list(dict.fromkeys(items))
+        if unique:
+            lines.append(f"\n{kind}: " + (f"{len(unique) - 8} more, then " if len(unique) > 8 else "")
+                         + ", ".join(unique[-8:]))
+    return " What they did:" + "".join(lines) if lines else ""
 
 
 def append_message(agent, messages: list, message: dict) -> None:
