@@ -1052,7 +1052,7 @@ def use_tools(agent, tool_uses: list, refused: dict) -> tuple:
     try:
         for block in tool_uses:
             if block["id"] in refused:
-                agent.say(f"  ✗ {block['name']}: {refused[block['id']]}", "error")
+                show_tool_result(agent, block["name"], {}, f"{block['name']}: {refused[block['id']]}", failed=True)
                 results.append({"type": "tool_result", "tool_use_id": block["id"], "is_error": True,
                                 "content": f"Error: this call to {block['name']} failed: {refused[block['id']]}. "
                                            "Call it again with a valid JSON object as its input."})
