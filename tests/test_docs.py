@@ -207,6 +207,21 @@ def test_code_py_is_the_lesson_and_main_comes_last():
     assert not [n for n in MACHINERY if "code" in imports_of(FOLDER / f"{n}.py")]
 
 
+def test_each_file_stays_short_enough_to_read_and_the_imports_form_no_cycle():
+    """code.py holds the lesson in at most 1,400 lines; each module beside it is at most 600,
+    says first that the chapter does not need it, and the imports between them never loop."""
+    assert len(CODE.read_text(encoding="utf-8").splitlines()) <= 1_400
+    for name in MACHINERY:
+        source = (FOLDER / f"{name}.py").read_text(encoding="utf-8")
+        assert len(source.splitlines()) <= 600, f"{name}.py is over 600 lines"
+        assert "chapter does not need" in " ".join((ast.get_docstring(ast.parse(source)) or "").split()), name
+    imports = {name: imports_of(FOLDER / f"{name}.py") & set(MACHINERY) for name in MACHINERY}
+
+    def reaches(start, goal, seen=()):
+        return any(n == goal or (n not in seen and reaches(n, goal, (*seen, n))) for n in imports[start])
+    assert not [name for name in MACHINERY if reaches(name, name)], "an import cycle"
+
+
 def python_blocks(text: str) -> list:
     return re.findall(r"^```python\n(.*?)^```", text, re.M | re.S)
 
