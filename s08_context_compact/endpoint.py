@@ -289,8 +289,9 @@ def reply_from_events(events, on_text) -> tuple:
     return finished_blocks(blocks), stop_reason, usage
 
 
-def reply_from_body(raw: bytes) -> tuple:
-    """A whole message as JSON where a stream was asked for (some proxies answer so)."""
+def reply_from_body(raw: bytes, on_text=None) -> tuple:
+    """A whole message as JSON where a stream was asked for (some proxies answer so); its
+    text goes to on_text at once, as a stream's would have."""
     try:
         data = json.loads(raw)
     except (ValueError, RecursionError):
@@ -302,7 +303,11 @@ def reply_from_body(raw: bytes) -> tuple:
         raise BadReply(f"the endpoint's reply is not a message: {one_line(json.dumps(data), 60)}")
     usage = {}
     add_usage(usage, data.get("usage"))
-    return finished_blocks(dict(enumerate(data["content"]))), data.get("stop_reason") or "end_turn", usage
+    content = finished_blocks(dict(enumerate(data["content"])))
+    for block in content if on_text else []:
+        if block.get("type") == "text" and block.get("text"):
+            on_text(block["text"])
+    return content, data.get("stop_reason") or "end_turn", usage
 
 
 def stream_reply(agent, request: dict, on_text=None) -> tuple:
@@ -311,7 +316,7 @@ def stream_reply(agent, request: dict, on_text=None) -> tuple:
     with agent.client.messages.create(**request, stream=True) as stream:
         try:
             if "json" in stream.response.headers.get("content-type", ""):
-                return reply_from_body(stream.response.read())
+                return reply_from_body(stream.response.read(), on_text)
             return reply_from_events(ReplyEvents(stream.response, idle), on_text)
         except httpx2.TimeoutException:
             raise BadReply(f"the endpoint sent nothing for {idle:g}s") from None

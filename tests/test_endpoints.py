@@ -311,6 +311,7 @@ def test_a_json_body_instead_of_a_stream_is_read_as_the_message(s08, make_agent,
     messages = []
     s08.take_turn(agent, messages, "hello")
     assert "API error" not in agent.out.text and messages[-1]["content"] == [{"type": "text", "text": "whole answer"}]
+    assert "whole answer" in agent.out.text, "the person sees the answer, as a streamed one is shown"
 
 
 def test_an_error_event_that_will_not_pass_is_reported_once(s08, make_agent, fake):
