@@ -351,11 +351,27 @@ def terminal_confirm(interactive: bool):
         if not interactive:
             return False, "no one could confirm it (standard input is not a terminal)"
         try:  # Ctrl-C here cancels the turn, as anywhere else (use_tools answers the call as interrupted)
-            answer = input(f"{printable(question)} [y/N] ").strip().lower()
+            answer = answer_without_history(f"{printable(question)} [y/N] ").strip().lower()
         except EOFError:
             answer = ""
         return (True, "") if answer in ("y", "yes") else (False, "the user said no")
     return confirm
+
+
+def answer_without_history(question: str) -> str:
+    """input() with the prompt history out of reach: the up arrow must never bring back an
+    earlier "y" to a question that may delete files, and the answer is no prompt to keep."""
+    readline = sys.modules.get("readline")  # loaded by start_repl on a terminal, if there is one
+    if readline is None:
+        return input(question)
+    kept = [readline.get_history_item(n) for n in range(1, readline.get_current_history_length() + 1)]
+    readline.clear_history()
+    try:
+        return input(question)
+    finally:
+        readline.clear_history()
+        for item in kept:
+            readline.add_history(item)
 
 
 def history_file() -> Path | None:

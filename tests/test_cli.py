@@ -287,6 +287,22 @@ def test_ctrl_c_at_the_permission_question_returns_to_the_prompt(fake, workspace
     assert (workspace / "notes.txt").read_text() == "keep me\n"
 
 
+def test_the_up_arrow_at_a_permission_question_never_brings_back_an_earlier_yes(fake, workspace):
+    (workspace / "a.txt").write_text("a\n")
+    (workspace / "b.txt").write_text("keep me\n")
+    fake.reply(tool_use("bash", {"command": "rm a.txt"}), tool_use("bash", {"command": "rm b.txt"}), text("done"))
+    terminal = Terminal(fake, workspace)
+    assert terminal.read_until(b"s08 >> ")
+    terminal.type(b"remove both\r")
+    for count, keys in ((1, b"y\r"), (2, b"\x1b[A\r")):  # yes to the first; up arrow and Enter at the second
+        assert terminal.read_until(b"Allow? [y/N] ", count)
+        terminal.wait_for_input()
+        terminal.type(keys)
+    assert terminal.read_until(b"s08 >> ", 2)
+    assert terminal.finish() == 0
+    assert not (workspace / "a.txt").exists() and (workspace / "b.txt").read_text() == "keep me\n"
+
+
 def test_a_slow_summary_shows_a_spinner_with_its_label(fake, workspace):
     fake.reply(text("a long answer " * 2_000))
     fake.summary(dict(text("<summary>Short.</summary>"), delay=1.5))
