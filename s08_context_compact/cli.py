@@ -15,6 +15,10 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+if sys.version_info < (3, 10):  # before the modules below, which a Python this old cannot run
+    sys.exit(f"This program needs Python 3.10 or newer; this is Python {sys.version.split()[0]}. Make the "
+             "virtual environment with a newer python3 (README.md, section \"Set up\").")
+
 from endpoint import (CONNECT_TIMEOUT, DEFAULT_WINDOW_SOURCE, IDLE_TIMEOUT, Endpoint, discover_endpoint,
                       make_client)
 from redaction import Redactor, secret_values

@@ -5,6 +5,7 @@ import shutil
 import subprocess
 import sys
 import unicodedata
+from pathlib import Path
 
 import cli_runner
 import pytest
@@ -51,6 +52,18 @@ def test_a_python_without_the_requirements_is_told_how_to_install_them(tmp_path,
     assert ("-m venv" in done.stderr) != has_venv
     own_words = [line for line in done.stderr.splitlines() if str(root) not in line and sys.executable not in line]
     assert max(map(len, own_words)) <= 80, "it fits a terminal"
+
+
+# real interpreters only (a pyenv shim answers for versions it does not have)
+OLD_PYTHONS = sorted(map(str, [*Path("/usr/bin").glob("python3.[89]"), *Path("/root/.pyenv/versions").glob("3.[89].*/bin/python")]))
+
+
+@pytest.mark.skipif(not OLD_PYTHONS, reason="no Python older than 3.10 on this machine")
+def test_a_python_too_old_is_told_so_in_one_line(workspace):
+    done = subprocess.run([OLD_PYTHONS[0], str(CODE)], capture_output=True, text=True, cwd=workspace, timeout=60,
+                          env={"PATH": "/usr/bin:/bin", "MODEL_ID": "m", "ANTHROPIC_API_KEY": "k"})
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.startswith("This program needs Python 3.10 or newer; this is Python 3.")
 
 
 # ---------------------------------------------------------------- several lines, one message
