@@ -54,7 +54,7 @@ def show_tool_result(agent, name: str, args: dict, output: str, failed: bool) ->
     """One line with a preview of the result (line numbers kept apart from the text); the
     todo list whole; for an edit, a few −/+ lines of what changed."""
     if failed:
-        agent.say(f"  ✗ {lines_preview(output)}", "error", cut=True)
+        agent.say(f"  ✗ {lines_preview(output, 400)}", "error", cut=True)  # why matters: a terminal cuts it to fit
     elif name == "todo_write":  # the list itself, an item a line, shown once
         agent.say("  " + output.replace("\n", "\n  "), "tool", cut=True)
     elif name == "edit_file":

@@ -112,6 +112,7 @@ def test_piped_input_answers_permission_questions_with_no(fake, workspace):
     assert done.returncode == 0 and (workspace / "notes.txt").read_text() == "precious"
     result = fake.main_requests[1]["messages"][-1]["content"][0]
     assert result["is_error"] and "no one could confirm it (standard input is not a terminal)" in result["content"]
+    assert "no one could confirm it (standard input is not a terminal)" in done.stdout, "piped, the reason shows whole"
 
 
 def test_context_command_shows_sizes_and_threshold(fake, workspace):
