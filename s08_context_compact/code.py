@@ -1378,7 +1378,8 @@ def main(argv=None) -> int:
         return demo.run(sys.modules[__name__], pause=config.pause)
     settings = replace(Settings.for_window(config.model, config.endpoint.window), idle_timeout=config.idle_timeout,
                        cache_ttl=config.cache_ttl)
-    skills = discover_skills([config.workdir / "skills", Path(__file__).resolve().parent / "skills"])
+    skills = discover_skills([config.workdir / "skills", Path(__file__).resolve().parent / "skills"],
+                             warn=config.notes.append)  # a skill skipped is said after the banner
     agent = Agent(client=config.client, settings=settings, workdir=config.workdir, tools=TOOLS, skills=skills,
                   system=build_system_prompt(config.workdir, skills, config.instructions),
                   confirm=terminal_confirm(config.interactive), secrets=config.secrets, endpoint=config.endpoint,
