@@ -28,7 +28,7 @@ class StartupError(Exception):
 
 def load_dotenv_files(paths: list) -> dict:
     """Put the values of each .env file into the environment, in order: a variable already
-    set wins, so the working folder's file wins over the next. Returns {path: {name: value}}.
+    set (and not empty) wins, so the working folder's file wins over the next. Returns {path: {name: value}}.
     A folder named .env (often a virtual environment) or anything else that is not a
     regular file is passed over; a file that cannot be read, or is not UTF-8, is a
     StartupError."""
@@ -48,7 +48,7 @@ def load_dotenv_files(paths: list) -> dict:
         if path not in found:  # (the working folder may be the repository root)
             found[path] = dotenv_values(stream=io.StringIO(dotenv_text(path, data)))  # ${VAR}: from what is set
             for name, value in found[path].items():
-                if value is not None and name not in os.environ:
+                if value is not None and not os.environ.get(name, "").strip():  # set but empty is not set
                     os.environ[name] = value
     return found
 

@@ -78,8 +78,9 @@ def test_configuration_is_read_from_a_dotenv_file_in_the_working_directory(fake,
     (workspace / ".env").write_text(f"ANTHROPIC_API_KEY=from-dotenv\nMODEL_ID=claude-dotenv\n"
                                     f"ANTHROPIC_BASE_URL={fake.url}\nCONTEXT_WINDOW=50000\n")
     env = cli_env(fake)
-    for name in ("ANTHROPIC_API_KEY", "MODEL_ID", "ANTHROPIC_BASE_URL"):
+    for name in ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL"):
         env.pop(name)
+    env["MODEL_ID"] = ""  # set but empty in the shell (`MODEL_ID= python ...`) is not set: .env's value is used
     done = subprocess.run([sys.executable, str(CODE)], input="hi\n/context\n", text=True, capture_output=True,
                           cwd=workspace, env=env, timeout=60)
     assert done.returncode == 0, done.stderr
