@@ -35,11 +35,21 @@ class ToolError(Exception):
     """A tool failure the model can act on; the message says what to try next."""
 
 
+def resolved(path: Path) -> Path | None:
+    """The path with every link followed; None when that cannot be done: a loop of links
+    (which a cloned repository may hold), a name too long, a NUL."""
+    try:
+        return path.resolve()
+    except (RuntimeError, OSError, ValueError):  # RuntimeError: the loop, on Python before 3.13
+        return None
+
+
 def inside_workspace(workdir: Path, path: str) -> Path | None:
-    """Resolve a path (symlinks included); None when it lands outside the workspace."""
+    """Resolve a path (symlinks included); None when it lands outside the workspace, or
+    nowhere (a loop of links)."""
     root = workdir.resolve()
-    target = (root / path).resolve()
-    return target if target == root or target.is_relative_to(root) else None
+    target = resolved(root / path)
+    return target if target is not None and (target == root or target.is_relative_to(root)) else None
 
 
 def own_folder(workdir: Path, relative) -> Path:
@@ -486,7 +496,7 @@ def glob_files(workdir: Path, base: Path, pattern: str, path: str) -> str:
         raise ToolError("glob patterns are relative to the workspace: drop the leading / and any '..'.")
     root = workdir.resolve()
     matches = sorted(utf8_name(str(p.relative_to(root))) for p in base.glob(pattern)
-                     if p.resolve().is_relative_to(root) and ".git" not in p.relative_to(root).parts)
+                     if (real := resolved(p)) and real.is_relative_to(root) and ".git" not in p.relative_to(root).parts)
     if not matches:
         return f"No files match {pattern!r} under {path}."
     shown = "\n".join(matches[:GLOB_MAX_RESULTS])
@@ -506,7 +516,7 @@ def discover_skills(folders: list, warn=print) -> dict:
                 continue
             try:
                 text = read_skill(folder.parent, path)
-            except (OSError, RuntimeError) as err:  # RuntimeError: a loop of links
+            except OSError as err:
                 warn(f"[skills] skipped {utf8_name(str(path.relative_to(folder.parent)))}: {err}")
                 continue
             match = re.match(r"^---\s*\n(.*?)\n---\s*\n?(.*)$", text, re.S)
@@ -522,7 +532,9 @@ def read_skill(root: Path, path: Path) -> str:
     What a cloned repository put there is not trusted: a link may lead to a private file
     outside, a pipe would block start-up forever, /dev/zero never ends. So it must lead
     to a regular file inside root, of at most SKILL_MAX_BYTES; else OSError says why."""
-    real = path.resolve()
+    real = resolved(path)
+    if real is None:
+        raise OSError("a loop of links")
     if not real.is_relative_to(root.resolve()):
         raise OSError(f"it leads to {real}, outside {root}")
     try:

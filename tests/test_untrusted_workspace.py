@@ -145,3 +145,22 @@ def test_an_edit_of_a_hard_linked_file_on_a_full_disk_changes_nothing(s08, make_
     result = next(b for m in messages for b in blocks(m) if b.get("type") == "tool_result")
     assert result["is_error"] and "the file is unchanged" in result["content"]
     assert (full_disk / "a.txt").read_bytes() == (full_disk / "b.txt").read_bytes() == b"small\n"
+
+
+def test_loops_of_links_are_refused_never_a_crash(fake, workspace):
+    # a cloned repository can hold links that lead round in a circle: AGENTS.md to itself, a to b to a
+    (workspace / "AGENTS.md").symlink_to("AGENTS.md")
+    (workspace / "a").symlink_to("b")
+    (workspace / "b").symlink_to("a")
+    (workspace / "skills" / "loop").mkdir(parents=True)
+    (workspace / "skills" / "loop" / "SKILL.md").symlink_to("SKILL.md")
+    (workspace / "real.txt").write_text("a real file\n")
+    fake.reply(tool_use("glob", {"pattern": "**/*"}, "toolu_glob"), tool_use("read_file", {"path": "a"}, "toolu_read"),
+               text("Looked."))
+    done = run_cli(fake, workspace, "look around\n", timeout=30)
+    assert done.returncode == 0 and "Traceback" not in done.stderr + done.stdout, done.stderr
+    assert "[instructions] AGENTS.md" in done.stdout and "[skills] skipped skills/loop/SKILL.md: a loop of links" \
+        in done.stdout
+    got = results_received(fake)
+    assert "real.txt" in got["toolu_glob"].splitlines() and "a" not in got["toolu_glob"].splitlines()
+    assert got["toolu_read"].startswith("Permission denied") or got["toolu_read"].startswith("Error")
