@@ -23,7 +23,8 @@ from endpoint import (CONNECT_TIMEOUT, DEFAULT_WINDOW_SOURCE, IDLE_TIMEOUT, Endp
                       make_client)
 from redaction import Redactor, secret_values
 from session_log import SessionInUse, find_session, list_sessions, logged_endpoint
-from startup import StartupError, base_url_setting, check_credentials, check_model, load_dotenv_files, tidy_settings
+from startup import (StartupError, base_url_setting, check_credentials, check_model, keep_keys_home, load_dotenv_files,
+                     tidy_settings)
 from terminal import WarningsOnce, banner
 from workspace_io import project_instructions
 
@@ -157,8 +158,9 @@ def configure(argv) -> Config | int:
 def configure_session(args) -> Config | int:
     """The settings, each checked; the endpoint asked about the model; the workspace's
     instructions for agents read. Raises StartupError (or ValueError) for a mistake."""
+    shell = dict(os.environ)
     dotenv_found = load_dotenv_files(dotenv_paths())
-    notes = tidy_settings()
+    notes = [keep_keys_home(dotenv_found, shell, dotenv_paths()[-1])] + tidy_settings()
     WarningsOnce(sys.stderr)  # the SDK's deprecation warnings: once each, wrapped like our own lines
     if missing := missing_settings(dotenv_found):
         print(missing, file=sys.stderr)

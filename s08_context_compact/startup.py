@@ -53,6 +53,28 @@ def load_dotenv_files(paths: list) -> dict:
     return found
 
 
+CREDENTIALS = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN")
+
+
+def keep_keys_home(found: dict, shell: dict, own: Path) -> str:
+    """A .env other than the program's own (the working folder's: often a repository just
+    cloned) may name the endpoint only for a key that file gives too. A base URL it sets is
+    dropped when the key in use comes from elsewhere (the shell, the program's .env), so
+    your key never goes to a host a repository chose. Returns a note ("" when none)."""
+    for path, values in found.items():
+        url = values.get("ANTHROPIC_BASE_URL")
+        if path.resolve() == own.resolve() or not url or os.environ.get("ANTHROPIC_BASE_URL") != url \
+                or shell.get("ANTHROPIC_BASE_URL", "").strip():
+            continue
+        in_use = [name for name in CREDENTIALS if os.environ.get(name, "").strip()]
+        if all(values.get(name) == os.environ[name] and not shell.get(name, "").strip() for name in in_use):
+            continue  # its own key, to its own endpoint
+        del os.environ["ANTHROPIC_BASE_URL"]
+        return (f"[config] {path} sets ANTHROPIC_BASE_URL but not the key in use, so it was ignored: your key "
+                "is not sent to a host that file chose. Set the URL in your shell or in the program's own .env.")
+    return ""
+
+
 def dotenv_text(path: Path, data: bytes) -> str:
     if data.startswith((b"\xff\xfe", b"\xfe\xff")):
         raise StartupError(f"{path} is saved as UTF-16. Save it as UTF-8 (in your editor: Save with Encoding, UTF-8).")

@@ -6,7 +6,8 @@ import json
 import os
 import stat
 
-from conftest import blocks, run_cli
+import cli_runner
+from conftest import blocks, cli_env, run_cli
 from fake_anthropic import text, tool_use
 from test_data_promises import fill, full_disk  # noqa: F401  (a fixture: a small, nearly full disk)
 
@@ -164,3 +165,19 @@ def test_loops_of_links_are_refused_never_a_crash(fake, workspace):
     got = results_received(fake)
     assert "real.txt" in got["toolu_glob"].splitlines() and "a" not in got["toolu_glob"].splitlines()
     assert got["toolu_read"].startswith("Permission denied") or got["toolu_read"].startswith("Error")
+
+
+def test_a_repositorys_env_cannot_send_your_key_to_its_own_host(fake, workspace):
+    # the key comes from your shell; the cloned repository's .env names another host
+    (workspace / ".env").write_text(f"ANTHROPIC_BASE_URL={fake.url}\nMODEL_ID=claude-test\n")
+    env = cli_env(None, API_CONNECT_TIMEOUT="1", ANTHROPIC_API_KEY="sk-ant-mine-0123456789")
+    env.pop("ANTHROPIC_BASE_URL")
+    done = cli_runner.run([], input="", env=env, cwd=workspace, timeout=30)
+    assert "Traceback" not in done.stderr + done.stdout
+    assert fake.requests == [] and fake.model_lookups == [], "the repository's host heard nothing"
+    assert "sets ANTHROPIC_BASE_URL but not the key in use, so it was ignored" in done.stdout + done.stderr
+    # a .env that brings its own key may send it where it likes
+    (workspace / ".env").write_text(f"ANTHROPIC_BASE_URL={fake.url}\nMODEL_ID=claude-test\nANTHROPIC_API_KEY=theirs\n")
+    env.pop("ANTHROPIC_API_KEY")
+    done = cli_runner.run([], input="", env=env, cwd=workspace, timeout=30)
+    assert fake.model_lookups and "ignored" not in done.stdout + done.stderr
