@@ -25,7 +25,7 @@ from redaction import Redactor, secret_values
 from session_log import SessionInUse, find_session, list_sessions, logged_endpoint
 from startup import (StartupError, base_url_setting, check_credentials, check_model, keep_keys_home, load_dotenv_files,
                      tidy_settings)
-from terminal import WarningsOnce, banner
+from terminal import WarningsOnce, banner, printable
 from workspace_io import project_instructions
 
 
@@ -232,7 +232,7 @@ def run(main) -> int:
     try:
         return main()
     except SessionInUse as err:  # --resume of a session another program still has open
-        print(err, file=sys.stderr)
+        print(printable(str(err)), file=sys.stderr)
         return 2
     except KeyboardInterrupt:  # Ctrl-C before the prompt is up (or at the demo's pause): leave quietly
         print(file=sys.stderr)  # ...and let the shell's prompt start on a line of its own

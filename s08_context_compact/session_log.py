@@ -286,13 +286,14 @@ def list_sessions(workdir: Path, width: int | None = None) -> str:
     rows, skipped = [], []
     for path in session_logs(workdir, skipped):
         try:
-            history, first, info = read_session(path, warn=print), first_prompt(path), path.stat()
+            history, first, info = read_session(path, warn=lambda text: print(printable(text))), first_prompt(path), \
+                path.stat()
         except OSError as err:  # gone, or replaced, since it was listed
             skipped.append(f"{TRANSCRIPT_DIR}/{path.name}: {err.strerror or err}")
             continue
         when = time.strftime("%Y-%m-%d %H:%M", time.localtime(info.st_mtime))
         prompt = one_line(printable(first), 50) + ("" if was_answered(path) else " (not answered)") if first else "(no prompt yet)"
-        session, size = path.stem.removeprefix("session-"), f"{info.st_size / 1024:.1f} KB"
+        session, size = printable(path.stem.removeprefix("session-")), f"{info.st_size / 1024:.1f} KB"
         row = f"  {session:<24} {when}  {counted(len(history), 'message'):>13}  {size:>11}  {prompt}"
         if width and display_width(row) >= width:
             rows += [cut_to_width(f"  {session}  {when}", width - 1),
@@ -301,7 +302,7 @@ def list_sessions(workdir: Path, width: int | None = None) -> str:
             rows.append(row)
     listed = "Sessions in this workspace (newest last):\n" + "\n".join(rows) if rows else \
         "No sessions in this workspace yet."
-    return "\n".join([listed] + [f"  (skipped {why})" for why in skipped])
+    return "\n".join([listed] + [f"  (skipped {printable(why)})" for why in skipped])  # a name may hold escapes
 
 
 def was_answered(path: Path) -> bool:

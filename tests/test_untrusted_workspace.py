@@ -119,8 +119,11 @@ def test_a_deleted_log_is_written_again_and_odd_session_files_are_skipped(fake, 
     os.mkfifo(folder / "session-pipe.jsonl")
     (folder / "session-folder.jsonl").mkdir()
     (folder / "session-dangling.jsonl").symlink_to(folder / "nothing-here")
+    (folder / "session-\x1b]52;c;aGk=\x07clip.jsonl").write_text(log.read_text())  # names that would
+    os.mkfifo(folder / "session-\x1b[2Jclear.jsonl")  # write the clipboard, or clear the screen
     listed = run_cli(fake, workspace, "", args=["--list"], timeout=10)
     assert listed.returncode == 0 and "Traceback" not in listed.stderr
+    assert "\x1b" not in listed.stdout + listed.stderr and "^[]52;c;aGk=^Gclip" in listed.stdout
     assert "hello" in listed.stdout and log.stem.removeprefix("session-") in listed.stdout
     assert all(f"(skipped .transcripts/session-{name}.jsonl: {what}" in listed.stdout for name, what in
                (("pipe", "a named pipe"), ("folder", "a folder"), ("dangling", "a symbolic link")))
