@@ -31,6 +31,12 @@ INSTRUCTIONS_MAX_CHARS = 20_000     # about 5,000 tokens, sent with every reques
 INSTRUCTIONS_TAG = "project_instructions"
 
 
+# Opening what a workspace holds: never through a final link, never blocking on a pipe, never
+# taking a terminal. (Windows has none of these flags; there they are 0.)
+NO_LINK = getattr(os, "O_NOFOLLOW", 0)
+SAFE_OPEN = NO_LINK | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
+
+
 class ToolError(Exception):
     """A tool failure the model can act on; the message says what to try next."""
 
@@ -84,7 +90,7 @@ def open_regular(path: Path, flags: int = os.O_RDONLY) -> int:
     ends. OSError saying what it is otherwise."""
     mode = os.lstat(path).st_mode
     if stat.S_ISREG(mode):
-        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY)
+        fd = os.open(path, flags | SAFE_OPEN)
         mode = os.fstat(fd).st_mode  # what was opened, in case it was swapped since
         if stat.S_ISREG(mode):
             return fd
@@ -113,7 +119,7 @@ def open_log(path: Path, *, new: bool):
             return open(open_regular(path, os.O_WRONLY | os.O_APPEND), "a", encoding="utf-8"), False
         except FileNotFoundError:
             pass
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o666)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL | NO_LINK, 0o666)
     return open(fd, "a", encoding="utf-8"), True
 
 
@@ -407,7 +413,7 @@ def write_atomically(target: Path, data: bytes) -> None:
 def write_in_place(target: Path, data: bytes) -> None:
     """Rewrite a file through its own inode, so its other hard links show the new content
     too. The space is reserved first: a full disk fails before any byte changes."""
-    fd = os.open(target, os.O_WRONLY | os.O_NOFOLLOW)
+    fd = os.open(target, os.O_WRONLY | NO_LINK)
     try:
         size = os.fstat(fd).st_size
         if len(data) > size and hasattr(os, "posix_fallocate"):
@@ -551,24 +557,17 @@ def read_skill(root: Path, path: Path) -> str:
 def read_workspace_file(workdir: Path, name: str, max_bytes: int) -> tuple | None:
     """(the first max_bytes of a file in the workspace, its size); None when there is no
     such file. ToolError when it is there but not to be read: a symlink that leads out of
-    the workspace, or not a regular file (a FIFO is opened without blocking, then refused)."""
+    the workspace (or round in a loop), or not a regular file (open_regular)."""
     target = inside_workspace(workdir, name)
     if target is None:
         raise ToolError(f"{name} leads outside the workspace")
     try:
-        fd = os.open(target, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
+        with open(open_regular(target), "rb") as f:
+            return f.read(max_bytes), os.fstat(f.fileno()).st_size
     except FileNotFoundError:
         return None
     except OSError as err:
         raise ToolError(f"{name} cannot be read ({err.strerror or err})") from None
-    with os.fdopen(fd, "rb") as f:
-        info = os.fstat(f.fileno())
-        if not stat.S_ISREG(info.st_mode):
-            raise ToolError(f"{name} is not a regular file")
-        try:
-            return f.read(max_bytes), info.st_size
-        except OSError as err:
-            raise ToolError(f"{name} cannot be read ({err.strerror or err})") from None
 
 
 def project_instructions(workdir: Path, secrets: list) -> tuple:
