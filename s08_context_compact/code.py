@@ -16,8 +16,8 @@ or .transcripts/ before it removes it, and the session log keeps every message.
 
 This file is the chapter, read top to bottom beside README.md: part 1 is new here, part 2
 is what earlier chapters built, part 3 a short main. The machinery the chapter does not
-need (endpoint, session log, terminal, redaction, file I/O, the ledger plug-in, the
-command line) lives in the modules beside it.
+need (the endpoint, the history's format, the session log, the terminal, secrets, file
+I/O, reading a command, the ledger plug-in, start-up) lives in the modules beside it.
 
     python s08_context_compact/code.py            # needs ANTHROPIC_API_KEY (or _AUTH_TOKEN) and MODEL_ID
     python s08_context_compact/code.py --demo     # watch every layer fire, offline, no key
@@ -1201,7 +1201,7 @@ TOOLS = [
 def use_tool(agent, block: dict) -> dict:
     """Run one tool call through the hooks; always returns a tool_result block."""
     name, args = block["name"], block["input"]
-    show_tool_call(agent, name, args)  # "● bash  wc -l *.py" (terminal.py)
+    show_tool_call(agent, name, args)  # "● bash  wc -l *.py" (report.py)
     schema = next((t["input_schema"] for t in agent.tools if t["name"] == name), None)
     if schema is None:
         output, failed = (f"Error: unknown tool '{name}'. Available tools: "

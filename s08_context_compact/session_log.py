@@ -4,8 +4,9 @@ and reading it back for --resume and --list, repairing what a crash, an edit or 
 version broke so the API takes it again. A session is open in one program at a time:
 the program that writes a log holds a lock on it.
 
-Machinery the chapter does not need: code.py calls agent.log.message(...) and
-agent.log.rewrite(...), and never sees a record's layout.
+Machinery the chapter does not need: the history's changes reach it through history.py
+(append_message, replace_history) and turns.py (the user's prompt); code.py never sees a
+record's layout.
 """
 
 import json

@@ -5,14 +5,14 @@ terminal or request can take. A log edited by hand can hold a lone \\udXXX escap
 Here halves that belong together are joined, and one that is alone becomes U+FFFD.
 
 Machinery the chapter does not need: endpoint.py makes a reply well formed as it is
-assembled, session_log.py a record as it is read back and a line as it is written.
+assembled, session_log.py a record as it is read back and a line as it is written, and
+code.py's save_transcript a line of a transcript.
 """
 
 import re
 
 LONE_HALF = re.compile("[\ud800-\udfff]")
 HALF_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")  # how JSON text spells a half
-REPLACEMENT = "\ufffd"
 
 
 def well_formed(text: str) -> str:

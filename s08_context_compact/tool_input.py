@@ -9,7 +9,8 @@ can act on. Parked: a call whose input no longer fits the window keeps its short
 arguments; the long ones go to .task_outputs/tool-results/ and a pointer stays.
 
 Machinery the chapter does not need: code.py's use_tool calls check_tool_input, and the
-agent loop park_oversized_inputs; endpoint.py asks input_problem of every reply.
+agent loop park_oversized_inputs; endpoint.py asks input_problem of every reply, and the
+session log of every block it replays.
 """
 
 import json

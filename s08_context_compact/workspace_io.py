@@ -5,7 +5,8 @@ agents (AGENTS.md) read safely for the system prompt. The workspace is often a r
 just cloned, so what it holds is not trusted: the program's own folders must be real
 folders (never a planted link), and skills are read only from regular files.
 
-Machinery the chapter does not need: the tools in code.py call these.
+Machinery the chapter does not need: the tools in code.py call these, and so do the
+session log, start-up (skills, AGENTS.md) and the ledger.
 """
 
 import os
