@@ -36,8 +36,8 @@ from cli import configure, run, say_what_start_up_found
 from command_risks import command_risks
 from endpoint import (IDLE_TIMEOUT, RETRY_BASE_SECONDS, Endpoint, api_error_text, api_failures, count_tokens,
                       make_reply_sendable, model_reply)
-from history import (OWN, append_message, blocks_of, is_request_block, is_tool_result_message, own_text,
-                     replace_history, replace_result, result_text, sendable, tool_names, what_was_done, with_text)
+from history import (OWN, append_message, blocks_of, is_request_block, is_tool_result_message, last_reply_text,
+                     own_text, replace_history, replace_result, result_text, sendable, tool_names, what_was_done, with_text)
 from ledger import Ledger, ledger_hooks, short_hash
 from overflow import ContextOverflow
 from redaction import Redactor, redact
@@ -183,12 +183,6 @@ def current_request(messages: list) -> dict | None:
                 if is_request_block(block):
                     return {"type": "text", "text": block["text"]}
     return None
-
-
-def last_reply_text(messages: list) -> str:
-    """The model's newest text (a text block of the newest assistant message that has one)."""
-    return next((b["text"] for m in reversed(messages) if m["role"] == "assistant"
-                 for b in reversed(blocks_of(m)) if b.get("type") == "text"), "")
 
 
 def user_words(messages: list) -> list:

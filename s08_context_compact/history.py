@@ -6,8 +6,9 @@ the program wrote itself and takes those marks off before a request, and changes
 history: appending a message and putting a rewritten one in place, each recorded in the
 session log the same moment.
 
-Machinery the chapter does not need: code.py reads and changes the history only through
-these functions, and what a layer decides stays there.
+Machinery the chapter does not need: code.py reads and changes the history through these
+functions (turns.py adds the user's prompt itself, with what --list needs to know), and
+what a layer decides stays in code.py.
 """
 
 import re
@@ -63,6 +64,12 @@ def with_text(message: dict, *texts) -> dict:
     """A copy of a user message with text blocks (or strings) appended after its tool results."""
     return {**message, "content": blocks_of(message) + [t if isinstance(t, dict) else {"type": "text", "text": t}
                                                         for t in texts]}
+
+
+def last_reply_text(messages: list) -> str:
+    """The model's newest text (a text block of the newest assistant message that has one)."""
+    return next((b["text"] for m in reversed(messages) if m["role"] == "assistant"
+                 for b in reversed(blocks_of(m)) if b.get("type") == "text"), "")
 
 
 def tool_names(messages: list) -> dict:

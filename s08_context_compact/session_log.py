@@ -19,7 +19,7 @@ import uuid
 from collections import Counter
 from pathlib import Path
 
-from history import OWN, PROGRAM_FIELDS, blocks_of
+from history import OWN, PROGRAM_FIELDS, blocks_of, last_reply_text
 from redaction import Redactor
 from surrogates import HALF_ESCAPE, well_formed, well_formed_deep
 from terminal import counted, cut_to_width, display_width, one_line, printable
@@ -561,9 +561,7 @@ def open_session(agent, resume: Path | None) -> list:
                                              if agent.state.tokens.anchor_tokens else {}),
                       **({"prompt": last} if last else {}))
     agent.say(f"Resumed session {session}: {counted(len(history), 'message')}.")
-    reply = next((b["text"] for m in reversed(history) if m["role"] == "assistant"
-                  for b in reversed(blocks_of(m)) if b.get("type") == "text"), "")
-    for line in recap(last, reply):  # where the conversation was
+    for line in recap(last, last_reply_text(history)):  # where the conversation was
         agent.say(line, "dim", cut=True)
     return history
 
