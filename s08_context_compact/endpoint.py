@@ -83,6 +83,10 @@ class Endpoint:
             return ""
         if overflow.window:
             said = f"[window] the endpoint's limit is {window:,} tokens (was assuming {self.window:,})"
+            if overflow.window < window:  # smaller than this program can work in
+                said = (f"[window] the endpoint's limit is {overflow.window:,} tokens, below the {window:,} this "
+                        f"program needs at least; working with {window:,} (was assuming {self.window:,}). Use a "
+                        "model with a larger window.")
             self.window_source = "the endpoint's overflow message"
         else:
             output = f" + {err.max_tokens:,} for the reply" if overflow.counts_output else ""

@@ -406,3 +406,11 @@ def test_after_a_summary_the_size_is_never_below_what_is_sent(s08, make_agent):
         s08.agent_loop(agent, messages)
         s08.handle_command(agent, messages, "/compact")
         assert s08.context_tokens(agent, messages) >= agent.overhead + s08.estimate_tokens(messages) // 2
+
+
+def test_a_window_smaller_than_the_program_needs_is_reported_as_the_endpoint_said(s08, make_agent):
+    with FakeAnthropic(context_window=400) as fake:
+        agent, messages = make_agent(server=fake), []
+        s08.take_turn(agent, messages, "hello")
+    assert "the endpoint's limit is 400 tokens, below the 4,000 this program needs at least" in agent.out.text
+    assert "limit is 4,000 tokens" not in agent.out.text, "never a limit the endpoint did not say"
