@@ -15,6 +15,7 @@ import sys
 import time
 from dataclasses import dataclass, replace
 
+from history import fresh_id
 from overflow import MIN_CONTEXT_WINDOW, ContextOverflow, context_overflow, learned_window
 from surrogates import HALF_ESCAPE, shown_so_far, well_formed, well_formed_deep
 from terminal import Spinner, StreamedText, one_line
@@ -408,10 +409,7 @@ def make_reply_sendable(reply: dict, stop_reason: str, *, ids_used: set, max_out
     seen = set(ids_used)
     for k, block in enumerate(content):
         if block.get("type") == "tool_use":
-            unique, n = block["id"], 1
-            while unique in seen:
-                unique, n = f"{block['id']}_{n}", n + 1
-            seen.add(unique)
+            unique = fresh_id(block["id"], seen)
             content[k] = {**block, "id": unique}
             if problem := input_problem(block["input"]):
                 refused[unique] = f"{problem}, so it was not run"

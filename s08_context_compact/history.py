@@ -72,6 +72,16 @@ def last_reply_text(messages: list) -> str:
                  for b in reversed(blocks_of(m)) if b.get("type") == "text"), "")
 
 
+def fresh_id(wanted: str, used: set) -> str:
+    """A tool_use id no earlier call has: wanted, else wanted_1, wanted_2, ... (it joins used).
+    The API refuses a history in which two calls share an id."""
+    unique, n = wanted, 1
+    while unique in used:
+        unique, n = f"{wanted}_{n}", n + 1
+    used.add(unique)
+    return unique
+
+
 def tool_names(messages: list) -> dict:
     """Each tool call's id, and the name of the tool it called."""
     return {b["id"]: b["name"] for m in messages if m["role"] == "assistant"

@@ -19,7 +19,7 @@ import uuid
 from collections import Counter
 from pathlib import Path
 
-from history import OWN, PROGRAM_FIELDS, blocks_of, last_reply_text
+from history import OWN, PROGRAM_FIELDS, blocks_of, fresh_id, last_reply_text
 from redaction import Redactor
 from surrogates import HALF_ESCAPE, well_formed, well_formed_deep
 from terminal import counted, cut_to_width, display_width, one_line, printable
@@ -410,12 +410,9 @@ def unique_ids(message: dict, used: set, found: Counter) -> tuple:
     content, calls = [], []
     for block in blocks_of(message):
         if block.get("type") == "tool_use":
-            unique, n = block["id"], 1
-            while unique in used:
-                unique, n = f"{block['id']}_{n}", n + 1
+            unique = fresh_id(block["id"], used)
             if unique != block["id"]:
                 found["renamed", "reused tool_use id"] += 1
-            used.add(unique)
             calls.append((block["id"], {**block, "id": unique}))
             block = calls[-1][1]
         content.append(block)
