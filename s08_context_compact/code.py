@@ -261,6 +261,10 @@ class TokenCounter:
         if len(self.sizes) > 4 * len(messages) + 100:  # forget messages no longer in history
             self.sizes = {id(m): (m, self.size(m)) for m in messages}
 
+    def measures(self, messages: list) -> bool:
+        """Whether count() is the API's own figure: the history is the one it measured."""
+        return self.anchor_tokens is not None and messages == self.anchor_messages
+
     def last_anchored(self) -> dict | None:
         """The newest message the anchor measured (a reply, whose usage gave the count)."""
         return self.anchor_messages[-1] if self.anchor_messages else None
@@ -1140,7 +1144,7 @@ def take_turn(agent, messages: list, prompt: str) -> bool:
     except (ContextOverflow, *api_failures()) as err:
         turn_failed(agent, messages, asked, err)
         return False
-    show_status(agent, context_tokens(agent, messages))
+    show_status(agent, messages, context_tokens(agent, messages))
     return True
 
 

@@ -212,9 +212,11 @@ def cache_lines(agent) -> list:
             f"{format_tokens(int(billed_input(totals, agent.settings.cache_ttl)))}"]
 
 
-def status_line(settings, used: int) -> str:
+def status_line(settings, used: int, exact: bool = True) -> str:
+    """How full the context is ("≈" when it is our estimate, not the endpoint's count: after
+    a compaction, say), and how far auto-compact is."""
     left = settings.threshold - used
-    return (f"context {format_tokens(used)}/{format_tokens(settings.window)} tokens "
+    return (f"context {'' if exact else '≈'}{format_tokens(used)}/{format_tokens(settings.window)} tokens "
             f"({100 * used / settings.window:.0f}%) · "
             + (f"auto-compact in {format_tokens(left)}" if left > 0 else "over the auto-compact threshold: "
                "it compacts before the next call"))

@@ -89,10 +89,10 @@ def withdraw_unanswered_prompt(agent, messages: list, asked: dict) -> bool:
     return True
 
 
-def show_status(agent, tokens: int) -> None:
+def show_status(agent, messages: list, tokens: int) -> None:
     """After a turn on a terminal: how full the context is, and how far from auto-compact."""
     if agent.show_status:
-        agent.say(status_line(agent.settings, tokens), "dim")
+        agent.say(status_line(agent.settings, tokens, exact=agent.state.tokens.measures(messages)), "dim")
 
 
 def report_command(agent, messages: list, command: str, tokens: int, measure) -> bool:
@@ -105,7 +105,7 @@ def report_command(agent, messages: list, command: str, tokens: int, measure) ->
     elif command == "/compact":
         if not messages:
             agent.say("Nothing to compact yet.")
-        show_status(agent, tokens)
+        show_status(agent, messages, tokens)
     elif command == "/clear":
         agent.say("(A new conversation. The session log keeps the old one: --resume cannot bring it back, "
                   "but .transcripts/ has every message.)")

@@ -279,8 +279,10 @@ def test_compact_is_followed_by_the_status_line_on_a_terminal(s08, make_agent, f
     fake.reply(text("A long answer. " * 200))
     fake.summary(text("<summary>The user said hi.</summary>"))
     s08.take_turn(agent, messages, "hi")
+    assert re.search(r"^context [\d.]+k?/200\.0k tokens", agent.out.text, re.M), "after a reply: the endpoint's count"
     before = len(agent.out)
     s08.handle_command(agent, messages, "/compact")
     shown = "".join(agent.out[before:])
     assert "[compact_history] " in shown
-    assert re.search(r"\ncontext \S+/200\.0k tokens \(\d+%\) · auto-compact in \S+\s*$", shown), shown
+    # a new history no reply has measured yet: our estimate, and marked as one
+    assert re.search(r"\ncontext ≈\S+/200\.0k tokens \(\d+%\) · auto-compact in \S+\s*$", shown), shown
