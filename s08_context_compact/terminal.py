@@ -319,7 +319,21 @@ def read_more(interactive: bool) -> str | None:
 def repl(agent, interactive: bool, messages: list, take_line) -> int:
     """Read messages and hand each to take_line(agent, messages, line), which says whether it
     went well; return the exit code. Piped input ends with 1 if a turn ended in an API
-    error, so a script can tell."""
+    error, so a script can tell. Leaving on a terminal, by a word, Ctrl-D, Ctrl-C twice or
+    SIGTERM, says how to come back."""
+    try:
+        code = read_and_take(agent, interactive, messages, take_line)
+    except BaseException as leaving:  # SIGTERM or SIGHUP: cli.py says it, with this note
+        if interactive and not isinstance(leaving, KeyboardInterrupt) and agent.log and agent.log.resume_command():
+            leaving.add_note(f"To come back to this session later: {agent.log.resume_command()}")
+        raise
+    if interactive and agent.log and agent.log.resume_command():
+        agent.say("To come back to this session later:", "dim")
+        agent.out(f"  {agent.log.resume_command()}")  # one line however narrow the terminal: copied whole
+    return code
+
+
+def read_and_take(agent, interactive: bool, messages: list, take_line) -> int:
     interrupts, failed = 0, False
     while True:
         try:
@@ -337,9 +351,6 @@ def repl(agent, interactive: bool, messages: list, take_line) -> int:
                 agent.say("\n(press Ctrl-C again, or type q, to quit)")
                 continue
         if line is None or line.strip() in ("q", "exit", "quit") or line.split()[:1] in (["/exit"], ["/quit"]):
-            if interactive and agent.log and agent.log.resume_command():
-                agent.say("To come back to this session later:", "dim")
-                agent.out(f"  {agent.log.resume_command()}")  # one line however narrow the terminal: copied whole
             return 1 if failed and not interactive else 0
         interrupts = 0
         if line.strip() and not take_line(agent, messages, line.strip()):

@@ -223,3 +223,16 @@ def test_a_subagents_outputs_and_work_are_saved(fake, workspace):
     assert work[3]["content"][0]["text"] == "The file repeats one line."
     told = fake.main_requests[-1]["messages"][-1]["content"][0]["content"]
     assert told.startswith("The file repeats one line.") and str(transcript.relative_to(workspace)) in told
+
+
+def test_sigterm_at_the_prompt_says_how_to_come_back(fake, workspace):
+    fake.reply(text("Hello."))
+    terminal = Terminal(fake, workspace)
+    assert terminal.read_until(b"s08 >> ")
+    assert terminal.turn(b"hi\r")  # the session is on disk: there is something to come back to
+    terminal.wait_for_input()
+    os.kill(terminal.pid, signal.SIGTERM)
+    assert terminal.read_until(b"--resume")
+    assert terminal.finish() == 128 + signal.SIGTERM
+    assert re.search(r"\[SIGTERM\] the program ends\..*To come back to this session later: python \S+code\.py "
+                     r"--resume", terminal.text.replace("\r\n", " ")), terminal.text
