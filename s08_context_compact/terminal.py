@@ -424,15 +424,15 @@ def banner(agent) -> None:
               f"workspace {agent.workdir}\nType /help for commands, q to quit.")
 
 
-def save_history(readline, path: Path, secrets: list) -> None:
+def save_history(readline, path: Path, secrets) -> None:
     """Keep the last 1,000 one-line prompts, with any secret redacted and the file readable by its
     owner only."""
     for index in reversed(range(readline.get_current_history_length())):
         item = readline.get_history_item(index + 1) or ""
         if "\n" in item:  # the file holds a line an entry: a paste of several lines would come back in pieces
             readline.remove_history_item(index)
-        elif redact(item, secrets) != item:
-            readline.replace_history_item(index, redact(item, secrets))
+        elif (clean := redact(item, secrets)) != item:
+            readline.replace_history_item(index, clean)
     readline.set_history_length(1000)
     try:
         readline.write_history_file(path)
