@@ -37,7 +37,8 @@ from command_risks import command_risks
 from endpoint import (IDLE_TIMEOUT, RETRY_BASE_SECONDS, Endpoint, api_error_text, api_failures, count_tokens,
                       make_reply_sendable, model_reply)
 from history import (OWN, append_message, blocks_of, is_request_block, is_tool_result_message, last_reply_text,
-                     own_text, replace_history, replace_result, result_text, sendable, tool_names, what_was_done, with_text)
+                     own_text, replace_history, replace_result, result_text, said_text, sendable, tool_names,
+                     what_was_done, with_text)
 from ledger import Ledger, ledger_hooks, short_hash
 from overflow import ContextOverflow
 from redaction import Redactor, redact
@@ -673,7 +674,7 @@ def summarize_with_model(agent, messages: list, focus: str, limit_tokens: int) -
             continue
         except api_failures() as err:
             raise SummaryError(api_error_text(err)) from err
-        return extract_summary("".join(b["text"] for b in answer.message["content"] if b["type"] == "text"))
+        return extract_summary(said_text(answer.message))  # "(no reply)" is not a summary
     raise SummaryError("too long to summarize even after leaving out the oldest messages")
 
 
@@ -926,8 +927,8 @@ def clearing_point(messages: list, keep_recent: int) -> int | None:
 def with_cache_breakpoints(messages: list, keep_recent: int, mark: dict = EPHEMERAL) -> list:
     """Mark the newest message, and the one the previous request ended on (two back), so
     the next request reads everything up to here from the cache; and the clearing point,
-    so that after a clearing the unchanged prefix before it is still read. With the system
-    prompt's mark that makes four, the API's limit."""
+    so that after a clearing the unchanged prefix before it is still read. With the last
+    tool's mark that makes four, the API's limit."""
     marked = list(messages)
     for index in {len(messages) - 1, len(messages) - 3, clearing_point(messages, keep_recent)} - {-1, -2, -3, None}:
         marked[index] = mark_last_block(marked[index], mark)
@@ -937,15 +938,17 @@ def with_cache_breakpoints(messages: list, keep_recent: int, mark: dict = EPHEME
 def build_request(agent, messages: list, extra_text: str | None = None) -> dict:
     """The Messages API request for a history: tools and system first, cache marks added."""
     s = agent.settings
-    system = [{"type": "text", "text": agent.system}]
     sent = [sendable(m) for m in messages]
-    system[0]["cache_control"] = cache_mark(s.cache_ttl)  # one mark caches the tools and the system prompt
+    # The system prompt goes as a plain string (some servers take nothing else), so the mark that
+    # keeps the fixed prefix cached through a compaction sits on the last tool; the marks on the
+    # messages cache the system prompt with them.
+    tools = agent.tools[:-1] + [{**agent.tools[-1], "cache_control": cache_mark(s.cache_ttl)}] if agent.tools else []
     sent = with_cache_breakpoints(sent, s.keep_recent, cache_mark(s.cache_ttl))
     if extra_text and sent and sent[-1]["role"] == "user":
         sent[-1] = with_text(sent[-1], extra_text)
     elif extra_text:
         sent.append({"role": "user", "content": [{"type": "text", "text": extra_text}]})
-    return {"model": s.model, "max_tokens": s.max_output, "system": system, "tools": agent.tools, "messages": sent}
+    return {"model": s.model, "max_tokens": s.max_output, "system": agent.system, "tools": tools, "messages": sent}
 
 
 # ---- the agent loop ------------------------------------------------------------------------------

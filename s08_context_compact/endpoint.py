@@ -16,8 +16,8 @@ import time
 from dataclasses import dataclass, replace
 
 from history import fresh_id
-from overflow import MIN_CONTEXT_WINDOW, ContextOverflow, context_overflow, learned_window
-from surrogates import HALF_ESCAPE, shown_so_far, well_formed, well_formed_deep
+from overflow import EMPTY_REPLY_OVERFLOW, MIN_CONTEXT_WINDOW, ContextOverflow, context_overflow, learned_window
+from replies import USAGE_KEYS, BadReply, EmptyReply, ErrorEvent, reply_from_body, reply_from_events
 from terminal import Spinner, StreamedText, one_line
 from tool_input import input_problem
 
@@ -44,6 +44,8 @@ MAX_API_ATTEMPTS = 4                # a call and up to 3 retries for 429, 5xx an
 RETRY_BASE_SECONDS = 1.0            # backoff 1 s, 2 s, 4 s (±20%), longer if the API's retry-after says so
 CONNECT_TIMEOUT = 10.0              # seconds to reach the endpoint (API_CONNECT_TIMEOUT)
 IDLE_TIMEOUT = 120.0                # a stream silent this long (pings aside) is abandoned (API_IDLE_TIMEOUT)
+MODELS_API_SOURCE = "the Models API (max_input_tokens)"
+DEFAULT_WINDOW_SOURCE = "the default (nothing else said; set CONTEXT_WINDOW if you know it)"
 
 
 @dataclass
@@ -68,6 +70,13 @@ class Endpoint:
         self.largest_accepted = (max(self.largest_accepted[0], prompt_tokens),
                                  max(self.largest_accepted[1], prompt_tokens + max_tokens))
 
+    def overflowed_silently(self, sent_tokens: int) -> bool:
+        """Whether an empty reply (EmptyReply) to this request is most likely a prompt over the
+        window: larger than any request answered, large enough for the program to work in,
+        and the window only assumed (not set by CONTEXT_WINDOW or stated by the Models API)."""
+        known = self.window_source in ("CONTEXT_WINDOW", MODELS_API_SOURCE)
+        return not known and sent_tokens >= MIN_CONTEXT_WINDOW and sent_tokens > self.largest_accepted[0]
+
     def learn_from(self, err: ContextOverflow) -> str:
         """Take the window an overflow reveals: the one it states, else one below the refused
         size and no lower than the largest request answered. Says what was learned ("" if
@@ -89,6 +98,12 @@ class Endpoint:
                         f"program needs at least; working with {window:,} (was assuming {self.window:,}). Use a "
                         "model with a larger window.")
             self.window_source = "the endpoint's overflow message"
+        elif overflow == EMPTY_REPLY_OVERFLOW:
+            said = (f"[window] the endpoint answered about {err.sent_tokens:,} tokens with an empty reply, as "
+                    f"llama.cpp behind LiteLLM does when a prompt is over its context size; assuming a window of "
+                    f"{window:,} from now on (was {self.window:,}). Set CONTEXT_WINDOW to the server's context "
+                    "size (n_ctx) to skip the guess.")
+            self.window_source = "an empty reply to a larger request (below its size)"
         else:
             output = f" + {err.max_tokens:,} for the reply" if overflow.counts_output else ""
             said = (f"[window] the endpoint refused about {err.sent_tokens:,} tokens{output} without naming its "
@@ -102,21 +117,6 @@ class Endpoint:
         return {"model": self.model, "window": self.window, "window_source": self.window_source, "learned": self.learned,
                 "counts_output": self.counts_output, "count_tokens": self.can_count_tokens,
                 "models_api": self.models_api}
-
-
-class BadReply(Exception):
-    """A reply that broke off or could not be read: a dropped or silent stream, an event
-    that is not JSON, an empty body. Another try may well get a good one."""
-
-
-class ErrorEvent(Exception):
-    """An error the endpoint sent inside a 200 stream. Like the SDK's errors it has
-    status_code and body, so context_overflow and api_error_text read it the same way."""
-
-    def __init__(self, body):
-        error = body.get("error") if isinstance(body, dict) and isinstance(body.get("error"), dict) else {}
-        self.status_code, self.body, self.kind = 200, body, str(error.get("type") or error.get("code") or "")
-        super().__init__(f"{self.kind or 'error'}: {error.get('message', body)}")
 
 
 def api_failures() -> tuple:
@@ -175,17 +175,6 @@ def api_error_text(err: Exception) -> str:
     return str(err)
 
 
-USAGE_KEYS = ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens", "output_tokens")
-
-
-def add_usage(usage: dict, figures) -> None:
-    """Fold one event's usage in: a missing or null figure never lowers one already seen."""
-    for key in USAGE_KEYS:
-        value = figures.get(key) if isinstance(figures, dict) else None
-        if isinstance(value, int) and value > usage.get(key, 0):
-            usage[key] = value
-
-
 class ReplyEvents:
     """A reply stream's events as (kind, data) pairs, keep-alives left out. Pings and
     comment lines hold a connection open but are not progress: after idle_seconds of
@@ -212,107 +201,6 @@ class ReplyEvents:
             yield text.encode()
             if time.monotonic() - self.last_news > self.idle_seconds:  # after the chunk's events: news in it counts
                 raise BadReply(f"the endpoint sent nothing but pings or comments for {self.idle_seconds:g}s")
-
-
-def apply_event(kind: str, data: dict, blocks: dict, usage: dict, on_text) -> str | None:
-    """Fold one stream event into the blocks being built; return a stop_reason if it has one."""
-    if kind == "message_start":
-        add_usage(usage, data["message"].get("usage"))
-    elif kind == "content_block_start":
-        block = dict(data["content_block"])
-        if block["type"] == "tool_use":
-            block["partial_json"] = ""
-        blocks[data["index"]] = block
-    elif kind == "content_block_delta":
-        block, delta = blocks[data["index"]], data["delta"]
-        field_of = {"text_delta": "text", "input_json_delta": "partial_json", "thinking_delta": "thinking",
-                    "signature_delta": "signature"}
-        name = field_of.get(delta["type"])
-        if name:
-            block[name] = (block.get(name) or "") + delta[name]
-        if name == "text" and on_text:  # the first half of a split emoji waits for its second
-            shown, block["held"] = shown_so_far(block.get("held", "") + delta["text"])
-            if shown:
-                on_text(shown)
-    elif kind == "message_delta":
-        add_usage(usage, data.get("usage"))
-        return (data.get("delta") or {}).get("stop_reason")
-    return None
-
-
-def tool_input(block: dict):
-    """A tool call's input: the streamed JSON if any, else what the block started with.
-    Text that is not JSON (or nests too deep to read) comes back as the string it is, never
-    completed as the SDK's stream helper completes JSON cut short; make_reply_sendable
-    answers it. A lone half of an emoji (a \\udXXX escape alone) becomes U+FFFD."""
-    raw = well_formed(block.pop("partial_json", ""))  # halves split across two deltas join here
-    if not raw.strip():
-        return well_formed_deep(block.get("input", {}))
-    try:
-        value = json.loads(raw)
-    except (ValueError, RecursionError):
-        return raw
-    return well_formed_deep(value) if HALF_ESCAPE.search(raw) else value
-
-
-def finished_blocks(blocks: dict) -> list:
-    """The reply's blocks in order, as the wire format's plain dicts. Thinking blocks are
-    kept verbatim, signature included: endpoints want them back exactly as sent."""
-    content = []
-    try:
-        for index in sorted(blocks):
-            block = {key: value for key, value in blocks[index].items() if value is not None}
-            if block["type"] == "text":
-                if not block.get("text", "").strip():
-                    continue  # the API rejects empty text blocks
-                block = {"type": "text", "text": well_formed(block["text"])}
-            elif block["type"] == "thinking" and isinstance(block.get("thinking"), str):
-                block["thinking"] = well_formed(block["thinking"])  # the halves joined: the text that was signed
-            elif block["type"] == "tool_use":
-                block = {"type": "tool_use", "id": block["id"], "name": block["name"], "input": tool_input(block)}
-            content.append(block)
-    except (KeyError, TypeError, AttributeError) as err:
-        raise BadReply(f"the endpoint sent a malformed content block ({type(err).__name__}: {err})") from None
-    return content or [{"type": "text", "text": "(no reply)"}]
-
-
-def reply_from_events(events, on_text) -> tuple:
-    """(content, stop_reason, usage) from (kind, data) pairs; raises BadReply or ErrorEvent."""
-    blocks, usage, stop_reason, started = {}, {}, None, False
-    for kind, data in events:
-        if kind == "error":
-            raise ErrorEvent(data)
-        try:
-            stop_reason = apply_event(kind, data, blocks, usage, on_text) or stop_reason
-        except (KeyError, TypeError, AttributeError) as err:
-            raise BadReply(f"the endpoint sent a malformed {kind} event ({type(err).__name__}: {err})") from None
-        started = started or kind == "message_start"
-    if not started:
-        raise BadReply("the endpoint's reply was empty")
-    if stop_reason is None:
-        raise BadReply("the reply stream ended before the message was complete (the connection dropped)")
-    return finished_blocks(blocks), stop_reason, usage
-
-
-def reply_from_body(raw: bytes, on_text=None) -> tuple:
-    """A whole message as JSON where a stream was asked for (some proxies answer so); its
-    text goes to on_text at once, as a stream's would have."""
-    try:
-        data = json.loads(raw)
-    except (ValueError, RecursionError):
-        raise BadReply("the endpoint's reply was empty" if not raw.strip() else
-                       f"the endpoint's reply is not JSON: {one_line(raw.decode('utf-8', 'replace'), 60)}") from None
-    if isinstance(data, dict) and data.get("error"):
-        raise ErrorEvent(data)
-    if not isinstance(data, dict) or not isinstance(data.get("content"), list):
-        raise BadReply(f"the endpoint's reply is not a message: {one_line(json.dumps(data), 60)}")
-    usage = {}
-    add_usage(usage, data.get("usage"))
-    content = finished_blocks(dict(enumerate(data["content"])))
-    for block in content if on_text else []:
-        if block.get("type") == "text" and block.get("text"):
-            on_text(block["text"])
-    return content, data.get("stop_reason") or "end_turn", usage
 
 
 def stream_reply(agent, request: dict, on_text=None) -> tuple:
@@ -349,6 +237,10 @@ def send_request(agent, request: dict, sent_tokens: int, on_text=None, label: st
                 on_text(chunk)
             try:
                 return stream_reply(agent, request, show if on_text else None)
+            except EmptyReply:  # retried as a failure, unless the prompt most likely did not fit
+                if agent.endpoint.overflowed_silently(sent_tokens):
+                    raise ContextOverflow(EMPTY_REPLY_OVERFLOW, sent_tokens, max_tokens) from None
+                raise
             except KeyboardInterrupt:
                 raise  # model_reply ends the line: the word held back was never shown
             except BaseException:
@@ -531,7 +423,6 @@ def models_api_window(client, model: str, endpoint: Endpoint) -> int | None:
     return window if isinstance(window, int) and window >= MIN_CONTEXT_WINDOW else None
 
 
-DEFAULT_WINDOW_SOURCE = "the default (nothing else said; set CONTEXT_WINDOW if you know it)"
 
 
 def discover_endpoint(client, model: str, logged: dict | None = None) -> Endpoint:
@@ -553,7 +444,7 @@ def discover_endpoint(client, model: str, logged: dict | None = None) -> Endpoin
     if configured:
         endpoint.window, endpoint.window_source = int(configured), "CONTEXT_WINDOW"
     elif window:
-        endpoint.window, endpoint.window_source = window, "the Models API (max_input_tokens)"
+        endpoint.window, endpoint.window_source = window, MODELS_API_SOURCE
     elif row := known_window(model):
         endpoint.window, endpoint.window_source = row[0], f"the built-in table of known models ({row[1]})"
     learned = logged.get("window")  # CONTEXT_WINDOW, set by the user, may correct a learned window

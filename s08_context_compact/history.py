@@ -36,6 +36,14 @@ def result_text(block: dict) -> str:
     return "\n".join(part.get("text", "") for part in content if part.get("type") == "text")
 
 
+NO_REPLY = "(no reply)"  # stands in for a reply of only blanks: the API refuses an empty assistant message
+
+
+def said_text(message: dict) -> str:
+    """What the model wrote in a message, without the program's placeholders."""
+    return "".join(b["text"] for b in blocks_of(message) if b.get("type") == "text" and OWN not in b)
+
+
 def own_text(kind: str, text: str, **fields) -> dict:
     """A text block the program wrote (a summary header, a marker, a note)."""
     return {"type": "text", "text": text, OWN: kind, **fields}

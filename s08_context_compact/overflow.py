@@ -15,12 +15,15 @@ MIN_CONTEXT_WINDOW = 4_000          # below this the system prompt and tools alo
 NO_NUMBERS_SHRINK = 0.8             # an overflow that names no limit: assume this share of the rejected size
 
 # Named groups: n = the prompt's tokens, m = max_tokens, t = n + m, w = the window. The
-# flag is True where the endpoint counts max_tokens against the window.
+# flag is True where the endpoint counts max_tokens against the window; None where the
+# wording is shared by endpoints that count it (DeepSeek) and one that caps it instead
+# (llama-cpp-python): it counts only when the prompt alone was within the window.
 OVERFLOW_WORDINGS = [
     (r"prompt is too long: (?P<n>\d+) tokens > (?P<w>\d+) maximum", False),            # Anthropic
     (r"input length and `max_tokens` exceed context limit: (?P<n>\d+) \+ (?P<m>\d+) > (?P<w>\d+)", True),  # Anthropic
-    (r"maximum context length is (?P<w>\d+) tokens\. However, you requested (?P<t>\d+) tokens"
-     r"(?: \((?P<n>\d+) in the messages, (?P<m>\d+) in the completion\))?", True),     # DeepSeek, OpenRouter
+    (r"maximum context length is (?P<w>\d+) tokens\. However, you requested (?P<t>\d+) tokens"  # DeepSeek,
+     r"(?: \((?P<n>\d+) in the messages, (?P<m>\d+) in the completion\))?", None),     # OpenRouter, llama-cpp-python
+    (r"Max Input Tokens=(?P<w>\d+), Got=(?P<n>\d+)", False),                          # LiteLLM's pre-call check
     (r"The input \((?P<n>\d+) tokens\) is longer than the model's context length \((?P<w>\d+) tokens\)", False),  # vLLM
     (r"maximum context length is (?P<w>\d+) tokens(?:\. However, your messages resulted in (?P<n>\d+) tokens)?",
      False),                                                                            # OpenAI-style, others
@@ -41,6 +44,12 @@ class Overflow:
     prompt_tokens: int | None = None
     window: int | None = None
     counts_output: bool = False
+
+
+# LiteLLM relaying llama.cpp turns a prompt over the server's context size into a 200 with
+# no content and no usage (replies.EmptyReply); when the request was larger than any
+# answered, that is taken for an overflow that names no limit.
+EMPTY_REPLY_OVERFLOW = Overflow("an empty reply (no content, no usage) to a request larger than any answered")
 
 
 class ContextOverflow(Exception):
@@ -67,6 +76,8 @@ def context_overflow(err: Exception | None = None, *, stop_reason: str | None = 
         if found:
             sizes = {key: int(value) for key, value in found.groupdict().items() if value}
             prompt = sizes.get("n") or (sizes["t"] - max_tokens if "t" in sizes else None)
+            if counts_output is None:
+                counts_output = bool(prompt and "w" in sizes and prompt <= sizes["w"])
             return Overflow(found.group(0)[:100], prompt, sizes.get("w"), counts_output)
     if status == 413:  # request_too_large, sometimes with no body at all
         return Overflow("413 request too large")

@@ -66,7 +66,7 @@ def test_cache_ttl_1h_marks_every_breakpoint_for_an_hour(fake, workspace):
     fake.reply(text("one"), text("two"))
     done = run_cli(fake, workspace, "hello\nagain\n", CACHE_TTL="1h")
     assert done.returncode == 0, done.stderr
-    marks = [b["cache_control"] for r in fake.requests for b in r["system"] + [b for m in r["messages"]
+    marks = [b["cache_control"] for r in fake.requests for b in r["tools"] + [b for m in r["messages"]
              for b in m["content"]] if "cache_control" in b]
     assert marks and all(mark == {"type": "ephemeral", "ttl": "1h"} for mark in marks)
     assert fake.usage_log[-1]["cache_creation"]["ephemeral_1h_input_tokens"] >= 0

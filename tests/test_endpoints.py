@@ -53,7 +53,32 @@ def test_every_overflow_wording_is_recognised_with_its_sizes(s08, style):
     has_prompt, has_window = EXPECTED_SIZES[style]
     assert overflow.prompt_tokens == (tokens if has_prompt else None)
     assert overflow.window == (300 if has_window else None)
-    assert overflow.counts_output == (style in ("anthropic_max_tokens", "openai", "kimi", "minimax", "stop_reason"))
+    # the prompt alone (about 580 tokens) was over the window of 300: OpenAI's wording then says
+    # nothing of max_tokens, since llama-cpp-python uses it and caps max_tokens instead
+    assert overflow.counts_output == (style in ("anthropic_max_tokens", "kimi", "minimax", "stop_reason"))
+
+
+def test_openai_wording_counts_max_tokens_only_when_the_prompt_alone_fit(s08):
+    """DeepSeek refuses a prompt that fits only because max_tokens does not; llama-cpp-python
+    says the same words of a prompt over its n_ctx, and caps max_tokens itself."""
+    with FakeAnthropic(context_window=300, overflow="openai") as fake:
+        client = anthropic.Anthropic(api_key="test", base_url=fake.url, max_retries=0)
+        with pytest.raises(anthropic.BadRequestError) as caught:
+            client.messages.create(model="m", max_tokens=100, messages=[user("word " * 150)])
+    deepseek = overflow_module.context_overflow(caught.value, max_tokens=100)
+    assert deepseek.prompt_tokens <= 300 and deepseek.counts_output
+    llama = overflow_module.context_overflow(ValueError(
+        "This model's maximum context length is 4096 tokens. However, you requested 5110 tokens (5010 in the "
+        "messages, 100 in the completion). Please reduce the length of the messages or completion."), max_tokens=100)
+    assert (llama.prompt_tokens, llama.window, llama.counts_output) == (5010, 4096, False)
+
+
+def test_litellm_pre_call_wording_names_the_window(s08):
+    """LiteLLM with model_info.max_input_tokens refuses before the call, in its own words."""
+    said = overflow_module.context_overflow(ValueError(
+        "litellm.ContextWindowExceededError: litellm.BadRequestError: Context Window exceeded. "
+        "Model=openai/smollm, Max Input Tokens=4096, Got=5027"), max_tokens=100)
+    assert (said.prompt_tokens, said.window, said.counts_output) == (5027, 4096, False)
 
 
 @pytest.mark.parametrize("status, kind, message", [

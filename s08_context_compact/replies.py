@@ -1,0 +1,204 @@
+"""What a reply is made of: a stream's events (or a whole JSON body) folded into the
+assistant message's blocks, its stop_reason and its usage, and what is wrong with a reply
+that cannot be taken as an answer.
+
+Compatible servers and the proxies in front of them bend the wire format: a failure
+inside the server arrives as a 200 with no content and no usage; one tool call streamed
+in pieces arrives as several tool_use blocks that share an id. Both are recognised here,
+where the reply is assembled.
+
+Machinery the chapter does not need: endpoint.py reads a reply with reply_from_events or
+reply_from_body and code.py only ever sees the finished message.
+"""
+
+import json
+
+from history import NO_REPLY, OWN, own_text
+from surrogates import HALF_ESCAPE, shown_so_far, well_formed, well_formed_deep
+from terminal import one_line
+
+
+class BadReply(Exception):
+    """A reply that broke off or could not be read: a dropped or silent stream, an event
+    that is not JSON, an empty body. Another try may well get a good one."""
+
+
+class EmptyReply(BadReply):
+    """A 200 that says nothing: no content and no usage. Not an answer but a failure the
+    server kept to itself (LiteLLM sends this when llama.cpp behind it failed, a prompt
+    over its context size among the causes)."""
+
+    def __init__(self):
+        super().__init__("the endpoint answered with nothing (no content, no usage): the server behind it failed")
+
+
+class ErrorEvent(Exception):
+    """An error the endpoint sent inside a 200 stream. Like the SDK's errors it has
+    status_code and body, so context_overflow and api_error_text read it the same way."""
+
+    def __init__(self, body):
+        error = body.get("error") if isinstance(body, dict) and isinstance(body.get("error"), dict) else {}
+        self.status_code, self.body, self.kind = 200, body, str(error.get("type") or error.get("code") or "")
+        super().__init__(f"{self.kind or 'error'}: {error.get('message', body)}")
+
+
+USAGE_KEYS = ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens", "output_tokens")
+
+
+def add_usage(usage: dict, figures) -> None:
+    """Fold one event's usage in: a missing or null figure never lowers one already seen."""
+    for key in USAGE_KEYS:
+        value = figures.get(key) if isinstance(figures, dict) else None
+        if isinstance(value, int) and value > usage.get(key, 0):
+            usage[key] = value
+
+
+def apply_event(kind: str, data: dict, blocks: dict, usage: dict, on_text) -> str | None:
+    """Fold one stream event into the blocks being built; return a stop_reason if it has one."""
+    if kind == "message_start":
+        add_usage(usage, data["message"].get("usage"))
+    elif kind == "content_block_start":
+        block = dict(data["content_block"])
+        if block["type"] == "tool_use":
+            block["partial_json"] = ""
+        blocks[data["index"]] = block
+    elif kind == "content_block_delta":
+        block, delta = blocks[data["index"]], data["delta"]
+        field_of = {"text_delta": "text", "input_json_delta": "partial_json", "thinking_delta": "thinking",
+                    "signature_delta": "signature"}
+        name = field_of.get(delta["type"])
+        if name:
+            block[name] = (block.get(name) or "") + delta[name]
+        if name == "text" and on_text:  # the first half of a split emoji waits for its second
+            shown, block["held"] = shown_so_far(block.get("held", "") + delta["text"])
+            if shown:
+                on_text(shown)
+    elif kind == "message_delta":
+        add_usage(usage, data.get("usage"))
+        return (data.get("delta") or {}).get("stop_reason")
+    return None
+
+
+def tool_input(block: dict):
+    """A tool call's input: the streamed JSON if any, else what the block started with.
+    Text that is not JSON (or nests too deep to read) comes back as the string it is, never
+    completed as the SDK's stream helper completes JSON cut short; make_reply_sendable
+    answers it. A lone half of an emoji (a \\udXXX escape alone) becomes U+FFFD."""
+    raw = well_formed(block.pop("partial_json", ""))  # halves split across two deltas join here
+    if not raw.strip():
+        return well_formed_deep(block.get("input", {}))
+    try:
+        value = json.loads(raw)
+    except (ValueError, RecursionError):
+        return raw
+    return well_formed_deep(value) if HALF_ESCAPE.search(raw) else value
+
+
+def piece_of_input(block: dict) -> str:
+    """The JSON text one piece of a call carries: what streamed, else its input as text."""
+    if block.get("partial_json"):
+        return block["partial_json"]
+    start = block.get("input")
+    return start if isinstance(start, str) else json.dumps(start) if start else ""
+
+
+def is_complete(text: str) -> bool:
+    try:
+        json.loads(text)
+    except (ValueError, RecursionError):
+        return False
+    return True
+
+
+def joined_tool_calls(blocks: list) -> list:
+    """One tool call streamed in pieces, each piece its own tool_use block with the call's id
+    (LiteLLM relaying llama.cpp repeats the id in every chunk), is one call: the pieces'
+    JSON joined in order. A piece with no id belongs to the call before it; empty text
+    blocks between pieces go. Two whole calls that share an id stay two (make_reply_sendable
+    renames the second): a call whose input is already complete JSON takes no more pieces."""
+    joined = []
+    for block in blocks:
+        previous = next((b for b in reversed(joined) if not (b["type"] == "text" and not b.get("text", "").strip())),
+                        None)
+        if block["type"] == "tool_use" and previous and previous["type"] == "tool_use" and \
+                block.get("id") in (None, "", previous.get("id")) and not is_complete(piece_of_input(previous)):
+            previous["partial_json"] = piece_of_input(previous) + piece_of_input(block)
+            previous["name"] = previous.get("name") or block.get("name")
+            while joined[-1] is not previous:
+                joined.pop()  # an empty text between two pieces
+            continue
+        joined.append(block)
+    return joined
+
+
+def finished_blocks(blocks: dict) -> list:
+    """The reply's blocks in order, as the wire format's plain dicts ([] when it has none).
+    Thinking blocks are kept verbatim, signature included: endpoints want them back exactly
+    as sent."""
+    content = []
+    try:
+        pieces = [{key: value for key, value in blocks[index].items() if value is not None} for index in sorted(blocks)]
+        for block in joined_tool_calls(pieces):
+            if block["type"] == "text":
+                if not block.get("text", "").strip():
+                    continue  # the API rejects empty text blocks
+                block = {"type": "text", "text": well_formed(block["text"])}
+            elif block["type"] == "thinking" and isinstance(block.get("thinking"), str):
+                block["thinking"] = well_formed(block["thinking"])  # the halves joined: the text that was signed
+            elif block["type"] == "tool_use":
+                block = {"type": "tool_use", "id": block["id"], "name": block["name"], "input": tool_input(block)}
+            content.append(block)
+    except (KeyError, TypeError, AttributeError) as err:
+        raise BadReply(f"the endpoint sent a malformed content block ({type(err).__name__}: {err})") from None
+    return content
+
+
+def answered(content: list, stop_reason: str, usage: dict) -> tuple:
+    """(content, stop_reason, usage) of a reply that is an answer. No content and no usage
+    is a failure, not an answer (EmptyReply); no content but usage (the model said only
+    blanks) keeps a placeholder, since the API refuses an empty assistant message."""
+    if content or stop_reason == "model_context_window_exceeded":  # that one is an overflow: said elsewhere
+        return content, stop_reason, usage
+    if not any(usage.get(key) for key in USAGE_KEYS):
+        raise EmptyReply()
+    return [own_text("no reply", NO_REPLY)], stop_reason, usage
+
+
+def reply_from_events(events, on_text) -> tuple:
+    """(content, stop_reason, usage) from (kind, data) pairs; raises BadReply or ErrorEvent."""
+    blocks, usage, stop_reason, started = {}, {}, None, False
+    for kind, data in events:
+        if kind == "error":
+            raise ErrorEvent(data)
+        try:
+            stop_reason = apply_event(kind, data, blocks, usage, on_text) or stop_reason
+        except (KeyError, TypeError, AttributeError) as err:
+            raise BadReply(f"the endpoint sent a malformed {kind} event ({type(err).__name__}: {err})") from None
+        started = started or kind == "message_start"
+    if not started:
+        raise BadReply("the endpoint's reply was empty")
+    if stop_reason is None:
+        raise BadReply("the reply stream ended before the message was complete (the connection dropped)")
+    return answered(finished_blocks(blocks), stop_reason, usage)
+
+
+def reply_from_body(raw: bytes, on_text=None) -> tuple:
+    """A whole message as JSON where a stream was asked for (some proxies answer so); its
+    text goes to on_text at once, as a stream's would have."""
+    try:
+        data = json.loads(raw)
+    except (ValueError, RecursionError):
+        raise BadReply("the endpoint's reply was empty" if not raw.strip() else
+                       f"the endpoint's reply is not JSON: {one_line(raw.decode('utf-8', 'replace'), 60)}") from None
+    if isinstance(data, dict) and data.get("error"):
+        raise ErrorEvent(data)
+    if not isinstance(data, dict) or not isinstance(data.get("content"), list):
+        raise BadReply(f"the endpoint's reply is not a message: {one_line(json.dumps(data), 60)}")
+    usage = {}
+    add_usage(usage, data.get("usage"))
+    content, stop_reason, usage = answered(finished_blocks(dict(enumerate(data["content"]))),
+                                           data.get("stop_reason") or "end_turn", usage)
+    for block in content if on_text else []:
+        if block.get("type") == "text" and OWN not in block:  # the placeholder for nothing said is not shown
+            on_text(block["text"])
+    return content, stop_reason, usage
