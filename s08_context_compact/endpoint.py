@@ -44,6 +44,7 @@ MAX_API_ATTEMPTS = 4                # a call and up to 3 retries for 429, 5xx an
 RETRY_BASE_SECONDS = 1.0            # backoff 1 s, 2 s, 4 s (±20%), longer if the API's retry-after says so
 CONNECT_TIMEOUT = 10.0              # seconds to reach the endpoint (API_CONNECT_TIMEOUT)
 IDLE_TIMEOUT = 120.0                # a stream silent this long (pings aside) is abandoned (API_IDLE_TIMEOUT)
+ERROR_CHARS = 300                   # an error's message on screen: pydantic errors can run to pages
 MODELS_API_SOURCE = "the Models API (max_input_tokens)"
 DEFAULT_WINDOW_SOURCE = "the default (nothing else said; set CONTEXT_WINDOW if you know it)"
 
@@ -153,10 +154,10 @@ def with_retries(agent, call):
 
 
 def api_error_text(err: Exception) -> str:
-    """One line for a person: the status, the error's kind and its message, and the URL
-    where that URL is what to check."""
+    """One line for a person: the status, the error's kind and its message (cut short: a
+    proxy may quote the whole request in it), and the URL where that URL is what to check."""
     if isinstance(err, ErrorEvent):
-        return f"error inside the reply stream: {err}"
+        return f"error inside the reply stream: {one_line(str(err), ERROR_CHARS)}"
     url = str(getattr(getattr(err, "request", None), "url", "") or "").split("?")[0] or "the API"
     url = re.sub(r"//[^/@\s]*@", "//", url)  # a proxy's user:password never goes on screen
     from_url = f" (from {url})" if getattr(err, "status_code", None) in (401, 403, 404) else ""
@@ -164,7 +165,7 @@ def api_error_text(err: Exception) -> str:
     if isinstance(body, dict) and isinstance(body.get("error"), dict):
         error = body["error"]
         kind = error.get("type") or error.get("code") or "error"
-        return f"{getattr(err, 'status_code', '')} {kind}: {error.get('message')}{from_url}"
+        return f"{getattr(err, 'status_code', '')} {kind}: {one_line(error.get('message'), ERROR_CHARS)}{from_url}"
     if isinstance(err, anthropic.APITimeoutError):
         return (f"{url} did not answer in time (API_CONNECT_TIMEOUT, API_IDLE_TIMEOUT); "
                 "check ANTHROPIC_BASE_URL and the network")
@@ -172,7 +173,15 @@ def api_error_text(err: Exception) -> str:
         return f"cannot reach {url} ({err.__cause__ or err}); check ANTHROPIC_BASE_URL and the network"
     if isinstance(err, anthropic.APIStatusError):
         return f"{err.status_code} {one_line(str(body or err), 200)}{from_url}"
-    return str(err)
+    return one_line(str(err), ERROR_CHARS)
+
+
+def key_refused(err: Exception) -> bool:
+    """The endpoint would not take the key: 401 or 403, or LiteLLM without a database, which
+    knows only its master key and says "No connected db." of any other."""
+    body = getattr(err, "body", None)
+    kind = body["error"].get("type") if isinstance(body, dict) and isinstance(body.get("error"), dict) else None
+    return getattr(err, "status_code", None) in (401, 403) or kind == "no_db_connection"
 
 
 class ReplyEvents:
@@ -360,16 +369,19 @@ def record_usage(agent, usage: dict) -> dict:
 def explain_api_error(err: Exception, withdrawn: bool, terminal: bool) -> str:
     """What a person is told when a turn ends in an API error: what went wrong, what to
     check, and what became of the message they sent."""
-    return " ".join(filter(None, [f"API error: {api_error_text(err)}.", what_to_do(err),
+    return " ".join(filter(None, [f"API error: {api_error_text(err).rstrip('.')}.", what_to_do(err),
                                   what_became_of_it(err, withdrawn, terminal)]))
 
 
 def what_to_do(err: Exception) -> str:
     status = getattr(err, "status_code", None)
-    if status in (401, 403):
+    if key_refused(err):
         return "Check ANTHROPIC_API_KEY, or ANTHROPIC_AUTH_TOKEN for an endpoint that wants a bearer token."
     if status == 404:
         return "Check MODEL_ID and ANTHROPIC_BASE_URL."
+    if isinstance(err, EmptyReply):
+        return ("The server's own log says why; if the prompt was over its context size, set CONTEXT_WINDOW to it "
+                "(llama.cpp's n_ctx).")
     return ""
 
 
@@ -377,6 +389,8 @@ def what_became_of_it(err: Exception, withdrawn: bool, terminal: bool) -> str:
     """What happened to the user's message after an API error, and whether to send it again."""
     if not withdrawn:
         return "The work so far is kept; send a message to go on."
+    if key_refused(err) or getattr(err, "status_code", None) == 404:  # the settings, not the message
+        return "Your message was taken back out; once that is fixed (restart the program), send it again."
     if getattr(err, "status_code", None) in (400, 413, 422):  # the request itself was refused
         return ("The endpoint refused the request as it stands, so your message was taken back out; sent "
                 "unchanged, it would fail again.")
@@ -415,9 +429,11 @@ def models_api_window(client, model: str, endpoint: Endpoint) -> int | None:
         endpoint.models_api = False
         return None
     except (anthropic.AuthenticationError, anthropic.PermissionDeniedError, anthropic.APIConnectionError) as err:
-        endpoint.startup_problem = f"{api_error_text(err)}. {what_to_do(err)}".strip()  # said before the prompt
+        endpoint.startup_problem = f"{api_error_text(err).rstrip('.')}. {what_to_do(err)}".strip()  # said at start
         return None
-    except anthropic.APIError:
+    except anthropic.APIError as err:
+        if key_refused(err):  # a proxy's own way of refusing a key
+            endpoint.startup_problem = f"{api_error_text(err).rstrip('.')}. {what_to_do(err)}"
         return None
     window = getattr(info, "max_input_tokens", None)
     return window if isinstance(window, int) and window >= MIN_CONTEXT_WINDOW else None

@@ -12,6 +12,7 @@ record's layout.
 import json
 import os
 import shlex
+import shutil
 import stat
 import sys
 import time
@@ -36,6 +37,14 @@ TRANSCRIPT_DIR = ".transcripts"
 
 class SessionInUse(Exception):
     """Another program has this session open: two writers would interleave their records."""
+
+
+def interpreter() -> str:
+    """How to name the Python that runs this program in a command to type: "python" when
+    that is the one the shell finds, else its full path (a virtual environment not activated)."""
+    found = shutil.which("python")  # links are not followed: a venv's python links to the one it came from
+    same = found and os.path.dirname(os.path.abspath(found)) == os.path.dirname(os.path.abspath(sys.executable))
+    return "python" if same else shlex.quote(sys.executable)
 
 
 class SessionLog:
@@ -87,7 +96,7 @@ class SessionLog:
         """The command that comes back to this session, once it holds something to come back to."""
         if self.file is None or self.failed:
             return ""
-        return f"python {shlex.quote(sys.argv[0])} --resume"
+        return f"{interpreter()} {shlex.quote(sys.argv[0])} --resume"
 
     def layer(self, name: str, saved_to: list, tokens_saved: int) -> None:
         self.write({"type": "layer", "layer": name, "saved_to": saved_to, "tokens_saved": tokens_saved})

@@ -1,7 +1,9 @@
 """code.py as a user runs it: a subprocess with piped stdin, talking to the fake API."""
 
 import json
+import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -332,3 +334,18 @@ def test_a_terminal_gets_colour_and_a_status_line_unless_no_color(fake, workspac
     after_prompt = after_prompt.replace("\r", "")
     assert after_prompt.startswith("\n") and after_prompt.endswith(" --resume\n"), \
         "after Ctrl-D: a new line, how to come back, and the shell's prompt on a line of its own"
+
+
+@pytest.mark.parametrize("found_first", [True, False])
+def test_the_way_back_names_the_python_that_runs_the_program(fake, workspace, tmp_path, found_first):
+    """The exit hint's interpreter is the one running the program: "python" only when that is
+    the python the shell finds, else its full path (a virtual environment not activated)."""
+    other = tmp_path / "elsewhere"
+    other.mkdir()
+    (other / "python").symlink_to(sys.executable)  # the same program, but another python to the shell
+    first = os.path.dirname(sys.executable) if found_first else str(other)
+    fake.reply(text("Hello."))
+    shown = _run_in_terminal(fake, workspace, b"hi\r", PATH=f"{first}:{os.environ.get('PATH', '')}")
+    plain_text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", shown)
+    command = re.search(r"To come back to this session later:\r\n  (.*) \S+code\.py --resume", plain_text).group(1)
+    assert command == ("python" if found_first else shlex.quote(sys.executable))

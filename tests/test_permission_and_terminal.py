@@ -234,5 +234,5 @@ def test_sigterm_at_the_prompt_says_how_to_come_back(fake, workspace):
     os.kill(terminal.pid, signal.SIGTERM)
     assert terminal.read_until(b"--resume")
     assert terminal.finish() == 128 + signal.SIGTERM
-    assert re.search(r"\[SIGTERM\] the program ends\..*To come back to this session later: python \S+code\.py "
+    assert re.search(r"\[SIGTERM\] the program ends\..*To come back to this session later: \S*python\S* \S+code\.py "
                      r"--resume", terminal.text.replace("\r\n", " ")), terminal.text

@@ -190,7 +190,7 @@ def test_on_a_terminal_banner_then_recap_warnings_once_a_clean_ctrl_c_and_how_to
     kept = fake.requests[-1]["messages"][-2]["content"][0]["text"]
     assert kept.split("\n\n")[0] == "Sentence 01 of 20. Sentence 02 of 20.", "what was shown, and no more"
     plain = ESCAPES.sub("", terminal.text)
-    command = re.search(r"To come back to this session later:\r\n  (python \S+code\.py --resume)\r\n", plain)
+    command = re.search(r"To come back to this session later:\r\n  (\S*python\S* \S+code\.py --resume)\r\n", plain)
     assert command, "how to come back, as one command to copy"
     lines = [line for line in screen_lines(terminal.text) if line != f"  {command.group(1)}"]
     assert all(columns_of(line) <= 50 for line in lines), [line for line in lines if columns_of(line) > 50]
