@@ -47,6 +47,18 @@ defaults are Anthropic's behaviour. `PROVIDERS` bundles them per provider.
                          script starts one itself, or the reply has "think": False),
                          and a tool loop must pass the last one back unchanged.
 - tool_ids="anthropic"   "kimi": generated ids are `functions.{name}:{k}`.
+- system_format="any"    "string": a system prompt sent as a list of blocks is refused
+                         with LiteLLM's 500 quoting llama-cpp-python's pydantic errors.
+- tool_stream="whole"    "pieces": each tool call streams as one tool_use block per
+                         piece of its JSON, all with the call's id, then an empty one,
+                         as LiteLLM relays llama.cpp's chunks.
+- auth="litellm"         a key other than `token` is refused as LiteLLM without a
+                         database refuses it: 400 no_db_connection, "No connected db.".
+
+LiteLLM relaying llama.cpp (`PROVIDERS["litellm_llamacpp"]`) also answers a prompt over
+the server's context size, streamed, with a 200 that holds nothing: message_start with
+zero usage, an empty text block, end_turn with zero usage (`silent_failure()` scripts
+the same for any other failure on the server, a template error after a tool call).
 
 Scripted misbehaviour: `malformed("sse_not_json" | "json_body" | "empty_body")`,
 `error_event`, `hang` and `pings_only` answer the same bytes whether or not the request
@@ -183,6 +195,12 @@ def error_event(kind: str = "overloaded_error", message: str = "Overloaded") -> 
     return {"error_event": {"type": kind, "message": message}}
 
 
+def silent_failure() -> dict:
+    """What LiteLLM streams when the server behind it failed: a 200 with no content and no
+    usage, ending in end_turn (see `_send_silent_failure`)."""
+    return {"silent_failure": True}
+
+
 def hang(seconds: float | None = None) -> dict:
     """Read the request and send nothing at all, not even a status line, until the
     client hangs up or `seconds` pass (None: until the server shuts down)."""
@@ -256,13 +274,33 @@ OVERFLOWS = {
         raw={"error": {"message": "litellm.ContextWindowExceededError: litellm.BadRequestError: "
                                   "ContextWindowExceededError: prompt too long for model",
                        "type": None, "param": None, "code": "400"}}),
+    # LiteLLM relaying llama-cpp-python: streamed, the failure inside the server becomes an
+    # empty 200 (body "silent"); not streamed, llama-cpp-python's words come through, wrapped
+    "litellm_llamacpp": Overflow(
+        400, "invalid_request_error",
+        "litellm.ContextWindowExceededError: litellm.BadRequestError: ContextWindowExceededError: OpenAIException - "
+        "This model's maximum context length is {w} tokens. However, you requested {t} tokens ({n} in the messages, "
+        "{m} in the completion). Please reduce the length of the messages or completion.\nmodel=smollm. "
+        "context_window_fallbacks=None. fallbacks=None.\n\nSet 'context_window_fallback' - "
+        "https://docs.litellm.ai/docs/routing#fallbacks\n\nLiteLLM: model group 'smollm' failed with the error "
+        "above. No fallback was attempted.", False, body="silent"),
+    # LiteLLM with model_info.max_input_tokens and enable_pre_call_checks refuses before the call
+    "litellm_precall": Overflow(
+        400, "invalid_request_error",
+        "litellm.ContextWindowExceededError: litellm.BadRequestError: litellm._pre_call_checks: Context Window "
+        "exceeded for given call. No models have context window large enough for this call.\nModel=openai/smollm, "
+        "Max Input Tokens={w}, Got={n}\nmodel=smollm. context_window_fallbacks=None. fallbacks=None.\n\nSet "
+        "'context_window_fallback' - https://docs.litellm.ai/docs/routing#fallbacks\n\nLiteLLM: model group "
+        "'smollm' failed with the error above. No fallback was attempted.", False),
     # GLM and Claude 4.5+: not an error at all, a 200 reply that stops at once
     "stop_reason": Overflow(200, None, "model_context_window_exceeded", True, body="stop_reason"),
 }
 
 USAGE_STYLES = ("anthropic", "no_delta_usage", "zero_start", "includes_cache", "none")
-AUTH_STYLES = ("any", "bearer")
+AUTH_STYLES = ("any", "bearer", "litellm")
 TOOL_ID_STYLES = ("anthropic", "kimi")
+SYSTEM_FORMATS = ("any", "string")
+TOOL_STREAMS = ("whole", "pieces")
 MODELS_LIST_STYLES = ("anthropic", "openai")
 
 # Each row models facts gathered in /work/shared/endpoints.md.
@@ -290,6 +328,11 @@ PROVIDERS = {
     "vllm": dict(overflow="vllm", models_api=False, count_tokens_api=False),
     # llama.cpp: "exceeds the available context size"; reports no usage.
     "llamacpp": dict(overflow="llamacpp", models_api=False, count_tokens_api=False, usage="none"),
+    # LiteLLM (use_chat_completions_url_for_anthropic_messages) relaying llama-cpp-python: a
+    # string-only system prompt, tool calls in pieces, an overflow as an empty 200, the real
+    # usage only in message_delta, no count_tokens, its master key only.
+    "litellm_llamacpp": dict(overflow="litellm_llamacpp", system_format="string", tool_stream="pieces",
+                             usage="zero_start", count_tokens_api=False, auth="litellm"),
 }
 
 THINKING_KEY = b"fake-anthropic-thinking"  # fixed, so a signature stays valid across fake servers
@@ -675,6 +718,7 @@ class PromptCache:
 
 # attributes whose value must be one of a fixed set of names
 CHOICES = {"overflow": tuple(OVERFLOWS), "usage": USAGE_STYLES, "auth": AUTH_STYLES, "tool_ids": TOOL_ID_STYLES,
+           "system_format": SYSTEM_FORMATS, "tool_stream": TOOL_STREAMS,
            "models_list": MODELS_LIST_STYLES}
 
 
@@ -686,13 +730,14 @@ class FakeAnthropic:
                  overflow: str = "anthropic", models_api: bool = True, count_tokens_api: bool = True,
                  usage: str = "anthropic", auth: str = "any", token: str = "test", thinking: bool = False,
                  tool_ids: str = "anthropic", models: list | None = None, models_list: str = "anthropic",
-                 clock=time.monotonic):
+                 system_format: str = "any", tool_stream: str = "whole", clock=time.monotonic):
         self.context_window, self.max_input_tokens = context_window, max_input_tokens
         self.max_output_tokens, self.chars_per_token = max_output_tokens, chars_per_token
         # provider behaviours (see the module docstring); tests may change them at any time
         self.overflow, self.models_api, self.count_tokens_api = overflow, models_api, count_tokens_api
         self.usage, self.auth, self.token, self.thinking, self.tool_ids = usage, auth, token, thinking, tool_ids
         self.models, self.models_list = models, models_list
+        self.system_format, self.tool_stream = system_format, tool_stream
         self.replies: deque = deque()
         self.summaries: deque = deque()
         self.min_cache_tokens = min_cache_tokens  # None: by the model's family, as the API does
@@ -886,6 +931,11 @@ class _Handler(BaseHTTPRequestHandler):
         elif not (api_key or authorization):
             self._send_error(401, "authentication_error", "x-api-key header is required")
             return False
+        elif self.owner.auth == "litellm" and (api_key or authorization.partition(" ")[2]) != self.owner.token:
+            # LiteLLM without a database knows only its master key, and says so oddly
+            self._send_json(400, {"error": {"message": "No connected db.", "type": "no_db_connection", "param": None,
+                                            "code": "400"}})
+            return False
         if not self.headers.get("anthropic-version"):
             self._send_error(400, "invalid_request_error", "anthropic-version: header is required")
             return False
@@ -977,6 +1027,9 @@ class _Handler(BaseHTTPRequestHandler):
         except InvalidRequest as problem:
             self._reject(str(problem))
             return
+        if owner.system_format == "string" and isinstance(body.get("system"), list):
+            self._refuse_system_list(body["system"])
+            return
         if body["max_tokens"] > owner.max_output_tokens:
             self._reject(f"max_tokens: {body['max_tokens']} > {owner.max_output_tokens}, which is the maximum "
                          f"allowed number of output tokens for {body['model']}")
@@ -994,6 +1047,38 @@ class _Handler(BaseHTTPRequestHandler):
         time.sleep(reply.get("delay", 0))
         self._answer(body, reply)
 
+    def _refuse_system_list(self, system: list) -> None:
+        """LiteLLM passes a list-valued system prompt on; llama-cpp-python's pydantic model
+        wants a string and lists each way the message failed to match, quoting it each time."""
+        quoted = repr([{k: v for k, v in b.items() if k != "cache_control"} for b in system if isinstance(b, dict)])
+        roles = ["ChatCompletionRequestSystemMessage", "ChatCompletionRequestUserMessage",
+                 "ChatCompletionRequestAssistantMessage", "ChatCompletionRequestToolMessage",
+                 "ChatCompletionRequestFunctionMessage"]
+        lines = [f"  {{'type': 'string_type', 'loc': ('body', 'messages', 0, '{role}', 'content'), 'msg': "
+                 f"'Input should be a valid string', 'input': {quoted}}}" for role in roles]
+        message = ("litellm.InternalServerError: InternalServerError: OpenAIException - 10 validation errors:\n"
+                   + "\n".join(lines) + "\n\nLiteLLM: model group 'smollm' failed with the error above. "
+                   "No fallback was attempted.")
+        self.owner.rejections.append("system must be a string")
+        self._send_error(500, "api_error", message)
+
+    def _send_silent_failure(self, body: dict) -> None:
+        """A failure inside the server as LiteLLM relays it: streamed, a 200 with an empty text
+        block and zero usage that ends in end_turn; not streamed, a 500."""
+        if not body.get("stream"):
+            self._send_error(500, "api_error", "litellm.InternalServerError: InternalServerError: OpenAIException - "
+                                               "'dict object' has no attribute 'content'")
+            return
+        self._start_sse()
+        zeros = {"input_tokens": 0, "output_tokens": 0, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
+        start = dict(self._start_of(body), usage=zeros)
+        self._event("message_start", {"type": "message_start", "message": start})
+        self._block_start(0, {"type": "text", "text": ""})
+        self._event("content_block_stop", {"type": "content_block_stop", "index": 0})
+        self._event("message_delta", {"type": "message_delta", "delta": {"stop_reason": "end_turn"},
+                                      "usage": {"input_tokens": 0, "output_tokens": 0}})
+        self._event("message_stop", {"type": "message_stop"})
+
     def _refuse_overflow(self, body: dict, overflow: Overflow, tokens: int) -> None:
         """Refuse a prompt too big for the window in the current overflow style."""
         message = overflow.text(tokens, body["max_tokens"], self.owner.context_window)
@@ -1002,6 +1087,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.owner.rejections.append(recorded)
         if overflow.body == "empty":
             self._send_empty(overflow.status)
+        elif overflow.body == "silent" and body.get("stream"):
+            self._send_silent_failure(body)
         elif overflow.body == "raw":
             self._send_json(overflow.status, overflow.raw, self._error_headers(overflow.status))
         elif overflow.body == "stop_reason":
@@ -1018,6 +1105,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._retry_ok = reply.get("retry", False)
             self._retry_after = reply.get("retry_after", 0)
             self._send_error(err["status"], err["type"], err["message"])
+        elif "silent_failure" in reply:
+            self._send_silent_failure(body)
         elif "hang" in reply:
             self.close_connection = True  # the client gets no response at all
             owner.stalls.append(self._stall(reply["hang"]))
@@ -1125,9 +1214,14 @@ class _Handler(BaseHTTPRequestHandler):
         start = dict(message, content=[], stop_reason=None, usage=start_usage)
         self._event("message_start", {"type": "message_start", "message": start})
         self._event("ping", {"type": "ping"})
-        for index, block in enumerate(message["content"]):
+        index = 0
+        for k, block in enumerate(message["content"]):
+            if block["type"] == "tool_use" and self.owner.tool_stream == "pieces":
+                index = self._stream_tool_pieces(index, block)
+                continue
             self._stream_block(index, block, reply.get("chunk_delay", 0), reply.get("split_surrogates", False))
-            if reply.get("drop_after_block") == index:
+            index += 1
+            if reply.get("drop_after_block") == k:
                 return  # the connection closes mid-stream, as a dropped network would
         delta = {"type": "message_delta", "delta": {"stop_reason": message["stop_reason"], "stop_sequence": None}}
         if delta_usage is not None:
@@ -1154,6 +1248,20 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             self._block_start(index, block)  # redacted_thinking and the like arrive whole
         self._event("content_block_stop", {"type": "content_block_stop", "index": index})
+
+    def _stream_tool_pieces(self, index: int, block: dict) -> int:
+        """A tool call as LiteLLM relays llama.cpp's chunks: a tool_use block per piece of its
+        JSON (a few characters, as tokens come), each repeating the id and name, then one
+        more with nothing in it. Returns the next free index."""
+        payload = json.dumps(block["input"]) if not isinstance(block["input"], RawJSON) else block["input"]
+        pieces = [payload[start:start + 4] for start in range(0, len(payload), 4)] + [""]
+        for piece in pieces:
+            self._block_start(index, dict(block, input={}))
+            if piece:
+                self._delta(index, {"type": "input_json_delta", "partial_json": piece})
+            self._event("content_block_stop", {"type": "content_block_stop", "index": index})
+            index += 1
+        return index
 
     def _block_start(self, index: int, block: dict) -> None:
         self._event("content_block_start", {"type": "content_block_start", "index": index, "content_block": block})

@@ -110,25 +110,38 @@ def is_complete(text: str) -> bool:
     return True
 
 
+def same_call_runs(blocks: list) -> list:
+    """The blocks in runs: a tool_use followed by tool_use blocks with its id (or none), empty
+    text blocks between them left out; any other block is a run of its own."""
+    runs = []
+    for block in blocks:
+        last = runs[-1][0] if runs else None
+        if block["type"] == "text" and not block.get("text", "").strip():
+            runs.append([block])
+        elif block["type"] == "tool_use" and last and last["type"] == "tool_use" and \
+                block.get("id") in (None, "", last.get("id")):
+            runs[-1].append(block)
+        else:
+            runs.append([block])
+    return [run for run in runs if run[0]["type"] != "text" or run[0].get("text", "").strip()]
+
+
 def joined_tool_calls(blocks: list) -> list:
     """One tool call streamed in pieces, each piece its own tool_use block with the call's id
     (LiteLLM relaying llama.cpp repeats the id in every chunk), is one call: the pieces'
-    JSON joined in order. A piece with no id belongs to the call before it; empty text
+    JSON joined in order; a piece with no id belongs to the call before it, and empty text
     blocks between pieces go. Two whole calls that share an id stay two (make_reply_sendable
-    renames the second): a call whose input is already complete JSON takes no more pieces."""
-    joined = []
-    for block in blocks:
-        previous = next((b for b in reversed(joined) if not (b["type"] == "text" and not b.get("text", "").strip())),
-                        None)
-        if block["type"] == "tool_use" and previous and previous["type"] == "tool_use" and \
-                block.get("id") in (None, "", previous.get("id")) and not is_complete(piece_of_input(previous)):
-            previous["partial_json"] = piece_of_input(previous) + piece_of_input(block)
-            previous["name"] = previous.get("name") or block.get("name")
-            while joined[-1] is not previous:
-                joined.pop()  # an empty text between two pieces
-            continue
-        joined.append(block)
-    return joined
+    renames the second): pieces that are each complete JSON, and do not join into one."""
+    calls = []
+    for run in same_call_runs(blocks):
+        pieces = [piece_of_input(b) for b in run]
+        joined = "".join(pieces)
+        if len(run) == 1 or is_complete(joined) or not all(is_complete(p) for p in pieces if p):
+            calls.append({**run[0], "partial_json": joined, "name": run[0].get("name") or run[-1].get("name")}
+                         if len(run) > 1 else run[0])
+        else:
+            calls += [b for b, p in zip(run, pieces) if p]
+    return calls
 
 
 def finished_blocks(blocks: dict) -> list:

@@ -39,6 +39,7 @@ EXPECTED_SIZES = {  # overflow style -> (prompt tokens stated?, window stated?)
     "vllm": (True, True), "kimi": (True, True), "413": (False, False), "413_empty": (False, False),
     "llamacpp": (False, False), "minimax": (False, False), "glm": (False, False), "glm_short": (False, False),
     "context_length_exceeded": (False, False), "litellm": (False, False), "stop_reason": (False, False),
+    "litellm_llamacpp": (True, True), "litellm_precall": (True, True),  # not streamed: the words come through
 }
 
 
@@ -76,9 +77,10 @@ def test_openai_wording_counts_max_tokens_only_when_the_prompt_alone_fit(s08):
 def test_litellm_pre_call_wording_names_the_window(s08):
     """LiteLLM with model_info.max_input_tokens refuses before the call, in its own words."""
     said = overflow_module.context_overflow(ValueError(
-        "litellm.ContextWindowExceededError: litellm.BadRequestError: Context Window exceeded. "
-        "Model=openai/smollm, Max Input Tokens=4096, Got=5027"), max_tokens=100)
-    assert (said.prompt_tokens, said.window, said.counts_output) == (5027, 4096, False)
+        "litellm.ContextWindowExceededError: litellm.BadRequestError: litellm._pre_call_checks: Context Window "
+        "exceeded for given call. No models have context window large enough for this call.\nModel=openai/smollm, "
+        "Max Input Tokens=4096, Got=5035\nmodel=smollm. context_window_fallbacks=None."), max_tokens=100)
+    assert (said.prompt_tokens, said.window, said.counts_output) == (5035, 4096, False)
 
 
 @pytest.mark.parametrize("status, kind, message", [
