@@ -1,0 +1,178 @@
+"""A local model behind a proxy: llama.cpp's server (llama-cpp-python) behind LiteLLM's
+Anthropic-compatible /v1/messages. The fake speaks what that stack was seen to send: an
+overflow or any failure inside the server as a 200 with no content and no usage, a tool
+call as many tool_use blocks that share its id, a 500 for a system prompt that is not a
+string, 400 "No connected db." for a wrong key. The program must never fail in silence."""
+
+import json
+
+import anthropic
+import pytest
+
+from conftest import assert_requests_valid, blocks, chat, run_cli, user
+from fake_anthropic import PROVIDERS, FakeAnthropic, error, silent_failure, text, tool_use
+import replies
+
+LITELLM_LLAMACPP = PROVIDERS["litellm_llamacpp"]
+
+
+def stack(**overrides) -> FakeAnthropic:
+    return FakeAnthropic(**{**LITELLM_LLAMACPP, **overrides})
+
+
+def transcript_footers(workspace) -> list:
+    return [json.loads(path.read_text().splitlines()[-1]) for path in sorted((workspace / ".transcripts").glob("compact-*"))]
+
+
+# ---------------------------------------------------------------- an empty success is not an answer
+
+def test_an_empty_success_is_read_as_a_failure_not_an_answer():
+    events = [("message_start", {"message": {"usage": {"input_tokens": 0, "output_tokens": 0}}}),
+              ("content_block_start", {"index": 0, "content_block": {"type": "text", "text": ""}}),
+              ("message_delta", {"delta": {"stop_reason": "end_turn"}, "usage": {"input_tokens": 0, "output_tokens": 0}})]
+    with pytest.raises(replies.EmptyReply):
+        replies.reply_from_events(events, None)
+    # blanks with usage are a reply of nothing said: a placeholder keeps the history valid,
+    # but it is the program's own words, not the model's
+    events[-1] = ("message_delta", {"delta": {"stop_reason": "end_turn"}, "usage": {"input_tokens": 9, "output_tokens": 1}})
+    content, _, _ = replies.reply_from_events(events, None)
+    assert [b["text"] for b in content] == ["(no reply)"] and replies.OWN in content[0]
+
+
+def test_a_silent_failure_is_retried_then_said_in_one_line_and_nothing_is_stored(s08, make_agent):
+    with stack() as fake:
+        agent = make_agent(server=fake)
+        fake.reply(*[silent_failure()] * 4)
+        messages = []
+        assert s08.take_turn(agent, messages, "hello") is False
+        assert len(fake.main_requests) == 4, "a call and three retries"
+        said = agent.out.text
+        retries = [line for line in said.splitlines() if line.startswith("[api]")]
+        assert len(retries) == 3 and all("answered with nothing" in line for line in retries)
+        failed = [line for line in said.splitlines() if line.startswith("API error:")]
+        assert len(failed) == 1 and "no content, no usage" in failed[0] and "CONTEXT_WINDOW" in failed[0]
+        assert ".." not in failed[0]
+        assert messages == [], "no (no reply) kept as the model's answer; the prompt is taken back out"
+
+
+def test_after_one_silent_failure_the_retry_is_the_answer(s08, make_agent):
+    with stack() as fake:
+        agent = make_agent(server=fake)
+        fake.reply(silent_failure(), text("Hello there."))
+        messages = []
+        assert s08.take_turn(agent, messages, "hello")
+        assert [b["text"] for b in blocks(messages[-1])] == ["Hello there."]
+
+
+def test_an_overflow_as_an_empty_success_teaches_a_window_and_compacts(s08, make_agent, workspace):
+    """llama.cpp's n_ctx is 6,000 here; the program assumes 200,000 until the empty reply."""
+    with stack(context_window=6_000) as fake:
+        agent = make_agent(server=fake)
+        messages = chat(2, 3_000)  # answered once: about 2,000 tokens
+        messages.append(user("one more question"))
+        fake.reply(text("First answer."))
+        s08.agent_loop(agent, messages)
+        messages += chat(3, 4_000)[2:] + [user("and the last one")]  # now well over 6,000
+        fake.reply(text("Last answer."))
+        assert s08.agent_loop(agent, messages) == "Last answer."
+        said = agent.out.text
+        assert "[window] the endpoint answered about" in said and "CONTEXT_WINDOW" in said
+        assert agent.endpoint.window < 6_000 and agent.endpoint.learned
+        assert fake.overflows, "the server did refuse it"
+        assert "[reactive_compact]" in said
+        assert "(no reply)" not in json.dumps(messages)
+        assert fake.invalid == [] and len(fake.rejections) == len(fake.overflows), "only refused for its size"
+
+
+def test_a_small_request_that_gets_an_empty_reply_is_not_taken_for_an_overflow(s08, make_agent):
+    """Below what the program can work in, or no larger than a request already answered,
+    an empty reply is a failure of the server, not a sign of a small window."""
+    with stack() as fake:
+        agent = make_agent(server=fake)
+        fake.reply(text("First."), *[silent_failure()] * 4)
+        messages = []
+        s08.take_turn(agent, messages, "hello")
+        s08.take_turn(agent, messages, "again")
+        assert agent.endpoint.window == 200_000 and not agent.endpoint.learned
+        assert "[window]" not in agent.out.text
+
+
+def test_an_empty_or_placeholder_summary_is_a_failed_summary(s08, make_agent, workspace):
+    with stack() as fake:
+        agent = make_agent(server=fake)
+        messages = chat(3, 500) + [user("what now")]
+        fake.summary(*[silent_failure()] * 4)
+        s08.handle_command(agent, messages, "/compact")
+        assert "[summary] failed (1/3)" in agent.out.text and "summary by the model" not in agent.out.text
+        assert transcript_footers(workspace)[-1]["summary_by"] == "fallback"
+    with FakeAnthropic() as fake:  # blanks with usage: "(no reply)" is no summary either
+        agent = make_agent(server=fake)
+        fake.summary(text("  "), text("\n"))
+        s08.handle_command(agent, messages, "/compact")
+        assert transcript_footers(workspace)[-1]["summary_by"] == "fallback"
+        assert "(no reply)" not in transcript_footers(workspace)[-1]["summary"]
+
+
+# ---------------------------------------------------------------- a tool call in pieces
+
+def test_a_tool_call_streamed_in_pieces_runs_once(s08, make_agent, workspace):
+    (workspace / "data.txt").write_text("the answer is 42\n")
+    with stack() as fake:
+        agent = make_agent(server=fake)
+        fake.reply(tool_use("read_file", {"path": "data.txt"}), text("It says 42."))
+        messages = []
+        assert s08.take_turn(agent, messages, "read data.txt")
+        calls = [b for m in messages for b in blocks(m) if b.get("type") == "tool_use"]
+        assert calls == [{"type": "tool_use", "id": calls[0]["id"], "name": "read_file", "input": {"path": "data.txt"}}]
+        results = [b for b in blocks(fake.main_requests[1]["messages"][-1]) if b.get("type") == "tool_result"]
+        assert len(results) == 1 and "the answer is 42" in json.dumps(results) and not results[0].get("is_error")
+        assert agent.out.text.count("● read_file") == 1 and "✗" not in agent.out.text
+        assert_requests_valid(fake)
+
+
+# ---------------------------------------------------------------- what the proxy refuses
+
+def test_a_server_that_takes_only_a_string_system_prompt_works(s08, make_agent):
+    with stack() as fake:
+        agent = make_agent(server=fake)
+        fake.reply(text("Fine."))
+        assert s08.take_turn(agent, [], "hello")
+        assert fake.rejections == [] and isinstance(fake.main_requests[0]["system"], str)
+        # and the fake does refuse a list, as LiteLLM relaying llama-cpp-python does
+        client = anthropic.Anthropic(api_key="test", base_url=fake.url, max_retries=0)
+        with pytest.raises(anthropic.InternalServerError) as refused:
+            client.messages.create(model="m", max_tokens=10, system=[{"type": "text", "text": "Be brief."}],
+                                   messages=[user("hi")])
+        assert refused.value.body["error"]["message"].count("Be brief.") == 5
+
+
+def test_each_retry_is_one_line_however_long_the_error(s08, make_agent):
+    with stack() as fake:
+        agent = make_agent(server=fake)
+        pydantic = "litellm.InternalServerError: 10 validation errors:\n" + "\n".join(
+            f"  {{'type': 'string_type', 'loc': ('body', 'messages', 0), 'input': '{'You are a coding agent. ' * 20}'}}"
+            for _ in range(10))
+        fake.reply(error(500, "api_error", pydantic), error(500, "api_error", pydantic), text("Recovered."))
+        assert s08.take_turn(agent, [], "hello")
+        retries = [line for line in agent.out.text.splitlines() if line.startswith("[api]")]
+        assert len(retries) == 2 and all(len(line) < 420 for line in retries)
+        assert all("retrying in" in line for line in retries), "the whole line, error and what happens next"
+
+
+def test_a_wrong_key_through_litellm_is_said_at_start_and_when_the_turn_fails(workspace):
+    with stack() as fake:
+        done = run_cli(fake, workspace, "hello\n", ANTHROPIC_API_KEY="sk-wrong")
+    out = done.stdout + done.stderr
+    assert "No connected db." in out and out.count("Check ANTHROPIC_API_KEY") >= 2, out
+    failed = [line for line in done.stdout.splitlines() if line.startswith("API error:")]
+    assert failed and ".." not in failed[0] and "send it again" not in failed[0].split("once that is fixed")[0]
+
+
+def test_a_404_from_a_proxy_does_not_ask_to_send_it_again(s08, make_agent):
+    with FakeAnthropic() as fake:
+        agent = make_agent(server=fake)
+        fake.reply(error(404, "not_found_error", '{"detail":"Not Found"}'))
+        s08.take_turn(agent, [], "hello")
+        failed = [line for line in agent.out.text.splitlines() if line.startswith("API error:")][0]
+        assert "Check MODEL_ID and ANTHROPIC_BASE_URL" in failed and "restart" in failed
+        assert "send it again (" not in failed and "send it again." not in failed.split("restart")[0]
