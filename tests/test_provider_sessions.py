@@ -67,8 +67,9 @@ def assert_session_kept_its_promises(fake, workspace, done):
 # or count_tokens), plus the overflow wordings no provider preset uses.
 BEHAVIOURS = {**{name: dict(settings) for name, settings in PROVIDERS.items() if name != "anthropic"},
               **{f"says-{style}": {"overflow": style} for style in ("anthropic", "anthropic_max_tokens", "413", "413_empty",
-                                                          "glm", "glm_short", "context_length_exceeded")}}
-STATES_THE_WINDOW = ("anthropic", "anthropic_max_tokens", "openai", "vllm", "kimi")
+                                                          "glm", "glm_short", "context_length_exceeded",
+                                                          "litellm_precall")}}
+STATES_THE_WINDOW = ("anthropic", "anthropic_max_tokens", "openai", "vllm", "kimi", "litellm_precall")
 
 
 def test_every_overflow_wording_has_a_session():
