@@ -29,7 +29,9 @@ KNOWN_ELSEWHERE = {"tool_use", "tool_result", "tool_choice", "max_tokens", "inpu
                    "NO_COLOR", "CONTEXT_WINDOW", "MODEL_ID", "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL",
                    "POST_COMPACT_", "SKILL", "cache_edits", "tool_use_id", "messages/count_tokens",
                    "redacted_thinking", "ContextWindowExceededError", "stop_reason", "message_delta",
-                   "cache_read_input_tokens", "ANTHROPIC_AUTH_TOKEN"}
+                   "cache_read_input_tokens", "ANTHROPIC_AUTH_TOKEN", "enable_pre_call_checks",
+                   "use_chat_completions_url_for_anthropic_messages", "model_info.max_input_tokens",
+                   "no_db_connection"}
 
 
 def words_in_code(tree) -> set:
