@@ -15,7 +15,7 @@ import sys
 import time
 from dataclasses import dataclass, replace
 
-from history import fresh_id
+from history import fresh_id, result_text
 from overflow import EMPTY_REPLY_OVERFLOW, MIN_CONTEXT_WINDOW, ContextOverflow, context_overflow, learned_window
 from replies import USAGE_KEYS, BadReply, EmptyReply, ErrorEvent, reply_from_body, reply_from_events
 from terminal import Spinner, StreamedText, one_line
@@ -66,6 +66,7 @@ class Endpoint:
     usage_note: str = ""              # set when the endpoint's usage could not be taken as it is
     startup_problem: str = ""         # what the first call at start-up ran into (no connection, a refused key)
     undercount: float = 1.0           # how many times our estimate the endpoint counted in a refused prompt
+    plain_text: bool = False          # its chat template takes only text as strings (plain_text_request)
 
     def accepted(self, prompt_tokens: int, max_tokens: int) -> None:
         self.largest_accepted = (max(self.largest_accepted[0], prompt_tokens),
@@ -117,7 +118,7 @@ class Endpoint:
         """What the session log keeps, so --resume starts from what was learned."""
         return {"model": self.model, "window": self.window, "window_source": self.window_source, "learned": self.learned,
                 "counts_output": self.counts_output, "count_tokens": self.can_count_tokens,
-                "models_api": self.models_api}
+                "models_api": self.models_api, "plain_text": self.plain_text}
 
 
 def api_failures() -> tuple:
@@ -249,7 +250,13 @@ def send_request(agent, request: dict, sent_tokens: int, on_text=None, label: st
             except EmptyReply:  # retried as a failure, unless the prompt most likely did not fit
                 if agent.endpoint.overflowed_silently(sent_tokens):
                     raise ContextOverflow(EMPTY_REPLY_OVERFLOW, sent_tokens, max_tokens) from None
-                raise
+                plain = plain_text_request(request)
+                if agent.endpoint.plain_text or plain == request:
+                    raise
+                answer = stream_reply(agent, plain, show if on_text else None)  # its template may want strings
+                agent.endpoint.plain_text = True
+                agent.say(PLAIN_TEXT_NOTE, "dim")
+                return answer
             except KeyboardInterrupt:
                 raise  # model_reply ends the line: the word held back was never shown
             except BaseException:
@@ -258,6 +265,8 @@ def send_request(agent, request: dict, sent_tokens: int, on_text=None, label: st
                 raise
     max_tokens = request["max_tokens"]
     request = agent.secrets.redact_json(request)  # the last net: what is sent holds no secret, in any form
+    if agent.endpoint.plain_text:
+        request = plain_text_request(request)
     try:
         content, stop_reason, usage = with_retries(agent, attempt)
     except (anthropic.APIStatusError, ErrorEvent) as err:
@@ -276,6 +285,37 @@ def send_request(agent, request: dict, sent_tokens: int, on_text=None, label: st
     # logged, saved or shown.
     content = [agent.secrets.redact_deep(b) if b.get("type") == "text" else b for b in content]
     return Answer({"role": "assistant", "content": content}, stop_reason, usage, prompt_tokens)
+
+
+PLAIN_TEXT_NOTE = ("[endpoint] the server failed on text sent as a list of blocks and answered it sent as plain "
+                   "strings (a chat template such as llama.cpp's takes only those): plain text from now on, "
+                   "without prompt-cache marks")
+
+
+def plain_text_request(request: dict) -> dict:
+    """The request as a chat template that concatenates strings can take (LiteLLM turns each
+    message into one the template reads): a message of only text as one string; text beside
+    tool results inside the last result; a call alone with a line naming it (LiteLLM sends
+    such a message with no text, and the template fails on that); no cache marks."""
+    def plain(message: dict) -> dict:
+        content = message["content"]
+        if isinstance(content, str):
+            return message
+        blocks = [{k: v for k, v in b.items() if k != "cache_control"} for b in content]
+        texts = [b["text"] for b in blocks if b.get("type") == "text"]
+        if len(texts) == len(blocks):
+            return {**message, "content": "\n\n".join(texts)}
+        results = [k for k, b in enumerate(blocks) if b.get("type") == "tool_result"]
+        if results and texts:
+            last = blocks[results[-1]]
+            blocks[results[-1]] = {**last, "content": "\n\n".join([result_text(last), *texts])}
+            blocks = [b for b in blocks if b.get("type") != "text"]
+        calls = [b["name"] for b in blocks if b.get("type") == "tool_use"]
+        if calls and not texts:
+            blocks.insert(0, {"type": "text", "text": f"(calling {', '.join(calls)})"})
+        return {**message, "content": blocks}
+    tools = [{k: v for k, v in t.items() if k != "cache_control"} for t in request.get("tools") or []]
+    return {**request, "messages": [plain(m) for m in request["messages"]], **({"tools": tools} if tools else {})}
 
 
 def model_reply(agent, request: dict, sent_tokens: int, show_text: bool, label: str = "waiting for the model") -> Answer:
@@ -451,7 +491,8 @@ def discover_endpoint(client, model: str, logged: dict | None = None) -> Endpoin
     endpoint = Endpoint(DEFAULT_CONTEXT_WINDOW, DEFAULT_WINDOW_SOURCE, model=model,
                         counts_output=bool(logged.get("counts_output")),
                         can_count_tokens=logged.get("count_tokens", True) is not False,
-                        models_api=logged.get("models_api", True) is not False)
+                        models_api=logged.get("models_api", True) is not False,
+                        plain_text=logged.get("plain_text") is True)
     configured = os.getenv("CONTEXT_WINDOW", "").strip()
     if configured and (not re.fullmatch(r"[0-9]+", configured) or int(configured) < MIN_CONTEXT_WINDOW):
         raise ValueError(f"CONTEXT_WINDOW={configured!r} must be a whole number of tokens, at least "

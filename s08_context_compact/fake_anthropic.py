@@ -52,6 +52,10 @@ defaults are Anthropic's behaviour. `PROVIDERS` bundles them per provider.
 - tool_stream="whole"    "pieces": each tool call streams as one tool_use block per
                          piece of its JSON, all with the call's id, then an empty one,
                          as LiteLLM relays llama.cpp's chunks.
+- template="any"         "strings": the chat template behind the proxy concatenates strings
+                         (SmolLM2's, as llama.cpp renders it): a message whose text comes
+                         as a list of blocks, text beside tool results, or a call with no
+                         text beside it fails inside the server, as a silent failure.
 - auth="litellm"         a key other than `token` is refused as LiteLLM without a
                          database refuses it: 400 no_db_connection, "No connected db.".
 
@@ -300,6 +304,7 @@ USAGE_STYLES = ("anthropic", "no_delta_usage", "zero_start", "includes_cache", "
 AUTH_STYLES = ("any", "bearer", "litellm")
 TOOL_ID_STYLES = ("anthropic", "kimi")
 SYSTEM_FORMATS = ("any", "string")
+TEMPLATES = ("any", "strings")
 TOOL_STREAMS = ("whole", "pieces")
 MODELS_LIST_STYLES = ("anthropic", "openai")
 
@@ -332,7 +337,7 @@ PROVIDERS = {
     # string-only system prompt, tool calls in pieces, an overflow as an empty 200, the real
     # usage only in message_delta, no count_tokens, its master key only.
     "litellm_llamacpp": dict(overflow="litellm_llamacpp", system_format="string", tool_stream="pieces",
-                             usage="zero_start", count_tokens_api=False, auth="litellm"),
+                             usage="zero_start", count_tokens_api=False, auth="litellm", template="strings"),
 }
 
 THINKING_KEY = b"fake-anthropic-thinking"  # fixed, so a signature stays valid across fake servers
@@ -390,7 +395,12 @@ def is_summary_request(body: dict) -> bool:
     content = last.get("content") if isinstance(last, dict) else None
     ending = content[-1].get("text", "") if isinstance(content, list) and content and isinstance(content[-1], dict) \
         else content if isinstance(content, str) else ""
-    return not body.get("tools") or choice.get("type") == "none" or str(ending).startswith(SUMMARY_OPENING)
+    if isinstance(content, list) and content and isinstance(content[-1], dict) and \
+            content[-1].get("type") == "tool_result":  # plain text: what followed the results is inside the last
+        ending = content[-1].get("content") if isinstance(content[-1].get("content"), str) else ""
+    ending = str(ending)
+    return not body.get("tools") or choice.get("type") == "none" or ending.startswith(SUMMARY_OPENING) or \
+        f"\n\n{SUMMARY_OPENING}" in ending  # plain text: the instruction is the last paragraph of a string
 
 
 def _check_text_block(block: dict, where: str) -> None:
@@ -577,6 +587,22 @@ def validate_request(body: dict, *, need_max_tokens: bool = True) -> None:
         raise InvalidRequest(f"A maximum of {MAX_CACHE_BREAKPOINTS} blocks with cache_control may be provided. Found {breakpoints}.")
 
 
+def renders_as_strings(messages: list) -> bool:
+    """Whether a chat template that concatenates strings can take these messages once
+    LiteLLM has made them OpenAI messages: text only as a string, no text beside tool
+    results (it would become a user message of parts), no call without text."""
+    for message in messages:
+        content = message.get("content")
+        if isinstance(content, str):
+            continue
+        kinds = [b.get("type") for b in content if isinstance(b, dict)]
+        if "text" in kinds and ("tool_result" in kinds or set(kinds) == {"text"}):
+            return False
+        if message.get("role") == "assistant" and "tool_use" in kinds and "text" not in kinds:
+            return False
+    return True
+
+
 def check_thinking_passback(messages: list) -> None:
     """With thinking on, a tool loop must hand back the thinking that led to its tool calls.
 
@@ -718,7 +744,7 @@ class PromptCache:
 
 # attributes whose value must be one of a fixed set of names
 CHOICES = {"overflow": tuple(OVERFLOWS), "usage": USAGE_STYLES, "auth": AUTH_STYLES, "tool_ids": TOOL_ID_STYLES,
-           "system_format": SYSTEM_FORMATS, "tool_stream": TOOL_STREAMS,
+           "system_format": SYSTEM_FORMATS, "tool_stream": TOOL_STREAMS, "template": TEMPLATES,
            "models_list": MODELS_LIST_STYLES}
 
 
@@ -730,14 +756,16 @@ class FakeAnthropic:
                  overflow: str = "anthropic", models_api: bool = True, count_tokens_api: bool = True,
                  usage: str = "anthropic", auth: str = "any", token: str = "test", thinking: bool = False,
                  tool_ids: str = "anthropic", models: list | None = None, models_list: str = "anthropic",
-                 system_format: str = "any", tool_stream: str = "whole", clock=time.monotonic):
+                 system_format: str = "any", tool_stream: str = "whole", template: str = "any",
+                 clock=time.monotonic):
         self.context_window, self.max_input_tokens = context_window, max_input_tokens
         self.max_output_tokens, self.chars_per_token = max_output_tokens, chars_per_token
         # provider behaviours (see the module docstring); tests may change them at any time
         self.overflow, self.models_api, self.count_tokens_api = overflow, models_api, count_tokens_api
         self.usage, self.auth, self.token, self.thinking, self.tool_ids = usage, auth, token, thinking, tool_ids
         self.models, self.models_list = models, models_list
-        self.system_format, self.tool_stream = system_format, tool_stream
+        self.system_format, self.tool_stream, self.template = system_format, tool_stream, template
+        self.template_failures = 0           # requests the "strings" template could not render
         self.replies: deque = deque()
         self.summaries: deque = deque()
         self.min_cache_tokens = min_cache_tokens  # None: by the model's family, as the API does
@@ -1029,6 +1057,10 @@ class _Handler(BaseHTTPRequestHandler):
             return
         if owner.system_format == "string" and isinstance(body.get("system"), list):
             self._refuse_system_list(body["system"])
+            return
+        if owner.template == "strings" and not renders_as_strings(body["messages"]):
+            owner.template_failures += 1  # a failure inside the server, not a refusal: not in rejections
+            self._send_silent_failure(body)
             return
         if body["max_tokens"] > owner.max_output_tokens:
             self._reject(f"max_tokens: {body['max_tokens']} > {owner.max_output_tokens}, which is the maximum "

@@ -11,6 +11,7 @@ import pytest
 
 from conftest import assert_requests_valid, blocks, chat, run_cli, user
 from fake_anthropic import PROVIDERS, FakeAnthropic, error, silent_failure, text, tool_use
+import endpoint as endpoint_module
 import replies
 
 LITELLM_LLAMACPP = PROVIDERS["litellm_llamacpp"]
@@ -128,6 +129,61 @@ def test_a_tool_call_streamed_in_pieces_runs_once(s08, make_agent, workspace):
         assert len(results) == 1 and "the answer is 42" in json.dumps(results) and not results[0].get("is_error")
         assert agent.out.text.count("● read_file") == 1 and "✗" not in agent.out.text
         assert_requests_valid(fake)
+
+
+# ---------------------------------------------------------------- a chat template that takes only strings
+
+def test_a_template_that_takes_only_strings_is_sent_plain_text_once_it_fails(s08, make_agent, workspace):
+    """SmolLM2's template behind LiteLLM concatenates strings: text sent as a list of blocks
+    fails inside the server. One plain-text try answers it, and plain text is kept."""
+    (workspace / "data.txt").write_text("the answer is 42\n")
+    with stack() as fake:
+        agent = make_agent(server=fake)
+        fake.reply(text("Hi."), tool_use("read_file", {"path": "data.txt"}), text("It says 42."))
+        messages = []
+        assert s08.take_turn(agent, messages, "hello")
+        assert fake.template_failures == 1 and agent.out.text.count("[endpoint]") == 1
+        assert agent.endpoint.plain_text and agent.endpoint.facts()["plain_text"] is True
+        assert s08.take_turn(agent, messages, "read data.txt")
+        assert fake.template_failures == 1, "plain text from then on, the tool loop included"
+        assert [b["text"] for b in blocks(messages[-1])] == ["It says 42."]
+        last = fake.main_requests[-1]
+        assert "cache_control" not in json.dumps(last) and isinstance(last["messages"][0]["content"], str)
+        assert "[api]" not in agent.out.text
+
+
+def test_plain_text_keeps_every_word_and_every_pair(s08):
+    request = {"model": "m", "max_tokens": 10, "system": "s", "tools": [{"name": "bash", "cache_control": {}}],
+               "messages": [
+                   {"role": "user", "content": [{"type": "text", "text": "first"}, {"type": "text", "text": "second",
+                                                                                   "cache_control": {}}]},
+                   {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "bash", "input": {}}]},
+                   {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "ok"},
+                                                {"type": "text", "text": "[note: cut short]"}]}]}
+    plain = endpoint_module.plain_text_request(request)
+    assert plain["messages"][0]["content"] == "first\n\nsecond"
+    assert plain["messages"][1]["content"][0] == {"type": "text", "text": "(calling bash)"}
+    assert plain["messages"][2]["content"] == [{"type": "tool_result", "tool_use_id": "t1",
+                                                "content": "ok\n\n[note: cut short]"}]
+    assert "cache_control" not in json.dumps(plain) and "cache_control" in json.dumps(request), "a copy"
+    assert endpoint_module.plain_text_request(plain) == plain
+
+
+def test_anthropic_is_never_sent_plain_text(s08, make_agent, fake):
+    fake.reply(text("Hi."))
+    agent = make_agent()
+    assert s08.take_turn(agent, [], "hello")
+    assert not agent.endpoint.plain_text and "cache_control" in json.dumps(fake.main_requests[0]["messages"])
+
+
+def test_plain_text_is_remembered_across_resume(workspace):
+    with stack() as fake:
+        fake.reply(text("Hi."), text("Again."))
+        first = run_cli(fake, workspace, "hello\n")
+        assert first.returncode == 0 and fake.template_failures == 1, first.stdout + first.stderr
+        second = run_cli(fake, workspace, "again\n", args=("--resume",))
+        assert second.returncode == 0 and "Again." in second.stdout, second.stdout + second.stderr
+        assert fake.template_failures == 1, "the resumed session sends plain text from its first request"
 
 
 # ---------------------------------------------------------------- what the proxy refuses
