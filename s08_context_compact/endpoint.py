@@ -233,6 +233,7 @@ class Answer:
     stop_reason: str
     usage: dict
     prompt_tokens: int | None   # the prompt's size by usage, None when usage could not be trusted
+    note: str = ""              # what was learned of the endpoint on the way, said once the reply is shown
 
 
 def send_request(agent, request: dict, sent_tokens: int, on_text=None, label: str = "waiting for the model") -> Answer:
@@ -255,7 +256,7 @@ def send_request(agent, request: dict, sent_tokens: int, on_text=None, label: st
                     raise
                 answer = stream_reply(agent, plain, show if on_text else None)  # its template may want strings
                 agent.endpoint.plain_text = True
-                agent.say(PLAIN_TEXT_NOTE, "dim")
+                notes.append(PLAIN_TEXT_NOTE)
                 return answer
             except KeyboardInterrupt:
                 raise  # model_reply ends the line: the word held back was never shown
@@ -263,7 +264,7 @@ def send_request(agent, request: dict, sent_tokens: int, on_text=None, label: st
                 if shown:  # a reply cut off mid-line: what is said next starts on a line of its own
                     on_text("\n")
                 raise
-    max_tokens = request["max_tokens"]
+    max_tokens, notes = request["max_tokens"], []
     request = agent.secrets.redact_json(request)  # the last net: what is sent holds no secret, in any form
     if agent.endpoint.plain_text:
         request = plain_text_request(request)
@@ -284,7 +285,7 @@ def send_request(agent, request: dict, sent_tokens: int, on_text=None, label: st
     # .env value may be an ordinary word it means); they are redacted wherever they are sent,
     # logged, saved or shown.
     content = [agent.secrets.redact_deep(b) if b.get("type") == "text" else b for b in content]
-    return Answer({"role": "assistant", "content": content}, stop_reason, usage, prompt_tokens)
+    return Answer({"role": "assistant", "content": content}, stop_reason, usage, prompt_tokens, " ".join(notes))
 
 
 PLAIN_TEXT_NOTE = ("[endpoint] the server failed on text sent as a list of blocks and answered it sent as plain "
@@ -332,6 +333,8 @@ def model_reply(agent, request: dict, sent_tokens: int, show_text: bool, label: 
         raise
     if shown:
         shown.finish()
+    if answer.note:
+        agent.say(answer.note, "dim")
     return answer
 
 
