@@ -265,7 +265,7 @@ def send_request(agent, request: dict, sent_tokens: int, on_text=None, label: st
                     on_text("\n")
                 raise
     max_tokens, notes = request["max_tokens"], []
-    request = agent.secrets.redact_json(request)  # the last net: what is sent holds no secret, in any form
+    request = redacted_request(agent.secrets, request)  # the last net: what is sent holds no secret, in any form
     if agent.endpoint.plain_text:
         request = plain_text_request(request)
     try:
@@ -286,6 +286,30 @@ def send_request(agent, request: dict, sent_tokens: int, on_text=None, label: st
     # logged, saved or shown.
     content = [agent.secrets.redact_deep(b) if b.get("type") == "text" else b for b in content]
     return Answer({"role": "assistant", "content": content}, stop_reason, usage, prompt_tokens, " ".join(notes))
+
+
+SIGNED = ("thinking", "redacted_thinking")  # blocks the endpoint signed: they go back exactly as it sent them
+
+
+def redacted_request(secrets, request: dict) -> dict:
+    """The request with every secret in any form replaced, except inside the thinking blocks
+    the endpoint signed: those came from it, and a changed one fails its signature (400),
+    which would fail every later turn too. They are kept out of logs and the screen instead."""
+    signed = []
+
+    def set_aside(block):
+        if isinstance(block, dict) and block.get("type") in SIGNED:
+            signed.append(block)
+            return {"type": "signed", "n": len(signed) - 1}
+        return block
+    messages = [{**m, "content": [set_aside(b) for b in m["content"]]} if isinstance(m.get("content"), list) else m
+                for m in request["messages"]]
+    clean = secrets.redact_json({**request, "messages": messages})
+    if not signed:
+        return clean
+    return {**clean, "messages": [{**m, "content": [signed[b["n"]] if b.get("type") == "signed" else b
+                                                     for b in m["content"]]}
+                                  if isinstance(m.get("content"), list) else m for m in clean["messages"]]}
 
 
 PLAIN_TEXT_NOTE = ("[endpoint] the server failed on text sent as a list of blocks and answered it sent as plain "
@@ -532,7 +556,7 @@ def count_tokens(agent, request: dict, estimate: int) -> int | None:
     endpoint = agent.endpoint
     if not endpoint.can_count_tokens:
         return None
-    request = agent.secrets.redact_json({k: v for k, v in request.items() if k != "max_tokens"})  # the last net
+    request = redacted_request(agent.secrets, {k: v for k, v in request.items() if k != "max_tokens"})  # last net
     try:
         counted = agent.client.messages.count_tokens(**request).input_tokens
     except anthropic.APIStatusError as err:

@@ -259,6 +259,26 @@ def test_thinking_blocks_go_back_verbatim_in_a_tool_loop(s08, make_agent, worksp
         assert {k: v for k, v in sent_back.items() if k != "cache_control"} == thought
 
 
+def test_thinking_that_holds_a_secret_goes_back_unchanged_and_is_kept_out_of_the_log(s08, make_agent, workspace):
+    """A signed block changed by redaction fails its signature, and every later turn with it:
+    it goes back byte for byte (it came from the endpoint); the log and screen never show it."""
+    (workspace / "a.txt").write_text("alpha")
+    secret = "hunter2-swordfish-77"
+    with FakeAnthropic(thinking=True) as fake:
+        agent = make_agent(server=fake, secrets=[secret])
+        session_log.open_session(agent, None)
+        thought = {"type": "thinking", "thinking": f"The .env says {secret}; I will not repeat it."}
+        fake.reply({"content": [thought, *tool_use("read_file", {"path": "a.txt"})["content"]]}, text("done"),
+                   text("and again"))
+        messages = []
+        assert s08.take_turn(agent, messages, "read a.txt")
+        assert s08.take_turn(agent, messages, "once more")
+        assert fake.invalid == [], fake.invalid
+        assert secret in fake.main_requests[1]["messages"][1]["content"][0]["thinking"]
+        assert secret not in agent.out.text
+        assert secret not in "".join(p.read_text() for p in (workspace / ".transcripts").glob("*.jsonl"))
+
+
 def test_redacted_thinking_is_kept_as_sent(s08, make_agent, fake):
     fake.reply({"content": [{"type": "redacted_thinking", "data": "c2VjcmV0"},
                             {"type": "tool_use", "name": "glob", "input": {"pattern": "*"}}]}, text("ok"))
