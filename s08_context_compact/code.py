@@ -1283,6 +1283,8 @@ def render_todos(todos: list) -> str:
 def run_task(agent, prompt: str, description: str = "") -> str:
     """A subagent does the job in a fresh context. No session log records it: its work, every
     call and result, is saved as a transcript however it ends (large outputs as the main agent's)."""
+    if not prompt.strip():  # the API refuses a message of blank text
+        return "Error: task needs a prompt that says what the subagent should do. Call task again with one."
     child, work = agent.subagent(), [{"role": "user", "content": [{"type": "text", "text": redact(prompt, agent.secrets)}]}]
     agent.say(f"[task] subagent started: {description or prompt[:60]}")
     try:

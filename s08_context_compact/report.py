@@ -125,7 +125,8 @@ def layer_line(name: str, before: list, after: list, saved: int, where: list) ->
     verb = LAYER_VERBS[name] if changed != 1 else \
         re.sub(r"^((?:\w+ )?\w+)s\b", r"\1", LAYER_VERBS[name]).replace("placeholders", "a placeholder")
     line = f"[{name}] {changed} {verb}, {change} tokens (saved to {', '.join(where)})"
-    header = blocks_of(after[0])[0] if after and "summary_by" in blocks_of(after[0])[0] else None
+    new_first = after and not (before and after[0] is before[0])  # a summary written by this run, not an old one kept
+    header = blocks_of(after[0])[0] if new_first and "summary_by" in blocks_of(after[0])[0] else None
     if not header:
         return line
     summary = header["text"].split("\n\n", 1)[-1]

@@ -178,3 +178,23 @@ def test_the_summary_is_shown_and_recorded(s08, fake, make_agent):
     messages[:] = s08.apply_layer(agent, s08.compact_history, messages, agent=agent, focus="the release")
     assert "    1. Primary request: ship it." in agent.out.text and "private" not in agent.out.text
     assert "Focus especially on: the release" in instruction(fake.summary_requests[0])
+
+
+def test_after_a_summary_later_layer_lines_do_not_repeat_it(s08, fake, make_agent):
+    """Only the run that wrote a summary reports it; a later layer keeps the summary as the
+    first message, and its line is about what it did."""
+    agent = make_agent(window=20_000)
+    fake.summary(text("<summary>1. Primary request: the old plan.</summary>"))
+    messages = chat(2, 4_000) + [user("go")]
+    messages[:] = s08.apply_layer(agent, s08.compact_history, messages, agent=agent)
+    for n in range(4):
+        messages += [{"role": "assistant", "content": [{"type": "tool_use", "id": f"r{n}", "name": "read_file",
+                                                        "input": {"path": f"f{n}.py"}}]},
+                     {"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"r{n}",
+                                                   "content": "x = 1\n" * 400}]}]
+    before = len(agent.out)
+    messages[:] = s08.apply_layer(agent, s08.micro_compact, messages, keep_recent=1, min_chars=120, clear_at_least=0,
+                                  store=agent.store)
+    later = "".join(agent.out[before:])
+    assert later.startswith("[micro_compact] 3 old results"), later
+    assert "summary by" not in later and "the old plan" not in later

@@ -212,3 +212,10 @@ def test_the_chapter_ships_a_real_skill(s08, agent):
     for name, skill in agent.skills.items():
         assert skill["description"] and len(skill["body"]) > 200
         assert f"- {name}: {skill['description']}" in agent.system
+
+
+@pytest.mark.parametrize("prompt", ["", "   \n"])
+def test_a_task_with_a_blank_prompt_is_answered_with_what_to_do_and_sends_nothing(s08, make_agent, fake, prompt):
+    agent = make_agent()
+    result = s08.use_tool(agent, {"type": "tool_use", "id": "toolu_t", "name": "task", "input": {"prompt": prompt}})
+    assert result["content"].startswith("Error: task needs a prompt") and fake.requests == []
