@@ -185,6 +185,10 @@ def key_refused(err: Exception) -> bool:
     return getattr(err, "status_code", None) in (401, 403) or kind == "no_db_connection"
 
 
+# A chunk of nothing but keep-alives: blank lines, SSE comments, ping events.
+KEEP_ALIVE = re.compile(r'(?:\n|\r|:[^\n]*\n|event: ping\n|data: \{"type": ?"ping"\}\n)*')
+
+
 class ReplyEvents:
     """A reply stream's events as (kind, data) pairs, keep-alives left out. Pings and
     comment lines hold a connection open but are not progress: after idle_seconds of
@@ -192,6 +196,7 @@ class ReplyEvents:
 
     def __init__(self, response, idle_seconds: float):
         self.response, self.idle_seconds, self.last_news = response, idle_seconds, time.monotonic()
+        self.trickled = 0  # bytes since the last event that were not keep-alives: a reply too slow to finish one
 
     def __iter__(self):
         # The SDK's own decoder, fed bytes we can watch: iterating its Stream would drop pings
@@ -203,14 +208,17 @@ class ReplyEvents:
                 raise BadReply(f"the endpoint sent an event that is not JSON: {one_line(sse.data, 60)}") from None
             kind = sse.event or (data.get("type") if isinstance(data, dict) else None)
             if data is not None and kind != "ping":
-                self.last_news = time.monotonic()
+                self.last_news, self.trickled = time.monotonic(), 0
                 yield kind, data
 
     def chunks(self):
         for text in self.response.iter_text():  # a byte that is not UTF-8 becomes U+FFFD, not a crash
+            self.trickled += 0 if KEEP_ALIVE.fullmatch(text) else len(text)
             yield text.encode()
             if time.monotonic() - self.last_news > self.idle_seconds:  # after the chunk's events: news in it counts
-                raise BadReply(f"the endpoint sent nothing but pings or comments for {self.idle_seconds:g}s")
+                raise BadReply(f"the endpoint's reply stalled: {self.trickled:,} bytes in {self.idle_seconds:g}s, not "
+                               "one whole event" if self.trickled else
+                               f"the endpoint sent nothing but pings or comments for {self.idle_seconds:g}s")
 
 
 def stream_reply(agent, request: dict, on_text=None) -> tuple:

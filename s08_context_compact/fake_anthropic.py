@@ -211,6 +211,13 @@ def hang(seconds: float | None = None) -> dict:
     return {"hang": seconds}
 
 
+def drip(seconds_per_byte: float) -> dict:
+    """A 200 stream of message_start, then a text block's start sent one byte at a time,
+    `seconds_per_byte` apart, until the client hangs up (or the event is whole): a reply
+    that never stops but never gets anywhere."""
+    return {"drip": seconds_per_byte}
+
+
 def pings_only(seconds: float, style: str = "event") -> dict:
     """A 200 stream of message_start followed only by keep-alives, every PING_INTERVAL
     seconds for `seconds`, then the connection closes. They defeat a read timeout.
@@ -1142,6 +1149,22 @@ class _Handler(BaseHTTPRequestHandler):
         elif "hang" in reply:
             self.close_connection = True  # the client gets no response at all
             owner.stalls.append(self._stall(reply["hang"]))
+        elif "drip" in reply:
+            self._start_sse()
+            self._event("message_start", {"type": "message_start", "message": self._start_of(body)})
+            event = b'event: content_block_start\ndata: {"type": "content_block_start", "index": 0, ' \
+                    b'"content_block": {"type": "text", "text": ""}}\n\n'
+            for byte in event:
+                if self._stall(reply["drip"]) != "timed out":
+                    owner.stalls.append("client closed")
+                    return
+                try:
+                    self.wfile.write(bytes([byte]))
+                    self.wfile.flush()
+                except OSError:
+                    owner.stalls.append("client closed")
+                    return
+            owner.stalls.append("timed out")
         elif "pings_only" in reply:
             self._start_sse()
             self._event("message_start", {"type": "message_start", "message": self._start_of(body)})

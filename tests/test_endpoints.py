@@ -9,7 +9,7 @@ import anthropic
 import pytest
 
 from conftest import assert_valid, blocks, user, wait_until, context_report
-from fake_anthropic import (OVERFLOWS, FakeAnthropic, broken_tool_json, count_tokens, error_event, hang,
+from fake_anthropic import (OVERFLOWS, FakeAnthropic, broken_tool_json, count_tokens, drip, error_event, hang,
                             malformed, pings_only, text, tool_use)
 import endpoint as endpoint_module
 import overflow as overflow_module
@@ -396,6 +396,18 @@ def test_keep_alives_alone_do_not_hold_a_turn(s08, make_agent, fake, style):
     assert time.monotonic() - started < 15, "abandoned after the idle timeout, not after the 20 s of keep-alives"
     assert "the endpoint sent nothing but pings or comments for 0.6s" in agent.out.text
     assert "finally" in agent.out.text
+    wait_until(lambda: fake.stalls == ["client closed"])
+
+
+def test_a_reply_that_drips_is_abandoned_and_said_for_what_it_is(s08, make_agent, fake):
+    agent = make_agent()
+    agent.settings = s08.replace(agent.settings, idle_timeout=0.6)
+    agent.client = agent.client.with_options(timeout=anthropic.Timeout(0.6, connect=2))
+    fake.reply(drip(0.1), text("finally"))
+    s08.take_turn(agent, [], "hello")
+    said = agent.out.text
+    assert "the endpoint's reply stalled:" in said and "not one whole event" in said and "pings" not in said
+    assert "finally" in said
     wait_until(lambda: fake.stalls == ["client closed"])
 
 
