@@ -874,11 +874,11 @@ def compact_pipeline(agent, messages: list) -> list:
 def adopt_overflow(agent, err: ContextOverflow) -> bool:
     """Learn from an overflow what the endpoint's window really is (endpoint.py), and size
     every threshold to it; True when the window shrank."""
-    learned = agent.endpoint.learn_from(err)
+    before, learned = agent.endpoint.window, agent.endpoint.learn_from(err)
     if learned:
         agent.say(learned, "layer")
     agent.settings = agent.settings.resized(agent.endpoint.window)
-    return bool(learned)
+    return agent.endpoint.window < before
 
 
 def park_oversized_request(agent, messages: list) -> list:

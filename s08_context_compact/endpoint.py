@@ -63,14 +63,17 @@ class Endpoint:
     learned: bool = False             # the window came from an overflow: it caps any other source
     reads_in_input: bool | None = None  # do its input_tokens include the cache reads? (Kimi: yes)
     largest_accepted: tuple = (0, 0)  # (prompt, prompt + max_tokens) of the biggest request answered
+    largest_measured: int = 0         # the biggest prompt answered, as the endpoint's own usage counted it
     usage_note: str = ""              # set when the endpoint's usage could not be taken as it is
     startup_problem: str = ""         # what the first call at start-up ran into (no connection, a refused key)
     undercount: float = 1.0           # how many times our estimate the endpoint counted in a refused prompt
     plain_text: bool = False          # its chat template takes only text as strings (plain_text_request)
 
-    def accepted(self, prompt_tokens: int, max_tokens: int) -> None:
+    def accepted(self, prompt_tokens: int, max_tokens: int, measured: bool = False) -> None:
         self.largest_accepted = (max(self.largest_accepted[0], prompt_tokens),
                                  max(self.largest_accepted[1], prompt_tokens + max_tokens))
+        if measured:
+            self.largest_measured = max(self.largest_measured, prompt_tokens)
 
     def overflowed_silently(self, sent_tokens: int) -> bool:
         """Whether an empty reply (EmptyReply) to this request is most likely a prompt over the
@@ -93,6 +96,9 @@ class Endpoint:
                                 max_tokens=err.max_tokens, largest_accepted=self.largest_accepted)
         if window >= self.window:
             return ""
+        if overflow.window and overflow.window < self.largest_measured:
+            return (f"[window] the endpoint named a limit of {overflow.window:,} tokens, but it has answered "
+                    f"{self.largest_measured:,} by its own count; the window stays {self.window:,}")
         if overflow.window:
             said = f"[window] the endpoint's limit is {window:,} tokens (was assuming {self.window:,})"
             if overflow.window < window:  # smaller than this program can work in
@@ -288,7 +294,7 @@ def send_request(agent, request: dict, sent_tokens: int, on_text=None, label: st
         raise ContextOverflow(overflow, sent_tokens, max_tokens)
     prompt_tokens, usage = usage_prompt_tokens(agent.endpoint, usage, sent_tokens)
     record_usage(agent, usage)
-    agent.endpoint.accepted(prompt_tokens or sent_tokens, max_tokens)
+    agent.endpoint.accepted(prompt_tokens or sent_tokens, max_tokens, measured=bool(prompt_tokens))
     # A secret the model repeats in its text goes no further. Its tool inputs run as written (a
     # .env value may be an ordinary word it means); they are redacted wherever they are sent,
     # logged, saved or shown.

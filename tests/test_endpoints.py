@@ -8,9 +8,9 @@ import time
 import anthropic
 import pytest
 
-from conftest import assert_valid, blocks, user, wait_until, context_report
+from conftest import assert_valid, blocks, chat, user, wait_until, context_report
 from fake_anthropic import (OVERFLOWS, FakeAnthropic, broken_tool_json, count_tokens, drip, error_event, hang,
-                            malformed, pings_only, text, tool_use)
+                            error, malformed, pings_only, text, tool_use)
 import endpoint as endpoint_module
 import overflow as overflow_module
 import session_log
@@ -473,3 +473,21 @@ def test_a_window_smaller_than_the_program_needs_is_reported_as_the_endpoint_sai
         s08.take_turn(agent, messages, "hello")
     assert "the endpoint's limit is 400 tokens, below the 4,000 this program needs at least" in agent.out.text
     assert "limit is 4,000 tokens" not in agent.out.text, "never a limit the endpoint did not say"
+
+
+def test_a_summary_refusal_that_names_a_window_below_what_was_answered_does_not_shrink_it(s08, make_agent):
+    """One refusal's words against the endpoint's own count of a request it answered: the
+    count wins, and the session keeps its window."""
+    with FakeAnthropic(context_window=60_000) as fake:
+        agent = make_agent(window=60_000, server=fake)
+        messages = chat(6, 6_000) + [user("go on")]
+        fake.reply(text("answered"))
+        s08.agent_loop(agent, messages)
+        usage = fake.usage_log[-1]
+        answered = usage["input_tokens"] + usage["cache_read_input_tokens"] + usage["cache_creation_input_tokens"]
+        assert answered > 8_000
+        fake.summary(error(400, "invalid_request_error", "prompt is too long: 30000 tokens > 8000 maximum"),
+                     text("<summary>Short.</summary>"))
+        s08.handle_command(agent, messages, "/compact")
+        assert agent.endpoint.window == 60_000 and not agent.endpoint.learned
+        assert f"the endpoint named a limit of 8,000 tokens, but it has answered {answered:,}" in agent.out.text
