@@ -87,6 +87,9 @@ class Endpoint:
         size and no lower than the largest request answered. Says what was learned ("" if
         the window did not shrink)."""
         overflow = err.overflow
+        if overflow.window and overflow.window < self.largest_measured:  # one refusal's words against its own count
+            return (f"[window] the endpoint named a limit of {overflow.window:,} tokens, but it has answered "
+                    f"{self.largest_measured:,} by its own count; the window stays {self.window:,}")
         if not overflow.window and err.sent_tokens < MIN_CONTEXT_WINDOW:
             overflow = replace(overflow, counts_output=True)  # a prompt this small can only be refused for max_tokens
         self.counts_output = self.counts_output or overflow.counts_output
@@ -96,9 +99,6 @@ class Endpoint:
                                 max_tokens=err.max_tokens, largest_accepted=self.largest_accepted)
         if window >= self.window:
             return ""
-        if overflow.window and overflow.window < self.largest_measured:
-            return (f"[window] the endpoint named a limit of {overflow.window:,} tokens, but it has answered "
-                    f"{self.largest_measured:,} by its own count; the window stays {self.window:,}")
         if overflow.window:
             said = f"[window] the endpoint's limit is {window:,} tokens (was assuming {self.window:,})"
             if overflow.window < window:  # smaller than this program can work in

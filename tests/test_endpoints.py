@@ -489,5 +489,5 @@ def test_a_summary_refusal_that_names_a_window_below_what_was_answered_does_not_
         fake.summary(error(400, "invalid_request_error", "prompt is too long: 30000 tokens > 8000 maximum"),
                      text("<summary>Short.</summary>"))
         s08.handle_command(agent, messages, "/compact")
-        assert agent.endpoint.window == 60_000 and not agent.endpoint.learned
+        assert agent.endpoint.window == 60_000 and not agent.endpoint.learned and agent.endpoint.undercount == 1.0
         assert f"the endpoint named a limit of 8,000 tokens, but it has answered {answered:,}" in agent.out.text
