@@ -34,6 +34,7 @@ from pathlib import Path
 
 from cli import configure, run, say_what_start_up_found
 from command_risks import command_risks
+from commands import run_command
 from endpoint import (IDLE_TIMEOUT, RETRY_BASE_SECONDS, Endpoint, api_error_text, api_failures, count_tokens,
                       make_reply_sendable, model_reply)
 from history import (OWN, append_message, blocks_of, is_request_block, is_tool_result_message, last_reply_text,
@@ -50,7 +51,7 @@ from terminal import Spinner, one_line, say, start_repl, terminal_confirm
 from tool_input import check_tool_input, park_oversized_inputs
 from turns import add_prompt, park_long_prompt, record_interruption, report_command, show_status, turn_failed
 from workspace_io import (ToolError, discover_skills, edit_file, glob_files, holds_exactly, inside_workspace,
-                          output_names, own_folder, read_lines, run_command, write_file)
+                          output_names, own_folder, read_lines, write_file)
 
 
 # ==== PART 1: THE CHAPTER =========================================================================

@@ -13,7 +13,7 @@ import pytest
 
 from conftest import blocks, run_cli
 from fake_anthropic import text, tool_use, tool_uses
-import workspace_io  # noqa: E402
+import commands  # noqa: E402
 
 
 def run_tool_call(s08, make_agent, fake, name, args):
@@ -207,7 +207,7 @@ def test_a_short_bash_output_leaves_no_file(s08, make_agent, workspace):
 
 def test_a_secret_across_chunks_and_the_head_boundary_never_leaks(s08, make_agent, workspace):
     secret = "sk-live-" + "Q" * 40
-    head = workspace_io.BASH_OUTPUT_HEAD
+    head = commands.BASH_OUTPUT_HEAD
     script = (f"import sys; sys.stdout.write('x' * {head - 10}); sys.stdout.flush(); "
               f"sys.stdout.write('{secret[:20]}'); sys.stdout.flush(); sys.stdout.write('{secret[20:]}' + 'y' * 300000)")
     agent = make_agent(secrets=[secret])

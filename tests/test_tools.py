@@ -4,7 +4,7 @@ import os
 import time
 
 import pytest
-import workspace_io  # noqa: E402
+import commands  # noqa: E402
 
 
 @pytest.fixture
@@ -65,7 +65,7 @@ def test_bash_timeout_kills_the_whole_process_group(s08, agent, workspace):
 
 def test_bash_output_kept_in_memory_is_capped(s08, agent):
     out, _ = call(s08, agent, "bash", command="head -c 30000000 /dev/zero | tr '\\0' 'a'; echo THE-END")
-    assert len(out) < workspace_io.BASH_OUTPUT_HEAD + workspace_io.BASH_OUTPUT_TAIL + 500
+    assert len(out) < commands.BASH_OUTPUT_HEAD + commands.BASH_OUTPUT_TAIL + 500
     assert "bytes of output omitted (30,000,008 in all)" in out
     assert out.endswith("THE-END")
 
