@@ -1254,11 +1254,11 @@ def run_read_file(agent, path: str, offset: int = 1, limit: int = READ_DEFAULT_L
 
 
 def run_write_file(agent, path: str, content: str) -> str:
-    return write_file(workspace_path(agent, path), path, content)
+    return write_file(workspace_path(agent, path), path, content, agent.secrets)
 
 
 def run_edit_file(agent, path: str, old_text: str, new_text: str) -> str:
-    return edit_file(workspace_path(agent, path), path, old_text, new_text)
+    return edit_file(workspace_path(agent, path), path, old_text, new_text, agent.secrets)
 
 
 def run_glob(agent, pattern: str, path: str = ".") -> str:

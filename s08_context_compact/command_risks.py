@@ -17,6 +17,7 @@ import os
 import re
 from pathlib import Path
 
+from redaction import REDACTED
 from shell_words import Lexer, Word, make_word, simple_commands
 
 # Refused outright, whatever anyone answers: these are never part of a coding task.
@@ -31,6 +32,9 @@ DENY_PATTERNS = [r"\brm\s+-[a-zA-Z]*r[a-zA-Z]*f?\s+(/|~|\$HOME)(\s|$)", r"\bsudo
 DEVICES = ("/dev/null", "/dev/stdout", "/dev/stderr", "/dev/tty", "/dev/fd", "/proc/self/fd")
 READABLE = DEVICES + ("/dev/zero", "/dev/random", "/dev/urandom", "/dev/stdin",
                       "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+
+# Text of the command that may end up in a file: a redirection, a here-document, tee, an in-place edit.
+WRITES_TEXT = re.compile(r">|<<|\btee\b|\b(sed|perl|ruby)\s+(-\w+\s+)*-\w*i|\b(ex|vim?)\s")
 
 DELETES = {"rm", "rmdir", "unlink", "shred", "truncate", "srm", "wipe"}
 CHANGES = {"chmod": "changes permissions", "chown": "changes ownership", "chgrp": "changes ownership",
@@ -81,6 +85,9 @@ def command_risks(command: str, workdir: Path) -> tuple:
     """(reasons to deny, reasons to ask) for one bash command run in workdir; when both
     are empty it may run without asking."""
     deny = ["is on the deny list"] if any(re.search(p, command) for p in DENY_PATTERNS) else []
+    if REDACTED in command and WRITES_TEXT.search(command):  # write_file and edit_file put the real values back
+        deny.append(f"writes {REDACTED}, the placeholder for a secret you were shown, where the real value belongs; "
+                    "change such files with edit_file, which keeps the real values")
     judge = Judge(workdir)
     judge.script(command)
     return deny, list(dict.fromkeys(judge.reasons))

@@ -8,6 +8,7 @@ the endpoint, the session log, the store and the screen keep a last net over wha
 send, write or show. This module says what a secret is and does the replacing.
 """
 
+import difflib
 import json
 import re
 from functools import lru_cache
@@ -270,3 +271,59 @@ class HeldBack:
 def redact(text: str, secrets) -> str:
     """text with every secret replaced; secrets is a Redactor, or the values themselves."""
     return Redactor.of(secrets).redact(text)
+
+
+# ---- the placeholder written back ---------------------------------------------------------------
+# The model sees a secret as [redacted]. When it writes a file back whole, or edits near a
+# secret, its text holds the placeholder where the file holds the real value: written as
+# it is, the user's key on disk would become the word "[redacted]".
+
+def secrets_of_line(secrets: Redactor, shown: str, original: str) -> list | None:
+    """The secrets a line held where its shown form has [redacted], in order; None if the
+    two do not line up."""
+    pattern = "(.+?)".join(map(re.escape, shown.split(REDACTED)))
+    found = re.fullmatch(pattern, original, re.S)
+    if not found or any(secrets.redact(value) != REDACTED for value in found.groups()):
+        return None
+    return list(found.groups())
+
+
+def fill_placeholders(line: str, values: list) -> str:
+    parts = line.split(REDACTED)
+    return parts[0] + "".join(value + part for value, part in zip(values, parts[1:]))
+
+
+def put_back(secrets: Redactor, text: str, original: str) -> str | None:
+    """text as the model wrote it over original, each [redacted] it copied from what it was
+    shown replaced by the secret it stands for: a line it kept gets that line's secrets, a
+    changed part the secrets of the part it replaced, in order, when it has as many
+    placeholders (or they all stand for one value). None when a placeholder cannot be
+    placed: writing it would lose a value. Where original held no secret, [redacted] is the
+    model's own text and stays. Line endings are the text's own."""
+    if REDACTED not in text or not secrets or not original:
+        return text
+    originals = [line.rstrip("\r") for line in original.split("\n")]
+    shown = secrets.redact_lines(originals)
+    if shown == originals:
+        return text
+    lines = text.split("\n")
+    keys = [line.rstrip("\r") for line in lines]
+    out = []
+    for op, i1, i2, j1, j2 in difflib.SequenceMatcher(None, shown, keys, autojunk=False).get_opcodes():
+        new = lines[j1:j2]
+        wanted = sum(line.count(REDACTED) for line in new)
+        if not wanted:
+            out += new
+            continue
+        values = [secrets_of_line(secrets, s, o) for s, o in zip(shown[i1:i2], originals[i1:i2])]
+        if any(v is None for v in values):
+            return None
+        values = [value for line_values in values for value in line_values]
+        if len(values) != wanted and len(set(values)) != 1:
+            return None
+        values = values if len(values) == wanted else values[:1] * wanted
+        for line in new:
+            count = line.count(REDACTED)
+            out.append(fill_placeholders(line, values[:count]))
+            values = values[count:]
+    return "\n".join(out)

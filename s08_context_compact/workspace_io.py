@@ -14,7 +14,7 @@ import stat
 import tempfile
 from pathlib import Path
 
-from redaction import Redactor, redact
+from redaction import REDACTED, Redactor, put_back, redact
 
 READ_MAX_CHARS = 200_000            # one read_file call returns at most this much
 READ_MAX_LINE_CHARS = 2_000         # minified files: cut single lines, not whole reads
@@ -242,9 +242,36 @@ def utf8_name(name: str) -> str:
     return name.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
 
 
-def write_file(target: Path, path: str, content: str) -> str:
-    """Create or replace a file; a write that fails leaves the old one as it was."""
+def current_text(target: Path) -> str:
+    """What a file holds, for putting secrets back: "" when it is not a regular UTF-8 file
+    of a size edit_file takes (a new file among them)."""
+    try:
+        with open(open_regular(target), "rb") as f:
+            return f.read(EDIT_MAX_BYTES + 1).decode("utf-8")
+    except (OSError, UnicodeDecodeError):
+        return ""
+
+
+def keep_secrets(path: str, content: str, original: str, secrets: Redactor) -> str:
+    """content with each [redacted] the model copied put back to the secret it stood for
+    (redaction.put_back); refused when one cannot be placed, so a key on disk never
+    becomes the placeholder."""
+    if REDACTED not in content or not secrets:
+        return content
+    restored = put_back(secrets, content, original)
+    if restored is None:
+        raise ToolError(f"{path} holds secrets you were shown as {REDACTED}, and your text has {REDACTED} where "
+                        "it is not clear which one it stands for; writing it would replace a real value with that "
+                        "placeholder. Leave the lines that hold secrets as they are (change the lines around them "
+                        "with edit_file), or ask the user to change those values.")
+    return restored
+
+
+def write_file(target: Path, path: str, content: str, secrets: Redactor = Redactor()) -> str:
+    """Create or replace a file; a write that fails leaves the old one as it was, and a
+    secret it held is never replaced by the placeholder the model saw."""
     target.parent.mkdir(parents=True, exist_ok=True)
+    content = keep_secrets(path, content, current_text(target) if REDACTED in content else "", secrets)
     data = content.encode("utf-8", "surrogatepass")
     replace_content(target, path, data)
     return f"Wrote {len(data):,} bytes to {path}"
@@ -259,8 +286,9 @@ def occurrences(text: str, part: str) -> int:
     return count
 
 
-def edit_file(target: Path, path: str, old_text: str, new_text: str) -> str:
-    """Replace the one occurrence of old_text; the file is left whole if anything fails."""
+def edit_file(target: Path, path: str, old_text: str, new_text: str, secrets: Redactor = Redactor()) -> str:
+    """Replace the one occurrence of old_text (as the model was shown it, secrets as
+    [redacted], if need be); the file is left whole if anything fails."""
     if not target.is_file():
         raise ToolError(f"{path} not found. Call glob to list files, or write_file to create it.")
     if target.stat().st_size > EDIT_MAX_BYTES:
@@ -274,12 +302,17 @@ def edit_file(target: Path, path: str, old_text: str, new_text: str) -> str:
         # read_file shows lines without their CR: match the file's own line endings
         old_text, new_text = old_text.replace("\n", "\r\n"), new_text.replace("\n", "\r\n")
         count = occurrences(text, old_text)
+    original = text
+    if count == 0 and REDACTED in old_text and secrets:  # copied from what read_file showed
+        text = "\n".join(secrets.redact_lines(text.split("\n")))
+        count = occurrences(text, old_text)
     if count != 1:
         hint = "read the file again and copy the exact text (whitespace matters)" if count == 0 \
             else "include more surrounding lines so it matches exactly once"
         raise ToolError(f"old_text was found {count} times in {path} (overlapping matches count); it must occur "
                         f"exactly once: {hint}.")
-    replace_content(target, path, text.replace(old_text, new_text, 1).encode("utf-8"))
+    edited = keep_secrets(path, text.replace(old_text, new_text, 1), original, secrets)
+    replace_content(target, path, edited.encode("utf-8"))
     return f"Edited {path}"
 
 

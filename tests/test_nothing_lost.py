@@ -1,0 +1,75 @@
+"""Nothing the user had is lost by the program itself: the model is shown a secret as
+[redacted], and whatever it writes back (whole with write_file, around it with edit_file,
+through a shell here-document), the real value on disk stays."""
+
+import pytest
+
+from conftest import blocks
+from fake_anthropic import text, tool_use
+
+STRIPE = "sk_live_51HxQ2eZvKYlo2C0a9"
+ENV = f"NODE_ENV=production\nSTRIPE_KEY={STRIPE}\nPORT=80\n"
+CONFIG = 'module.exports = {\n  env: "production",\n  port: 80,\n};\n'
+
+
+@pytest.fixture
+def project(workspace):
+    (workspace / ".env").write_text(ENV)
+    (workspace / "config.js").write_text(CONFIG)
+    return workspace
+
+
+def results(fake) -> list:
+    """Every tool result the model was sent, in order."""
+    return [b for r in fake.main_requests for m in r["messages"][-1:] for b in blocks(m) if b.get("type") == "tool_result"]
+
+
+def run(s08, make_agent, fake, *calls):
+    agent = make_agent(secrets=["production", STRIPE])
+    fake.reply(*calls, text("Done."))
+    assert s08.take_turn(agent, [], "tidy the settings")
+    return agent
+
+
+def test_a_file_written_back_whole_keeps_its_secrets(s08, make_agent, fake, project):
+    shown_env = "NODE_ENV=[redacted]\nSTRIPE_KEY=[redacted]\nPORT=8080\n"  # what read_file showed, one change
+    shown_config = CONFIG.replace("production", "[redacted]").replace("80", "8080")
+    run(s08, make_agent, fake, tool_use("read_file", {"path": ".env"}),
+        tool_use("write_file", {"path": ".env", "content": shown_env}),
+        tool_use("write_file", {"path": "config.js", "content": shown_config}))
+    assert "[redacted]" in results(fake)[0]["content"], "the model was shown placeholders"
+    assert (project / ".env").read_text() == ENV.replace("PORT=80", "PORT=8080")
+    assert (project / "config.js").read_text() == CONFIG.replace("80", "8080")
+
+
+def test_an_edit_copied_from_what_was_shown_keeps_the_secret(s08, make_agent, fake, project):
+    run(s08, make_agent, fake,
+        tool_use("edit_file", {"path": ".env", "old_text": "STRIPE_KEY=[redacted]\nPORT=80",
+                               "new_text": "STRIPE_KEY=[redacted]\nPORT=9090"}),
+        tool_use("edit_file", {"path": "config.js", "old_text": 'env: "[redacted]",',
+                               "new_text": 'env: "[redacted]", // set by the deploy'}))
+    assert (project / ".env").read_text() == ENV.replace("PORT=80", "PORT=9090")
+    assert (project / "config.js").read_text() == CONFIG.replace('"production",', '"production", // set by the deploy')
+    assert not any(r.get("is_error") for r in results(fake))
+
+
+def test_a_placeholder_that_stands_for_no_known_value_is_refused_and_the_file_kept(s08, make_agent, fake, project):
+    run(s08, make_agent, fake,
+        tool_use("edit_file", {"path": ".env", "old_text": "PORT=80", "new_text": "PORT=80\nBACKUP_KEY=[redacted]"}),
+        tool_use("write_file", {"path": ".env", "content": "STRIPE_KEY=[redacted]\nOTHER=[redacted]\n"}))
+    assert (project / ".env").read_text() == ENV
+    refused = results(fake)
+    assert all(r.get("is_error") and "would replace a real value" in r["content"] for r in refused), refused
+
+
+def test_a_here_document_that_writes_the_placeholder_is_refused(s08, make_agent, fake, project):
+    command = "cat > .env <<'EOF'\nNODE_ENV=[redacted]\nSTRIPE_KEY=[redacted]\nPORT=8080\nEOF"
+    run(s08, make_agent, fake, tool_use("bash", {"command": command}))
+    assert (project / ".env").read_text() == ENV
+    assert "the placeholder for a secret" in results(fake)[0]["content"]
+
+
+def test_the_placeholder_is_plain_text_where_no_secret_was_shown(s08, make_agent, fake, project):
+    run(s08, make_agent, fake,
+        tool_use("write_file", {"path": "notes.md", "content": "Logs show secrets as [redacted].\n"}))
+    assert (project / "notes.md").read_text() == "Logs show secrets as [redacted].\n"
