@@ -50,8 +50,8 @@ from report import layer_line, show_tool_call, show_tool_result
 from terminal import Spinner, one_line, say, start_repl, terminal_confirm
 from tool_input import check_tool_input, park_oversized_inputs
 from turns import add_prompt, park_long_prompt, record_interruption, report_command, show_status, turn_failed
-from workspace_io import (ToolError, discover_skills, edit_file, glob_files, holds_exactly, inside_workspace,
-                          output_names, own_folder, read_lines, write_file)
+from workspace_io import (ToolError, discover_skills, edit_file, glob_files, holds_exactly, in_own_folder,
+                          inside_workspace, output_names, own_folder, read_lines, write_file)
 
 
 # ==== PART 1: THE CHAPTER =========================================================================
@@ -1338,6 +1338,8 @@ def check_permission(name: str, args: dict, workdir: Path) -> tuple:
         path = str(args.get("path", "."))
         if inside_workspace(workdir, path) is None:
             return "deny", f"{path} is outside the workspace {workdir}"
+        if name in ("write_file", "edit_file") and (own := in_own_folder(workdir, path)):
+            return "deny", f"{path} is in {own}/, the program's own folder (session logs, saved outputs)"
     return "allow", ""
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from redaction import REDACTED
 from shell_words import Lexer, Word, make_word, simple_commands
+from workspace_io import OWN_FOLDERS
 
 # Refused outright, whatever anyone answers: these are never part of a coding task.
 DENY_PATTERNS = [r"\brm\s+-[a-zA-Z]*r[a-zA-Z]*f?\s+(/|~|\$HOME)(\s|$)", r"\bsudo\b", r"\bmkfs",
@@ -41,10 +42,16 @@ CHANGES = {"chmod": "changes permissions", "chown": "changes ownership", "chgrp"
            "chattr": "changes file attributes", "kill": "stops processes", "killall": "stops processes",
            "pkill": "stops processes"}
 COPIES = {"cp", "mv", "install", "ln", "rsync"}     # the last operand is written
-COPY_VALUES = {"-t", "-S", "--target-directory", "--suffix", "-m", "-o", "-g", "--mode", "--owner", "--group",
-               "-e", "--rsh", "--exclude", "--include", "--filter", "-f", "--files-from", "--exclude-from",
-               "--include-from", "--rsync-path", "--backup-dir", "--log-file", "--chmod", "--port", "-T",
-               "--temp-dir", "--link-dest", "--compare-dest", "--copy-dest"}
+# The options that take a value, per command: cp's -f (force) and -T (no target folder) are
+# rsync's --filter and --temp-dir, and reading them as taking a value hid cp's target.
+COPY_VALUES = {"cp": {"-t", "-S", "--target-directory", "--suffix"},
+               "install": {"-t", "-S", "--target-directory", "--suffix", "-m", "-o", "-g", "--mode", "--owner",
+                           "--group"},
+               "rsync": {"-e", "--rsh", "--exclude", "--include", "--filter", "-f", "--files-from", "--exclude-from",
+                         "--include-from", "--rsync-path", "--backup-dir", "--log-file", "--chmod", "--port", "-T",
+                         "--temp-dir", "--link-dest", "--compare-dest", "--copy-dest", "--suffix"}}
+COPY_VALUES |= {"mv": COPY_VALUES["cp"], "ln": COPY_VALUES["cp"]}
+COPY_WALK_LIMIT = 10_000            # files of a folder copied over another checked one by one; more asks
 OUTPUT_OPTIONS = {"sort": ("-o", "--output"), "curl": ("-o", "--output"), "wget": ("-O", "--output-document")}
 SHELLS = {"bash", "sh", "zsh", "dash", "ksh", "fish"}
 # The flags that take a program's code on the command line, per interpreter.
@@ -75,7 +82,12 @@ WRAPPERS = {"env": ({"-u", "--unset", "-C", "--chdir"}, 0), "nice": ({"-n", "--a
             "command": (set(), 0), "builtin": (set(), 0), "exec": ({"-a"}, 0), "stdbuf": ({"-i", "-o", "-e"}, 0),
             "ionice": ({"-c", "-n", "-p"}, 0), "setsid": (set(), 0), "busybox": (set(), 0), "doas": ({"-u"}, 0),
             "xargs": ({"-I", "-i", "-n", "-P", "-L", "-l", "-d", "-s", "-E", "-e", "-a", "--arg-file", "--delimiter",
-                       "--max-args", "--max-procs", "--replace"}, 0)}
+                       "--max-args", "--max-procs", "--replace"}, 0),
+            "flock": ({"-w", "--timeout", "-E", "--conflict-exit-code"}, 1), "taskset": (set(), 1),
+            "chrt": (set(), 1), "caffeinate": (set(), 0), "unbuffer": (set(), 0), "sg": (set(), 1)}
+# A shell's own script read from its input, or from a file made when it runs (<(...)).
+STDIN_NAMES = ("-", "/dev/stdin", "/dev/fd/0", "/proc/self/fd/0")
+IN_PLACE_EDITORS = re.compile(r"^(ex|vim?|nvim|ed)$")
 KEYWORDS = {"if", "then", "else", "elif", "fi", "do", "done", "while", "until", "!", "{", "}", "esac",
             "function", "coproc", "select"}
 MAX_DEPTH = 5                       # scripts inside scripts inside ...: deeper than this asks
@@ -167,8 +179,22 @@ class Judge:
                 self.ask(f"{verb} {word}, in {self.path(known)}, outside the workspace")
             elif not known and "/" in word:
                 self.ask(f"{verb} a path known only when it runs ({word})")
+        elif word.startswith("file://"):
+            self.check_path(make_word(word[len("file://"):]), verb)
         elif word and self.outside(word, READABLE):
             self.ask(f"{verb} {self.path(word)}, outside the workspace")
+        elif word.globs:  # */secret.txt may pass through a link that leads out
+            outside = [m for m in glob.glob(str(self.path(word)))[:COPY_WALK_LIMIT] if self.outside(make_word(m))]
+            if outside:
+                self.ask(f"{verb} {outside[0]} through a link, outside the workspace ({word})")
+
+    def own_folder(self, path: Path) -> str | None:
+        """The program's own folder a path is in (.transcripts, .task_outputs), if any."""
+        try:
+            real = path.resolve()
+        except (OSError, RuntimeError):
+            real = path
+        return next((own for own in OWN_FOLDERS if real.is_relative_to(self.root / own)), None)
 
     def check_write(self, word: Word, overwrite: bool, how: str) -> None:
         """A file the command writes: outside the workspace, or (overwrite) an existing one, asks."""
@@ -179,6 +205,8 @@ class Judge:
             return None
         if self.outside(word):
             return self.ask(f"writes {path}, outside the workspace")
+        if own := self.own_folder(path):
+            return self.ask(f"writes into {own}/, the program's own folder (its session logs and saved outputs)")
         names = glob.glob(str(path)) if word.globs else [str(path)]
         existing = [name for name in names if os.path.lexists(name) and not os.path.isdir(name)]
         if overwrite and existing:
@@ -201,6 +229,11 @@ class Judge:
             return self.plain(args, verb="writes")
         if name in CHANGES:
             self.ask(f"{CHANGES[name]} ({name})")
+        if name == ".":
+            name = "source"
+        if IN_PLACE_EDITORS.match(name) and (name in ("ex", "ed") or any(w.startswith(("-e", "-s", "-E", "-c", "+"))
+                                                                         for w in args)):
+            self.ask(f"edits files in place ({name})")
         if handler := getattr(self, f"run_{name}", None):
             return handler(args)
         if interpreter := INTERPRETER.match(name):
@@ -233,8 +266,15 @@ class Judge:
             return
         k = 0
         while k < len(args) and (args[k].startswith("-") or name == "env" and "=" in args[k]):
+            if name == "env" and args[k] in ("-S", "--split-string") and k + 1 < len(args):
+                return self.script(" ".join(args[k + 1:]))  # env -S 'rm x': the string is the command
             k += 2 if args[k] in takes_value else 1
-        self.command(args[k + operands:], stdin, piped)
+        rest = args[k + operands:]
+        if name == "flock":  # its lock file is made if missing
+            self.plain(args[k:k + operands], verb="writes")
+        if name == "flock" and rest[:1] in (["-c"], ["--command"]):
+            return self.script(" ".join(rest[1:]))
+        self.command(rest, stdin, piped)
 
     def interpreter(self, language: str, args: list, stdin, piped: bool) -> None:
         """python -c, perl -e, node -e ... and a script on standard input: the code is read
@@ -276,12 +316,28 @@ class Judge:
                     self.ask(f"runs a {name} script known only when it runs")
                 return self.script(script)
             k += 2 if args[k] in ("-o", "+o", "-O", "+O") else 1
+        if k < len(args) and args[k] in STDIN_NAMES:
+            return self.script(stdin) if stdin is not None else self.ask(
+                f"runs a {name} script from its input, which cannot be checked")
+        if k < len(args) and args[k].startswith(("/dev/fd/", "/proc/self/fd/")):
+            return self.ask(f"runs a {name} script made when it runs ({args[k]}: a <(...) or a pipe)")
         if k < len(args):
             return self.plain(args[k:])  # a script file: only where it is can be checked
         if stdin is not None:
             return self.script(stdin)
         if piped:
             self.ask(f"runs a {name} script from its input, which cannot be checked")
+
+    def run_source(self, args: list, stdin=None) -> None:
+        """. file: the file runs in this shell; one made when it runs (<(...)) cannot be checked."""
+        if args and (args[0] in STDIN_NAMES or args[0].startswith(("/dev/fd/", "/proc/self/fd/"))):
+            return self.ask(f"runs a script made when it runs (. {args[0]})")
+        self.plain(args)
+
+    def run_trap(self, args: list) -> None:
+        """trap 'command' EXIT: the command runs later, in this shell."""
+        if args and not args[0].startswith("-"):
+            self.script(args[0])
 
     def run_eval(self, args: list) -> None:
         if any(word.expands for word in args):
@@ -299,9 +355,14 @@ class Judge:
     def run_find(self, args: list) -> None:
         """find's folders are read; -delete deletes; -exec runs a command on each file found."""
         k = 0
+        while k < len(args) and (args[k] in ("-H", "-L", "-P") or args[k].startswith("-O")):
+            k += 1  # find's own options come before its folders
+        first = k
         while k < len(args) and not args[k].startswith(("-", "(", "!")):
             self.check_path(args[k])
             k += 1
+        if any(w in ("-L", "-follow") for w in args):
+            self.links_out(args[first:k] or [make_word(".")], "find follows links")
         while k < len(args):
             if args[k] == "-delete":
                 self.ask("deletes files (find -delete)")
@@ -319,6 +380,8 @@ class Judge:
         while k < len(args) and args[k].startswith("-"):
             if args[k] in ("-C", "--git-dir", "--work-tree") and k + 1 < len(args):
                 self.check_path(args[k + 1])
+            elif args[k].startswith(("--git-dir=", "--work-tree=")):
+                self.check_path(make_word(args[k].split("=", 1)[1], args[k].expands))
             k += 2 if args[k] in ("-C", "-c", "--git-dir", "--work-tree") else 1
         sub, rest = (args[k], args[k + 1:]) if k < len(args) else ("", [])
         flags, paths = set(rest), [w for w in rest if not w.startswith("-") and os.path.exists(self.path(w))]
@@ -327,7 +390,8 @@ class Judge:
                     "reset": bool(flags & {"--hard", "--merge", "--keep"}),
                     "checkout": bool(flags & {"--", "-f", "--force", "-p", "--patch"} or paths),
                     "switch": bool(flags & {"-f", "--force", "--discard-changes"}),
-                    "stash": bool(flags & {"drop", "clear"}), "branch": bool(flags & {"-D", "--delete", "-d", "-M"})}
+                    "stash": bool(flags & {"drop", "clear"}), "branch": bool(flags & {"-D", "--delete", "-d", "-M"}),
+                    "checkout-index": bool(flags & {"-f", "--force"} or any(re.match(r"^-[a-z]*f", w) for w in rest))}
         if discards.get(sub):
             self.ask(f"can discard or publish work (git {' '.join([sub, *rest[:3]])})")
         if sub == "apply" and not flags & {"--check", "--stat", "--numstat", "--summary"}:
@@ -375,6 +439,21 @@ class Judge:
                 pattern_given = True
             k += 1
         self.plain(files)
+        if any(w in ("-R", "--dereference-recursive", "-L", "--follow") or re.match(r"^-[a-zA-Z]*R", w) for w in args):
+            self.links_out(files or [make_word(".")], f"{name} follows links")
+
+    def links_out(self, folders: list, how: str) -> None:
+        """A recursive read that follows links: a link in the tree that leads outside asks."""
+        seen = 0
+        for folder in [self.path(w) for w in folders if not w.expands]:
+            for top, dirs, files in os.walk(folder):
+                for entry in dirs + files:
+                    seen += 1
+                    path = Path(top) / entry
+                    if seen > COPY_WALK_LIMIT:
+                        return
+                    if path.is_symlink() and self.outside(make_word(str(path))):
+                        return self.ask(f"reads {os.path.relpath(path, self.top)}, a link out of the workspace ({how})")
 
     def output_option(self, name: str, args: list) -> None:
         """sort -o FILE, curl -o FILE, wget -O FILE write FILE."""
@@ -397,7 +476,7 @@ class Judge:
                 target_dir = args[k + 1]
             elif word.startswith("--target-directory="):
                 target_dir = make_word(word.split("=", 1)[1], word.expands)
-            if word in COPY_VALUES:
+            if word in COPY_VALUES[name]:
                 k += 2
                 continue
             operands += [] if word.startswith("-") else [word]
@@ -416,7 +495,33 @@ class Judge:
             overwrite = any(w == "--force" or re.match(r"^-[a-zA-Z]*f", w) for w in flags)
         else:
             overwrite = not any(w == "--no-clobber" or re.match(r"^-[a-zA-Z]*n", w) for w in flags)
+        if name != "rsync" and any(w == "--no-target-directory" or re.match(r"^-[a-zA-Z]*T", w) for w in flags):
+            return self.copy_onto(name, operands[:1], destination, overwrite)  # -T: the destination is the target
         self.copy_targets(name, operands, destination, overwrite)
+
+    def copy_onto(self, name: str, sources: list, target: Word, overwrite: bool) -> None:
+        """Each source written as target itself: a file replaces it, a folder goes over it."""
+        for source in sources:
+            if not source.expands and not target.expands and os.path.isdir(self.path(source)):
+                self.tree_over(name, self.path(source), self.path(target), overwrite)
+            else:
+                self.check_write(target, overwrite, how=name)
+
+    def tree_over(self, name: str, source: Path, target: Path, overwrite: bool) -> None:
+        """A folder copied (or moved) over target: each file it would replace there asks."""
+        if not overwrite or not os.path.isdir(target):
+            return
+        if own := self.own_folder(target):
+            return self.ask(f"writes into {own}/, the program's own folder (its session logs and saved outputs)")
+        seen = 0
+        for folder, _, files in os.walk(source):
+            for file in files:
+                seen += 1
+                there = target / os.path.relpath(os.path.join(folder, file), source)
+                if seen > COPY_WALK_LIMIT:
+                    return self.ask(f"copies a folder of over {COPY_WALK_LIMIT:,} files over {target} ({name})")
+                if os.path.lexists(there) and not os.path.isdir(there):
+                    return self.ask(f"overwrites {os.path.relpath(there, self.top)} ({name})")
 
     def copy_targets(self, name: str, sources: list, destination: Word, overwrite: bool) -> None:
         """A folder as the destination receives each source under its own name."""
@@ -430,5 +535,9 @@ class Judge:
             names = glob.glob(str(self.path(source))) if source.globs else [str(self.path(source))]
             for found in names:
                 target = self.path(destination) / os.path.basename(os.path.normpath(found))
-                if overwrite and os.path.lexists(target) and not os.path.isdir(target):
+                if os.path.isdir(found) and not os.path.islink(found):  # src/. copies what src holds
+                    inside = str(source).rstrip("/").endswith("/.") or str(source) in (".", "./") or \
+                        name == "rsync" and str(source).endswith("/")  # rsync src/ copies what src holds
+                    self.tree_over(name, Path(found), self.path(destination) if inside else target, overwrite)
+                elif overwrite and os.path.lexists(target) and not os.path.isdir(target):
                     self.ask(f"overwrites {os.path.relpath(target, self.top)} ({name})")

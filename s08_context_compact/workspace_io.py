@@ -53,6 +53,16 @@ def inside_workspace(workdir: Path, path: str) -> Path | None:
     return target if target is not None and (target == root or target.is_relative_to(root)) else None
 
 
+OWN_FOLDERS = (".transcripts", ".task_outputs")  # the program's: the model's tools do not write there
+
+
+def in_own_folder(workdir: Path, path: str) -> str | None:
+    """The program's own folder a workspace path is in, if any (links followed)."""
+    target = inside_workspace(workdir, path)
+    root = workdir.resolve()
+    return next((own for own in OWN_FOLDERS if target is not None and target.is_relative_to(root / own)), None)
+
+
 def own_folder(workdir: Path, relative) -> Path:
     """One of the program's own folders (.transcripts, .task_outputs/tool-results, ...),
     made if missing. Each part must be a real folder: a cloned repository may have planted
