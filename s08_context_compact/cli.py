@@ -22,7 +22,7 @@ if sys.version_info < (3, 10):  # before the modules below, which a Python this 
 from endpoint import (CONNECT_TIMEOUT, DEFAULT_WINDOW_SOURCE, IDLE_TIMEOUT, Endpoint, discover_endpoint,
                       make_client)
 from redaction import Redactor, secret_values
-from session_log import SessionInUse, find_session, list_sessions, logged_endpoint
+from session_log import SessionRefused, find_session, list_sessions, logged_endpoint
 from startup import (StartupError, base_url_setting, check_credentials, check_model, keep_keys_home, load_dotenv_files,
                      tidy_settings)
 from terminal import WarningsOnce, banner, printable
@@ -225,13 +225,13 @@ def stop_on_signal(signum: int, frame) -> None:
 
 def run(main) -> int:
     """main(), with the ways out a person (or the system) causes handled quietly. SIGTERM
-    and SIGHUP end the running command's processes (workspace_io.run_command does, as the
+    and SIGHUP end the running command's processes (commands.run_command does, as the
     exception passes) and exit with 128 + the signal's number, as a shell would report."""
     for stop_signal in STOP_SIGNALS:
         signal.signal(stop_signal, stop_on_signal)
     try:
         return main()
-    except SessionInUse as err:  # --resume of a session another program still has open
+    except SessionRefused as err:  # --resume of a session open elsewhere, or changed outside the program
         print(printable(str(err)), file=sys.stderr)
         return 2
     except KeyboardInterrupt:  # Ctrl-C before the prompt is up (or at the demo's pause): leave quietly

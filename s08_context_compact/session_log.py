@@ -1,8 +1,9 @@
 """The session log: every message and every rewrite of the history, appended to a
 JSON-lines file the moment it happens, so a crash loses at most the line being written;
-and reading it back for --resume and --list, repairing what a crash, an edit or an older
-version broke so the API takes it again. A session is open in one program at a time:
-the program that writes a log holds a lock on it.
+and reading it back for --resume and --list: only the lines the program wrote and
+signed (log_checks.py), repaired where a crash, an edit or an older version broke what
+the API takes (log_repair.py). A session is open in one program at a time: the program
+that writes a log holds a lock on it.
 
 Machinery the chapter does not need: the history's changes reach it through history.py
 (append_message, replace_history) and turns.py (the user's prompt); code.py never sees a
@@ -20,11 +21,12 @@ import uuid
 from collections import Counter
 from pathlib import Path
 
-from history import OWN, PROGRAM_FIELDS, blocks_of, fresh_id, last_reply_text
+from history import last_reply_text
+from log_checks import Chain, trusted_lines, without_check
+from log_repair import repair_history, what_was_repaired
 from redaction import Redactor
 from surrogates import HALF_ESCAPE, well_formed, well_formed_deep
 from terminal import counted, cut_to_width, display_width, one_line, printable
-from tool_input import input_problem
 from workspace_io import file_kind, open_log, open_regular
 
 try:
@@ -35,7 +37,11 @@ except ImportError:  # Windows: no lock
 TRANSCRIPT_DIR = ".transcripts"
 
 
-class SessionInUse(Exception):
+class SessionRefused(Exception):
+    """A session that cannot be resumed, and why."""
+
+
+class SessionInUse(SessionRefused):
     """Another program has this session open: two writers would interleave their records."""
 
 
@@ -62,6 +68,7 @@ class SessionLog:
         self.endpoint = endpoint
         self.facts = endpoint.facts() if endpoint else None  # the endpoint facts written last
         self.history, self.last_prompt = [], None  # what the log holds, to write it again if it is lost
+        self.chain = Chain()  # each line signed, so --resume knows the program's lines from anything else's
 
     def message(self, message: dict, context_tokens: int | None = None, prompt: str | None = None,
                 merged: bool = False) -> None:
@@ -110,8 +117,8 @@ class SessionLog:
                 self.facts = self.endpoint.facts()
                 records.append({"type": "endpoint", **self.facts})
             for each in records + [record]:
-                line = self.secrets.json_text(each)  # a last net: no secret, in any form JSON gives it
-                self.file.write(well_formed(line) + "\n")  # a lone half of an emoji cannot be written
+                line = well_formed(self.secrets.json_text(each))  # no secret in any form; no lone half of an emoji
+                self.file.write(self.chain.signed(line) + "\n")
             self.file.flush()
             os.fsync(self.file.fileno())
         except (OSError, SessionInUse) as err:
@@ -140,6 +147,7 @@ class SessionLog:
         self.lock()
         if not created:
             return []  # a resumed session: appending to its log
+        self.chain.restart()
         records = [self.header]
         if lost:
             self.warn(f"[session log] {self.path} was deleted while the program ran; it is written again with "
@@ -175,19 +183,28 @@ class SessionLog:
             self.file = None
 
 
-def log_records(path: Path):
-    """Each line of a session log as a record: a dict, or None for a line that is not a JSON
-    object (torn by a crash, or edited). Lines end at newlines only: a record may hold a
-    U+2028 in its text, which str.splitlines would also split at."""
+def log_lines(path: Path) -> list:
+    """A session log's lines. They end at newlines only: a record may hold a U+2028 in its
+    text, which str.splitlines would also split at."""
     with open(open_regular(path), encoding="utf-8", errors="replace", newline="\n") as f:
-        for line in f:
-            try:
-                record = json.loads(line)
-            except (ValueError, RecursionError):  # nested too deep to read is no better
-                record = None
-            if HALF_ESCAPE.search(line):  # a lone half of an emoji, escaped: U+FFFD from here on
-                record = well_formed_deep(record)
-            yield record if isinstance(record, dict) else None
+        return list(f)
+
+
+def records_of(lines):
+    """Each line as a record: a dict, or None for a line that is not a JSON object (torn by
+    a crash, or edited)."""
+    for line in lines:
+        try:
+            record = json.loads(line)
+        except (ValueError, RecursionError):  # nested too deep to read is no better
+            record = None
+        if HALF_ESCAPE.search(line):  # a lone half of an emoji, escaped: U+FFFD from here on
+            record = well_formed_deep(record)
+        yield without_check(record) if isinstance(record, dict) else None
+
+
+def log_records(path: Path):
+    return records_of(log_lines(path))
 
 
 def logged_endpoint(path: Path, model: str) -> dict | None:
@@ -214,11 +231,21 @@ def is_message(value) -> bool:
         for b in content)
 
 
-def read_session(path: Path, warn=None) -> list:
-    """Replay a session log into the history it last held. A line that is not a whole,
-    well-formed record (torn by a crash, or edited) is skipped, and warn() says how many."""
+def read_session(path: Path, warn=None, chain: Chain | None = None) -> list:
+    """Replay a session log into the history it last held, from the lines the program wrote
+    (log_checks.py): a line anything else wrote or changed is left out, and warn() says so.
+    A line that is not a whole, well-formed record (torn by a crash) is skipped, and warn()
+    says how many. A chain given goes on from the last line trusted."""
+    lines, last, problem = trusted_lines(log_lines(path), os.stat(path).st_mtime)
+    if problem and not lines:
+        raise SessionRefused(f"Session {path.stem.removeprefix('session-')} is not resumed: {problem}. Start a new "
+                             "session without --resume (the file is left as it is).")
+    if problem and warn:
+        warn(f"[session log] {path.name}: {problem}")
+    if chain:
+        chain.restart(last)
     history, skipped = [], 0
-    for record in log_records(path):
+    for record in records_of(lines):
         kind = record.get("type") if record else None
         if kind == "message" and is_message(record.get("message")):
             history.append(record["message"])
@@ -327,169 +354,6 @@ def first_prompt(path: Path) -> str | None:
     return next((r["prompt"] for r in filter(None, log_records(path)) if isinstance(r.get("prompt"), str)), None)
 
 
-def unanswered(calls: list) -> list:
-    return [{"type": "tool_result", "tool_use_id": c["id"], "is_error": True,
-             "content": "Interrupted: the program stopped before this call finished."} for c in calls]
-
-
-# What the Messages API takes in a block of each type (cache marks aside: the program adds
-# its own to each request, and the history never holds one), and who may send it.
-BLOCK_KEYS = {"text": {"type", "text", "citations"}, "tool_use": {"type", "id", "name", "input"},
-              "tool_result": {"type", "tool_use_id", "content", "is_error"},
-              "thinking": {"type", "thinking", "signature"}, "redacted_thinking": {"type", "data"},
-              "image": {"type", "source"}, "document": {"type", "source", "title", "context", "citations"}}
-REQUIRED = {"thinking": {"thinking": str, "signature": str}, "redacted_thinking": {"data": str},
-            "image": {"source": dict}, "document": {"source": dict}}  # (text, tool_use, tool_result: is_message)
-SENT_BY = {"tool_use": "assistant", "thinking": "assistant", "redacted_thinking": "assistant", "tool_result": "user"}
-REPAIRS = {"dropped": "dropped {}", "renamed": "renamed {}", "text": "turned {} into text",
-           "emptied": "replaced {} by {{}}", "answered": "answered {} as interrupted"}
-
-
-def right_type(value, kind: type) -> bool:
-    if kind is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    return isinstance(value, kind) and (kind is not list or all(isinstance(item, str) for item in value))
-
-
-def clean_block(block: dict, role: str, found: Counter) -> dict | None:
-    """A block as the API takes it, or None when it cannot be sent at all. What was dropped
-    or changed is counted in found."""
-    kind = block.get("type")
-    if kind not in BLOCK_KEYS or SENT_BY.get(kind, role) != role:
-        found["dropped", "unknown or misplaced block"] += 1
-        return None
-    program = PROGRAM_FIELDS if isinstance(block.get(OWN), str) else {}  # the program's fields, on its own blocks
-    for key in [k for k in block if k not in BLOCK_KEYS[kind]]:
-        if key in program and right_type(block[key], program[key]):
-            continue
-        what = "cache mark" if key == "cache_control" else "bad program marker" if key in PROGRAM_FIELDS \
-            else "unknown field"
-        found["dropped", what] += 1
-        block = {k: v for k, v in block.items() if k != key}
-    if kind == "text" and not block["text"].strip():
-        found["dropped", "empty text block"] += 1
-        return None
-    if kind == "tool_use" and input_problem(block.get("input")):
-        found["emptied", "bad tool input"] += 1
-        return {**block, "input": {}}
-    if kind == "tool_result":
-        return clean_result(block, found)
-    if not all(isinstance(block.get(key), kind_of) for key, kind_of in REQUIRED.get(kind, {}).items()):
-        found["dropped", "unknown or misplaced block"] += 1
-        return None
-    return block
-
-
-def clean_result(block: dict, found: Counter) -> dict:
-    """A tool result whose content is text, or a list of text and image parts."""
-    content = block.get("content", "")
-    if "is_error" in block and not isinstance(block["is_error"], bool):
-        found["dropped", "unknown field"] += 1
-        block = {k: v for k, v in block.items() if k != "is_error"}
-    parts_ok = isinstance(content, list) and content and all(
-        isinstance(p, dict) and set(p) <= {"type", "text", "source"} and (
-            p.get("type") == "text" and isinstance(p.get("text"), str) and p["text"].strip()
-            or p.get("type") == "image" and isinstance(p.get("source"), dict)) for p in content)
-    if isinstance(content, str) or parts_ok:
-        return block
-    found["text", "tool result"] += 1
-    texts = [p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str)] \
-        if isinstance(content, list) else []
-    text = "\n".join(texts) if texts else "(no output)" if content is None else json.dumps(content)
-    return {**block, "content": text.strip() or "(no output)"}
-
-
-def clean_message(message: dict, found: Counter) -> dict | None:
-    """A message with only what the API takes; None when nothing is left of it (the API
-    refuses an empty message, the last assistant one aside, and a new prompt follows that)."""
-    if set(message) - {"role", "content"}:
-        found["dropped", "unknown field"] += len(set(message) - {"role", "content"})
-    content = [b for b in (clean_block(block, message["role"], found) for block in blocks_of(message)) if b] \
-        if not isinstance(message["content"], str) or message["content"].strip() else []
-    if not content:
-        found["dropped", "empty message"] += 1
-        return None
-    if content == blocks_of(message) and set(message) == {"role", "content"}:
-        return message
-    return {"role": message["role"], "content": content}
-
-
-def unique_ids(message: dict, used: set, found: Counter) -> tuple:
-    """(the reply with every tool_use id not used before, [(the id its results use, the call)])."""
-    content, calls = [], []
-    for block in blocks_of(message):
-        if block.get("type") == "tool_use":
-            unique = fresh_id(block["id"], used)
-            if unique != block["id"]:
-                found["renamed", "reused tool_use id"] += 1
-            calls.append((block["id"], {**block, "id": unique}))
-            block = calls[-1][1]
-        content.append(block)
-    return (message if all(new is old for new, old in zip(content, blocks_of(message))) else
-            {**message, "content": content}), calls
-
-
-def answer_calls(message: dict, calls: list, found: Counter) -> list:
-    """A user message's content: a result for each call of the reply before it first (one the
-    log has, or one saying the call was interrupted), then its other blocks."""
-    waiting, results = list(calls), []
-    for block in [b for b in blocks_of(message) if b.get("type") == "tool_result"]:
-        match = next((pair for pair in waiting if pair[0] == block["tool_use_id"]), None)
-        if match is None:
-            found["dropped", "orphaned tool result"] += 1
-            continue
-        waiting.remove(match)
-        results.append(block if match[1]["id"] == block["tool_use_id"] else {**block, "tool_use_id": match[1]["id"]})
-    if waiting:
-        found["answered", "unanswered call"] += len(waiting)
-    return results + unanswered([call for _, call in waiting]) + \
-        [b for b in blocks_of(message) if b.get("type") != "tool_result"]
-
-
-def repair_history(messages: list, found: Counter | None = None) -> list:
-    """Make a history from a log valid for the API again, whatever the log lost or an edit
-    (or an older version, or a second writer) put in: every block is one the API takes
-    (clean_block); it starts with the user and the roles alternate; every call has an id of
-    its own and is answered right after it (a call the program stopped in gets a result
-    saying so); a result with no call is dropped. What was changed is counted in found."""
-    found = Counter() if found is None else found
-    repaired, used, calls = [], set(), []  # calls: those of the last reply, still to be answered
-    for message in messages:
-        message = clean_message(message, found)
-        if message is None:
-            continue
-        if message["role"] == "assistant":
-            if not repaired:
-                found["dropped", "leading assistant message"] += 1
-                continue
-            if calls:
-                repaired.append({"role": "user", "content": answer_calls({"content": []}, calls, found)})
-            message, calls = unique_ids(message, used, found)
-            if repaired[-1]["role"] == "assistant":  # two replies in a row: the API takes them as one
-                message = {**message, "content": blocks_of(repaired.pop()) + blocks_of(message)}
-            repaired.append(message)
-            continue
-        content = answer_calls(message, calls, found)
-        calls = []
-        if repaired and repaired[-1]["role"] == "user":
-            repaired[-1] = {**repaired[-1], "content": blocks_of(repaired[-1]) + content}  # keep the roles alternating
-        elif content:
-            repaired.append(message if content == blocks_of(message) else {**message, "content": content})
-    if calls:
-        repaired.append({"role": "user", "content": answer_calls({"content": []}, calls, found)})
-    return repaired
-
-
-def what_was_repaired(found: Counter) -> str:
-    """One line: what repair_history changed, by kind."""
-    said = []
-    for verb, template in REPAIRS.items():
-        things = [counted(n, noun) for (kind, noun), n in found.items() if kind == verb]
-        if things:
-            said.append(template.format(", ".join(things)))
-    return "; ".join(said)
-
-
 def find_session(workdir: Path, wanted: str) -> Path:
     """The log of session `wanted` ("latest": the newest); ValueError when there is none."""
     logs = session_logs(workdir)
@@ -557,7 +421,7 @@ def open_session(agent, resume: Path | None) -> list:
     cut = repair_torn_tail(resume)
     if cut:
         agent.say(f"[session log] its last line was cut off when the program stopped; removed it ({cut} bytes)")
-    logged, found = read_session(resume, warn=agent.say), Counter()
+    logged, found = read_session(resume, warn=agent.say, chain=agent.log.chain), Counter()
     history, tokens = repair_history(logged, found), logged_context_tokens(resume)
     if found:  # a log edited by hand, written by an older version, or cut short
         agent.say(f"[session log] repaired what the API would refuse: {what_was_repaired(found)}")

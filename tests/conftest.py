@@ -1,12 +1,15 @@
 """Shared fixtures: no network but loopback, code.py loaded by path, a fake API, an agent."""
 
+import atexit
 import importlib.util
 import ipaddress
 import json
 import os
 import platform
+import shutil
 import socket
 import subprocess
+import tempfile
 import sys
 import threading
 import time
@@ -42,6 +45,13 @@ def _loopback_only(self, address):
 
 
 socket.socket.connect = _loopback_only
+
+# The session log's key (log_checks.py) lives outside the workspace: for the tests, in a
+# folder of their own, never the home of whoever runs them. Children inherit it.
+if not os.environ.get("S08_TEST_STATE"):
+    os.environ["S08_TEST_STATE"] = tempfile.mkdtemp(prefix="s08-state-")
+    atexit.register(shutil.rmtree, os.environ["S08_TEST_STATE"], True)
+os.environ["XDG_STATE_HOME"] = os.environ["S08_TEST_STATE"]
 
 
 # ---------------------------------------------------------------- the module under test

@@ -13,6 +13,7 @@ from fake_anthropic import (OVERFLOWS, FakeAnthropic, broken_tool_json, count_to
                             error, malformed, pings_only, text, tool_use)
 import endpoint as endpoint_module
 import overflow as overflow_module
+import log_repair
 import session_log
 import terminal
 from turns import add_user_text  # noqa: E402
@@ -330,7 +331,7 @@ def test_a_resumed_history_with_a_non_object_input_is_repaired(s08):
     history = [user("go"), {"role": "assistant", "content": [
         {"type": "tool_use", "id": "t1", "name": "bash", "input": "ls"}]},
         {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "x"}]}]
-    repaired = session_log.repair_history(history)
+    repaired = log_repair.repair_history(history)
     assert blocks(repaired[1])[0]["input"] == {} and history[1]["content"][0]["input"] == "ls"
 
 

@@ -4,6 +4,7 @@ levels deep or bigger than the window, a session log that breaks the API's rules
 programs resuming one session. No traceback, no wedged session."""
 
 import json
+import os
 
 import anthropic
 import pytest
@@ -113,6 +114,7 @@ def test_a_resumed_log_that_breaks_the_apis_rules_is_repaired_and_said_in_one_li
     folder.mkdir()
     path = folder / "session-20260101-000000-abcdef.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in broken_log()))  # \ud800 escaped, as an edit may leave it
+    os.utime(path, (946_684_800, 946_684_800))  # written by an older version, before logs carried checks
     done = run_cli(fake, workspace, "continue\n", args=["--resume"], CONTEXT_WINDOW=12_000)
     assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
     said = [line for line in done.stdout.splitlines() if line.startswith("[session log] repaired")]
