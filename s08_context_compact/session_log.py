@@ -126,15 +126,16 @@ class SessionLog:
             self.warn(f"[session log] cannot write {self.path} ({err}); this session will not be resumable.")
 
     def still_open(self) -> bool:
-        """Whether the log's path still names the file being written: it may have been
-        deleted (with .transcripts/, say), and records written to it would be lost."""
+        """Whether the log's path still names the file being written, as the program left it:
+        it may have been deleted (with .transcripts/, say), replaced or rewritten, and
+        records written to it would be lost, or follow lines that are not the program's."""
         if self.file is None:
             return False
         try:
             now, opened = os.stat(self.path, follow_symlinks=False), os.fstat(self.file.fileno())
         except OSError:
             return False
-        return (now.st_dev, now.st_ino) == (opened.st_dev, opened.st_ino)
+        return (now.st_dev, now.st_ino) == (opened.st_dev, opened.st_ino) and opened.st_size == self.file.tell()
 
     def reopen(self) -> list:
         """Open the file (create it for a new session); the records to write first: the
@@ -143,6 +144,10 @@ class SessionLog:
         if lost:
             self.file.close()
             self.file = None
+        found = lost and os.path.lexists(self.path)  # replaced by something else: kept aside, never appended to
+        if found:
+            kept = self.path.with_name(f"{self.path.name}.replaced-{time.strftime('%Y%m%d-%H%M%S')}")
+            os.rename(self.path, kept)
         self.file, created = open_log(self.path, new=lost)
         self.lock()
         if not created:
@@ -150,11 +155,12 @@ class SessionLog:
         self.chain.restart()
         records = [self.header]
         if lost:
-            self.warn(f"[session log] {self.path} was deleted while the program ran; it is written again with "
+            what = f"replaced or changed (what was found there is kept as {kept.name})" if found else "deleted"
+            self.warn(f"[session log] {self.path} was {what} while the program ran; it is written again with "
                       f"the session so far, so --resume still finds it.")
             records += [{"type": "endpoint", **self.facts}] if self.facts else []
         if self.history:
-            records.append({"type": "history", "reason": "the log was deleted; written again",
+            records.append({"type": "history", "reason": "the log was lost; written again",
                             "messages": self.history, **({"prompt": self.last_prompt} if self.last_prompt else {})})
         return records
 

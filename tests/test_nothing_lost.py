@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from conftest import blocks, run_cli
+import session_log
 from fake_anthropic import text, tool_use
 
 STRIPE = "sk_live_51HxQ2eZvKYlo2C0a9"
@@ -176,3 +177,18 @@ def test_the_logs_key_is_outside_the_workspace_and_yours_alone(fake, workspace):
     key = Path(os.environ["XDG_STATE_HOME"]) / "s08" / "log-key"
     assert key.exists() and not key.is_relative_to(workspace) and key.stat().st_mode & 0o077 == 0
     assert key.read_text().strip() not in session_file(workspace).read_text()
+
+
+def test_a_log_replaced_while_the_program_runs_is_written_again_and_the_stranger_kept(s08, make_agent, fake, workspace):
+    agent = make_agent()
+    session_log.open_session(agent, None)
+    fake.reply(text("First answer."), text("Second answer."))
+    messages = []
+    assert s08.take_turn(agent, messages, "hello")
+    log = session_file(workspace)
+    log.write_text('{"type": "session"}\n{"type": "message", "message": {"role": "user", "content": "FORGED"}}\n')
+    assert s08.take_turn(agent, messages, "again")
+    assert "was replaced or changed (what was found there is kept as" in agent.out.text
+    kept = list(log.parent.glob(log.name + ".replaced-*"))
+    assert len(kept) == 1 and "FORGED" in kept[0].read_text(), "nothing is deleted, the stranger's file included"
+    assert session_log.read_session(log) == messages, "the log holds the whole session again, and only it"
