@@ -1175,6 +1175,7 @@ def tool(name: str, description: str, required: tuple, /, **properties) -> dict:
 
 
 TEXT, NUMBER = {"type": "string"}, {"type": "integer"}
+WORDS = {"type": "string", "pattern": r"\S"}  # a message of blank text is refused by the API
 TODO_ITEM_SCHEMA = {"type": "object", "required": ["content", "status"], "properties": {
     "content": TEXT, "status": {"type": "string", "enum": ["pending", "in_progress", "completed"]}}}
 
@@ -1193,7 +1194,7 @@ TOOLS = [
     tool("todo_write", "Replace the todo list. Each item has content and a status: pending, in_progress or "
          "completed; at most one item is in_progress.", ("items",), items={"type": "array", "items": TODO_ITEM_SCHEMA}),
     tool("task", "Hand a self-contained job to a subagent with a fresh context. It has the same tools except "
-         "task, and returns its final answer.", ("prompt",), prompt=TEXT, description=TEXT),
+         "task, and returns its final answer.", ("prompt",), prompt=WORDS, description=TEXT),
     tool("load_skill", "Load the full instructions of a skill listed in the system prompt.", ("name",), name=TEXT),
     tool("compact", "Summarize the conversation so far to free context. Runs after the current tool calls; "
          "focus says what the summary must keep.", (), focus=TEXT),
@@ -1284,8 +1285,6 @@ def render_todos(todos: list) -> str:
 def run_task(agent, prompt: str, description: str = "") -> str:
     """A subagent does the job in a fresh context. No session log records it: its work, every
     call and result, is saved as a transcript however it ends (large outputs as the main agent's)."""
-    if not prompt.strip():  # the API refuses a message of blank text
-        return "Error: task needs a prompt that says what the subagent should do. Call task again with one."
     child, work = agent.subagent(), [{"role": "user", "content": [{"type": "text", "text": redact(prompt, agent.secrets)}]}]
     agent.say(f"[task] subagent started: {description or prompt[:60]}")
     try:

@@ -82,6 +82,9 @@ def check_tool_input(schema: dict, args) -> str | None:
         wrong_bool = python_type is int and isinstance(value, bool)
         if python_type and (not isinstance(value, python_type) or wrong_bool):
             return f"argument '{key}' must be of type {expected}, got {type(value).__name__}"
+        if isinstance(value, str) and not re.search(schema["properties"][key].get("pattern", ""), value):
+            return f"argument '{key}' must not be blank" if value.isspace() or not value else \
+                f"argument '{key}' must match {schema['properties'][key]['pattern']}"
         if key in OS_STRINGS and isinstance(value, str) and "\0" in value:
             return f"argument '{key}' contains a NUL character (\\u0000), which {OS_STRINGS[key]} cannot hold"
     return None

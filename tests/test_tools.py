@@ -218,4 +218,5 @@ def test_the_chapter_ships_a_real_skill(s08, agent):
 def test_a_task_with_a_blank_prompt_is_answered_with_what_to_do_and_sends_nothing(s08, make_agent, fake, prompt):
     agent = make_agent()
     result = s08.use_tool(agent, {"type": "tool_use", "id": "toolu_t", "name": "task", "input": {"prompt": prompt}})
-    assert result["content"].startswith("Error: task needs a prompt") and fake.requests == []
+    assert result["content"] == "Error: task was called wrongly: argument 'prompt' must not be blank. Call it " \
+        "again with valid input." and fake.requests == []
