@@ -45,6 +45,7 @@ from overflow import ContextOverflow
 from redaction import Redactor, redact
 from repeat_reads import repeat_read_stub, true_stubs
 from session_log import TRANSCRIPT_DIR, open_session
+from undo import Undo, undo_hooks
 from surrogates import well_formed
 from report import layer_line, show_tool_call, show_tool_result
 from terminal import Spinner, one_line, say, start_repl, terminal_confirm
@@ -494,8 +495,7 @@ def micro_compact(messages: list, *, keep_recent: int, min_chars: int, clear_at_
 
 
 def compact_history(messages: list, *, agent, focus: str = "") -> list:
-    """Replace the history with a summary the model writes, then what the work needs back,
-    then the request."""
+    """Replace the history with a summary the model writes, then what the work needs back, then the request."""
     return summarize_into(agent, messages, "compact", compact_tail(messages), focus)
 
 
@@ -707,8 +707,7 @@ def breaker_open(agent) -> bool:
 
 
 def make_summary(agent, messages: list, focus: str, limit: int) -> tuple:
-    """(a summary of at most `limit` tokens, who wrote it), in every case: the model's,
-    else one built without it."""
+    """(a summary of at most `limit` tokens, who wrote it), in every case: the model's, else one built without it."""
     why = f"{MAX_CONSECUTIVE_SUMMARY_FAILURES} summary calls failed in a row, so no more are made"
     if not breaker_open(agent):
         try:
@@ -993,6 +992,7 @@ class Agent:
     log: object = None                                # the SessionLog (none for subagents)
     endpoint: Endpoint = None                         # shared with subagents; made from settings if not given
     ledger: Ledger = field(default_factory=Ledger)
+    undo: Undo = field(default_factory=Undo)          # what /undo puts back (undo.py); shared with subagents
     summary_failures: int = 0
     breaker_announced: bool = False
     disk_warned: bool = False                         # a layer could not save: said once
@@ -1363,10 +1363,10 @@ def fire_hooks(agent, event: str, **payload) -> list:
 
 
 def install_default_hooks(agent) -> None:
-    """Every hook event, with the permission check and the ledger's recorders installed."""
+    """Every hook event, with the permission check, the ledger's recorders and undo's record installed."""
     agent.hooks = {event: [] for event in HOOK_EVENTS}
     agent.hooks["PreToolUse"].append(permission_hook(agent))
-    for event, hook in ledger_hooks(agent).items():
+    for event, hook in [*ledger_hooks(agent).items(), *undo_hooks(agent).items()]:
         agent.hooks[event].append(hook)
 
 

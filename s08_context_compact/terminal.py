@@ -194,6 +194,7 @@ HELP = """Commands:
   /compact [focus]  summarize the conversation now; the focus text steers the summary
   /context          what fills the context, and how close it is to auto-compact
   /clear            start a new conversation (the session log keeps the old one)
+  /undo, /redo      put back the files your last request changed; /redo undoes that
   /help             this text
   /exit, q          leave (so do /quit, exit, quit, Ctrl-D and Ctrl-C twice)
 Ctrl-C stops the model or a tool and returns here; the conversation is kept.

@@ -4,7 +4,7 @@ told when a turn cannot go on, and the commands that only report.
 A prompt too big to send is saved to a file and the model is asked to read it. After
 Ctrl-C the history says the work was cancelled. A prompt
 the model never answered (an API error) is taken back out, so that sending it again does
-not send it twice.
+not send it twice. /undo and /redo put files back (undo.py), and the model is told.
 
 Machinery the chapter does not need: code.py's take_turn and handle_command call these
 around the parts that teach (the hooks, the loop, /compact and /clear).
@@ -109,6 +109,14 @@ def report_command(agent, messages: list, command: str, tokens: int, measure) ->
     elif command == "/clear":
         agent.say("(A new conversation. The session log keeps the old one: --resume cannot bring it back, "
                   "but .transcripts/ has every message.)")
+    elif command in ("/undo", "/redo"):
+        said = agent.undo.at(agent.workdir, agent.say).step(back=command == "/undo")
+        agent.say(said)
+        note = own_text("note", f"[Program note: the user ran {command}. {said}]")  # its files changed back
+        if said.startswith("[") and messages and messages[-1]["role"] == "user":
+            replace_history(agent, messages, messages[:-1] + [with_text(messages[-1], note)], command)
+        elif said.startswith("[") and messages:
+            append_message(agent, messages, {"role": "user", "content": [note]})
     else:
         agent.say(f"Unknown command {command}. Type /help for the list.")
     return True

@@ -10,6 +10,7 @@ that need a terminal or signals (`LiveCLI`, the pty tests) still start `python c
 The zygote is single-threaded, so forking it is safe; each pytest worker has its own.
 """
 
+import atexit
 import json
 import os
 import runpy
@@ -58,6 +59,7 @@ def _child(job: dict) -> None:
         import traceback
         traceback.print_exc()
         code = 1
+    atexit._run_exitfuncs()  # as the interpreter does when python code.py ends (os._exit skips them)
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)

@@ -4,6 +4,7 @@ through a shell here-document), the real value on disk stays."""
 
 import json
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -192,3 +193,75 @@ def test_a_log_replaced_while_the_program_runs_is_written_again_and_the_stranger
     kept = list(log.parent.glob(log.name + ".replaced-*"))
     assert len(kept) == 1 and "FORGED" in kept[0].read_text(), "nothing is deleted, the stranger's file included"
     assert session_log.read_session(log) == messages, "the log holds the whole session again, and only it"
+
+
+# ---------------------------------------------------------------- /undo: a missed form costs nothing
+
+def project_files(workspace):
+    (workspace / "app.py").write_text("print('v1')\n")
+    (workspace / "notes.md").write_text("keep these notes\n")
+    (workspace / "lib").mkdir()
+    for n in range(3):
+        (workspace / "lib" / f"m{n}.py").write_text(f"x = {n}\n")
+    return {str(p.relative_to(workspace)): p.read_bytes() for p in workspace.rglob("*") if p.is_file()
+            and ".git" not in p.parts}
+
+
+def tree(workspace):
+    return {str(p.relative_to(workspace)): p.read_bytes() for p in workspace.rglob("*")
+            if p.is_file() and not {".git", ".transcripts", ".task_outputs"} & set(p.parts)}
+
+
+@pytest.mark.parametrize("in_git", [False, True])
+def test_undo_puts_back_what_a_turn_did_by_every_tool_and_redo_reverses_it(s08, make_agent, fake, workspace, in_git):
+    before = project_files(workspace)
+    if in_git:
+        git = ["git", "-c", "user.email=t@t", "-c", "user.name=t"]
+        subprocess.run(["git", "init", "-q"], cwd=workspace, check=True)
+        subprocess.run(git + ["add", "app.py", "lib"], cwd=workspace, check=True)
+        subprocess.run(git + ["commit", "-qm", "start"], cwd=workspace, check=True)
+    agent = make_agent(confirm=lambda question: (True, ""))
+    fake.reply(tool_use("write_file", {"path": "new.py", "content": "print('new')\n"}),
+               tool_use("edit_file", {"path": "app.py", "old_text": "v1", "new_text": "v2"}),
+               tool_use("bash", {"command": "rm -rf lib && sed -i 's/keep/lose/' notes.md && mkdir -p out/deep "
+                                            "&& echo made > out/deep/f.txt"}),
+               text("Done."))
+    messages = []
+    assert s08.take_turn(agent, messages, "rework the project")
+    after = tree(workspace)
+    assert after != before and "lib/m0.py" not in after and after["notes.md"] == b"lose these notes\n"
+    s08.handle_command(agent, messages, "/undo")
+    assert tree(workspace) == before and not (workspace / "out").exists(), "every file back; what it made, gone"
+    said = agent.out.text
+    assert "[undo] files as they were before your request \"rework the project\"" in said
+    assert "put back (app.py, lib/m0.py" in said and "taken away (new.py, out/deep/f.txt)" in said
+    s08.handle_command(agent, messages, "/redo")
+    assert tree(workspace) == after
+    fake.reply(text("Understood."))
+    assert s08.take_turn(agent, messages, "what happened?")
+    told = json.dumps(fake.main_requests[-1]["messages"])
+    assert "the user ran /undo" in told and "the user ran /redo" in told, "the model knows its files changed back"
+
+
+def test_undo_with_nothing_to_undo_says_so_and_changes_nothing(s08, make_agent, fake, workspace):
+    before = project_files(workspace)
+    agent = make_agent()
+    fake.reply(tool_use("read_file", {"path": "app.py"}), text("Read it."))
+    messages = []
+    assert s08.take_turn(agent, messages, "look")
+    s08.handle_command(agent, messages, "/undo")
+    assert "Nothing to undo" in agent.out.text and tree(workspace) == before
+
+
+def test_undo_keeps_its_copies_outside_the_workspace_for_you_alone_and_not_past_the_run(fake, workspace, tmp_path):
+    project_files(workspace)
+    (workspace / ".env").write_text(f"STRIPE_KEY={STRIPE}\n")
+    fake.reply(tool_use("bash", {"command": "echo changed >> app.py"}), text("Done."))
+    store = tmp_path / "state" / "s08" / "undo"  # this run's own, so no other test's copies are seen
+    done = run_cli(fake, workspace, "change app.py\n/undo\n", XDG_STATE_HOME=tmp_path / "state")
+    assert done.returncode == 0 and "[undo] files as they were" in done.stdout, done.stdout
+    assert (workspace / "app.py").read_text() == "print('v1')\n"
+    assert store.exists() and store.stat().st_mode & 0o077 == 0
+    assert list(store.iterdir()) == [], "the run's copies are removed when it ends"
+    assert STRIPE not in "".join(p.read_text(errors="replace") for p in workspace.rglob("*") if p.is_file()
+                                 and ".env" != p.name), "no copy of a secret lands in the workspace"
