@@ -7,7 +7,6 @@ or a ContextOverflow when the prompt did not fit.
 """
 
 import importlib.util
-import json
 import os
 import random
 import re
@@ -15,9 +14,10 @@ import sys
 import time
 from dataclasses import dataclass, replace
 
-from history import fresh_id, result_text
+from history import fresh_id
 from overflow import EMPTY_REPLY_OVERFLOW, MIN_CONTEXT_WINDOW, ContextOverflow, context_overflow, learned_window
 from replies import USAGE_KEYS, BadReply, EmptyReply, ErrorEvent, reply_from_body, reply_from_events
+from request_forms import PLAIN_TEXT_NOTE, PLAIN_TEXT_PROOF, plain_text_request, redacted_request
 from terminal import Spinner, StreamedText, one_line
 from tool_input import input_problem
 
@@ -68,6 +68,7 @@ class Endpoint:
     startup_problem: str = ""         # what the first call at start-up ran into (no connection, a refused key)
     undercount: float = 1.0           # how many times our estimate the endpoint counted in a refused prompt
     plain_text: bool = False          # its chat template takes only text as strings (plain_text_request)
+    plain_text_wins: int = 0          # requests plain text answered after the blocks got an empty reply
 
     def accepted(self, prompt_tokens: int, max_tokens: int, measured: bool = False) -> None:
         self.largest_accepted = (max(self.largest_accepted[0], prompt_tokens),
@@ -76,8 +77,8 @@ class Endpoint:
             self.largest_measured = max(self.largest_measured, prompt_tokens)
 
     def overflowed_silently(self, sent_tokens: int) -> bool:
-        """Whether an empty reply (EmptyReply) to this request is most likely a prompt over the
-        window: larger than any request answered, large enough for the program to work in,
+        """Whether empty replies (EmptyReply), every try and plain text too, to this request most
+        likely mean a prompt over the window: larger than any request answered, large enough for the program to work in,
         and the window only assumed (not set by CONTEXT_WINDOW or stated by the Models API)."""
         known = self.window_source in ("CONTEXT_WINDOW", MODELS_API_SOURCE)
         return not known and sent_tokens >= MIN_CONTEXT_WINDOW and sent_tokens > self.largest_accepted[0]
@@ -122,8 +123,8 @@ class Endpoint:
 
     def facts(self) -> dict:
         """What the session log keeps, so --resume starts from what was learned."""
-        return {"model": self.model, "window": self.window, "window_source": self.window_source, "learned": self.learned,
-                "counts_output": self.counts_output, "count_tokens": self.can_count_tokens,
+        return {"model": self.model, "window": self.window, "window_source": self.window_source,
+                "learned": self.learned, "counts_output": self.counts_output, "count_tokens": self.can_count_tokens,
                 "models_api": self.models_api, "plain_text": self.plain_text}
 
 
@@ -147,8 +148,8 @@ def with_retries(agent, call):
         try:
             return call()
         except api_failures() as err:
-            if attempt == MAX_API_ATTEMPTS or not worth_retrying(err):
-                raise
+            if attempt == MAX_API_ATTEMPTS or not worth_retrying(err) or isinstance(err, EmptyReply) and attempt > 1:
+                raise  # an empty reply is tried twice, each time as plain text too: a third try would not differ
             response = getattr(err, "response", None)
             delay = agent.settings.retry_base_seconds * 2 ** (attempt - 1) * random.uniform(0.8, 1.2)
             try:  # the API's advice, when it asks for longer: a "retry-after: 0" must not make three retries a burst
@@ -261,17 +262,7 @@ def send_request(agent, request: dict, sent_tokens: int, on_text=None, label: st
                 shown.append(chunk)
                 on_text(chunk)
             try:
-                return stream_reply(agent, request, show if on_text else None)
-            except EmptyReply:  # retried as a failure, unless the prompt most likely did not fit
-                if agent.endpoint.overflowed_silently(sent_tokens):
-                    raise ContextOverflow(EMPTY_REPLY_OVERFLOW, sent_tokens, max_tokens) from None
-                plain = plain_text_request(request)
-                if agent.endpoint.plain_text or plain == request:
-                    raise
-                answer = stream_reply(agent, plain, show if on_text else None)  # its template may want strings
-                agent.endpoint.plain_text = True
-                notes.append(PLAIN_TEXT_NOTE)
-                return answer
+                return reply_in_a_form_it_takes(agent, request, show if on_text else None, notes)
             except KeyboardInterrupt:
                 raise  # model_reply ends the line: the word held back was never shown
             except BaseException:
@@ -284,6 +275,10 @@ def send_request(agent, request: dict, sent_tokens: int, on_text=None, label: st
         request = plain_text_request(request)
     try:
         content, stop_reason, usage = with_retries(agent, attempt)
+    except EmptyReply:  # empty every time: a prompt over the window, if it was large for what is known of it
+        if agent.endpoint.overflowed_silently(sent_tokens):
+            raise ContextOverflow(EMPTY_REPLY_OVERFLOW, sent_tokens, max_tokens) from None
+        raise
     except (anthropic.APIStatusError, ErrorEvent) as err:
         overflow = context_overflow(err, max_tokens=max_tokens)
         if overflow:
@@ -302,59 +297,24 @@ def send_request(agent, request: dict, sent_tokens: int, on_text=None, label: st
     return Answer({"role": "assistant", "content": content}, stop_reason, usage, prompt_tokens, " ".join(notes))
 
 
-SIGNED = ("thinking", "redacted_thinking")  # blocks the endpoint signed: they go back exactly as it sent them
-
-
-def redacted_request(secrets, request: dict) -> dict:
-    """The request with every secret in any form replaced, except inside the thinking blocks
-    the endpoint signed: those came from it, and a changed one fails its signature (400),
-    which would fail every later turn too. They are kept out of logs and the screen instead."""
-    signed = []
-
-    def set_aside(block):
-        if isinstance(block, dict) and block.get("type") in SIGNED:
-            signed.append(block)
-            return {"type": "signed", "n": len(signed) - 1}
-        return block
-    messages = [{**m, "content": [set_aside(b) for b in m["content"]]} if isinstance(m.get("content"), list) else m
-                for m in request["messages"]]
-    clean = secrets.redact_json({**request, "messages": messages})
-    if not signed:
-        return clean
-    return {**clean, "messages": [{**m, "content": [signed[b["n"]] if b.get("type") == "signed" else b
-                                                     for b in m["content"]]}
-                                  if isinstance(m.get("content"), list) else m for m in clean["messages"]]}
-
-
-PLAIN_TEXT_NOTE = ("[endpoint] the server failed on text sent as a list of blocks and answered it sent as plain "
-                   "strings (a chat template such as llama.cpp's takes only those): plain text from now on, "
-                   "without prompt-cache marks")
-
-
-def plain_text_request(request: dict) -> dict:
-    """The request as a chat template that concatenates strings can take (LiteLLM turns each
-    message into one the template reads): a message of only text as one string; text beside
-    tool results inside the last result; a call alone with a line naming it (LiteLLM sends
-    such a message with no text, and the template fails on that); no cache marks."""
-    def plain(message: dict) -> dict:
-        content = message["content"]
-        if isinstance(content, str):
-            return message
-        blocks = [{k: v for k, v in b.items() if k != "cache_control"} for b in content]
-        texts = [b["text"] for b in blocks if b.get("type") == "text"]
-        if len(texts) == len(blocks):
-            return {**message, "content": "\n\n".join(texts)}
-        results = [k for k, b in enumerate(blocks) if b.get("type") == "tool_result"]
-        if results and texts:
-            last = blocks[results[-1]]
-            blocks[results[-1]] = {**last, "content": "\n\n".join([result_text(last), *texts])}
-            blocks = [b for b in blocks if b.get("type") != "text"]
-        calls = [b["name"] for b in blocks if b.get("type") == "tool_use"]
-        if calls and not texts:
-            blocks.insert(0, {"type": "text", "text": f"(calling {', '.join(calls)})"})
-        return {**message, "content": blocks}
-    tools = [{k: v for k, v in t.items() if k != "cache_control"} for t in request.get("tools") or []]
-    return {**request, "messages": [plain(m) for m in request["messages"]], **({"tools": tools} if tools else {})}
+def reply_in_a_form_it_takes(agent, request: dict, on_text, notes: list) -> tuple:
+    """stream_reply; after an empty reply, at once the same request as plain text, in case
+    the server's chat template takes only strings. Plain text is kept for the session once
+    it answered where the blocks got nothing on two requests: one passing failure is not
+    enough to give up the prompt cache."""
+    endpoint = agent.endpoint
+    try:
+        return stream_reply(agent, request, on_text)
+    except EmptyReply:
+        plain = plain_text_request(request)
+        if endpoint.plain_text or plain == request:
+            raise
+        answer = stream_reply(agent, plain, on_text)
+        endpoint.plain_text_wins += 1
+        if endpoint.plain_text_wins >= PLAIN_TEXT_PROOF:
+            endpoint.plain_text = True
+            notes.append(PLAIN_TEXT_NOTE)
+        return answer
 
 
 def model_reply(agent, request: dict, sent_tokens: int, show_text: bool, label: str = "waiting for the model") -> Answer:
@@ -470,6 +430,8 @@ def what_became_of_it(err: Exception, withdrawn: bool, terminal: bool) -> str:
     """What happened to the user's message after an API error, and whether to send it again."""
     if not withdrawn:
         return "The work so far is kept; send a message to go on."
+    if isinstance(err, EmptyReply):
+        return "Your message was not answered and was taken back out; send it again once the server's log shows why."
     if key_refused(err) or getattr(err, "status_code", None) == 404:  # the settings, not the message
         return "Your message was taken back out; once that is fixed (restart the program), send it again."
     if getattr(err, "status_code", None) in (400, 413, 422):  # the request itself was refused

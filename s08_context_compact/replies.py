@@ -111,36 +111,38 @@ def is_complete(text: str) -> bool:
 
 
 def same_call_runs(blocks: list) -> list:
-    """The blocks in runs: a tool_use followed by tool_use blocks with its id (or none), empty
-    text blocks between them left out; any other block is a run of its own."""
+    """The blocks in runs: a tool_use, then the tool_use blocks that carry its id (or none)
+    and its name (or none); empty text blocks between them are left out; any other block
+    is a run of its own."""
     runs = []
     for block in blocks:
         last = runs[-1][0] if runs else None
         if block["type"] == "text" and not block.get("text", "").strip():
-            runs.append([block])
-        elif block["type"] == "tool_use" and last and last["type"] == "tool_use" and \
-                block.get("id") in (None, "", last.get("id")):
+            continue  # the API refuses an empty text block anyway
+        if block["type"] == "tool_use" and last and last["type"] == "tool_use" and \
+                block.get("id") in (None, "", last.get("id")) and block.get("name") in (None, "", last.get("name")):
             runs[-1].append(block)
         else:
             runs.append([block])
-    return [run for run in runs if run[0]["type"] != "text" or run[0].get("text", "").strip()]
+    return runs
 
 
 def joined_tool_calls(blocks: list) -> list:
     """One tool call streamed in pieces, each piece its own tool_use block with the call's id
-    (LiteLLM relaying llama.cpp repeats the id in every chunk), is one call: the pieces'
-    JSON joined in order; a piece with no id belongs to the call before it, and empty text
-    blocks between pieces go. Two whole calls that share an id stay two (make_reply_sendable
-    renames the second): pieces that are each complete JSON, and do not join into one."""
+    (LiteLLM relaying llama.cpp repeats the id and name in every chunk, then sends one with
+    nothing in it), is one call: the pieces' JSON joined in order. Whole calls that share
+    an id stay apart (make_reply_sendable renames the later ones): pieces that are each
+    complete JSON, or empty (a call that takes no arguments), and do not join into one."""
     calls = []
     for run in same_call_runs(blocks):
         pieces = [piece_of_input(b) for b in run]
         joined = "".join(pieces)
-        if len(run) == 1 or is_complete(joined) or not all(is_complete(p) for p in pieces if p):
-            calls.append({**run[0], "partial_json": joined, "name": run[0].get("name") or run[-1].get("name")}
-                         if len(run) > 1 else run[0])
+        if len(run) == 1:
+            calls.append(run[0])
+        elif joined.strip() and is_complete(joined) or not all(is_complete(p) for p in pieces if p):
+            calls.append({**run[0], "partial_json": joined, "name": run[0].get("name") or run[-1].get("name")})
         else:
-            calls += [b for b, p in zip(run, pieces) if p]
+            calls += run  # whole calls, a call with no arguments among them
     return calls
 
 

@@ -48,8 +48,9 @@ class SessionInUse(SessionRefused):
 def interpreter() -> str:
     """How to name the Python that runs this program in a command to type: "python" when
     that is the one the shell finds, else its full path (a virtual environment not activated)."""
-    found = shutil.which("python")  # links are not followed: a venv's python links to the one it came from
-    same = found and os.path.dirname(os.path.abspath(found)) == os.path.dirname(os.path.abspath(sys.executable))
+    found = shutil.which("python")  # the folder matters: a venv's python links to the one it came from
+    same = found and os.path.dirname(os.path.abspath(found)) == os.path.dirname(os.path.abspath(sys.executable)) \
+        and os.path.realpath(found) == os.path.realpath(sys.executable)
     return "python" if same else shlex.quote(sys.executable)
 
 

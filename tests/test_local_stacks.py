@@ -46,10 +46,11 @@ def test_a_silent_failure_is_retried_then_said_in_one_line_and_nothing_is_stored
         fake.reply(*[silent_failure()] * 4)
         messages = []
         assert s08.take_turn(agent, messages, "hello") is False
-        assert len(fake.main_requests) == 4, "a call and three retries"
+        # a call and one retry, each as the request is, then as plain text: a third try would not differ
+        assert len(fake.requests) == 4 and fake.template_failures == 2 and len(fake.main_requests) == 2
         said = agent.out.text
         retries = [line for line in said.splitlines() if line.startswith("[api]")]
-        assert len(retries) == 3 and all("answered with nothing" in line for line in retries)
+        assert len(retries) == 1 and "answered with nothing" in retries[0]
         failed = [line for line in said.splitlines() if line.startswith("API error:")]
         assert len(failed) == 1 and "no content, no usage" in failed[0] and "CONTEXT_WINDOW" in failed[0]
         assert ".." not in failed[0]
@@ -135,17 +136,20 @@ def test_a_tool_call_streamed_in_pieces_runs_once(s08, make_agent, workspace):
 
 def test_a_template_that_takes_only_strings_is_sent_plain_text_once_it_fails(s08, make_agent, workspace):
     """SmolLM2's template behind LiteLLM concatenates strings: text sent as a list of blocks
-    fails inside the server. One plain-text try answers it, and plain text is kept."""
+    fails inside the server. A plain-text try answers it at once; after two such requests
+    plain text is kept (one passing failure is no proof)."""
     (workspace / "data.txt").write_text("the answer is 42\n")
     with stack() as fake:
         agent = make_agent(server=fake)
-        fake.reply(text("Hi."), tool_use("read_file", {"path": "data.txt"}), text("It says 42."))
+        fake.reply(text("Hi."), text("Hi again."), tool_use("read_file", {"path": "data.txt"}), text("It says 42."))
         messages = []
         assert s08.take_turn(agent, messages, "hello")
-        assert fake.template_failures == 1 and agent.out.text.count("[endpoint]") == 1
+        assert fake.template_failures == 1 and not agent.endpoint.plain_text and "[endpoint]" not in agent.out.text
+        assert s08.take_turn(agent, messages, "hello again")
+        assert fake.template_failures == 2 and agent.out.text.count("[endpoint]") == 1
         assert agent.endpoint.plain_text and agent.endpoint.facts()["plain_text"] is True
         assert s08.take_turn(agent, messages, "read data.txt")
-        assert fake.template_failures == 1, "plain text from then on, the tool loop included"
+        assert fake.template_failures == 2, "plain text from then on, the tool loop included"
         assert [b["text"] for b in blocks(messages[-1])] == ["It says 42."]
         last = fake.main_requests[-1]
         assert "cache_control" not in json.dumps(last) and isinstance(last["messages"][0]["content"], str)
@@ -178,12 +182,12 @@ def test_anthropic_is_never_sent_plain_text(s08, make_agent, fake):
 
 def test_plain_text_is_remembered_across_resume(workspace):
     with stack() as fake:
-        fake.reply(text("Hi."), text("Again."))
-        first = run_cli(fake, workspace, "hello\n")
-        assert first.returncode == 0 and fake.template_failures == 1, first.stdout + first.stderr
+        fake.reply(text("Hi."), text("Hi again."), text("Again."))
+        first = run_cli(fake, workspace, "hello\nhello again\n")
+        assert first.returncode == 0 and fake.template_failures == 2, first.stdout + first.stderr
         second = run_cli(fake, workspace, "again\n", args=("--resume",))
         assert second.returncode == 0 and "Again." in second.stdout, second.stdout + second.stderr
-        assert fake.template_failures == 1, "the resumed session sends plain text from its first request"
+        assert fake.template_failures == 2, "the resumed session sends plain text from its first request"
 
 
 # ---------------------------------------------------------------- what the proxy refuses
@@ -232,3 +236,76 @@ def test_a_404_from_a_proxy_does_not_ask_to_send_it_again(s08, make_agent):
         failed = [line for line in agent.out.text.splitlines() if line.startswith("API error:")][0]
         assert "Check MODEL_ID and ANTHROPIC_BASE_URL" in failed and "restart" in failed
         assert "send it again (" not in failed and "send it again." not in failed.split("restart")[0]
+
+
+# ---------------------------------------------------------------- what an empty reply is not
+
+def test_one_passing_empty_reply_to_a_large_request_teaches_nothing(s08, make_agent):
+    """An empty reply that a retry answers was a passing failure: no window is learned, no
+    compaction runs, and plain text is not kept."""
+    with FakeAnthropic() as fake:  # a server that takes blocks, and whose window is ample
+        agent = make_agent(server=fake)
+        messages = chat(3, 6_000) + [user("go on")]
+        fake.reply(text("First."), silent_failure(), text("Second."))
+        assert s08.agent_loop(agent, messages) == "First."
+        messages.append(user("and more, which is larger than any request answered"))
+        assert s08.agent_loop(agent, messages) == "Second."
+        assert agent.endpoint.window == 200_000 and not agent.endpoint.learned and not agent.endpoint.plain_text
+        assert "[window]" not in agent.out.text and "[reactive_compact]" not in agent.out.text
+
+
+def test_an_empty_reply_is_no_overflow_when_no_larger_than_one_answered_or_the_window_is_known(s08, make_agent):
+    with stack() as fake:
+        agent = make_agent(server=fake)
+        fake.reply(text("Answered."), *[silent_failure()] * 8)
+        s08.agent_loop(agent, chat(3, 6_000) + [user("go on")])
+        smaller = chat(2, 6_000) + [user("a smaller one")]
+        assert s08.estimate_tokens(smaller) + agent.overhead >= 4_000
+        with pytest.raises(replies.EmptyReply):  # no larger than the one answered: a failure, said as one
+            s08.agent_loop(agent, smaller)
+        assert agent.endpoint.window == 200_000
+    with stack() as fake:
+        agent = make_agent(server=fake)
+        agent.endpoint.window_source = "CONTEXT_WINDOW"  # the user said how big it is
+        fake.reply(*[silent_failure()] * 8)
+        with pytest.raises(replies.EmptyReply):
+            s08.agent_loop(agent, chat(3, 6_000) + [user("go on")])
+        assert agent.endpoint.window == 200_000 and not agent.endpoint.learned
+
+
+def test_a_first_prompt_to_a_template_that_takes_only_strings_is_no_overflow(s08, make_agent):
+    with stack() as fake:
+        agent = make_agent(server=fake)
+        fake.reply(text("Read all of it."))
+        assert s08.agent_loop(agent, [user("please read: " + "word " * 20_000)]) == "Read all of it."
+        assert agent.endpoint.window == 200_000 and "[window]" not in agent.out.text
+
+
+@pytest.mark.parametrize("calls, expected", [
+    ([("compact", "", "t1"), ("compact", "", "t1")], [("compact", {}), ("compact", {})]),
+    ([("bash", '{"command": "ls"}', "t1"), ("compact", "", "t1")], [("bash", {"command": "ls"}), ("compact", {})]),
+    ([("compact", "", "t1"), ("bash", '{"command": "ls"}', "t1")], [("compact", {}), ("bash", {"command": "ls"})]),
+    ([("read_file", '{"path": "a', "t1"), ("read_file", '{"path": "b.txt"}', "t2")],
+     [("read_file", '{"path": "a'), ("read_file", {"path": "b.txt"})]),
+    ([("read_file", '{"pa', "t1"), ("read_file", 'th": "b.txt"}', "t1"), ("read_file", "", "t1")],
+     [("read_file", {"path": "b.txt"})]),
+])
+def test_pieces_join_into_one_call_and_whole_calls_stay_apart(calls, expected):
+    blocks = {k: {"type": "tool_use", "id": call_id, "name": name, "input": {}, "partial_json": piece}
+              for k, (name, piece, call_id) in enumerate(calls)}
+    blocks[len(calls)] = {"type": "text", "text": ""}
+    got = replies.finished_blocks(blocks)
+    assert [(b["name"], b["input"]) for b in got] == expected
+
+
+def test_plain_text_keeps_thinking_first_and_a_results_images(s08):
+    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}}
+    request = {"model": "m", "max_tokens": 10, "messages": [
+        {"role": "user", "content": [{"type": "text", "text": "look"}]},
+        {"role": "assistant", "content": [{"type": "thinking", "thinking": "hm", "signature": "s"},
+                                          {"type": "tool_use", "id": "t1", "name": "read_file", "input": {}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": [image]},
+                                     {"type": "text", "text": "a note"}]}]}
+    plain = endpoint_module.plain_text_request(request)["messages"]
+    assert [b["type"] for b in plain[1]["content"]] == ["thinking", "text", "tool_use"]
+    assert plain[2]["content"][0]["content"] == [image, {"type": "text", "text": "a note"}]

@@ -46,10 +46,11 @@ def run_session(fake, workspace, timeout=90, **env):
 
 def assert_session_kept_its_promises(fake, workspace, done):
     output = done.stdout + done.stderr
+    refusals_allowed = 4 if OVERFLOWS[fake.overflow].body == "silent" else 1  # an empty reply is tried again
     assert done.returncode == 0, output[-3000:]
     assert "Traceback" not in output, output[-3000:]
     assert DONE in done.stdout, output[-3000:]
-    assert len(fake.overflows) <= 1, f"refused for size {len(fake.overflows)} times: {fake.overflows}"
+    assert len(fake.overflows) <= refusals_allowed, f"refused for size {len(fake.overflows)} times: {fake.overflows}"
     assert fake.invalid == [], fake.invalid
     # the request being worked on reaches the model in every request of the task
     for body in fake.main_requests:
@@ -88,7 +89,9 @@ def test_a_reading_session_on_each_provider_behaviour(workspace, behaviour):
         fake.reply(*reading_script())
         done = run_session(fake, workspace, **env)
         output = assert_session_kept_its_promises(fake, workspace, done)
-        assert len(fake.overflows) == 1, "the real window is smaller than the assumed one: one refusal teaches it"
+        silent = OVERFLOWS[settings.get("overflow", "anthropic")].body == "silent"  # an empty reply, tried twice
+        assert 1 <= len(fake.overflows) <= (4 if silent else 1), "the real window is smaller than the assumed " \
+            "one: one refusal teaches it (an empty reply: once it came back empty again, as plain text too)"
         assert "[window]" in output  # then reactive_compact, unless only max_tokens made the request too big
         if settings.get("overflow") in STATES_THE_WINDOW:
             assert f"the endpoint's limit is {WINDOW:,} tokens (was assuming 200,000)" in output
