@@ -148,8 +148,9 @@ def with_retries(agent, call):
         try:
             return call()
         except api_failures() as err:
-            if attempt == MAX_API_ATTEMPTS or not worth_retrying(err) or isinstance(err, EmptyReply) and attempt > 1:
-                raise  # an empty reply is tried twice, each time as plain text too: a third try would not differ
+            retries = 1 if isinstance(err, EmptyReply) else MAX_API_ATTEMPTS - 1  # tried as plain text too, each time
+            if attempt > retries or not worth_retrying(err):
+                raise
             response = getattr(err, "response", None)
             delay = agent.settings.retry_base_seconds * 2 ** (attempt - 1) * random.uniform(0.8, 1.2)
             try:  # the API's advice, when it asks for longer: a "retry-after: 0" must not make three retries a burst
@@ -157,7 +158,7 @@ def with_retries(agent, call):
             except (AttributeError, TypeError, ValueError):
                 pass
             agent.say(f"[api] {api_error_text(err)}; retrying in {delay:.1f}s "
-                      f"(retry {attempt} of {MAX_API_ATTEMPTS - 1})")
+                      f"(retry {attempt} of {retries})")
             time.sleep(delay)
 
 

@@ -50,7 +50,7 @@ def test_a_silent_failure_is_retried_then_said_in_one_line_and_nothing_is_stored
         assert len(fake.requests) == 4 and fake.template_failures == 2 and len(fake.main_requests) == 2
         said = agent.out.text
         retries = [line for line in said.splitlines() if line.startswith("[api]")]
-        assert len(retries) == 1 and "answered with nothing" in retries[0]
+        assert len(retries) == 1 and "answered with nothing" in retries[0] and "(retry 1 of 1)" in retries[0]
         failed = [line for line in said.splitlines() if line.startswith("API error:")]
         assert len(failed) == 1 and "no content, no usage" in failed[0] and "CONTEXT_WINDOW" in failed[0]
         assert ".." not in failed[0]
