@@ -34,6 +34,8 @@ DEVICES = ("/dev/null", "/dev/stdout", "/dev/stderr", "/dev/tty", "/dev/fd", "/p
 READABLE = DEVICES + ("/dev/zero", "/dev/random", "/dev/urandom", "/dev/stdin",
                       "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 
+# The files the program reads secrets from (redaction.py): a command that names one asks.
+SECRET_FILES = (".env",)
 # Text of the command that may end up in a file: a redirection, a here-document, tee, an in-place edit.
 WRITES_TEXT = re.compile(r">|<<|\btee\b|\b(sed|perl|ruby)\s+(-\w+\s+)*-\w*i|\b(ex|vim?)\s")
 
@@ -173,6 +175,10 @@ class Judge:
 
     def check_path(self, word: Word, verb: str = "uses") -> None:
         """A word that may name a file the command reads (or otherwise uses)."""
+        names = glob.glob(str(self.path(word)))[:COPY_WALK_LIMIT] if word.globs else [str(word)]
+        if not word.expands and any(os.path.basename(os.path.normpath(n)) in SECRET_FILES for n in names):
+            self.ask(f"{verb} {word}, which holds secrets: read_file shows them redacted, while a command may print "
+                     "them in a form redaction cannot see (hex, folded, spaced)")
         if word.expands:  # judged by what comes before the first $: /proc/$PPID/environ is in /proc
             known = word.split("$", 1)[0]
             if "/" in known and self.outside(make_word(known.rpartition("/")[0] or "/"), READABLE):

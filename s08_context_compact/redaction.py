@@ -8,6 +8,7 @@ the endpoint, the session log, the store and the screen keep a last net over wha
 send, write or show. This module says what a secret is and does the replacing.
 """
 
+import base64
 import difflib
 import json
 import re
@@ -49,6 +50,22 @@ def secret_values(environ, dotenv_files: tuple = ()) -> list:
     return sorted(values, key=len, reverse=True)
 
 
+WRAP = r"(?:\r?\n)?"                # where a wrapped form may be broken: any 16 columns hold a whole atom
+
+
+def shell_forms(value: str) -> set:
+    """How one shell command can print a secret so its plain form is gone: reversed (rev),
+    as hex (xxd -p, od -An -tx1 without spaces, in either case), and as base64 (the groups
+    that hold only the secret's bytes, wherever it starts in what was encoded). Pieces
+    shorter than MIN_SECRET are left out: too many ordinary words would match."""
+    data = value.encode("utf-8", "surrogatepass")
+    forms = {value[::-1], data.hex(), data.hex().upper()}
+    for offset in range(3):
+        text = base64.b64encode(b"\0" * offset + data).decode()
+        forms.add(text[(offset + 2) // 3 * 4:(offset + len(data)) // 3 * 4])
+    return {form for form in forms if len(form) >= MIN_SECRET}
+
+
 def encoded(text: str, encoding: tuple) -> str:
     for step in encoding:
         text = ESCAPE[step](text)
@@ -84,9 +101,14 @@ class Redactor:
             forms[re.escape(literal)] = len(literal.encode())
             self.reach = max(self.reach, len(literal.encode()))
         self.starts |= self.literals
+        wrapped = {form for value in self.values for form in shell_forms(value)}
+        for form in wrapped:  # hex and base64 come wrapped at 60 or 76 columns: a line break may fall anywhere
+            forms[WRAP.join(map(re.escape, form))] = size = len(form) + 2 * (len(form) // 16 + 1)
+            self.reach = max(self.reach, size)
         self.reach += MIN_SECRET if forms else 0  # read this far past a cut, and a secret across it is whole
         self.atoms = short | {literal[:MIN_SECRET] for literal in self.literals} | \
-            {literal[-MIN_SECRET:] for literal in self.literals}
+            {literal[-MIN_SECRET:] for literal in self.literals} | \
+            {form[k:k + MIN_SECRET] for form in wrapped for k in range(0, len(form) - MIN_SECRET + 1, MIN_SECRET)}
         self.atoms_bytes = [atom.encode() for atom in self.atoms]
         ordered = "|".join(sorted(forms, key=forms.get, reverse=True))  # the longest form wins where several start
         self.pattern = re.compile(ordered) if forms else None

@@ -265,3 +265,30 @@ def test_undo_keeps_its_copies_outside_the_workspace_for_you_alone_and_not_past_
     assert list(store.iterdir()) == [], "the run's copies are removed when it ends"
     assert STRIPE not in "".join(p.read_text(errors="replace") for p in workspace.rglob("*") if p.is_file()
                                  and ".env" != p.name), "no copy of a secret lands in the workspace"
+
+
+# ---------------------------------------------------------------- a secret through a shell's encodings
+
+@pytest.mark.parametrize("command", ["rev notes.txt", "base64 notes.txt", "base64 -w0 notes.txt", "xxd -p notes.txt",
+                                     "od -An -tx1 notes.txt | tr -d ' \\n'", "cat notes.txt | rev | rev"])
+def test_a_secret_a_command_encodes_in_one_step_is_redacted(s08, make_agent, fake, workspace, command):
+    """Reversed, hex and base64 are forms of a secret too: a file that is not .env may hold
+    one (a config copied from it), and what a command prints of it is redacted in them."""
+    (workspace / "notes.txt").write_text(f"deploy with STRIPE_KEY={STRIPE} tonight\n")
+    run(s08, make_agent, fake, tool_use("bash", {"command": command}))
+    sent = json.dumps(fake.requests)
+    data = STRIPE.encode()
+    forms = {STRIPE, STRIPE[::-1], data.hex(), data.hex().upper()}
+    assert not any(form[i:i + 12] in sent for form in forms for i in range(len(form) - 11)), command
+    assert "[redacted]" in results(fake)[0]["content"]
+
+
+@pytest.mark.parametrize("command", ["xxd .env", "cat .env | fold -w 16", "od -c .env", "sed -n l .env | fold -w 20",
+                                     "cat .e*", "rev < .env"])
+def test_a_command_that_reads_env_asks_first(s08, make_agent, fake, project, command):
+    """Folded, spaced or dumped, a secret has more forms than any redaction knows: a command
+    that names the .env the secrets come from asks (read_file shows it redacted)."""
+    run(s08, make_agent, fake, tool_use("bash", {"command": command}))
+    assert results(fake)[0]["content"].startswith("Permission denied") and "which holds secrets" in \
+        results(fake)[0]["content"]
+    assert not any(STRIPE[i:i + 8] in json.dumps(fake.requests) for i in range(len(STRIPE) - 7))

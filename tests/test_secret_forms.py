@@ -65,6 +65,8 @@ def make_workspace(workspace):
 
 def test_no_piece_of_any_secret_leaves_the_program(fake, workspace):
     make_workspace(workspace)
+    # a copy under another name: a command that names .env itself asks first (test_nothing_lost.py)
+    (workspace / "env_copy.txt").write_bytes((workspace / ".env").read_bytes())
     said = " | ".join(SHAPES.values())  # the model repeats every secret, in its text and its tool inputs
     fake.reply(tool_uses([("read_file", {"path": "config.py"}),
                           ("read_file", {"path": ".env", "offset": KEY_FIRST + 3, "limit": 4}),  # inside the key
@@ -73,7 +75,7 @@ def test_no_piece_of_any_secret_leaves_the_program(fake, workspace):
                           ("read_file", {"path": ".env"}),
                           ("read_file", {"path": "long.txt"}),                                   # lines cut at 2,000
                           ("read_file", {"path": "dense.txt"}),
-                          ("bash", {"command": "cat dense.txt dense.txt; seq 1 25000; cat -n .env config.py"}),
+                          ("bash", {"command": "cat dense.txt dense.txt; seq 1 25000; cat -n env_copy.txt config.py"}),
                           ("bash", {"command": "echo " + shlex.quote(said)}),
                           ("bash", {"command": "echo " + "x" * 105 + PLAIN}),  # the ledger keeps 120 characters
                           ("write_file", {"path": "notes.txt", "content": said})], preface=f"I see {said}."),
