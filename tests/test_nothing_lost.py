@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import blocks, run_cli
+from conftest import Terminal, blocks, run_cli
 import session_log
 from fake_anthropic import text, tool_use
 
@@ -292,3 +292,29 @@ def test_a_command_that_reads_env_asks_first(s08, make_agent, fake, project, com
     assert results(fake)[0]["content"].startswith("Permission denied") and "which holds secrets" in \
         results(fake)[0]["content"]
     assert not any(STRIPE[i:i + 8] in json.dumps(fake.requests) for i in range(len(STRIPE) - 7))
+
+
+def test_at_a_terminal_a_missed_form_is_a_question_and_undo_puts_back_what_a_yes_cost(fake, workspace):
+    """A person sees the question, with the reason, for a form the check once missed; what a
+    yes destroys, /undo brings back."""
+    (workspace / "old.txt").write_text("precious\n")
+    (workspace / "new.txt").write_text("replacement\n")
+    fake.reply(tool_use("bash", {"command": "mv -f new.txt old.txt"}), text("Moved."),
+               tool_use("bash", {"command": "cp -f /dev/null old.txt"}), text("Emptied."))
+    terminal = Terminal(fake, workspace, columns=200)
+    assert terminal.read_until(b"s08 >> ")
+    terminal.type(b"replace old with new\r")
+    assert terminal.read_until(b"Allow? [y/N] ")
+    assert "overwrites old.txt (mv)" in terminal.text
+    terminal.wait_for_input()
+    terminal.type(b"y\r")
+    assert terminal.read_until(b"s08 >> ", 2) and (workspace / "old.txt").read_text() == "replacement\n"
+    terminal.type(b"/undo\r")
+    assert terminal.read_until(b"s08 >> ", 3)
+    assert (workspace / "old.txt").read_text() == "precious\n" and (workspace / "new.txt").exists()
+    terminal.type(b"empty it\r")
+    assert terminal.read_until(b"Allow? [y/N] ", 2) and "overwrites old.txt (cp)" in terminal.text
+    terminal.wait_for_input()
+    terminal.type(b"n\r")
+    assert terminal.read_until(b"s08 >> ", 4)
+    assert terminal.finish() == 0 and (workspace / "old.txt").read_text() == "precious\n"
