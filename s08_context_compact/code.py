@@ -939,9 +939,9 @@ def build_request(agent, messages: list, extra_text: str | None = None) -> dict:
     """The Messages API request for a history: tools and system first, cache marks added."""
     s = agent.settings
     sent = [sendable(m) for m in messages]
-    # The system prompt goes as a plain string (some servers take nothing else), so the mark that
-    # keeps the fixed prefix cached through a compaction sits on the last tool; the marks on the
-    # messages cache the system prompt with them.
+    # The system prompt goes as a plain string (some servers take nothing else), so the fixed
+    # prefix's mark sits on the last tool (it counts once the tools reach the API's minimum for a
+    # cached prefix); the marks on the messages cache the system prompt with them.
     tools = agent.tools[:-1] + [{**agent.tools[-1], "cache_control": cache_mark(s.cache_ttl)}] if agent.tools else []
     sent = with_cache_breakpoints(sent, s.keep_recent, cache_mark(s.cache_ttl))
     if extra_text and sent and sent[-1]["role"] == "user":
