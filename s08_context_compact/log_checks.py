@@ -20,6 +20,7 @@ from pathlib import Path
 
 CHECK = "check"                       # the field that holds a line's check
 CHECK_CHARS = 32                      # hex characters of an HMAC-SHA256 kept: 128 bits
+NOT_CHECKED = "it was written before logs carried checks: resumed without one"  # said on --resume only
 
 
 def key_file() -> Path:
@@ -90,7 +91,7 @@ def trusted_lines(lines: list, written_after: float | None = None) -> tuple:
         if key and written_after is not None and made is not None and written_after > made:
             return [], "", ("it carries none of this program's checks and was changed after they began: it was "
                             "written or replaced by something else, so none of it is resumed")
-        return lines, "", "" if not key else "it was written before logs carried checks: resumed without one"
+        return lines, "", "" if not key else NOT_CHECKED
     if not key:
         return lines, "", f"its checks cannot be verified: the key {key_file()} is gone; resumed without them"
     kept, previous, dropped = [], "", 0

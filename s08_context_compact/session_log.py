@@ -22,7 +22,7 @@ from collections import Counter
 from pathlib import Path
 
 from history import last_reply_text
-from log_checks import Chain, trusted_lines, without_check
+from log_checks import NOT_CHECKED, Chain, trusted_lines, without_check
 from log_repair import repair_history, what_was_repaired
 from redaction import Redactor
 from surrogates import HALF_ESCAPE, well_formed, well_formed_deep
@@ -247,7 +247,7 @@ def read_session(path: Path, warn=None, chain: Chain | None = None) -> list:
     if problem and not lines:
         raise SessionRefused(f"Session {path.stem.removeprefix('session-')} is not resumed: {problem}. Start a new "
                              "session without --resume (the file is left as it is).")
-    if problem and warn:
+    if problem and warn and (chain or problem != NOT_CHECKED):  # --list need not say an old log is old
         warn(f"[session log] {path.name}: {problem}")
     if chain:
         chain.restart(last)
