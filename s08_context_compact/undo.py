@@ -14,7 +14,8 @@ a day later, if it could not). Bounded: a file over MAX_FILE_BYTES is not kept, 
 workspace of over MAX_FILES files is not recorded, and the copies stay under
 MAX_STORE_BYTES, the oldest turns dropped first; each is said once. Never recorded: .git
 (its history is git's to keep), the program's own folders, and folders a tool rebuilds
-(SKIPPED).
+(SKIPPED). In a git repository, a tracked file whose content is the index's is not copied:
+git already keeps that content, and /undo reads it back from there.
 
 Machinery the chapter does not need: code.py installs undo_hooks beside the ledger's,
 and turns.py runs /undo and /redo.
@@ -25,6 +26,7 @@ import hashlib
 import os
 import shutil
 import stat
+import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -69,7 +71,7 @@ class Undo:
 
     def record(self) -> dict | None:
         """{path: (hash, mode) or ("link", target)} of the workspace now, each content kept."""
-        files = {}
+        files, in_git = {}, self.git_blobs()
         for path in self.walk():
             if path is None:
                 return self.once("too many", f"[undo] the workspace has over {MAX_FILES:,} files: turns are not "
@@ -79,11 +81,44 @@ class Undo:
                 info = os.lstat(path)
                 if stat.S_ISLNK(info.st_mode):
                     files[relative] = ("link", os.readlink(path))
+                elif stat.S_ISREG(info.st_mode) and relative in in_git:  # git has this content already
+                    files[relative] = (f"git:{in_git[relative]}", stat.S_IMODE(info.st_mode))
                 elif stat.S_ISREG(info.st_mode):
                     files[relative] = (self.keep(path, info), stat.S_IMODE(info.st_mode))
             except OSError:
                 continue  # gone since it was listed, or unreadable: nothing to put back
         return files
+
+    def git_blobs(self) -> dict:
+        """In a git repository (the workspace its top): the tracked files whose content is the
+        index's, each with its blob's id, so their content is not copied (git keeps it). The
+        repository is not trusted: its configuration may name a command for git to run
+        (core.fsmonitor), which is turned off."""
+        git = ["git", "-c", "core.fsmonitor=false", "-C", str(self.workdir)]
+        try:
+            top = subprocess.run(git + ["rev-parse", "--show-toplevel"], capture_output=True, timeout=20)
+            if top.returncode or Path(os.fsdecode(top.stdout.strip())).resolve() != self.workdir:
+                return {}
+            staged = subprocess.run(git + ["ls-files", "-s", "-z"], capture_output=True, timeout=60)
+            changed = subprocess.run(git + ["diff-files", "--name-only", "-z"], capture_output=True, timeout=60)
+        except (OSError, subprocess.TimeoutExpired):
+            return {}
+        if staged.returncode or changed.returncode:
+            return {}
+        modified = set(os.fsdecode(changed.stdout).split("\0"))
+        blobs = {}
+        for entry in filter(None, os.fsdecode(staged.stdout).split("\0")):
+            meta, _, path = entry.partition("\t")
+            mode, blob, stage = meta.split()
+            if stage == "0" and mode in ("100644", "100755") and path not in modified:
+                blobs[path] = blob
+        return blobs
+
+    def content(self, digest: str) -> bytes:
+        if digest.startswith("git:"):
+            return subprocess.run(["git", "-c", "core.fsmonitor=false", "-C", str(self.workdir), "cat-file", "blob",
+                                   digest[4:]], capture_output=True, timeout=60, check=True).stdout
+        return (self.folder() / digest).read_bytes()
 
     def walk(self):
         count = 0
@@ -177,8 +212,12 @@ class Undo:
         """Make the workspace hold target's files; (paths written, paths removed)."""
         changed = [path for path, entry in target.items() if now.get(path) != entry and entry[0] is not None]
         removed = [path for path in now if path not in target]
-        for path in changed:
-            self.write(self.workdir / path, target[path])
+        for path in list(changed):
+            try:
+                self.write(self.workdir / path, target[path])
+            except (OSError, subprocess.SubprocessError) as err:  # its copy gone (git gc, a disk error)
+                changed.remove(path)
+                self.warn(f"[undo] could not put back {path}: {err}")
         for path in removed:
             (self.workdir / path).unlink(missing_ok=True)
             self.cache.pop(str(self.workdir / path), None)
@@ -194,7 +233,7 @@ class Undo:
             os.symlink(entry[1], path)
             return
         with tempfile.NamedTemporaryFile(dir=path.parent, delete=False, prefix=".undo-") as f:
-            f.write((self.folder() / entry[0]).read_bytes())
+            f.write(self.content(entry[0]))
         os.chmod(f.name, entry[1])
         os.replace(f.name, path)  # whole or not at all
         self.cache.pop(str(path), None)

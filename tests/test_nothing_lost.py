@@ -232,6 +232,8 @@ def test_undo_puts_back_what_a_turn_did_by_every_tool_and_redo_reverses_it(s08, 
     assert after != before and "lib/m0.py" not in after and after["notes.md"] == b"lose these notes\n"
     s08.handle_command(agent, messages, "/undo")
     assert tree(workspace) == before and not (workspace / "out").exists(), "every file back; what it made, gone"
+    copies = {p.read_bytes() for p in agent.undo.store.iterdir()}
+    assert (b"x = 0\n" in copies) != in_git, "in git, a tracked file as committed is read back from git, not copied"
     said = agent.out.text
     assert "[undo] files as they were before your request \"rework the project\"" in said
     assert "put back (app.py, lib/m0.py" in said and "taken away (new.py, out/deep/f.txt)" in said
