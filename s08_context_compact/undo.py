@@ -81,36 +81,30 @@ class Undo:
                 info = os.lstat(path)
                 if stat.S_ISLNK(info.st_mode):
                     files[relative] = ("link", os.readlink(path))
-                elif stat.S_ISREG(info.st_mode) and relative in in_git:  # git has this content already
-                    files[relative] = (f"git:{in_git[relative]}", stat.S_IMODE(info.st_mode))
                 elif stat.S_ISREG(info.st_mode):
-                    files[relative] = (self.keep(path, info), stat.S_IMODE(info.st_mode))
+                    files[relative] = (self.keep(path, info, in_git.get(relative)), stat.S_IMODE(info.st_mode))
             except OSError:
                 continue  # gone since it was listed, or unreadable: nothing to put back
         return files
 
     def git_blobs(self) -> dict:
-        """In a git repository (the workspace its top): the tracked files whose content is the
-        index's, each with its blob's id, so their content is not copied (git keeps it). The
-        repository is not trusted: its configuration may name a command for git to run
-        (core.fsmonitor), which is turned off."""
+        """In a git repository (the workspace its top): the tracked files and their blobs' ids
+        in the index. A file whose content hashes to its blob is not copied (git keeps it).
+        The repository is not trusted: git is asked nothing that would run a command its
+        configuration names (no diff, no filter; core.fsmonitor off)."""
         git = ["git", "-c", "core.fsmonitor=false", "-C", str(self.workdir)]
         try:
             top = subprocess.run(git + ["rev-parse", "--show-toplevel"], capture_output=True, timeout=20)
             if top.returncode or Path(os.fsdecode(top.stdout.strip())).resolve() != self.workdir:
                 return {}
             staged = subprocess.run(git + ["ls-files", "-s", "-z"], capture_output=True, timeout=60)
-            changed = subprocess.run(git + ["diff-files", "--name-only", "-z"], capture_output=True, timeout=60)
         except (OSError, subprocess.TimeoutExpired):
             return {}
-        if staged.returncode or changed.returncode:
-            return {}
-        modified = set(os.fsdecode(changed.stdout).split("\0"))
         blobs = {}
-        for entry in filter(None, os.fsdecode(staged.stdout).split("\0")):
+        for entry in filter(None, os.fsdecode(staged.stdout).split("\0")) if not staged.returncode else []:
             meta, _, path = entry.partition("\t")
             mode, blob, stage = meta.split()
-            if stage == "0" and mode in ("100644", "100755") and path not in modified:
+            if stage == "0" and mode in ("100644", "100755"):
                 blobs[path] = blob
         return blobs
 
@@ -130,8 +124,9 @@ class Undo:
                 if count > MAX_FILES:
                     return
 
-    def keep(self, path: Path, info) -> str | None:
-        """The content's hash, its copy kept once; None when it is too big to keep."""
+    def keep(self, path: Path, info, blob: str | None = None) -> str | None:
+        """The content's hash, its copy kept once; "git:<blob>" when git holds it already;
+        None when it is too big to keep."""
         key = (info.st_size, info.st_mtime_ns, info.st_ino)
         if self.cache.get(str(path), (None,))[0] == key:
             return self.cache[str(path)][1]
@@ -141,6 +136,9 @@ class Undo:
             return None
         with open(path, "rb") as f:
             data = f.read(MAX_FILE_BYTES + 1)
+        if blob and hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest() == blob:
+            self.cache[str(path)] = (key, f"git:{blob}")
+            return f"git:{blob}"
         digest = hashlib.sha256(data).hexdigest()
         copy = self.folder() / digest
         if not copy.exists():
