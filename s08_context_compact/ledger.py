@@ -13,6 +13,7 @@ from pathlib import Path
 
 from workspace_io import inside_workspace
 
+FAILURE_TAIL_CHARS = 800            # the end of the latest failed command's output, put back after a summary
 CONSTRAINT_WORDS = re.compile(r"\b(must|mustn't|don't|do not|never|always)\b|必须|不要|不能|不许|禁止|务必|永远|总是",
                               re.IGNORECASE)  # a user line with one of these is a constraint
 
@@ -41,6 +42,7 @@ class Ledger:
         self.commands = []     # (command, exit code)
         self.failing = {}      # test ids seen failing, in order
         self.constraints = []  # the user's lines with must / never / 必须 ..., verbatim
+        self.last_failure = None  # (command, exit code, the end of its output): what the model would run again to see
 
     def note_read(self, path: str, target: Path) -> None:
         self.reads.pop(path, None)
@@ -53,6 +55,10 @@ class Ledger:
         code = re.search(r"\[exit code (\d+)\]$", output)
         timed_out = re.search(r"\[timed out after \d+s", output)
         self.commands.append((command, "timeout" if timed_out else int(code.group(1)) if code else 0))
+        if self.commands[-1][1] != 0:
+            self.last_failure = (command, self.commands[-1][1], output[-FAILURE_TAIL_CHARS:])
+        elif self.last_failure and self.last_failure[0] == command:  # it passes now: its old error is no news
+            self.last_failure = None
         for test in re.findall(r"^(?:FAILED|ERROR) (\S+)|^--- FAIL: (\S+)", output, re.M):
             self.failing[test[0] or test[1]] = True
 
@@ -81,7 +87,12 @@ class Ledger:
         lines += [f"- wrote {p} ({size:,} bytes, {h})" for p, (size, h) in self.writes.items()]
         lines += [f"- ran `{c[:120]}` → exit {code}" for c, code in self.commands[-10:]]
         lines += [f"- saw failing test {t}" for t in self.failing]
-        return lines + [f"- the user said: \"{c}\"" for c in self.constraints]
+        lines += [f"- the user said: \"{c}\"" for c in self.constraints]
+        if self.last_failure:  # last: the newest lines are the ones kept when room is short
+            command, code, tail = self.last_failure
+            lines.append(f"- the latest failed command, `{command[:120]}` (exit {code}), ended with:\n" +
+                         "\n".join(f"    {line}" for line in tail.splitlines()))
+        return lines
 
 
 def ledger_hooks(agent) -> dict:
@@ -97,7 +108,8 @@ def ledger_hooks(agent) -> dict:
             if target and target.is_file():
                 (agent.ledger.note_read if name == "read_file" else agent.ledger.note_write)(args["path"], target)
         elif name == "bash":
-            agent.ledger.note_command(agent.secrets.redact(args["command"]), event["output"])  # cut later
+            # redacted whole, before its end is kept: no piece of a secret is left at the cut
+            agent.ledger.note_command(agent.secrets.redact(args["command"]), agent.secrets.redact(event["output"]))
         return None
 
     def on_prompt(event: dict):

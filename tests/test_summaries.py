@@ -198,3 +198,18 @@ def test_after_a_summary_later_layer_lines_do_not_repeat_it(s08, fake, make_agen
     later = "".join(agent.out[before:])
     assert later.startswith("[micro_compact] 3 old results"), later
     assert "summary by" not in later and "the old plan" not in later
+
+
+def test_a_useless_summary_still_leaves_the_latest_failed_commands_error(s08, fake, make_agent, workspace):
+    """Whatever the summary says, the end of the latest failed command's output comes back,
+    so the model need not run the build again to see what broke."""
+    agent = make_agent(window=32_000)
+    fake.reply(tool_use("bash", {"command": "echo 'ld: error: undefined symbol: frobnicate_v2' && exit 2"}),
+               text("The build failed."), text("Looking at it."))
+    fake.summary(text("<summary>Some work was done.</summary>"))
+    messages = chat(4, 3_000)  # enough before it for a summary to be worth making
+    assert s08.take_turn(agent, messages, "build it")
+    s08.handle_command(agent, messages, "/compact")
+    assert s08.take_turn(agent, messages, "why did it fail?")
+    sent = json.dumps(fake.main_requests[-1]["messages"])
+    assert "undefined symbol: frobnicate_v2" in sent and "(exit 2)" in sent
