@@ -66,7 +66,7 @@ class Undo:
             self.turn_recorded = True
             files = self.record()
             if files is not None:
-                self.undo = (self.undo + [(self.label, files)])[-MAX_TURNS:]
+                self.undo = (self.undo + [(self.label, files, None)])[-MAX_TURNS:]
                 self.redo = []
 
     def record(self) -> dict | None:
@@ -83,8 +83,10 @@ class Undo:
                     files[relative] = ("link", os.readlink(path))
                 elif stat.S_ISREG(info.st_mode):
                     files[relative] = (self.keep(path, info, in_git.get(relative)), stat.S_IMODE(info.st_mode))
+            except PermissionError:  # there, but not kept: /undo leaves it as it is, never removes it
+                files[relative] = (None, stat.S_IMODE(info.st_mode))
             except OSError:
-                continue  # gone since it was listed, or unreadable: nothing to put back
+                continue  # gone since it was listed
         return files
 
     def git_blobs(self) -> dict:
@@ -117,7 +119,8 @@ class Undo:
     def walk(self):
         count = 0
         for top, dirs, names in os.walk(self.workdir):
-            dirs[:] = [d for d in dirs if d not in SKIPPED]
+            names += [d for d in dirs if os.path.islink(os.path.join(top, d))]  # a link to a folder is a link
+            dirs[:] = [d for d in dirs if d not in SKIPPED and not os.path.islink(os.path.join(top, d))]
             for name in names:
                 count += 1
                 yield None if count > MAX_FILES else Path(top) / name
@@ -156,7 +159,7 @@ class Undo:
             base = key_file().parent / "undo"
             base.mkdir(parents=True, exist_ok=True, mode=0o700)
             for old in base.iterdir():  # a run that was killed left its copies: a day later they go
-                if time.time() - old.stat().st_mtime > STALE_SECONDS:
+                if time.time() - old.stat().st_mtime > STALE_SECONDS and not running(old.name.split("-")[0]):
                     shutil.rmtree(old, ignore_errors=True)
             self.store = Path(tempfile.mkdtemp(prefix=f"{os.getpid()}-", dir=base))
             atexit.register(shutil.rmtree, self.store, True)
@@ -168,7 +171,8 @@ class Undo:
             self.undo.pop(0)
             self.once("room", f"[undo] its copies passed {MAX_STORE_BYTES // 10**6} MB: the oldest turns can no "
                               "longer be undone")
-            kept = {entry[0] for _, files in self.undo + self.redo for entry in files.values()}
+            kept = {entry[0] for record in self.undo + self.redo for files in record[1:] if files
+                    for entry in files.values()}
             kept |= {digest for _, digest in self.cache.values()}
             for copy in self.folder().iterdir():
                 if copy.name not in kept and copy.is_file():
@@ -184,66 +188,114 @@ class Undo:
 
     # ---- putting back ----
 
+    def end_turn(self) -> None:
+        """The turn is over: what it left is recorded, so /undo touches only what it changed
+        (and leaves what anyone changed since). A turn that changed nothing is forgotten."""
+        if self.undo and self.undo[-1][2] is None:
+            label, before, _ = self.undo.pop()
+            after = self.record()
+            if after is not None and after != before:
+                self.undo.append((label, before, after))
+
     def step(self, back: bool) -> str:
-        """/undo (back) or /redo: put the workspace as the record says; what was done, in words."""
+        """/undo (back) or /redo: what the last recorded turn changed goes back to how it was
+        before it (or, for /redo, after it); what has changed since is left as it is."""
         records = self.undo if back else self.redo
         if not records:
-            return ("Nothing to undo: no request of this session has changed files yet (or they were all undone)."
+            return ("Nothing to undo: no request since the program started has changed files (or all were undone)."
                     if back else "Nothing to redo: /redo puts back what the last /undo replaced.")
-        label, target = records.pop()
-        now = self.record()  # what is here now is kept first: nothing is lost, and /redo (or /undo) brings it back
+        label, before, after = records.pop()
+        now = self.record()  # what is here now is kept first: nothing is lost
         if now is None:
-            records.append((label, target))
+            records.append((label, before, after))
             return "The workspace is too big to record, so nothing was changed."
-        (self.redo if back else self.undo).append((label, now))
-        changed, removed = self.put(target, now)
-        if not changed and not removed:
-            return "The files were already as they were then: nothing to put back."
-        verb = "before" if back else "after /undo of"
-        where = f'as they were {verb} your request "{label[:60]}"' if label else "as they were"
-        said = [f"{len(changed)} put back ({', '.join(changed[:6])}{', …' if len(changed) > 6 else ''})"] if changed else []
-        said += [f"{len(removed)} taken away ({', '.join(removed[:6])}{', …' if len(removed) > 6 else ''})"] if removed else []
-        return f"[{'undo' if back else 'redo'}] files {where}: {'; '.join(said)}. " + \
-            ("/redo puts them back as they were." if back else "/undo goes back again.")
+        after = after if after is not None else now
+        done, kept = self.apply(after, before) if back else self.apply(before, after)
+        (self.redo if back else self.undo).append((label, before, after))
+        said = [f"{len(done)} put back as they were ({listed(done)})"] if done else []
+        said += [f"{len(kept)} left as they are: changed since, or not kept ({listed(kept)})"] if kept else []
+        verb = "your request" if back else "the /undo of your request"
+        return f"[{'undo' if back else 'redo'}] files {verb} \"{label[:60]}\" changed: " + \
+            ("; ".join(said) or "none") + (". /redo reverses this." if back and done else ".")
 
-    def put(self, target: dict, now: dict) -> tuple:
-        """Make the workspace hold target's files; (paths written, paths removed)."""
-        changed = [path for path, entry in target.items() if now.get(path) != entry and entry[0] is not None]
-        removed = [path for path in now if path not in target]
-        for path in list(changed):
+    def apply(self, source: dict, target: dict) -> tuple:
+        """Each path that differs between the records goes from source's state to target's,
+        where it is still as source has it. Removals first (deepest first), then writes
+        (shallowest first), so a link or a file in the way of a folder goes before the folder
+        is made; nothing is ever written or removed through a link. (paths done, paths left)."""
+        now = self.record() or {}
+        paths = sorted({p for p in source.keys() | target.keys() if source.get(p) != target.get(p)})
+        done, kept = [], []
+        for path in sorted(paths, key=lambda p: (target.get(p) is not None, -p.count("/") if target.get(p) is None
+                                                  else p.count("/"))):
+            entry = target.get(path)
+            if now.get(path) != source.get(path) or entry is not None and entry[0] is None or \
+                    entry is None and now.get(path, (None,))[0] is None and path in now:
+                kept.append(path)  # changed since, or a copy that was never kept: left as it is
+                continue
             try:
-                self.write(self.workdir / path, target[path])
-            except (OSError, subprocess.SubprocessError) as err:  # its copy gone (git gc, a disk error)
-                changed.remove(path)
+                self.remove(path, target) if entry is None else self.write(path, entry)
+                done.append(path)
+            except (OSError, subprocess.SubprocessError) as err:  # its copy gone (git gc), a disk error
+                kept.append(path)
                 self.warn(f"[undo] could not put back {path}: {err}")
-        for path in removed:
-            (self.workdir / path).unlink(missing_ok=True)
-            self.cache.pop(str(self.workdir / path), None)
-            self.prune(Path(path).parent, target)
-        return sorted(changed), sorted(removed)
+        return done, kept
 
-    def write(self, path: Path, entry: tuple) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        if path.is_dir() and not path.is_symlink():  # a folder where the file was: what it holds is recorded
-            shutil.rmtree(path)
-        if entry[0] == "link":
-            path.unlink(missing_ok=True)
-            os.symlink(entry[1], path)
-            return
-        with tempfile.NamedTemporaryFile(dir=path.parent, delete=False, prefix=".undo-") as f:
-            f.write(self.content(entry[0]))
-        os.chmod(f.name, entry[1])
-        os.replace(f.name, path)  # whole or not at all
-        self.cache.pop(str(path), None)
+    def real_folder(self, relative: Path, make: bool = True) -> Path:
+        """The workspace folder a relative path names (made if missing, when make); OSError if
+        any part of it is a link or a file: nothing goes through a link, out of the workspace."""
+        folder = self.workdir
+        for part in relative.parts:
+            folder = folder / part
+            if folder.is_symlink() or folder.exists() and not folder.is_dir():
+                raise OSError(f"{folder.relative_to(self.workdir)} is a link or a file now, not a folder")
+            if make:
+                folder.mkdir(exist_ok=True)
+        return folder
 
-    def prune(self, folder: Path, target: dict) -> None:
-        """Remove folders the undone turn made that are empty now."""
+    def remove(self, path: str, target: dict) -> None:
+        where = self.real_folder(Path(path).parent, make=False) / Path(path).name
+        if where.is_dir() and not where.is_symlink():
+            where.rmdir()  # only empty: what is inside was recorded and removed first, or is left
+        else:
+            where.unlink(missing_ok=True)  # a link itself, never what it points to
+        self.cache.pop(str(where), None)
+        folder = Path(path).parent
         while str(folder) not in ("", ".") and not any(p.startswith(f"{folder}/") for p in target):
-            try:
+            try:  # folders the turn made, empty now
                 (self.workdir / folder).rmdir()
             except OSError:
-                return
+                break
             folder = folder.parent
+
+    def write(self, path: str, entry: tuple) -> None:
+        where = self.real_folder(Path(path).parent) / Path(path).name
+        if where.is_dir() and not where.is_symlink():
+            where.rmdir()  # a folder where the file was: empty by now, else this fails and it is left
+        if entry[0] == "link":
+            where.unlink(missing_ok=True)
+            os.symlink(entry[1], where)
+            return
+        with tempfile.NamedTemporaryFile(dir=where.parent, delete=False, prefix=".undo-") as f:
+            f.write(self.content(entry[0]))
+        os.chmod(f.name, entry[1])
+        os.replace(f.name, where)  # whole or not at all; a link there is replaced, not followed
+        self.cache.pop(str(where), None)
+
+
+def listed(paths: list) -> str:
+    return ", ".join(paths[:6]) + (", …" if len(paths) > 6 else "")
+
+
+def running(pid: str) -> bool:
+    """Whether a program with this process id still runs (its copies are still wanted)."""
+    try:
+        os.kill(int(pid), 0)
+    except (ValueError, ProcessLookupError):
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def undo_hooks(agent) -> dict:
@@ -253,4 +305,8 @@ def undo_hooks(agent) -> dict:
 
     def before_tool(event: dict):
         agent.undo.at(agent.workdir, agent.say).before_change(event["name"])
-    return {"UserPromptSubmit": on_prompt, "PreToolUse": before_tool}
+
+    def after_turn(event: dict):
+        if event["messages"] is agent.state.history:  # the main agent's turn, not a subagent's
+            agent.undo.end_turn()
+    return {"UserPromptSubmit": on_prompt, "PreToolUse": before_tool, "Stop": after_turn}

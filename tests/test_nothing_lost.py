@@ -235,8 +235,8 @@ def test_undo_puts_back_what_a_turn_did_by_every_tool_and_redo_reverses_it(s08, 
     copies = {p.read_bytes() for p in agent.undo.store.iterdir()}
     assert (b"x = 0\n" in copies) != in_git, "in git, a tracked file as committed is read back from git, not copied"
     said = agent.out.text
-    assert "[undo] files as they were before your request \"rework the project\"" in said
-    assert "put back (app.py, lib/m0.py" in said and "taken away (new.py, out/deep/f.txt)" in said
+    assert "[undo] files your request \"rework the project\" changed: 7 put back as they were (" in said
+    assert all(name in said for name in ("app.py", "lib/m0.py", "new.py", "out/deep/f.txt", "notes.md"))
     s08.handle_command(agent, messages, "/redo")
     assert tree(workspace) == after
     fake.reply(text("Understood."))
@@ -261,7 +261,7 @@ def test_undo_keeps_its_copies_outside_the_workspace_for_you_alone_and_not_past_
     fake.reply(tool_use("bash", {"command": "echo changed >> app.py"}), text("Done."))
     store = tmp_path / "state" / "s08" / "undo"  # this run's own, so no other test's copies are seen
     done = run_cli(fake, workspace, "change app.py\n/undo\n", XDG_STATE_HOME=tmp_path / "state")
-    assert done.returncode == 0 and "[undo] files as they were" in done.stdout, done.stdout
+    assert done.returncode == 0 and "1 put back as they were (app.py)" in done.stdout, done.stdout
     assert (workspace / "app.py").read_text() == "print('v1')\n"
     assert store.exists() and store.stat().st_mode & 0o077 == 0
     assert list(store.iterdir()) == [], "the run's copies are removed when it ends"
@@ -320,3 +320,70 @@ def test_at_a_terminal_a_missed_form_is_a_question_and_undo_puts_back_what_a_yes
     terminal.type(b"n\r")
     assert terminal.read_until(b"s08 >> ", 4)
     assert terminal.finish() == 0 and (workspace / "old.txt").read_text() == "precious\n"
+
+
+
+def undo_after(s08, make_agent, fake, workspace, command, between=None):
+    """One turn that runs command (every question answered yes), then what happens between,
+    then /undo; returns what /undo said."""
+    agent = make_agent(confirm=lambda question: (True, ""))
+    fake.reply(tool_use("bash", {"command": command}), text("Done."))
+    messages = []
+    assert s08.take_turn(agent, messages, "do it")
+    if between:
+        between()
+    before = len(agent.out)
+    s08.handle_command(agent, messages, "/undo")
+    return "".join(agent.out[before:])
+
+
+def test_undo_never_writes_through_a_link_a_turn_put_in_a_folders_place(s08, make_agent, fake, workspace, tmp_path):
+    (workspace / "lib").mkdir()
+    (workspace / "lib" / "a.py").write_text("print(1)\n")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "a.py").write_text("IMPORTANT outside content\n")
+    said = undo_after(s08, make_agent, fake, workspace, f"mv lib lib.old && ln -s {outside} lib")
+    assert (outside / "a.py").read_text() == "IMPORTANT outside content\n", said
+    assert not (workspace / "lib").is_symlink() and (workspace / "lib" / "a.py").read_text() == "print(1)\n"
+    assert not (workspace / "lib.old").exists()
+
+
+@pytest.mark.parametrize("command", ["rm -rf adir && echo x > adir", "rm afile && mkdir afile && echo in > afile/in.txt",
+                                     "rm dl && mkdir dl && echo q > dl/q"])
+def test_undo_puts_back_a_folder_a_file_or_a_link_whatever_took_its_place(s08, make_agent, fake, workspace, command):
+    (workspace / "adir").mkdir()
+    (workspace / "adir" / "x.txt").write_text("in a folder\n")
+    (workspace / "afile").write_text("a file\n")
+    (workspace / "dl").symlink_to("adir")
+    before = tree(workspace)
+    said = undo_after(s08, make_agent, fake, workspace, command)
+    assert tree(workspace) == before and (workspace / "dl").is_symlink(), said
+    assert "Traceback" not in said
+
+
+def test_undo_leaves_what_changed_since_the_turn_and_what_it_could_not_keep(s08, make_agent, fake, workspace):
+    (workspace / "notes.md").write_text("v1\n")
+    (workspace / "locked.txt").write_text("private\n")
+    (workspace / "locked.txt").chmod(0)
+
+    def by_hand():
+        (workspace / "notes.md").write_text("my own edit after the turn\n")
+    said = undo_after(s08, make_agent, fake, workspace, "echo v2 > notes.md && truncate -s 25M big.bin && "
+                      "chmod 644 locked.txt && echo made > made.txt", between=by_hand)
+    assert (workspace / "notes.md").read_text() == "my own edit after the turn\n", "newer work is not overwritten"
+    assert (workspace / "big.bin").stat().st_size == 25 * 2**20, "a file it could not keep is not removed"
+    assert (workspace / "locked.txt").exists(), "nor one it could not read before"
+    assert not (workspace / "made.txt").exists(), "what it could put back, it did"
+    assert "left as they are: changed since, or not kept" in said and "notes.md" in said
+
+
+def test_a_turn_that_changed_nothing_is_not_what_undo_undoes(s08, make_agent, fake, workspace):
+    (workspace / "app.py").write_text("v1\n")
+    agent = make_agent(confirm=lambda question: (True, ""))
+    fake.reply(tool_use("bash", {"command": "echo v2 > app.py"}), text("Changed."),
+               tool_use("bash", {"command": "ls"}), text("Listed."))
+    messages = []
+    assert s08.take_turn(agent, messages, "change it") and s08.take_turn(agent, messages, "list")
+    s08.handle_command(agent, messages, "/undo")
+    assert (workspace / "app.py").read_text() == "v1\n" and 'request "change it"' in agent.out.text
