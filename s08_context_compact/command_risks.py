@@ -34,6 +34,10 @@ DEVICES = ("/dev/null", "/dev/stdout", "/dev/stderr", "/dev/tty", "/dev/fd", "/p
 READABLE = DEVICES + ("/dev/zero", "/dev/random", "/dev/urandom", "/dev/stdin",
                       "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 
+# Commands that only read what they are given: they may look into the program's own folders.
+READ_ONLY = {"cat", "less", "more", "head", "tail", "grep", "egrep", "fgrep", "rg", "ag", "ls", "wc", "file", "stat",
+             "diff", "cmp", "jq", "du", "tree", "find", "zcat", "nl", "od", "xxd", "hexdump", "strings", "md5sum",
+             "sha256sum", "sha1sum", "cut", "sort", "uniq", "column", "realpath", "readlink", "basename", "dirname"}
 # The files the program reads secrets from (redaction.py): a command that names one asks.
 SECRET_FILES = (".env",)
 # Text of the command that may end up in a file: a redirection, a here-document, tee, an in-place edit.
@@ -107,6 +111,15 @@ def command_risks(command: str, workdir: Path) -> tuple:
     return deny, list(dict.fromkeys(judge.reasons))
 
 
+def braces(word: str, limit: int = 64) -> list:
+    """A word's brace expansions, as bash makes them ({a,b}x -> ax bx), at most limit."""
+    found = re.search(r"\{([^{}]*,[^{}]*)\}", word)
+    if not found:
+        return [word]
+    words = [word[:found.start()] + part + word[found.end():] for part in found.group(1).split(",")]
+    return [w for each in words for w in braces(each, limit)][:limit]
+
+
 class Judge:
     """Reads a script command by command and collects the reasons to ask. The folder a
     `cd` moves to is followed, so relative paths are judged where they will be used."""
@@ -114,7 +127,7 @@ class Judge:
     def __init__(self, workdir: Path):
         self.top = Path(os.path.normpath(workdir.absolute()))
         self.root, self.cwd, self.home = workdir.resolve(), self.top, str(Path.home())
-        self.reasons, self.depth = [], 0
+        self.reasons, self.depth, self.running = [], 0, ""
 
     def ask(self, reason: str) -> None:
         self.reasons.append(reason)
@@ -175,6 +188,11 @@ class Judge:
 
     def check_path(self, word: Word, verb: str = "uses") -> None:
         """A word that may name a file the command reads (or otherwise uses)."""
+        if "{" in word and "," in word and not word.quoted:  # {a,b}/x: each way it expands
+            return [self.check_path(make_word(w, word.expands, word.globs), verb) for w in braces(str(word))][0]
+        if not word.expands and verb != "reads" and self.running not in READ_ONLY and \
+                (own := self.own_folder(self.path(word), itself=True)):
+            self.ask(f"{verb} {word}, in {own}/, the program's own folder (its session logs and saved outputs)")
         names = glob.glob(str(self.path(word)))[:COPY_WALK_LIMIT] if word.globs else [str(word)]
         if not word.expands and any(os.path.basename(os.path.normpath(n)) in SECRET_FILES for n in names):
             self.ask(f"{verb} {word}, which holds secrets: read_file shows them redacted, while a command may print "
@@ -194,13 +212,15 @@ class Judge:
             if outside:
                 self.ask(f"{verb} {outside[0]} through a link, outside the workspace ({word})")
 
-    def own_folder(self, path: Path) -> str | None:
-        """The program's own folder a path is in (.transcripts, .task_outputs), if any."""
+    def own_folder(self, path: Path, itself: bool = False) -> str | None:
+        """The program's own folder a path is in (.transcripts, .task_outputs), if any; with
+        itself, the folder itself counts too (moving it away is as bad as writing in it)."""
         try:
             real = path.resolve()
         except (OSError, RuntimeError):
             real = path
-        return next((own for own in OWN_FOLDERS if real.is_relative_to(self.root / own)), None)
+        return next((own for own in OWN_FOLDERS if real.is_relative_to(self.root / own) and
+                     (itself or real != self.root / own)), None)
 
     def check_write(self, word: Word, overwrite: bool, how: str) -> None:
         """A file the command writes: outside the workspace, or (overwrite) an existing one, asks."""
@@ -211,7 +231,7 @@ class Judge:
             return None
         if self.outside(word):
             return self.ask(f"writes {path}, outside the workspace")
-        if own := self.own_folder(path):
+        if own := self.own_folder(path, itself=True):
             return self.ask(f"writes into {own}/, the program's own folder (its session logs and saved outputs)")
         names = glob.glob(str(path)) if word.globs else [str(path)]
         existing = [name for name in names if os.path.lexists(name) and not os.path.isdir(name)]
@@ -227,7 +247,7 @@ class Judge:
         if head.expands:
             self.ask(f"runs a command known only when it runs ({head})")
             return self.plain(args)
-        name = os.path.basename(head)
+        name = self.running = os.path.basename(head)
         if name in WRAPPERS:
             return self.wrapped(name, args, stdin, piped)
         if name in DELETES:
@@ -274,8 +294,14 @@ class Judge:
         while k < len(args) and (args[k].startswith("-") or name == "env" and "=" in args[k]):
             if name == "env" and args[k] in ("-S", "--split-string") and k + 1 < len(args):
                 return self.script(" ".join(args[k + 1:]))  # env -S 'rm x': the string is the command
+            if name == "env" and (args[k] in ("-C", "--chdir") or args[k].startswith(("-C", "--chdir="))):
+                folder = args[k + 1] if args[k] in ("-C", "--chdir") and k + 1 < len(args) else \
+                    make_word(args[k].split("=", 1)[1] if "=" in args[k] else args[k][2:], args[k].expands)
+                self.run_cd([folder])  # what follows runs there: its paths are judged from there
             k += 2 if args[k] in takes_value else 1
         rest = args[k + operands:]
+        if name == "xargs" and stdin is not None:  # xargs cat <<< ../key: the input's words are arguments
+            rest = rest + [make_word(w) for w in str(stdin).split()]
         if name == "flock":  # its lock file is made if missing
             self.plain(args[k:k + operands], verb="writes")
         if name == "flock" and rest[:1] in (["-c"], ["--command"]):
@@ -535,6 +561,8 @@ class Judge:
             return self.check_write(destination, overwrite, how=name)
         if self.outside(destination):
             return self.ask(f"writes {self.path(destination)}, outside the workspace")
+        if own := self.own_folder(self.path(destination), itself=True):
+            return self.ask(f"writes into {own}/, the program's own folder (its session logs and saved outputs)")
         for source in sources:
             if source.expands and overwrite:
                 return self.ask(f"copies files named only when it runs into {destination} ({name} {source})")

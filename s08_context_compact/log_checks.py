@@ -5,8 +5,8 @@ a tool that replaced the file.
 
 The key is 32 random bytes in a file outside the workspace (KEY_FILE, readable by you
 only): reading it is a read outside the workspace, which asks first; a line forged
-without it never checks out. A log written before logs carried checks (or whose key is
-gone) is not verified, and --resume says so.
+without it never checks out. A log with no check at all (an older version's, or a forged
+one: they cannot be told apart) is not resumed.
 
 Machinery the chapter does not need: session_log.py signs each line it writes and reads
 a log back through trusted_lines.
@@ -20,7 +20,6 @@ from pathlib import Path
 
 CHECK = "check"                       # the field that holds a line's check
 CHECK_CHARS = 32                      # hex characters of an HMAC-SHA256 kept: 128 bits
-NOT_CHECKED = "it was written before logs carried checks: resumed without one"  # said on --resume only
 
 
 def key_file() -> Path:
@@ -78,20 +77,19 @@ def unsigned(line: str) -> tuple:
     return head + "}", tail[:-2]
 
 
-def trusted_lines(lines: list, written_after: float | None = None) -> tuple:
+def trusted_lines(lines: list) -> tuple:
     """(the lines the program wrote, in order; the last check among them; a line for the
     person when some were not trusted, else ""). A line whose check does not follow from
     the one before it was not written by the program: it is left out, and so is every
-    line after a line that went missing. A log with no check at all is trusted only if it
-    was last changed before the key existed (an older version wrote it)."""
+    line after a line that went missing. A log with no check at all is trusted only where
+    no key exists yet (nothing has signed a log here before)."""
     key = log_key(create=False)
     signed = [unsigned(line) for line in lines]
     if not any(check for _, check in signed):
-        made = key_file().stat().st_mtime if key else None
-        if key and written_after is not None and made is not None and written_after > made:
-            return [], "", ("it carries none of this program's checks and was changed after they began: it was "
-                            "written or replaced by something else, so none of it is resumed")
-        return lines, "", "" if not key else NOT_CHECKED
+        if key:  # its date proves nothing (touch -d): an older version's log and a forged one look the same
+            return [], "", ("it carries none of this program's checks: an older version wrote it, or something "
+                            "else did, so none of it is resumed (its messages are still in the file)")
+        return lines, "", ""
     if not key:
         return lines, "", f"its checks cannot be verified: the key {key_file()} is gone; resumed without them"
     kept, previous, dropped = [], "", 0

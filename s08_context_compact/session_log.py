@@ -22,7 +22,7 @@ from collections import Counter
 from pathlib import Path
 
 from history import last_reply_text
-from log_checks import NOT_CHECKED, Chain, trusted_lines, without_check
+from log_checks import Chain, trusted_lines, without_check
 from log_repair import repair_history, what_was_repaired
 from redaction import Redactor
 from surrogates import HALF_ESCAPE, well_formed, well_formed_deep
@@ -148,6 +148,8 @@ class SessionLog:
         found = lost and os.path.lexists(self.path)  # replaced by something else: kept aside, never appended to
         if found:
             kept = self.path.with_name(f"{self.path.name}.replaced-{time.strftime('%Y%m%d-%H%M%S')}")
+            kept = next(k for n in range(1000) if not (k := kept.with_name(f"{kept.name}-{n}" if n else kept.name)
+                                                      ).exists())  # twice in a second: neither overwritten
             os.rename(self.path, kept)
         self.file, created = open_log(self.path, new=lost)
         self.lock()
@@ -243,11 +245,11 @@ def read_session(path: Path, warn=None, chain: Chain | None = None) -> list:
     (log_checks.py): a line anything else wrote or changed is left out, and warn() says so.
     A line that is not a whole, well-formed record (torn by a crash) is skipped, and warn()
     says how many. A chain given goes on from the last line trusted."""
-    lines, last, problem = trusted_lines(log_lines(path), os.stat(path).st_mtime)
+    lines, last, problem = trusted_lines(log_lines(path))
     if problem and not lines:
         raise SessionRefused(f"Session {path.stem.removeprefix('session-')} is not resumed: {problem}. Start a new "
                              "session without --resume (the file is left as it is).")
-    if problem and warn and (chain or problem != NOT_CHECKED):  # --list need not say an old log is old
+    if problem and warn:
         warn(f"[session log] {path.name}: {problem}")
     if chain:
         chain.restart(last)

@@ -4,13 +4,13 @@ levels deep or bigger than the window, a session log that breaks the API's rules
 programs resuming one session. No traceback, no wedged session."""
 
 import json
-import os
 
 import anthropic
 import pytest
 
 from conftest import assert_requests_valid, blocks, plain, run_cli
 from fake_anthropic import broken_tool_json, split_surrogates, text, tool_use, tool_uses
+import log_checks  # noqa: E402
 
 
 def log_of(workspace):
@@ -113,8 +113,8 @@ def test_a_resumed_log_that_breaks_the_apis_rules_is_repaired_and_said_in_one_li
     folder = workspace / ".transcripts"
     folder.mkdir()
     path = folder / "session-20260101-000000-abcdef.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in broken_log()))  # \ud800 escaped, as an edit may leave it
-    os.utime(path, (946_684_800, 946_684_800))  # written by an older version, before logs carried checks
+    chain = log_checks.Chain()  # signed as the program signs its lines: what it wrote, broken as a crash leaves it
+    path.write_text("".join(chain.signed(json.dumps(r)) + "\n" for r in broken_log()))  # \ud800 escaped
     done = run_cli(fake, workspace, "continue\n", args=["--resume"], CONTEXT_WINDOW=12_000)
     assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
     said = [line for line in done.stdout.splitlines() if line.startswith("[session log] repaired")]

@@ -4,6 +4,7 @@ links, pipes, devices or folders; and files the user protected stay protected.""
 
 import json
 import os
+import sys
 import stat
 
 import cli_runner
@@ -106,8 +107,10 @@ def test_a_deleted_log_is_written_again_and_odd_session_files_are_skipped(fake, 
     outside = tmp_path / "outside"
     outside.mkdir()
     (workspace / ".task_outputs").symlink_to(outside)
+    # moving the program's folder asks; a script the command runs is not read, so that is how it goes
+    (workspace / "mover.py").write_text("import shutil\nshutil.move('.transcripts', 'old-transcripts')\n")
     fake.reply(tool_use("bash", {"command": "head -c 300000 /dev/zero | tr '\\0' z"}),
-               tool_use("bash", {"command": "mv .transcripts old-transcripts"}), text("Deleted."), text("Second answer."))
+               tool_use("bash", {"command": f"{sys.executable} mover.py"}), text("Deleted."), text("Second answer."))
     first = run_cli(fake, workspace, "hello\nsecond question\n", timeout=20)
     assert first.returncode == 0 and "Traceback" not in first.stderr
     assert not list(outside.iterdir()), "nothing was saved through the planted .task_outputs"
