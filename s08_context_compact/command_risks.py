@@ -336,6 +336,8 @@ class Judge:
             self.ask(f"runs {language} code that can delete, write or run programs ({risky.group(0).strip()})")
         for path in QUOTED_PATH.findall(code):
             self.check_path(make_word(os.path.expanduser(path)))
+        for name in re.findall(r"""['"]((?:\./)?\.env)['"]""", code):  # open('.env') in the code
+            self.check_path(make_word(name), "reads")
         self.plain(rest[1:] if rest and rest[0] == "-" else rest)
 
     def shell(self, name: str, args: list, stdin, piped: bool) -> None:

@@ -290,7 +290,7 @@ def test_a_secret_a_command_encodes_in_one_step_is_redacted(s08, make_agent, fak
 
 
 @pytest.mark.parametrize("command", ["xxd .env", "cat .env | fold -w 16", "od -c .env", "sed -n l .env | fold -w 20",
-                                     "cat .e*", "rev < .env"])
+                                     "cat .e*", "rev < .env", "python3 -c \"print(list(open('.env').read()))\""])
 def test_a_command_that_reads_env_asks_first(s08, make_agent, fake, project, command):
     """Folded, spaced or dumped, a secret has more forms than any redaction knows: a command
     that names the .env the secrets come from asks (read_file shows it redacted)."""
