@@ -39,6 +39,7 @@ SKIPPED = {".git", ".transcripts", ".task_outputs", "node_modules", ".venv", "ve
 MAX_FILE_BYTES = 20_000_000
 MAX_FILES = 50_000
 MAX_STORE_BYTES = 500_000_000
+SAY_RECORDING = 5_000               # a first record of more files than this says so before it starts
 MAX_TURNS = 20                      # turns that /undo can go back, one after another
 STALE_SECONDS = 86_400              # a folder a run left behind (it was killed) is removed after a day
 
@@ -71,8 +72,11 @@ class Undo:
 
     def record(self) -> dict | None:
         """{path: (hash, mode) or ("link", target)} of the workspace now, each content kept."""
-        files, in_git = {}, self.git_blobs()
-        for path in self.walk():
+        files, in_git, paths = {}, self.git_blobs(), list(self.walk())
+        if len(paths) > SAY_RECORDING and not self.cache:  # the first record reads them all: say why it waits
+            self.warn(f"[undo] recording the workspace's {len(paths) - (None in paths):,} files before the first "
+                      "change, so /undo can put them back…")
+        for path in paths:
             if path is None:
                 return self.once("too many", f"[undo] the workspace has over {MAX_FILES:,} files: turns are not "
                                               "recorded, and /undo cannot put files back")
