@@ -49,7 +49,7 @@ class Undo:
 
     def __init__(self):
         self.workdir, self.warn, self.said = None, print, set()  # the workspace's, known from the first call
-        self.undo, self.redo, self.cache = [], [], {}   # records (label, files); path -> (stat key, hash)
+        self.undo, self.redo, self.cache = [], [], {}   # (label, before, after) records; path -> (stat key, hash)
         self.store, self.stored, self.turn_recorded, self.label = None, 0, True, ""
 
     # ---- recording ----
@@ -214,7 +214,7 @@ class Undo:
             records.append((label, before, after))
             return "The workspace is too big to record, so nothing was changed."
         after = after if after is not None else now
-        done, kept = self.apply(after, before) if back else self.apply(before, after)
+        done, kept = self.apply(after, before, now) if back else self.apply(before, after, now)
         (self.redo if back else self.undo).append((label, before, after))
         said = [f"{len(done)} put back as they were ({listed(done)})"] if done else []
         said += [f"{len(kept)} left as they are: changed since, or not kept ({listed(kept)})"] if kept else []
@@ -222,12 +222,11 @@ class Undo:
         return f"[{'undo' if back else 'redo'}] files {verb} \"{label[:60]}\" changed: " + \
             ("; ".join(said) or "none") + (". /redo reverses this." if back and done else ".")
 
-    def apply(self, source: dict, target: dict) -> tuple:
+    def apply(self, source: dict, target: dict, now: dict) -> tuple:
         """Each path that differs between the records goes from source's state to target's,
         where it is still as source has it. Removals first (deepest first), then writes
         (shallowest first), so a link or a file in the way of a folder goes before the folder
         is made; nothing is ever written or removed through a link. (paths done, paths left)."""
-        now = self.record() or {}
         paths = sorted({p for p in source.keys() | target.keys() if source.get(p) != target.get(p)})
         done, kept = [], []
         for path in sorted(paths, key=lambda p: (target.get(p) is not None, -p.count("/") if target.get(p) is None
