@@ -19,7 +19,7 @@ from pathlib import Path
 
 from redaction import REDACTED
 from shell_words import Lexer, Word, make_word, simple_commands
-from workspace_io import OWN_FOLDERS
+from workspace_io import in_own_folder
 
 # Refused outright, whatever anyone answers: these are never part of a coding task.
 DENY_PATTERNS = [r"\brm\s+-[a-zA-Z]*r[a-zA-Z]*f?\s+(/|~|\$HOME)(\s|$)", r"\bsudo\b", r"\bmkfs",
@@ -213,14 +213,9 @@ class Judge:
                 self.ask(f"{verb} {outside[0]} through a link, outside the workspace ({word})")
 
     def own_folder(self, path: Path, itself: bool = False) -> str | None:
-        """The program's own folder a path is in (.transcripts, .task_outputs), if any; with
-        itself, the folder itself counts too (moving it away is as bad as writing in it)."""
-        try:
-            real = path.resolve()
-        except (OSError, RuntimeError):
-            real = path
-        return next((own for own in OWN_FOLDERS if real.is_relative_to(self.root / own) and
-                     (itself or real != self.root / own)), None)
+        """The program's own folder a path is in, if any; with itself, the folder itself counts
+        too (moving it away is as bad as writing in it)."""
+        return in_own_folder(self.root, path, itself)
 
     def check_write(self, word: Word, overwrite: bool, how: str) -> None:
         """A file the command writes: outside the workspace, or (overwrite) an existing one, asks."""

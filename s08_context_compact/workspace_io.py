@@ -56,11 +56,12 @@ def inside_workspace(workdir: Path, path: str) -> Path | None:
 OWN_FOLDERS = (".transcripts", ".task_outputs")  # the program's: the model's tools do not write there
 
 
-def in_own_folder(workdir: Path, path: str) -> str | None:
-    """The program's own folder a workspace path is in, if any (links followed)."""
-    target = inside_workspace(workdir, path)
-    root = workdir.resolve()
-    return next((own for own in OWN_FOLDERS if target is not None and target.is_relative_to(root / own)), None)
+def in_own_folder(workdir: Path, path, itself: bool = True) -> str | None:
+    """The program's own folder a path in the workspace is in, if any (links followed);
+    unless itself, the folder itself does not count."""
+    target, root = resolved(workdir.resolve() / path), workdir.resolve()
+    return next((own for own in OWN_FOLDERS if target is not None and target.is_relative_to(root / own) and
+                 (itself or target != root / own)), None)
 
 
 def own_folder(workdir: Path, relative) -> Path:
