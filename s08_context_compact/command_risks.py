@@ -19,7 +19,7 @@ from pathlib import Path
 
 from redaction import REDACTED
 from shell_words import Lexer, Word, make_word, simple_commands
-from workspace_io import in_own_folder
+from workspace_io import in_own_folder, resolved
 
 # Refused outright, whatever anyone answers: these are never part of a coding task.
 DENY_PATTERNS = [r"\brm\s+-[a-zA-Z]*r[a-zA-Z]*f?\s+(/|~|\$HOME)(\s|$)", r"\bsudo\b", r"\bmkfs",
@@ -206,11 +206,16 @@ class Judge:
         elif word.startswith("file://"):
             self.check_path(make_word(word[len("file://"):]), verb)
         elif word and self.outside(word, READABLE):
-            self.ask(f"{verb} {self.path(word)}, outside the workspace")
+            self.ask(f"{verb} {self.leads(self.path(word))}, outside the workspace")
         elif word.globs:  # */secret.txt may pass through a link that leads out
             outside = [m for m in glob.glob(str(self.path(word)))[:COPY_WALK_LIMIT] if self.outside(make_word(m))]
             if outside:
                 self.ask(f"{verb} {outside[0]} through a link, outside the workspace ({word})")
+
+    def leads(self, path: Path) -> str:
+        """A path as a question names it: where a link in it leads, when it leads elsewhere."""
+        real = resolved(path)
+        return f"{path} (which leads to {real})" if real is not None and real != path else str(path)
 
     def own_folder(self, path: Path, itself: bool = False) -> str | None:
         """The program's own folder a path is in, if any; with itself, the folder itself counts
@@ -225,7 +230,7 @@ class Judge:
         if any(path.is_relative_to(device) for device in DEVICES):
             return None
         if self.outside(word):
-            return self.ask(f"writes {path}, outside the workspace")
+            return self.ask(f"writes {self.leads(path)}, outside the workspace")
         if own := self.own_folder(path, itself=True):
             return self.ask(f"writes into {own}/, the program's own folder (its session logs and saved outputs)")
         names = glob.glob(str(path)) if word.globs else [str(path)]
@@ -557,7 +562,7 @@ class Judge:
         if destination.expands or not os.path.isdir(self.path(destination)):
             return self.check_write(destination, overwrite, how=name)
         if self.outside(destination):
-            return self.ask(f"writes {self.path(destination)}, outside the workspace")
+            return self.ask(f"writes {self.leads(self.path(destination))}, outside the workspace")
         if own := self.own_folder(self.path(destination), itself=True):
             return self.ask(f"writes into {own}/, the program's own folder (its session logs and saved outputs)")
         for source in sources:

@@ -391,3 +391,9 @@ def test_a_turn_that_changed_nothing_is_not_what_undo_undoes(s08, make_agent, fa
     assert s08.take_turn(agent, messages, "change it") and s08.take_turn(agent, messages, "list")
     s08.handle_command(agent, messages, "/undo")
     assert (workspace / "app.py").read_text() == "v1\n" and 'request "change it"' in agent.out.text
+
+
+def test_a_question_about_a_path_through_a_link_says_where_it_leads(s08, make_agent, fake, outside_secret):
+    run(s08, make_agent, fake, tool_use("bash", {"command": "echo x > link/new.txt"}))
+    said = results(fake)[0]["content"]
+    assert said.startswith("Permission denied") and f"(which leads to {outside_secret.resolve()}/new.txt)" in said
