@@ -137,9 +137,15 @@ class Judge:
             return self.ask("nests scripts too deeply to check")
         self.depth += 1
         tokens, inner = Lexer(text, self.home).run()
+        printed = None  # what echo or printf put on the pipe, word by word: xargs makes arguments of it
         for words, redirects, piped in simple_commands(tokens):
             stdin = self.redirections(redirects)
-            self.command(self.drop_keywords(words), stdin, piped)
+            words = self.drop_keywords(words)
+            if piped and stdin is None and printed is not None:
+                stdin = make_word(" ".join(printed))
+            self.command(words, stdin, piped)
+            printed = words[1:] if words and words[0] in ("echo", "printf") and \
+                not any(w.expands for w in words) else None
         cwd = self.cwd
         for sub in inner:  # $(...) runs in a subshell: its cd goes no further
             self.script(sub)

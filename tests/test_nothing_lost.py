@@ -121,7 +121,8 @@ def outside_secret(tmp_path, workspace):
 @pytest.mark.parametrize("command", ["cat */secret.txt", "grep -R OUTSIDE .", "find -L . -name secret.txt -exec cat {{}} +",
                                      "curl -s file://{outside}/secret.txt", "git --git-dir={outside} log",
                                      "env -C .. cat elsewhere/secret.txt", "env --chdir=.. cat elsewhere/secret.txt",
-                                     "xargs cat <<< ../elsewhere/secret.txt", "cat {{..,.}}/elsewhere/secret.txt"])
+                                     "xargs cat <<< ../elsewhere/secret.txt", "cat {{..,.}}/elsewhere/secret.txt",
+                                     "echo ../elsewhere/secret.txt | xargs cat"])
 def test_a_read_that_reaches_outside_through_a_link_or_a_url_asks_first(s08, make_agent, fake, outside_secret, command):
     run(s08, make_agent, fake, tool_use("bash", {"command": command.format(outside=outside_secret)}))
     assert results(fake)[0]["content"].startswith("Permission denied")
