@@ -195,7 +195,9 @@ class Judge:
     def check_path(self, word: Word, verb: str = "uses") -> None:
         """A word that may name a file the command reads (or otherwise uses)."""
         if "{" in word and "," in word and not word.quoted:  # {a,b}/x: each way it expands
-            return [self.check_path(make_word(w, word.expands, word.globs), verb) for w in braces(str(word))][0]
+            for each in braces(str(word)):
+                self.check_path(make_word(each, word.expands, word.globs), verb)
+            return
         if not word.expands and verb != "reads" and self.running not in READ_ONLY and \
                 (own := self.own_folder(self.path(word), itself=True)):
             self.ask(f"{verb} {word}, in {own}/, the program's own folder (its session logs and saved outputs)")

@@ -23,14 +23,17 @@ def redacted_request(secrets, request: dict) -> dict:
             signed.append(block)
             return {"type": "signed", "n": len(signed) - 1}
         return block
-    messages = [{**m, "content": [set_aside(b) for b in m["content"]]} if isinstance(m.get("content"), list) else m
-                for m in request["messages"]]
-    clean = secrets.redact_json({**request, "messages": messages})
+    clean = secrets.redact_json({**request, "messages": each_block(request["messages"], set_aside)})
     if not signed:
         return clean
-    return {**clean, "messages": [{**m, "content": [signed[b["n"]] if b.get("type") == "signed" else b
-                                                     for b in m["content"]]}
-                                  if isinstance(m.get("content"), list) else m for m in clean["messages"]]}
+    return {**clean, "messages": each_block(clean["messages"],
+                                            lambda b: signed[b["n"]] if b.get("type") == "signed" else b)}
+
+
+def each_block(messages: list, change) -> list:
+    """The messages with change() applied to each block of a list content."""
+    return [{**m, "content": [change(b) for b in m["content"]]} if isinstance(m.get("content"), list) else m
+            for m in messages]
 
 
 PLAIN_TEXT_PROOF = 2                # such requests before plain text is kept

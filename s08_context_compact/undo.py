@@ -23,6 +23,7 @@ and turns.py runs /undo and /redo.
 
 import atexit
 import hashlib
+import itertools
 import os
 import shutil
 import stat
@@ -72,17 +73,21 @@ class Undo:
 
     def record(self) -> dict | None:
         """{path: (hash, mode) or ("link", target)} of the workspace now, each content kept."""
-        files, in_git, paths = {}, self.git_blobs(), list(self.walk())
+        paths = list(itertools.islice(self.walk(), MAX_FILES + 1))
+        if len(paths) > MAX_FILES:
+            return self.once("too many", f"[undo] the workspace has over {MAX_FILES:,} files: turns are not "
+                                          "recorded, and /undo cannot put files back")
         if len(paths) > SAY_RECORDING and not self.cache:  # the first record reads them all: say why it waits
-            self.warn(f"[undo] recording the workspace's {len(paths) - (None in paths):,} files before the first "
-                      "change, so /undo can put them back…")
+            self.warn(f"[undo] recording the workspace's {len(paths):,} files before the first change, so /undo "
+                      "can put them back…")
+        files, in_git = {}, self.git_blobs()
         for path in paths:
-            if path is None:
-                return self.once("too many", f"[undo] the workspace has over {MAX_FILES:,} files: turns are not "
-                                              "recorded, and /undo cannot put files back")
             relative = str(path.relative_to(self.workdir))
             try:
                 info = os.lstat(path)
+            except OSError:
+                continue  # gone since it was listed
+            try:
                 if stat.S_ISLNK(info.st_mode):
                     files[relative] = ("link", os.readlink(path))
                 elif stat.S_ISREG(info.st_mode):
@@ -90,7 +95,7 @@ class Undo:
             except PermissionError:  # there, but not kept: /undo leaves it as it is, never removes it
                 files[relative] = (None, stat.S_IMODE(info.st_mode))
             except OSError:
-                continue  # gone since it was listed
+                continue
         return files
 
     def git_blobs(self) -> dict:
@@ -98,12 +103,11 @@ class Undo:
         in the index. A file whose content hashes to its blob is not copied (git keeps it).
         The repository is not trusted: git is asked nothing that would run a command its
         configuration names (no diff, no filter; core.fsmonitor off)."""
-        git = ["git", "-c", "core.fsmonitor=false", "-C", str(self.workdir)]
         try:
-            top = subprocess.run(git + ["rev-parse", "--show-toplevel"], capture_output=True, timeout=20)
+            top = self.git("rev-parse", "--show-toplevel")
             if top.returncode or Path(os.fsdecode(top.stdout.strip())).resolve() != self.workdir:
                 return {}
-            staged = subprocess.run(git + ["ls-files", "-s", "-z"], capture_output=True, timeout=60)
+            staged = self.git("ls-files", "-s", "-z")
         except (OSError, subprocess.TimeoutExpired):
             return {}
         blobs = {}
@@ -114,22 +118,21 @@ class Undo:
                 blobs[path] = blob
         return blobs
 
+    def git(self, *args: str, check: bool = False):
+        """git in the workspace, told not to run the command a repository may name for core.fsmonitor."""
+        return subprocess.run(["git", "-c", "core.fsmonitor=false", "-C", str(self.workdir), *args],
+                              capture_output=True, timeout=60, check=check)
+
     def content(self, digest: str) -> bytes:
         if digest.startswith("git:"):
-            return subprocess.run(["git", "-c", "core.fsmonitor=false", "-C", str(self.workdir), "cat-file", "blob",
-                                   digest[4:]], capture_output=True, timeout=60, check=True).stdout
+            return self.git("cat-file", "blob", digest[4:], check=True).stdout
         return (self.folder() / digest).read_bytes()
 
     def walk(self):
-        count = 0
         for top, dirs, names in os.walk(self.workdir):
             names += [d for d in dirs if os.path.islink(os.path.join(top, d))]  # a link to a folder is a link
             dirs[:] = [d for d in dirs if d not in SKIPPED and not os.path.islink(os.path.join(top, d))]
-            for name in names:
-                count += 1
-                yield None if count > MAX_FILES else Path(top) / name
-                if count > MAX_FILES:
-                    return
+            yield from (Path(top) / name for name in names)
 
     def keep(self, path: Path, info, blob: str | None = None) -> str | None:
         """The content's hash, its copy kept once; "git:<blob>" when git holds it already;
