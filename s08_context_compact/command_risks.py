@@ -194,7 +194,7 @@ class Judge:
 
     def check_path(self, word: Word, verb: str = "uses") -> None:
         """A word that may name a file the command reads (or otherwise uses)."""
-        if "{" in word and "," in word and not word.quoted:  # {a,b}/x: each way it expands
+        if not word.quoted and braces(str(word)) != [str(word)]:  # {a,b}/x: each way it expands
             for each in braces(str(word)):
                 self.check_path(make_word(each, word.expands, word.globs), verb)
             return
