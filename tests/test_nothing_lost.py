@@ -398,3 +398,9 @@ def test_a_question_about_a_path_through_a_link_says_where_it_leads(s08, make_ag
     run(s08, make_agent, fake, tool_use("bash", {"command": "echo x > link/new.txt"}))
     said = results(fake)[0]["content"]
     assert said.startswith("Permission denied") and f"(which leads to {outside_secret.resolve()}/new.txt)" in said
+
+
+def test_a_brace_with_nothing_to_expand_is_judged_as_it_is(s08, make_agent, fake, workspace):
+    (workspace / "a,{b}").write_text("odd name\n")
+    run(s08, make_agent, fake, tool_use("bash", {"command": "cat a,{b}"}))
+    assert "odd name" in results(fake)[0]["content"]
