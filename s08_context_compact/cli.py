@@ -81,12 +81,38 @@ def ttl_setting() -> str:
     return ttl
 
 
+def share(text: str) -> float:
+    """A share written 0.8 or 80%; -1 when it is neither."""
+    try:
+        return float(text.rstrip("%")) / (100 if text.endswith("%") else 1)
+    except ValueError:
+        return -1
+
+
+def compaction_settings() -> dict:
+    """COMPACT_AT and SUMMARY_AHEAD, as the Settings fields they set (only those set)."""
+    found = {}
+    if value := os.getenv("COMPACT_AT", "").strip():
+        found["compact_at"] = share(value)
+        if not 0.1 <= found["compact_at"] <= 1:
+            raise ValueError(f"COMPACT_AT={value!r} must be a share of the context window between 0.1 and 1 "
+                             "(for example 0.7, or 70%).")
+    if value := os.getenv("SUMMARY_AHEAD", "").strip().lower():
+        shares = None if value == "off" else tuple(share(v.strip()) for v in value.split("-"))
+        if shares is not None and not (len(shares) == 2 and 0.1 <= shares[0] <= shares[1] <= 1):
+            raise ValueError(f"SUMMARY_AHEAD={value!r} must be off, or the earliest and the latest share of the "
+                             "threshold at which a summary starts in the background, such as 0.6-0.95.")
+        found["summary_ahead"] = shares
+    return found
+
+
 def parse_arguments(argv):
     parser = argparse.ArgumentParser(description="s08: a coding agent with context compaction. "
                                      "Run it in the folder the agent should work in.",
                                      epilog="Configuration (environment or .env): MODEL_ID, ANTHROPIC_API_KEY or "
                                      "ANTHROPIC_AUTH_TOKEN, and optionally ANTHROPIC_BASE_URL, CONTEXT_WINDOW, "
-                                     "API_CONNECT_TIMEOUT, API_IDLE_TIMEOUT, CACHE_TTL, S08_HISTORY. At the prompt, "
+                                     "API_CONNECT_TIMEOUT, API_IDLE_TIMEOUT, CACHE_TTL, COMPACT_AT, SUMMARY_AHEAD, S08_HISTORY. "
+                                     "At the prompt, "
                                      "/help lists the commands. README.md has the rest.")
     parser.add_argument("--resume", nargs="?", const="latest", metavar="ID",
                         help="continue the most recent session in this folder, or session ID")
@@ -123,6 +149,7 @@ class Config:
     endpoint: Endpoint = None
     idle_timeout: float = IDLE_TIMEOUT
     cache_ttl: str = "5m"
+    compaction: dict = field(default_factory=dict)  # COMPACT_AT and SUMMARY_AHEAD, as Settings fields
     resume: Path | None = None
     interactive: bool = False
     secrets: Redactor = field(default_factory=Redactor)
@@ -180,13 +207,14 @@ def configure_session(args) -> Config | int:
     if not endpoint.models_api and (logged or {}).get("models_api", True) is not False:  # a 404 just now
         notes.append(check_model(client, model))
     ttl = ttl_setting()
+    compaction = compaction_settings()
     secrets = Redactor(secret_values(os.environ, tuple(dotenv_found.values())))  # built once: every form of each
     instructions, said = project_instructions(workdir, secrets)
     sys.stdout.reconfigure(line_buffering=True, errors="replace")  # line by line; never dies on a character
     sys.stdin.reconfigure(errors="replace")  # bytes that are not UTF-8 must not end the session
     terminal = sys.stdout.isatty()
     return Config(model=model, workdir=workdir, client=client, endpoint=endpoint, idle_timeout=idle, cache_ttl=ttl,
-                  resume=resume, interactive=sys.stdin.isatty(), secrets=secrets, instructions=instructions,
+                  compaction=compaction, resume=resume, interactive=sys.stdin.isatty(), secrets=secrets, instructions=instructions,
                   notes=[note for note in notes + said if note],
                   screen={"show_status": terminal, "color": terminal and not os.getenv("NO_COLOR"),
                           "fit_width": terminal, "spinner_to": sys.stdout if terminal else None})

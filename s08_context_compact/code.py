@@ -46,6 +46,7 @@ from redaction import Redactor, redact
 from repeat_reads import repeat_read_stub, true_stubs
 from session_log import TRANSCRIPT_DIR, open_session
 from undo import Undo, undo_hooks
+from summary_ahead import SummaryAhead
 from surrogates import well_formed
 from report import layer_line, show_tool_call, show_tool_result
 from terminal import Spinner, one_line, say, start_repl, terminal_confirm
@@ -88,6 +89,7 @@ PLACEHOLDER_TOKENS = 60             # a placeholder, long path included (over, n
 SUMMARY_MAX_TOKENS = 20_000         # ceiling for the summary's own output
 SUMMARY_ATTEMPTS = 4                # "too long" retries, each dropping more of the oldest messages
 MAX_CONSECUTIVE_SUMMARY_FAILURES = 3  # circuit breaker: stop paying for summaries that fail
+SUMMARY_AHEAD_SHARES = (0.6, 0.95)  # the early mark: a summary starts in the background between these shares of the threshold
 POST_COMPACT_SHARE = 0.25           # the compacted context must come to less than this share
 POST_COMPACT_MAX_FILES = 5          # after compaction, re-read the most recently read files:
 POST_COMPACT_TOKENS_PER_FILE = 5_000  # at most this much of each...
@@ -142,12 +144,14 @@ class Settings:
     retry_base_seconds: float = RETRY_BASE_SECONDS
     idle_timeout: float = IDLE_TIMEOUT  # seconds a stream may send nothing new before it is abandoned
     cache_ttl: str = "5m"       # the prompt cache's life: "5m", or "1h" (writes cost 2× instead of 1.25×)
+    compact_at: float = 0.0     # COMPACT_AT: the threshold as a share of the window, if lower than derived
+    summary_ahead: tuple | None = SUMMARY_AHEAD_SHARES  # SUMMARY_AHEAD: the early mark's range, or None (off)
 
     @classmethod
-    def for_window(cls, model: str, window: int) -> "Settings":
+    def for_window(cls, model: str, window: int, compact_at: float = 0.0) -> "Settings":
         max_output = min(MAX_OUTPUT_TOKENS, window // 4)
         buffer = min(AUTOCOMPACT_BUFFER_TOKENS, window // 10)
-        threshold = window - max_output - buffer
+        threshold = min(window - max_output - buffer, int(window * compact_at) or window)
         budget = min(TOOL_RESULT_BUDGET_CHARS, int(threshold * TOOL_RESULT_BUDGET_SHARE * CHARS_PER_TOKEN))
         return cls(model=model, window=window, max_output=max_output, threshold=threshold,
                    budget_chars=budget, preview_chars=min(PREVIEW_CHARS, budget // 8),
@@ -170,7 +174,7 @@ class Settings:
         if window == self.window:
             return self
         overrides = {f.name: getattr(self, f.name) for f in fields(self) if f.default is not MISSING}
-        return replace(Settings.for_window(self.model, window), **overrides)
+        return replace(Settings.for_window(self.model, window, self.compact_at), **overrides)
 
 
 # ---- the history, as plain dicts -----------------------------------------------------------------
@@ -495,7 +499,11 @@ def micro_compact(messages: list, *, keep_recent: int, min_chars: int, clear_at_
 
 
 def compact_history(messages: list, *, agent, focus: str = "") -> list:
-    """Replace the history with a summary the model writes, then what the work needs back, then the request."""
+    """Replace the history with a summary the model writes, then what the work needs back, then
+    the request. A summary written ahead is used if there is one: it replaces the history up to
+    its snapshot, and every message after that stays as it is."""
+    if ready := agent.state.ahead.take(agent, messages, focus):
+        return summarize_into(agent, messages, "compact", ready.suffix, ready=ready.summary)
     return summarize_into(agent, messages, "compact", compact_tail(messages), focus)
 
 
@@ -508,6 +516,8 @@ def reactive_compact(messages: list, *, agent) -> list:
     """After "prompt is too long": the same, keeping only the recent groups that fit in a
     share of the threshold, smaller when the endpoint counted more than we estimated."""
     tail_tokens = int(agent.settings.threshold * REACTIVE_TAIL_SHARE / agent.endpoint.undercount)
+    if ready := agent.state.ahead.take(agent, messages, max_suffix=tail_tokens, measure=estimate_tokens):
+        return summarize_into(agent, messages, "reactive", ready.suffix, ready=ready.summary)
     return summarize_into(agent, messages, "reactive", reactive_tail(messages, tail_tokens))
 
 
@@ -517,17 +527,16 @@ def reactive_tail(messages: list, tail_tokens: int) -> list:
     return [m for group in kept for m in group]
 
 
-def summarize_into(agent, messages: list, kind: str, tail: list, focus: str = "") -> list:
+def summarize_into(agent, messages: list, kind: str, tail: list, focus: str = "", ready: tuple = ()) -> list:
     """Both summary layers: the hooks around the summary, what comes back after it, the
-    summary itself, then the new history."""
-    for extra in fire_hooks(agent, "PreCompact", messages=messages, focus=focus):
-        focus = " ".join(filter(None, [focus, extra.get("instructions", "")]))
+    summary itself (unless one is ready), then the new history."""
+    focus = focus if ready else pre_compact_focus(agent, messages, focus)
     tail_tokens = estimate_tokens(tail)
-    restored, limit = plan_restore(agent, messages, tail_tokens)
-    if kind == "compact" and nothing_to_summarize(messages, restored, tail_tokens):
+    restored, limit = plan_restore(agent, messages, tail_tokens, shown=read_in(tail))
+    if kind == "compact" and not ready and nothing_to_summarize(messages, restored, tail_tokens):
         agent.say("[compact_history] nothing to compact: a summary would not make the context smaller")
         return messages
-    summary, source = make_summary(agent, messages, focus, limit)
+    summary, source = ready or make_summary(agent, messages, focus, limit)
     # PostCompact hooks check the summary (the ledger does); what they find is kept with it
     answers = fire_hooks(agent, "PostCompact", summary=summary, source=source)
     found = {key: value for answer in answers for key, value in answer.items() if key != "note"}
@@ -541,6 +550,13 @@ def summarize_into(agent, messages: list, kind: str, tail: list, focus: str = ""
     agent.state.read_state.clear()  # what was read is no longer in context as it was
     header = {**result[0]["content"][0], "summary_by": source, "checks": [a["note"] for a in answers if a.get("note")]}
     return [{**result[0], "content": [header] + result[0]["content"][1:]}] + result[1:]
+
+
+def pre_compact_focus(agent, messages: list, focus: str = "") -> str:
+    """The focus, with what PreCompact hooks add to the summary's instructions."""
+    for extra in fire_hooks(agent, "PreCompact", messages=messages, focus=focus):
+        focus = " ".join(filter(None, [focus, extra.get("instructions", "")]))
+    return focus
 
 
 def replace_with_summary(messages: list, kind: str, summary: str, tail: list, restored: list, *,
@@ -743,10 +759,16 @@ def recent_user_messages(messages: list, max_tokens: int) -> str:
         if kept else ""
 
 
-def restored_files(agent, max_tokens: int) -> list:
-    """The most recently read files, re-read from disk now; a changed or vanished file says so."""
+def read_in(messages: list) -> set:
+    """The paths read_file read in these messages (kept after a summary, they need not come back)."""
+    return {b["input"].get("path") for m in messages for b in blocks_of(m) if b.get("name") == "read_file"}
+
+
+def restored_files(agent, max_tokens: int, shown: set = frozenset()) -> list:
+    """The most recently read files not still shown, re-read from disk now; a changed or vanished file says so."""
     blocks, used = [], 0
-    for path, (_, _, digest) in list(reversed(agent.ledger.reads.items()))[:POST_COMPACT_MAX_FILES]:
+    reads = [(path, read) for path, read in reversed(agent.ledger.reads.items()) if path not in shown]
+    for path, (_, _, digest) in reads[:POST_COMPACT_MAX_FILES]:
         target = inside_workspace(agent.workdir, path)
         if target is None or not target.is_file():
             blocks.append(f"{RESTORED_MARKER}: {path}] This file was read earlier and has since vanished.")
@@ -767,7 +789,7 @@ def restored_files(agent, max_tokens: int) -> list:
     return blocks
 
 
-def plan_restore(agent, messages: list, tail_tokens: int) -> tuple:
+def plan_restore(agent, messages: list, tail_tokens: int, shown: set = frozenset()) -> tuple:
     """What comes back after a summary, and how many tokens that leaves the summary.
 
     Everything together stays under compacted_max (a quarter of the window); at least a
@@ -780,7 +802,7 @@ def plan_restore(agent, messages: list, tail_tokens: int) -> tuple:
     parts.append(recent_user_messages(messages, min(s.restore_user_tokens,
                                                     room - sum(map(estimate_text_tokens, parts)))))
     used = sum(estimate_text_tokens(p) for p in parts)
-    parts += restored_files(agent, min(s.restore_files_tokens, room - used))
+    parts += restored_files(agent, min(s.restore_files_tokens, room - used), shown)
     if agent.state.todos:
         parts.append(f"{RESTORED_MARKER}: todo list]\n{render_todos(agent.state.todos)}")
     if agent.state.loaded_skills:
@@ -863,7 +885,21 @@ def compact_pipeline(agent, messages: list) -> list:
                                store=store)
     if over_threshold(agent, messages):
         messages = apply_layer(agent, compact_history, messages, agent=agent)
+    elif covered := agent.state.ahead.due(agent, messages, tokens := context_tokens(agent, messages)):
+        summarize_ahead(agent, messages, covered, tokens)  # past the early mark: the loop goes on meanwhile
     return messages
+
+
+def summarize_ahead(agent, messages: list, covered: int, tokens: int) -> None:
+    """Start, in the background (summary_ahead.py), the summary compact_history will need:
+    of the first `covered` messages, which the layers after this only ever shorten. What
+    comes after them until the threshold will stay verbatim, so the summary leaves it room
+    (the compacted context keeps to its quarter of the window, as without a summary ahead).
+    The hooks run here; the worker only calls make_summary, on a copy of the agent."""
+    focus = pre_compact_focus(agent, messages[:covered])
+    suffix = estimate_tokens(messages[covered:]) + agent.settings.threshold - tokens
+    _, limit = plan_restore(agent, messages, suffix, shown=read_in(messages[covered:]))
+    agent.state.ahead.start(agent, messages, covered, make_summary, focus, limit)
 
 
 # ---- when the endpoint says the prompt did not fit -----------------------------------------------
@@ -967,6 +1003,7 @@ class LoopState:
     current_call: str = ""                            # the tool_use id being run
     last_reply_at: float | None = None                # now() when the last reply came: is the cache still warm?
     pending_compact: str | None = None                # the compact tool's focus, until the batch is done
+    ahead: SummaryAhead = field(default_factory=SummaryAhead)  # the summary written in the background, if any
 
 
 @dataclass
@@ -1159,6 +1196,7 @@ def handle_command(agent, messages: list, line: str) -> bool:
         compacted = apply_layer(agent, compact_history, messages, agent=agent, focus=focus.strip())
         replace_history(agent, messages, compacted, "/compact")
     elif command == "/clear":
+        agent.state.ahead.drop(agent, "/clear")
         replace_history(agent, messages, [], "/clear")
         agent.state = LoopState()  # nothing read, no todos, no size anchor: a new conversation
     return report_command(agent, messages, command, context_tokens(agent, messages), estimate_text_tokens)
@@ -1381,8 +1419,8 @@ def main(argv=None) -> int:
     if config.demo:
         import demo  # a scripted model drives this very module: demo.py
         return demo.run(sys.modules[__name__], pause=config.pause)
-    settings = replace(Settings.for_window(config.model, config.endpoint.window), idle_timeout=config.idle_timeout,
-                       cache_ttl=config.cache_ttl)
+    settings = replace(Settings.for_window(config.model, config.endpoint.window, config.compaction.get("compact_at", 0)),
+                       idle_timeout=config.idle_timeout, cache_ttl=config.cache_ttl, **config.compaction)
     skills = discover_skills([config.workdir / "skills", Path(__file__).resolve().parent / "skills"],
                              warn=config.notes.append)  # a skill skipped is said after the banner
     agent = Agent(client=config.client, settings=settings, workdir=config.workdir, tools=TOOLS, skills=skills,

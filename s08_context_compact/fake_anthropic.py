@@ -68,7 +68,9 @@ Scripted misbehaviour: `malformed("sse_not_json" | "json_body" | "empty_body")`,
 `error_event`, `hang` and `pings_only` answer the same bytes whether or not the request
 asked to stream; `broken_tool_json` streams tool input that does not parse, and tool
 inputs that are not objects (`tool_use("bash", ["ls"])`) are streamed as they are.
-`stalls` records how each hang or ping-only reply ended: "client closed", "timed out"
+`held(reply, gate, seconds)` sends a reply only once a test sets `gate` (or the time passes):
+a slow summary, released when the test chooses. `stalls` records how each hang, held or
+ping-only reply ended: "client closed", "timed out"
 or "server closed". `split_surrogates(reply)` streams each emoji as two UTF-16 halves in
 two deltas.
 """
@@ -209,6 +211,13 @@ def hang(seconds: float | None = None) -> dict:
     """Read the request and send nothing at all, not even a status line, until the
     client hangs up or `seconds` pass (None: until the server shuts down)."""
     return {"hang": seconds}
+
+
+def held(reply: dict, gate: threading.Event | None = None, seconds: float | None = None) -> dict:
+    """`reply`, sent only once `gate` is set or `seconds` have passed: a slow model, or one a
+    test releases when it chooses. A client that hangs up first is recorded in `stalls`
+    ("client closed"), and gets nothing."""
+    return {"held": reply, "gate": gate, "seconds": seconds}
 
 
 def drip(seconds_per_byte: float) -> dict:
@@ -1146,6 +1155,13 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_error(err["status"], err["type"], err["message"])
         elif "silent_failure" in reply:
             self._send_silent_failure(body)
+        elif "held" in reply:
+            outcome = self._hold(reply["gate"], reply["seconds"])
+            if outcome != "released":
+                owner.stalls.append(outcome)
+                self.close_connection = True
+                return
+            self._answer(body, reply["held"])
         elif "hang" in reply:
             self.close_connection = True  # the client gets no response at all
             owner.stalls.append(self._stall(reply["hang"]))
@@ -1233,6 +1249,19 @@ class _Handler(BaseHTTPRequestHandler):
                 return "client closed"
             if self.owner._closing.is_set():
                 return "server closed"
+
+    def _hold(self, gate, seconds: float | None) -> str:
+        """Wait for the gate or the time, unless the client hangs up or the server shuts down."""
+        deadline = None if seconds is None else time.monotonic() + seconds
+        while not (gate is not None and gate.is_set()):
+            left = POLL_INTERVAL if deadline is None else min(POLL_INTERVAL, deadline - time.monotonic())
+            if left <= 0:
+                break
+            if self._client_gone(left):
+                return "client closed"
+            if self.owner._closing.is_set():
+                return "server closed"
+        return "released"
 
     def _ping_for(self, seconds: float, style: str = "event") -> str:
         """Send a ping every PING_INTERVAL for `seconds`, unless the client or server goes first."""

@@ -38,7 +38,7 @@ from pathlib import Path
 import anthropic
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "s08_context_compact"))
-from fake_anthropic import FakeAnthropic, text  # noqa: E402
+from fake_anthropic import FakeAnthropic, held, text, tool_uses  # noqa: E402
 
 CODE = Path(__file__).resolve().parent.parent / "s08_context_compact" / "code.py"
 CONFIGS = {"full pipeline": {}, "with idle gaps": {"gaps": True}, "cheap layers off": {"cheap_layers": False}}
@@ -367,6 +367,97 @@ def resume_pass_time(code, workdir: Path, size: int = 5_000, repeats: int = 5) -
     return statistics.median(times)
 
 
+# ---------------------------------------------------------------- summaries written ahead
+# Real time, unlike the rest: the point is how long the loop stands still. A scripted model
+# whose steps take STEP_SECONDS reads files and writes new ones (what it writes stays in its
+# calls, which no cheap layer clears, so the summaries come); its summaries take
+# SUMMARY_SECONDS, many steps' time.
+
+STEP_SECONDS, SUMMARY_SECONDS = 0.05, 0.2  # a summary takes four steps' time
+AHEAD_TARGETS = {"waited ÷ summary time": 0.10, "compactions with no wait": 0.90, "set aside ÷ made": 0.10,
+                 "billed input vs at the threshold": 1.05}
+
+
+def ahead_play(code, workdir: Path, window: int, steps: int, ahead: bool, seed: int = 7) -> dict:
+    """One scripted session of `steps` model calls; the summaries written ahead or at the threshold."""
+    rng = random.Random(seed)
+    for n in range(40):
+        (workdir / f"m{n}.py").write_text(lorem(rng, rng.randint(1_000, max(2_000, window // 20))))
+    waits, after, settings = [], [], Settings_for(code, window, ahead)
+
+    def timed(layer):
+        def run(messages, **kwargs):
+            started = time.perf_counter()
+            result = layer(messages, **kwargs)
+            waits.append(time.perf_counter() - started)
+            after.append(code.estimate_tokens(result))
+            return result
+        run.__name__ = layer.__name__
+        return run
+
+    def step(body):
+        n = len(body["messages"])
+        return held(tool_uses([("read_file", {"path": f"m{rng.randrange(40)}.py"}),
+                               ("write_file", {"path": f"out/w{n}.py", "content": lorem(rng, window // 9)})],
+                              preface=f"Step {n}: reading one module, writing the next."), seconds=STEP_SECONDS)
+
+    with FakeAnthropic(context_window=window) as fake, \
+            swapped(code, compact_history=timed(code.compact_history), reactive_compact=timed(code.reactive_compact)):
+        fake.default_summary = lambda body: held(obedient_summary(body), seconds=SUMMARY_SECONDS)
+        client = anthropic.Anthropic(api_key="benchmark", base_url=fake.url, max_retries=0)
+        agent = code.Agent(client=client, settings=settings, workdir=workdir, tools=code.TOOLS,
+                           system=code.build_system_prompt(workdir, {}), out=lambda *a, **k: None)
+        code.install_default_hooks(agent)
+        messages, started = [], time.perf_counter()
+        for turn in range(steps // 25):
+            fake.replies.clear()
+            fake.reply(*[step] * 24, text(f"Turn {turn} done."))
+            code.take_turn(agent, messages, f"Turn {turn}: read the modules and take notes")
+        seconds, ahead = time.perf_counter() - started, agent.state.ahead
+        figures = {"seconds": seconds, "summaries": len(fake.summary_requests),
+                   "summary seconds": len(fake.summary_requests) * SUMMARY_SECONDS, "waited": sum(waits),
+                   "compactions": len(waits), "no wait": sum(1 for w in waits if w < STEP_SECONDS),
+                   "made": ahead.made, "used": ahead.used, "set aside": ahead.discarded,
+                   "set aside billed": billed(ahead.discarded_usage), "model calls": len(fake.main_requests),
+                   "tokens after a compaction": statistics.mean(after) if after else 0}
+        ahead.drop(agent, "the session ended")  # one in flight at the end is the session's end, not a waste
+        return {**figures, "billed input": sum(billed(u) for u in fake.usage_log)}
+
+
+def billed(usage: dict) -> float:
+    return usage.get("input_tokens", 0) + 1.25 * usage.get("cache_creation_input_tokens", 0) + \
+        0.1 * usage.get("cache_read_input_tokens", 0)
+
+
+def Settings_for(code, window: int, ahead: bool):
+    base = code.Settings.for_window("claude-benchmark", window)
+    return base if ahead else replace(base, summary_ahead=None)
+
+
+def show_ahead(code, windows=(200_000, 32_000)) -> None:
+    print(f"\nSummaries written ahead: steps {STEP_SECONDS}s, summaries {SUMMARY_SECONDS}s (real time)")
+    for window in windows:
+        steps = 300 if window > 100_000 else 250
+        with tempfile.TemporaryDirectory() as tmp:
+            (Path(tmp) / "on").mkdir(), (Path(tmp) / "off").mkdir()
+            off = ahead_play(code, Path(tmp) / "off", window, steps, ahead=False)
+            on = ahead_play(code, Path(tmp) / "on", window, steps, ahead=True)
+        print(f"\n  window {window:,}, {on['model calls']} model calls      {'at the threshold':>18}{'ahead':>12}")
+        for key in ("seconds", "compactions", "summaries", "summary seconds", "waited", "no wait",
+                    "tokens after a compaction", "billed input"):
+            print(f"  {key:<34}{off[key]:>18,.1f}{on[key]:>12,.1f}")
+        print(f"  background summaries: {on['made']} made, {on['used']} used, {on['set aside']} set aside "
+              f"(billed {on['set aside billed']:,.0f} input tokens)")
+        checks = {"waited ÷ summary time": on["waited"] / max(on["summary seconds"], 1e-9),
+                  "compactions with no wait": on["no wait"] / max(on["compactions"], 1),
+                  "set aside ÷ made": on["set aside"] / max(on["made"], 1),
+                  "billed input vs at the threshold": on["billed input"] / max(off["billed input"], 1)}
+        for name, value in checks.items():
+            good = value >= AHEAD_TARGETS[name] if name == "compactions with no wait" else value <= AHEAD_TARGETS[name]
+            print(f"  [{'met' if good else 'MISSED'}] {name}: {value:.2f} (target {'≥' if 'no wait' in name else '≤'} "
+                  f"{AHEAD_TARGETS[name]:.2f})")
+
+
 # ---------------------------------------------------------------- printing
 
 def show(results: dict, session: Session, scaling: dict, window: int, targets: bool, resumed=None,
@@ -418,9 +509,13 @@ def main(argv=None) -> int:
     parser.add_argument("--seed", type=int, default=7, help="seed of the scripted session")
     parser.add_argument("--turns", type=int, default=40, help="user turns in the scripted session")
     parser.add_argument("--no-timing", action="store_true", help="skip the pipeline timings by history length")
+    parser.add_argument("--ahead", action="store_true", help="only the summaries written ahead, in real time")
     parser.add_argument("--cache-ttl", choices=("5m", "1h"), default="5m", help="the prompt cache's life (CACHE_TTL)")
     args = parser.parse_args(argv)
     code = load_code()
+    if args.ahead:
+        show_ahead(code)
+        return 0
     session = replayed_session(args.replay, code) if args.replay else scripted_session(args.seed, args.turns)
     base = replace(code.Settings.for_window("claude-benchmark", args.window), cache_ttl=args.cache_ttl)
     results = {}

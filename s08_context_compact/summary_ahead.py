@@ -1,0 +1,301 @@
+"""Summaries written ahead: the summary compact_history will need, started in the
+background at an early mark, so the loop rarely waits for one at the threshold.
+
+Machinery the chapter does not need: code.py calls four verbs on the loop's SummaryAhead,
+on its own thread, and never meets the thread, the lock or the cancellation:
+
+    ahead.due(agent, messages, tokens)     how many messages to summarize now (the snapshot), or None
+    ahead.start(agent, messages, covered, write, *args)   write(a copy of the agent, messages[:covered], *args),
+                                           in a thread
+    ahead.take(agent, messages, ...)       a Ready summary and the messages after its snapshot, or None
+    ahead.drop(agent, why)                 call it off (/clear, a focus, exit)
+
+The worker never touches the history or the agent the loop uses: it gets a snapshot (a list
+of the history's plain dicts, never changed by anyone) and a copy of the agent with its own
+HTTP connection, counter and usage, and hands back a value. The loop decides, at the
+threshold, whether and how to use it.
+"""
+
+import atexit
+import copy
+import socket
+import statistics
+import threading
+import time
+import weakref
+from collections import deque
+from dataclasses import dataclass, field, replace
+
+from history import blocks_of
+from terminal import Spinner
+
+MARK_MARGIN = 1.25       # start this much earlier than the measured lead needs, for a summary slower than the last
+RECENT_PASSES = 16       # the steps the lead is measured on
+JOIN_SECONDS = 5.0       # a worker called off ends within this (its connection is cut at once)
+WAIT_POLL_SECONDS = 0.2  # how often a wait for a summary in flight looks up (Ctrl-C stays prompt)
+
+
+class Cancelled(BaseException):
+    """The summary was called off. A BaseException, so no handler of API errors keeps it."""
+
+
+@dataclass(frozen=True)
+class Ready:
+    summary: tuple          # (summary text, who wrote it), as make_summary returns it
+    suffix: list            # the history after the snapshot, kept verbatim
+
+
+@dataclass(eq=False)  # a job is itself, not its fields
+class Job:
+    """One summary in the background: its snapshot, its thread, and what it came back with."""
+    covered: int                       # messages in the snapshot
+    boundary: str                      # the first tool_use id after the snapshot: where the suffix starts
+    tokens: int                        # the context's size when it started
+    started: float
+    copy: object = None                # the agent the worker runs with
+    thread: threading.Thread = None
+    done: threading.Event = field(default_factory=threading.Event)
+    cancelled: threading.Event = field(default_factory=threading.Event)
+    sockets: list = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    heard: list = field(default_factory=list)   # what the worker would have said, said by the loop later
+    result: tuple | None = None
+    seconds: float = 0.0
+
+    def on_request(self, request) -> None:
+        """Every request the worker sends: a trace hook hands back the connection it opens."""
+        if self.cancelled.is_set():
+            raise Cancelled
+        request.extensions = {**request.extensions, "trace": self.trace}
+
+    def trace(self, event: str, info: dict) -> None:
+        if event == "connection.connect_tcp.complete":
+            sock = info["return_value"].get_extra_info("socket")
+            with self.lock:
+                self.sockets.append(sock)
+            if self.cancelled.is_set():
+                cut(sock)
+
+    def say(self, text: str, *_) -> None:
+        if self.cancelled.is_set():
+            raise Cancelled  # said before a retry's pause: a worker called off does not pause
+        self.heard.append(text)
+
+    def cancel(self) -> None:
+        self.cancelled.set()
+        with self.lock:
+            for sock in self.sockets:
+                cut(sock)  # a read blocked on it returns at once
+        if self.thread and self.thread is not threading.current_thread():
+            self.thread.join(JOIN_SECONDS)
+
+
+def cut(sock) -> None:
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass  # already closed
+
+
+RUNNING = weakref.WeakSet()
+
+
+@atexit.register
+def call_off_all() -> None:
+    """Leaving: no worker outlives the program, and no request is left hanging."""
+    for job in list(RUNNING):
+        job.cancel()
+
+
+def worker_agent(agent, job: Job):
+    """A copy of the agent for the worker: its own HTTP client (so its connection can be cut),
+    counter, usage and endpoint facts, no hooks, no log, nothing on screen."""
+    import httpx2  # the SDK's HTTP library, loaded by now (a client made it)
+    http = httpx2.Client(event_hooks={"request": [job.on_request]})
+    client = agent.client.with_options(http_client=http)
+    tokens = copy.copy(agent.state.tokens)
+    tokens.sizes = dict(tokens.sizes)
+    worker = replace(agent, client=client, out=job.say, spinner_to=None, log=None, hooks={}, usage_totals={},
+                     show_status=False, color=False, fit_width=False, confirm=None, endpoint=copy.copy(agent.endpoint),
+                     state=replace(agent.state, tokens=tokens, ahead=None))
+    return worker, http
+
+
+class SummaryAhead:
+    """At most one summary in the background, and what the session measured of them."""
+
+    def __init__(self):
+        self.job = None
+        self.passes = deque(maxlen=RECENT_PASSES)   # (time, context tokens) at each pipeline pass
+        self.durations = deque(maxlen=4)            # seconds the recent summaries took
+        self.made = self.used = self.discarded = 0
+        self.waits = []                             # seconds the loop waited, per summary used
+        self.summary_seconds = 0.0                  # what the summaries took, all together
+        self.discarded_usage = {}                   # what the summaries set aside were billed
+
+    # ---- when to start ---------------------------------------------------------------------------
+
+    def mark(self, threshold: int, shares: tuple) -> int:
+        """Tokens at which a summary starts: early enough that, at the pace measured (seconds a
+        summary takes, seconds and tokens a step takes), it is ready before the threshold."""
+        earliest, latest = int(threshold * shares[0]), int(threshold * shares[1])
+        steps = list(self.passes)
+        gaps = [b[0] - a[0] for a, b in zip(steps, steps[1:])]
+        growth = [b[1] - a[1] for a, b in zip(steps, steps[1:]) if b[1] > a[1]]
+        if not self.durations or not gaps or not growth:
+            return earliest  # nothing measured yet: as early as allowed
+        step_seconds = max(min_share(gaps, 0.25), 1e-3)     # the fast steps: a pause for the user is not one
+        step_tokens = min_share(growth, 0.75)               # the big steps
+        lead_steps = max(self.durations) / step_seconds + 1  # +1: the snapshot lags a step
+        return max(earliest, min(latest, threshold - int(lead_steps * step_tokens * MARK_MARGIN)))
+
+    def due(self, agent, messages: list, tokens: int) -> int | None:
+        """After a pipeline pass under the threshold: how many messages to summarize now, or
+        None. The snapshot is the history up to the newest call: that call is the first
+        message after it, and the snapshot is what the last request sent (so it is cached)."""
+        self.passes.append((time.monotonic(), tokens))
+        shares = agent.settings.summary_ahead
+        if self.job or not shares or agent.label or agent.client is None:
+            return None  # one at a time; off; a subagent compacts as before
+        if tokens < self.mark(agent.settings.threshold, shares):
+            return None
+        newest = next((i for i in range(len(messages) - 1, 1, -1) if messages[i]["role"] == "assistant"
+                       and first_call(messages[i])), None)
+        return newest
+
+    # ---- the worker --------------------------------------------------------------------------------
+
+    def start(self, agent, messages: list, covered: int, write, *args) -> None:
+        """write(a worker agent, messages[:covered], *args) in a thread; it returns (summary,
+        who wrote it). The snapshot is a new list of the same dicts, which no one changes."""
+        snapshot = messages[:covered]
+        job = Job(covered=covered, boundary=first_call(messages[covered]),
+                  tokens=self.passes[-1][1] if self.passes else 0, started=time.monotonic())
+        job.copy, http = worker_agent(agent, job)
+
+        def work():
+            try:
+                job.result = write(job.copy, snapshot, *args)
+            except Cancelled:
+                pass
+            except Exception as err:  # a fault in the worker must not pass in silence: the loop says it
+                job.heard.append(f"[summary ahead] failed: {type(err).__name__}: {err}")
+            finally:
+                job.seconds = time.monotonic() - job.started
+                http.close()
+                job.done.set()
+
+        job.thread = threading.Thread(target=work, name="summary-ahead", daemon=True)
+        self.job, self.made = job, self.made + 1
+        RUNNING.add(job)
+        agent.say(f"[summary ahead] writing a summary of {len(snapshot)} messages in the background "
+                  f"({job.tokens:,} tokens in context); the work goes on", "layer")
+        job.thread.start()
+
+    # ---- at the threshold ------------------------------------------------------------------------
+
+    def take(self, agent, messages: list, focus: str = "", max_suffix: int | None = None, measure=None) -> Ready | None:
+        """The summary written ahead, to replace the history up to its snapshot; every message
+        after that stays verbatim. Waits for one still in flight (it started earlier than a new
+        one would). None when there is none, or it cannot be used (said, and set aside)."""
+        job = self.job
+        if job is None:
+            return None
+        if focus:
+            self.drop(agent, "a summary with a focus was asked for")
+            return None
+        start = next((i for i, m in enumerate(messages) if m["role"] == "assistant"
+                      and job.boundary in call_ids(m)), None)
+        if start is None:
+            self.drop(agent, "the messages where its snapshot ended were snipped meanwhile")
+            return None
+        suffix = messages[start:]
+        if max_suffix is not None and measure(suffix) > max_suffix:
+            self.drop(agent, "what came after its snapshot is too big for the window now")
+            return None
+        waited = self.wait(agent, job)
+        self.job = None
+        self.settle(agent, job)
+        if job.result is None:
+            return None  # it failed outright (said): the summary is made here, as without one ahead
+        self.used += 1
+        self.waits.append(waited)
+        agent.say(f"[summary ahead] swapped in: it covers the first {start} messages (written in "
+                  f"{job.seconds:.1f}s); the {len(suffix)} after them are kept verbatim; the work waited "
+                  f"{waited:.1f}s", "layer")
+        return Ready(job.result, suffix)
+
+    def wait(self, agent, job: Job) -> float:
+        """Seconds spent waiting for the job to finish (Ctrl-C calls it off)."""
+        if job.done.is_set():
+            return 0.0
+        began = time.monotonic()
+        try:
+            agent.say("[summary ahead] at the threshold: waiting for the summary being written in the "
+                      "background (Ctrl-C stops waiting)", "dim")
+            with Spinner(agent.spinner_to, "finishing the summary started in the background"):
+                while not job.done.wait(WAIT_POLL_SECONDS):
+                    pass
+        except KeyboardInterrupt:
+            self.drop(agent, "interrupted while waiting for it")
+            raise
+        return time.monotonic() - began
+
+    def settle(self, agent, job: Job) -> None:
+        """On the loop's thread, once a job is over: what it said, paid and failed."""
+        RUNNING.discard(job)
+        for line in job.heard:
+            agent.say(line, "dim")
+        worker = job.copy
+        for key, value in worker.usage_totals.items():
+            agent.usage_totals[key] = agent.usage_totals.get(key, 0) + value
+        agent.summary_failures, agent.breaker_announced = worker.summary_failures, worker.breaker_announced
+        self.summary_seconds += job.seconds
+        if job.result is not None and job.done.is_set() and not job.cancelled.is_set():
+            self.durations.append(job.seconds)
+
+    def drop(self, agent, why: str) -> None:
+        """Call off the summary in flight, or set aside the one ready: it never reaches the history."""
+        job, self.job = self.job, None
+        if job is None:
+            return
+        finished = job.done.is_set()
+        job.cancel()
+        job.heard = [line for line in job.heard if not line.startswith("[api]")]  # its retries no longer matter
+        self.settle(agent, job)
+        self.discarded += 1
+        for key, value in job.copy.usage_totals.items():
+            self.discarded_usage[key] = self.discarded_usage.get(key, 0) + value
+        agent.say(f"[summary ahead] {'set aside' if finished else 'called off'}: {why}", "dim")
+
+    # ---- what /context shows ------------------------------------------------------------------
+
+    def describe(self, agent) -> str:
+        shares = agent.settings.summary_ahead
+        if not shares:
+            return "summary ahead: off (SUMMARY_AHEAD=off); summaries are written at the threshold"
+        job = self.job
+        if job is None:
+            state = f"none in flight; the next starts at {self.mark(agent.settings.threshold, shares):,} tokens"
+        elif job.done.is_set():
+            state = f"one ready, of the first {job.covered} messages, swapped in at the threshold"
+        else:
+            state = (f"one being written, of the first {job.covered} messages, for "
+                     f"{time.monotonic() - job.started:.0f}s")
+        waited = f"; waited {sum(self.waits):.1f}s in all" if self.used else ""
+        return f"summary ahead: {state} ({self.made} made, {self.used} used, {self.discarded} set aside{waited})"
+
+
+def min_share(values: list, share: float) -> float:
+    """The value at `share` of the way up the sorted values (0.25: a low one)."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(share * len(ordered)))]
+
+
+def call_ids(message: dict) -> list:
+    return [b.get("id") for b in blocks_of(message) if b.get("type") == "tool_use"]
+
+
+def first_call(message: dict) -> str | None:
+    ids = call_ids(message)
+    return ids[0] if ids else None

@@ -1,0 +1,270 @@
+"""Compact before you must: a summary written in the background from an early mark, swapped
+in at the threshold, with every outcome of one in flight defined. The fake's summary replies
+are held until the test releases them (`held(reply, gate)`), so nothing here waits on time."""
+
+import _thread
+import json
+import os
+import signal
+import threading
+from dataclasses import replace
+
+import cli_runner
+from conftest import Printed, assert_valid, cli_env, context_report, run_cli, wait_until
+from fake_anthropic import count_tokens, error, held, server_error, text, tool_use
+
+WINDOW = 24_000              # threshold 15,600 tokens
+EARLY = (0.3, 0.3)           # the early mark held at 30% of the threshold, so the tests know when it comes
+SUMMARY = "AHEAD-SUMMARY: files out/f0 onwards were written."
+
+
+def write(k: int, size: int = 3_000) -> dict:
+    """A step that adds about 800 tokens no cheap layer can clear (a call's input)."""
+    return tool_use("write_file", {"path": f"out/f{k}.txt", "content": f"file {k} " + "x" * size})
+
+
+def ahead_agent(make_agent, out=None):
+    agent = make_agent(window=WINDOW)
+    agent.settings, agent.out = replace(agent.settings, summary_ahead=EARLY), agent.out if out is None else out
+    return agent
+
+
+def plain(value):
+    """A request's messages without cache marks (the only thing a swap may change in them)."""
+    if isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items() if k != "cache_control"}
+    if isinstance(value, list):
+        return [plain(v) for v in value]
+    return value
+
+
+def first_with(fake, needle: str) -> int:
+    return next(i for i, r in enumerate(fake.main_requests) if needle in json.dumps(r["messages"][0]))
+
+
+def summaries_before(fake, request: dict) -> int:
+    """Summary requests the server saw before this request."""
+    return sum(1 for r in fake.requests[:fake.requests.index(request)] if r in fake.summary_requests)
+
+
+class Watching(Printed):
+    """Printed, calling `on_line(text)` for each line the agent says."""
+
+    def __init__(self, on_line):
+        super().__init__()
+        self.on_line = on_line
+
+    def __call__(self, *parts, **kwargs):
+        super().__call__(*parts, **kwargs)
+        self.on_line(" ".join(map(str, parts)))
+
+
+def test_the_loop_goes_on_while_the_summary_is_written_and_the_swap_keeps_what_came_after(s08, fake, make_agent):
+    agent, gate, seen = ahead_agent(make_agent), threading.Event(), []
+    fake.summary(held(text(f"<summary>{SUMMARY}</summary>"), gate=gate))
+
+    def step(k):
+        def reply(body):
+            if k == 9:  # the background request has come in by now: let its answer go, the work going on
+                wait_until(lambda: fake.summary_requests)
+                gate.set()
+            seen.append((len(fake.summary_requests), gate.is_set()))
+            return write(k)
+        return reply
+
+    fake.reply(*[step(k) for k in range(20)], text("All written."))
+    assert s08.take_turn(agent, (messages := []), "write the files")
+    assert_valid(messages)
+    # steps were answered while the summary was being written, before its answer was let go
+    assert sum(1 for summaries, released in seen if summaries and not released) >= 3
+    swap = first_with(fake, SUMMARY)
+    assert summaries_before(fake, fake.main_requests[swap]) == 1  # none written at the threshold as well
+    snapshot = fake.summary_requests[0]["messages"]
+    covered, before, after = len(snapshot), fake.main_requests[swap - 1], fake.main_requests[swap]
+    # the request after the swap: the summary, then every message after the snapshot, verbatim
+    assert plain(after["messages"][1:]) == plain(before["messages"][covered:] + after["messages"][-2:])
+    assert plain(snapshot[:-1]) == plain(before["messages"][:covered - 1])  # the snapshot was the history then
+    printed = agent.out.text
+    assert "[summary ahead] writing a summary of" in printed and "the work waited 0.0s" in printed
+    assert "waiting for the summary" not in printed
+    # the background request read what the foreground had cached
+    usage = next(u for u in fake.usage_log if u["summary"])
+    assert usage["cache_read_input_tokens"] > 4 * (usage["input_tokens"] + usage["cache_creation_input_tokens"])
+
+
+def test_still_in_flight_at_the_threshold_the_loop_waits_for_it(s08, fake, make_agent):
+    gate = threading.Event()
+    agent = ahead_agent(make_agent, Watching(lambda line: "waiting for the summary" in line and gate.set()))
+    fake.summary(held(text(f"<summary>{SUMMARY}</summary>"), gate=gate))
+    fake.reply(*[write(k) for k in range(20)], text("All written."))
+    assert s08.take_turn(agent, (messages := []), "write the files")
+    printed = agent.out.text
+    # the wait began, and only then was the answer let go; it was used, not written again
+    assert printed.index("waiting for the summary") < printed.index("swapped in")
+    assert summaries_before(fake, fake.main_requests[first_with(fake, SUMMARY)]) == 1
+    assert_valid(messages)
+
+
+def start_one_in_flight(s08, fake, make_agent, out=None):
+    """An agent whose turn ended after the early mark and before the threshold: a summary in flight, held."""
+    agent, gate = ahead_agent(make_agent, out), threading.Event()
+    fake.summary(held(text(f"<summary>{SUMMARY}</summary>"), gate=gate))
+    fake.reply(*[write(k) for k in range(5)], text("Five written."))
+    messages = []
+    assert s08.take_turn(agent, messages, "write five files")
+    job = agent.state.ahead.job
+    assert job is not None and not job.done.is_set()
+    wait_until(lambda: fake.summary_requests)
+    return agent, messages, job
+
+
+def called_off(fake, job) -> None:
+    """The worker is gone and its request was not left hanging: the server saw the client go."""
+    assert not job.thread.is_alive()
+    wait_until(lambda: "client closed" in fake.stalls)
+
+
+def test_clear_calls_off_the_summary_in_flight(s08, fake, make_agent):
+    agent, messages, job = start_one_in_flight(s08, fake, make_agent)
+    assert "one being written, of the first" in context_report(s08, agent, messages)
+    s08.take_line(agent, messages, "/clear")
+    called_off(fake, job)
+    assert messages == [] and "[summary ahead] called off: /clear" in agent.out.text
+    fake.reply(text("Hello again."))
+    assert s08.take_turn(agent, messages, "hello")
+    assert SUMMARY not in json.dumps(fake.main_requests[-1]) and len(messages) == 2
+
+
+def test_compact_with_a_focus_calls_it_off_and_summarizes_now(s08, fake, make_agent):
+    agent, messages, job = start_one_in_flight(s08, fake, make_agent)
+    fake.summary(text("<summary>FOCUSED summary of the writes.</summary>"))
+    s08.take_line(agent, messages, "/compact the files written")
+    called_off(fake, job)
+    assert "FOCUSED summary" in json.dumps(messages[0]) and SUMMARY not in json.dumps(messages)
+    assert "Focus especially on: the files written" in json.dumps(fake.summary_requests[-1]["messages"][-1])
+    assert_valid(messages)
+
+
+def test_ctrl_c_while_waiting_calls_it_off_and_the_history_stays_valid(s08, fake, make_agent):
+    agent = ahead_agent(make_agent, Watching(lambda line: "waiting for the summary" in line and _thread.interrupt_main()))
+    fake.summary(held(text(f"<summary>{SUMMARY}</summary>")))  # never let go
+    fake.reply(*[write(k) for k in range(20)], text("All written."))
+    messages = []
+    assert s08.take_line(agent, messages, "write the files")
+    assert "interrupted while waiting for it" in agent.out.text and agent.state.ahead.job is None
+    wait_until(lambda: "client closed" in fake.stalls)
+    assert_valid(messages)
+    assert SUMMARY not in json.dumps(messages)
+    fake.reply(text("Carrying on."))
+    assert s08.take_turn(agent, messages, "go on")  # the next turn compacts as it would have
+
+
+def test_reactive_compaction_uses_the_summary_that_is_ready(s08, fake, make_agent):
+    agent, gate, state = ahead_agent(make_agent), threading.Event(), {}
+    fake.summary(held(text(f"<summary>{SUMMARY}</summary>"), gate=gate))
+
+    def step(body):
+        """Small writes until a summary is asked for; its answer goes, and the next request is
+        refused as too long, by about as much as the fake counts it (so the window is learned)."""
+        n = len(fake.main_requests)
+        if "ready" not in state and fake.summary_requests:
+            gate.set()
+            wait_until(lambda: agent.state.ahead.job and agent.state.ahead.job.done.is_set())
+            state["ready"] = n
+        if state.get("ready", n) < n and "refused" not in state:
+            state["refused"] = True
+            tokens = count_tokens(body)
+            return error(400, "invalid_request_error", f"prompt is too long: {tokens} tokens > {tokens - 50} maximum")
+        return text("Recovered.") if "refused" in state else write(n, size=400)
+
+    fake.reply(*[step] * 60)
+    assert s08.take_turn(agent, (messages := []), "write the files")
+    assert "[reactive_compact]" in agent.out.text and "swapped in" in agent.out.text
+    assert summaries_before(fake, fake.main_requests[-1]) == 1
+    assert SUMMARY in json.dumps(fake.main_requests[-1]["messages"][0])
+    assert_valid(messages)
+
+
+def test_a_summary_that_failed_in_the_background_counts_and_the_fallback_stands_in(s08, fake, make_agent):
+    agent = ahead_agent(make_agent)
+    fake.summary(*[server_error() for _ in range(4)])  # the first try and three retries
+    fake.reply(*[write(k) for k in range(20)], text("All written."))
+    assert s08.take_turn(agent, (messages := []), "write the files")
+    printed = agent.out.text
+    assert "[summary] failed (1/3)" in printed and "summary by fallback" in printed
+    assert agent.summary_failures == 1 and len(fake.summary_requests) >= 4
+    assert "(Assembled without the model" in json.dumps(messages[0])
+    assert_valid(messages)
+
+
+def test_the_cheap_layers_shortening_the_snapshot_do_not_spoil_the_swap(s08, fake, make_agent, workspace):
+    """Results cleared and a middle snipped inside the snapshot after it was taken: the swap
+    still replaces exactly that part, and keeps the rest as it is."""
+    agent = ahead_agent(make_agent)
+    fake.summary(text(f"<summary>{SUMMARY}</summary>"))
+    messages = [{"role": "user", "content": [{"type": "text", "text": "read them all"}]}]
+    for k in range(40):
+        messages += [{"role": "assistant", "content": [{"type": "tool_use", "id": f"r{k}", "name": "read_file",
+                                                        "input": {"path": f"n{k}.md"}}]},
+                     {"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"r{k}",
+                                                   "content": f"note {k} " + "y" * 2_000}]}]
+    covered = agent.state.ahead.due(agent, messages, 10_000_000)
+    assert covered == len(messages) - 2  # up to the newest call
+    s08.summarize_ahead(agent, messages, covered, 10_000)
+    wait_until(lambda: agent.state.ahead.job.done.is_set())
+    messages += [{"role": "assistant", "content": [{"type": "tool_use", "id": "new", "name": "read_file",
+                                                    "input": {"path": "new.md"}}]},
+                 {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "new", "content": "new"}]}]
+    after = messages[covered:]
+    shortened = s08.micro_compact(messages, keep_recent=1, min_chars=100, clear_at_least=0, store=agent.store)
+    shortened = s08.snip_compact(shortened, keep_head=3, keep_tail=12, at_least=20, store=agent.store)
+    assert len(shortened) < len(messages) and shortened[-4:] != after[-4:]  # both acted
+    result = s08.compact_history(shortened, agent=agent)
+    assert SUMMARY in json.dumps(result[0]) and "swapped in" in agent.out.text
+    assert result[1:] == shortened[-len(after):]  # what came after the snapshot, as the layers left it
+    assert_valid(result)
+    # a snip that reaches past the snapshot: the summary is set aside, not swapped in wrong
+    s08.summarize_ahead(agent, messages, covered, 10_000)
+    wait_until(lambda: agent.state.ahead.job.done.is_set())
+    fake.summary(text("<summary>written at the threshold</summary>"))
+    cut = messages[:3] + messages[-2:]
+    result = s08.compact_history(cut, agent=agent)
+    assert "snipped meanwhile" in agent.out.text and "written at the threshold" in json.dumps(result[0])
+
+
+def test_leaving_with_a_summary_in_flight_is_prompt_and_leaves_no_request_hanging(fake, workspace):
+    fake.summary(held(text(f"<summary>{SUMMARY}</summary>")))  # never let go
+    fake.reply(*[write(k) for k in range(5)], text("Five written."))
+    done = run_cli(fake, workspace, "write five files\n", CONTEXT_WINDOW=WINDOW, SUMMARY_AHEAD="0.3-0.3")
+    assert done.returncode == 0, done.stderr
+    assert "[summary ahead] writing a summary of" in done.stdout and "Traceback" not in done.stderr
+    wait_until(lambda: "client closed" in fake.stalls)
+
+
+def test_resume_of_a_session_killed_while_a_summary_was_written(fake, workspace):
+    fake.summary(held(text(f"<summary>{SUMMARY}</summary>")))  # never let go: it is killed waiting
+    fake.reply(*[write(k) for k in range(20)], text("All written."))
+    env = cli_env(fake, CONTEXT_WINDOW=WINDOW, SUMMARY_AHEAD="0.3-0.3")
+    pid, folder = cli_runner.start([], input="write the files\n", env=env, cwd=workspace)
+    wait_until(lambda: fake.summary_requests and len(fake.main_requests) >= 12, timeout=30)
+    os.kill(pid, signal.SIGKILL)
+    cli_runner.finish(pid, folder)
+    fake.replies.clear()
+    fake.reply(text("Resumed."))
+    done = run_cli(fake, workspace, "what now?\n", args=["--resume"], CONTEXT_WINDOW=WINDOW, SUMMARY_AHEAD="off")
+    assert done.returncode == 0, done.stderr
+    resumed = fake.main_requests[-1]["messages"]
+    assert SUMMARY not in json.dumps(resumed) and "what now?" in json.dumps(resumed[-1])
+    assert_valid(resumed)
+
+
+def test_settings_turn_it_off_and_move_the_threshold(s08, fake, workspace):
+    fake.reply(*[write(k) for k in range(3)], text("Three written."))
+    done = run_cli(fake, workspace, "write three\n/context\n", CONTEXT_WINDOW=WINDOW, SUMMARY_AHEAD="off",
+                   COMPACT_AT="50%")
+    assert done.returncode == 0, done.stderr
+    assert "summary ahead: off" in done.stdout.lower() and "Auto-compact above 12.0k tokens (50% of the window" \
+        in done.stdout
+    assert not fake.summary_requests
+    bad = run_cli(fake, workspace, "", SUMMARY_AHEAD="soon")
+    assert bad.returncode == 2 and "SUMMARY_AHEAD='soon' must be off" in bad.stderr
