@@ -37,9 +37,9 @@ from command_risks import command_risks
 from commands import run_command
 from endpoint import (IDLE_TIMEOUT, RETRY_BASE_SECONDS, Endpoint, api_error_text, api_failures, count_tokens,
                       make_reply_sendable, model_reply)
-from history import (OWN, append_message, blocks_of, is_request_block, is_tool_result_message, last_reply_text,
-                     own_text, replace_history, replace_result, result_text, said_text, sendable, tool_names,
-                     what_was_done, with_text)
+from history import (OWN, append_message, blocks_of, cut_long_texts, is_request_block, is_tool_result_message,
+                     last_reply_text, own_text, paths_read, replace_history, replace_result, result_text, said_text,
+                     sendable, tool_names, what_was_done, with_text)
 from ledger import Ledger, ledger_hooks, short_hash
 from overflow import ContextOverflow
 from redaction import Redactor, redact
@@ -51,7 +51,7 @@ from surrogates import well_formed
 from report import layer_line, show_tool_call, show_tool_result
 from terminal import Spinner, one_line, say, start_repl, terminal_confirm
 from tool_input import check_tool_input, park_oversized_inputs
-from turns import add_prompt, park_long_prompt, record_interruption, report_command, show_status, turn_failed
+from turns import add_prompt, park_oversized_request, record_interruption, report_command, show_status, turn_failed
 from workspace_io import (ToolError, discover_skills, edit_file, glob_files, holds_exactly, in_own_folder,
                           inside_workspace, output_names, own_folder, read_lines, write_file)
 
@@ -166,7 +166,7 @@ class Settings:
                    restore_file_tokens=min(POST_COMPACT_TOKENS_PER_FILE, window // 40),
                    restore_files_tokens=min(POST_COMPACT_FILES_TOKENS, window // 8),
                    restore_user_tokens=min(POST_COMPACT_USER_TOKENS, window // 40),
-                   ledger_tokens=min(LEDGER_TOKENS, window // 100))
+                   ledger_tokens=min(LEDGER_TOKENS, window // 50))
 
 
     def resized(self, window: int) -> "Settings":
@@ -499,9 +499,8 @@ def micro_compact(messages: list, *, keep_recent: int, min_chars: int, clear_at_
 
 
 def compact_history(messages: list, *, agent, focus: str = "") -> list:
-    """Replace the history with a summary the model writes, then what the work needs back, then
-    the request. A summary written ahead is used if there is one: it replaces the history up to
-    its snapshot, and every message after that stays as it is."""
+    """Replace the history with a summary the model writes, then what the work needs back, then the
+    request. A summary written ahead replaces the history up to its snapshot; the rest stays as it is."""
     if ready := agent.state.ahead.take(agent, messages, focus):
         return summarize_into(agent, messages, "compact", ready.suffix, ready=ready.summary)
     return summarize_into(agent, messages, "compact", compact_tail(messages), focus)
@@ -516,7 +515,7 @@ def reactive_compact(messages: list, *, agent) -> list:
     """After "prompt is too long": the same, keeping only the recent groups that fit in a
     share of the threshold, smaller when the endpoint counted more than we estimated."""
     tail_tokens = int(agent.settings.threshold * REACTIVE_TAIL_SHARE / agent.endpoint.undercount)
-    if ready := agent.state.ahead.take(agent, messages, max_suffix=tail_tokens, measure=estimate_tokens):
+    if ready := agent.state.ahead.take(agent, messages, max_suffix=tail_tokens):
         return summarize_into(agent, messages, "reactive", ready.suffix, ready=ready.summary)
     return summarize_into(agent, messages, "reactive", reactive_tail(messages, tail_tokens))
 
@@ -532,7 +531,7 @@ def summarize_into(agent, messages: list, kind: str, tail: list, focus: str = ""
     summary itself (unless one is ready), then the new history."""
     focus = focus if ready else pre_compact_focus(agent, messages, focus)
     tail_tokens = estimate_tokens(tail)
-    restored, limit = plan_restore(agent, messages, tail_tokens, shown=read_in(tail))
+    restored, limit = plan_restore(agent, messages, tail_tokens, shown=paths_read(tail))
     if kind == "compact" and not ready and nothing_to_summarize(messages, restored, tail_tokens):
         agent.say("[compact_history] nothing to compact: a summary would not make the context smaller")
         return messages
@@ -626,20 +625,6 @@ def extract_summary(text: str) -> str:
     text = re.sub(r"<analysis>.*?(</analysis>|$)", "", text, flags=re.S)
     match = re.search(r"<summary>(.*?)(</summary>|$)", text, re.S)
     return (match.group(1) if match else text).strip()
-
-
-def cut_long_texts(message: dict, max_chars: int) -> dict:
-    """A copy with every long text and tool result cut to max_chars (for a summary request only)."""
-    def cut(text: str) -> str:
-        return text if len(text) <= max_chars else text[:max_chars] + " [... cut to fit ...]"
-    content = []
-    for block in blocks_of(message):
-        if block.get("type") == "text":
-            block = {**block, "text": cut(block["text"])}
-        elif block.get("type") == "tool_result":
-            block = replace_result(block, cut(result_text(block)))
-        content.append(block)
-    return {**message, "content": content}
 
 
 def fit_for_summary(messages: list, max_tokens: int) -> list:
@@ -759,11 +744,6 @@ def recent_user_messages(messages: list, max_tokens: int) -> str:
         if kept else ""
 
 
-def read_in(messages: list) -> set:
-    """The paths read_file read in these messages (kept after a summary, they need not come back)."""
-    return {b["input"].get("path") for m in messages for b in blocks_of(m) if b.get("name") == "read_file"}
-
-
 def restored_files(agent, max_tokens: int, shown: set = frozenset()) -> list:
     """The most recently read files not still shown, re-read from disk now; a changed or vanished file says so."""
     blocks, used = [], 0
@@ -797,7 +777,7 @@ def plan_restore(agent, messages: list, tail_tokens: int, shown: set = frozenset
     s = agent.settings
     request = current_request(messages)
     fixed = agent.overhead + tail_tokens + (estimate_text_tokens(request["text"]) if request else 0) + 100
-    room = s.compacted_max - fixed - s.compacted_max // 3
+    room = max(s.compacted_max - fixed - s.compacted_max // 3, s.window // 40)  # a long tail still lets them back
     parts = [hook_restores(r, min(s.ledger_tokens, max(room, 0))) for r in fire_hooks(agent, "RestoreContext")]
     parts.append(recent_user_messages(messages, min(s.restore_user_tokens,
                                                     room - sum(map(estimate_text_tokens, parts)))))
@@ -891,14 +871,12 @@ def compact_pipeline(agent, messages: list) -> list:
 
 
 def summarize_ahead(agent, messages: list, covered: int, tokens: int) -> None:
-    """Start, in the background (summary_ahead.py), the summary compact_history will need:
-    of the first `covered` messages, which the layers after this only ever shorten. What
-    comes after them until the threshold will stay verbatim, so the summary leaves it room
-    (the compacted context keeps to its quarter of the window, as without a summary ahead).
-    The hooks run here; the worker only calls make_summary, on a copy of the agent."""
+    """Start in the background (summary_ahead.py) the summary compact_history will need, of the
+    first `covered` messages. What comes after them until the threshold will stay verbatim: the
+    summary leaves it room. The hooks run here; the worker calls make_summary on a copy."""
     focus = pre_compact_focus(agent, messages[:covered])
     suffix = estimate_tokens(messages[covered:]) + agent.settings.threshold - tokens
-    _, limit = plan_restore(agent, messages, suffix, shown=read_in(messages[covered:]))
+    _, limit = plan_restore(agent, messages, suffix, shown=paths_read(messages[covered:]))
     agent.state.ahead.start(agent, messages, covered, make_summary, focus, limit)
 
 
@@ -915,22 +893,6 @@ def adopt_overflow(agent, err: ContextOverflow) -> bool:
         agent.say(learned, "layer")
     agent.settings = agent.settings.resized(agent.endpoint.window)
     return agent.endpoint.window < before
-
-
-def park_oversized_request(agent, messages: list) -> list:
-    """After the window shrank, a request too big for it is moved to a file (as a long
-    prompt is from the start), so the retry is not refused for its size again."""
-    messages = park_oversized_inputs(agent, messages, estimate_text_tokens)  # and so is a tool call's input
-    request = current_request(messages)
-    if not request or estimate_text_tokens(request["text"]) <= agent.settings.threshold // 2:
-        return messages
-    pointer = park_long_prompt(agent, request["text"], estimate_text_tokens(request["text"]))
-    for i in range(len(messages) - 1, -1, -1):
-        texts = [b.get("text") for b in blocks_of(messages[i])]
-        if pointer and messages[i]["role"] == "user" and request["text"] in texts:
-            content = [{**b, "text": pointer} if b.get("text") == request["text"] else b for b in blocks_of(messages[i])]
-            return messages[:i] + [{**messages[i], "content": content}] + messages[i + 1:]
-    return messages
 
 
 # ---- the request and the prompt cache ------------------------------------------------------------
@@ -1121,7 +1083,8 @@ def agent_loop(agent, messages: list) -> str | None:
             if reactive_retries >= MAX_REACTIVE_RETRIES:
                 raise
             reactive_retries += 1
-            replace_history(agent, messages, park_oversized_request(agent, messages), "request parked")
+            replace_history(agent, messages, park_oversized_request(agent, messages, current_request(messages),
+                                                                estimate_text_tokens), "request parked")
             if shrank and context_tokens(agent, messages) <= agent.settings.threshold:
                 continue  # the history fits the window learned: only max_tokens was too big for it
             replace_history(agent, messages, apply_layer(agent, reactive_compact, messages, agent=agent),

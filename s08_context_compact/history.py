@@ -136,3 +136,22 @@ def replace_history(agent, messages: list, new: list, reason: str) -> None:
     if agent.log:
         agent.log.rewrite(messages, new, reason)
     messages[:] = new
+
+
+def cut_long_texts(message: dict, max_chars: int) -> dict:
+    """A copy with every long text and tool result cut to max_chars (for a summary request only)."""
+    def cut(text: str) -> str:
+        return text if len(text) <= max_chars else text[:max_chars] + " [... cut to fit ...]"
+    content = []
+    for block in blocks_of(message):
+        if block.get("type") == "text":
+            block = {**block, "text": cut(block["text"])}
+        elif block.get("type") == "tool_result":
+            block = replace_result(block, cut(result_text(block)))
+        content.append(block)
+    return {**message, "content": content}
+
+
+def paths_read(messages: list) -> set:
+    """The paths read_file read in these messages."""
+    return {b["input"].get("path") for m in messages for b in blocks_of(m) if b.get("name") == "read_file"}

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from workspace_io import inside_workspace
 
+MAX_WRITTEN_LISTED = 60              # paths in the line of files written
 FAILURE_TAIL_CHARS = 800            # the end of the latest failed command's output, put back after a summary
 CONSTRAINT_WORDS = re.compile(r"\b(must|mustn't|don't|do not|never|always)\b|必须|不要|不能|不许|禁止|务必|永远|总是",
                               re.IGNORECASE)  # a user line with one of these is a constraint
@@ -49,6 +50,7 @@ class Ledger:
         self.reads[path] = (target.stat().st_size, target.stat().st_mtime_ns, short_hash(target))
 
     def note_write(self, path: str, target: Path) -> None:
+        self.writes.pop(path, None)  # the most recent write last
         self.writes[path] = (target.stat().st_size, short_hash(target))
 
     def note_command(self, command: str, output: str) -> None:
@@ -82,13 +84,15 @@ class Ledger:
         return len(facts) - len(lost), len(facts), lost
 
     def lines(self) -> list:
-        """The ledger as lines, oldest first."""
+        """The ledger as lines, what matters most last: the newest lines are the ones kept
+        when room is short. The files written are one line of paths, however many."""
         lines = [f"- read {p} ({size:,} bytes, {h})" for p, (size, _, h) in self.reads.items()]
-        lines += [f"- wrote {p} ({size:,} bytes, {h})" for p, (size, h) in self.writes.items()]
         lines += [f"- ran `{c[:120]}` → exit {code}" for c, code in self.commands[-10:]]
         lines += [f"- saw failing test {t}" for t in self.failing]
+        if self.writes:
+            lines.append("- wrote or edited (oldest first): " + ", ".join(list(self.writes)[-MAX_WRITTEN_LISTED:]))
         lines += [f"- the user said: \"{c}\"" for c in self.constraints]
-        if self.last_failure:  # last: the newest lines are the ones kept when room is short
+        if self.last_failure:
             command, code, tail = self.last_failure
             lines.append(f"- the latest failed command, `{command[:120]}` (exit {code}), ended with:\n" +
                          "\n".join(f"    {line}" for line in tail.splitlines()))

@@ -19,14 +19,13 @@ threshold, whether and how to use it.
 import atexit
 import copy
 import socket
-import statistics
 import threading
 import time
 import weakref
 from collections import deque
 from dataclasses import dataclass, field, replace
 
-from history import blocks_of
+from history import OWN, blocks_of
 from terminal import Spinner
 
 MARK_MARGIN = 1.25       # start this much earlier than the measured lead needs, for a summary slower than the last
@@ -51,6 +50,7 @@ class Job:
     covered: int                       # messages in the snapshot
     boundary: str                      # the first tool_use id after the snapshot: where the suffix starts
     tokens: int                        # the context's size when it started
+    snipped: int                       # messages snipped before its snapshot (the newest snip note's count)
     started: float
     copy: object = None                # the agent the worker runs with
     thread: threading.Thread = None
@@ -169,7 +169,7 @@ class SummaryAhead:
         """write(a worker agent, messages[:covered], *args) in a thread; it returns (summary,
         who wrote it). The snapshot is a new list of the same dicts, which no one changes."""
         snapshot = messages[:covered]
-        job = Job(covered=covered, boundary=first_call(messages[covered]),
+        job = Job(covered=covered, boundary=first_call(messages[covered]), snipped=snip_count(snapshot),
                   tokens=self.passes[-1][1] if self.passes else 0, started=time.monotonic())
         job.copy, http = worker_agent(agent, job)
 
@@ -194,10 +194,12 @@ class SummaryAhead:
 
     # ---- at the threshold ------------------------------------------------------------------------
 
-    def take(self, agent, messages: list, focus: str = "", max_suffix: int | None = None, measure=None) -> Ready | None:
+    def take(self, agent, messages: list, focus: str = "", max_suffix: int | None = None) -> Ready | None:
         """The summary written ahead, to replace the history up to its snapshot; every message
         after that stays verbatim. Waits for one still in flight (it started earlier than a new
-        one would). None when there is none, or it cannot be used (said, and set aside)."""
+        one would). None when there is none, or it cannot be used (said, and set aside): what
+        came after its snapshot must be at most max_suffix tokens (half the threshold unless
+        said), or the swap would leave the context nearly as full."""
         job = self.job
         if job is None:
             return None
@@ -206,12 +208,15 @@ class SummaryAhead:
             return None
         start = next((i for i, m in enumerate(messages) if m["role"] == "assistant"
                       and job.boundary in call_ids(m)), None)
+        snip_note = None
+        if start is None:  # a snip cut past the snapshot's end: what it kept after its note is all newer
+            start, snip_note = newer_snip(messages, job.snipped)
         if start is None:
-            self.drop(agent, "the messages where its snapshot ended were snipped meanwhile")
+            self.drop(agent, "the history where its snapshot ended changed")
             return None
         suffix = messages[start:]
-        if max_suffix is not None and measure(suffix) > max_suffix:
-            self.drop(agent, "what came after its snapshot is too big for the window now")
+        if agent.state.tokens.estimate(suffix) > (max_suffix or agent.settings.threshold // 2):
+            self.drop(agent, "too much came after its snapshot for it to free enough")
             return None
         waited = self.wait(agent, job)
         self.job = None
@@ -223,7 +228,10 @@ class SummaryAhead:
         agent.say(f"[summary ahead] swapped in: it covers the first {start} messages (written in "
                   f"{job.seconds:.1f}s); the {len(suffix)} after them are kept verbatim; the work waited "
                   f"{waited:.1f}s", "layer")
-        return Ready(job.result, suffix)
+        summary, source = job.result
+        if snip_note:  # the messages after the snapshot that the snip cut: where they went, and what they did
+            summary = f"{summary}\n\n{snip_note}"
+        return Ready((summary, source), suffix)
 
     def wait(self, agent, job: Job) -> float:
         """Seconds spent waiting for the job to finish (Ctrl-C calls it off)."""
@@ -284,6 +292,24 @@ class SummaryAhead:
                      f"{time.monotonic() - job.started:.0f}s")
         waited = f"; waited {sum(self.waits):.1f}s in all" if self.used else ""
         return f"summary ahead: {state} ({self.made} made, {self.used} used, {self.discarded} set aside{waited})"
+
+
+def snip_count(messages: list) -> int:
+    """How many messages the snips so far have cut (each snip note carries the running count)."""
+    return max((b.get("snipped", 0) for m in messages for b in blocks_of(m) if b.get(OWN) == "snip"), default=0)
+
+
+def newer_snip(messages: list, snipped: int) -> tuple:
+    """(where the messages a snip newer than the snapshot kept begin, its note), or (None, None).
+
+    A snip cuts one run of messages and leaves its note in the message before the run. If
+    the run held the first call after the snapshot, everything after the run came after the
+    snapshot too, and the note says where the rest of the run went."""
+    for i in range(len(messages) - 1, -1, -1):
+        notes = [b for b in blocks_of(messages[i]) if b.get(OWN) == "snip" and b.get("snipped", 0) > snipped]
+        if notes and i + 1 < len(messages) and messages[i + 1]["role"] == "assistant":
+            return i + 1, notes[-1]["text"]
+    return None, None
 
 
 def min_share(values: list, share: float) -> float:

@@ -15,6 +15,7 @@ from history import append_message, blocks_of, own_text, replace_history, with_t
 from overflow import ContextOverflow
 from report import context_report, status_line
 from terminal import HELP
+from tool_input import park_oversized_inputs
 
 
 def add_prompt(agent, messages: list, prompt: str, tokens: int) -> dict | None:
@@ -52,6 +53,22 @@ def park_long_prompt(agent, prompt: str, tokens: int) -> str | None:
               f"{path} and the model will read it from there.)")
     return (f"My message is too long to send whole (about {tokens:,} tokens). It is saved at "
             f"{path}: read it in parts with read_file and do what it asks.")
+
+
+def park_oversized_request(agent, messages: list, request: dict | None, measure) -> list:
+    """After the window shrank, the request being worked on, if too big for it now, is moved
+    to a file (as a long prompt is from the start), so the retry is not refused for its size
+    again; so is a tool call's input too big for it."""
+    messages = park_oversized_inputs(agent, messages, measure)
+    if not request or measure(request["text"]) <= agent.settings.threshold // 2:
+        return messages
+    pointer = park_long_prompt(agent, request["text"], measure(request["text"]))
+    for i in range(len(messages) - 1, -1, -1):
+        texts = [b.get("text") for b in blocks_of(messages[i])]
+        if pointer and messages[i]["role"] == "user" and request["text"] in texts:
+            content = [{**b, "text": pointer} if b.get("text") == request["text"] else b for b in blocks_of(messages[i])]
+            return messages[:i] + [{**messages[i], "content": content}] + messages[i + 1:]
+    return messages
 
 
 INTERRUPTED = "[Interrupted by the user: this request was cancelled. Do not resume it unless the user asks.]"

@@ -517,7 +517,10 @@ def main(argv=None) -> int:
         show_ahead(code)
         return 0
     session = replayed_session(args.replay, code) if args.replay else scripted_session(args.seed, args.turns)
-    base = replace(code.Settings.for_window("claude-benchmark", args.window), cache_ttl=args.cache_ttl)
+    # Summaries written ahead run in a thread on real time, which this simulated clock does not
+    # govern: they are measured on their own (--ahead), and these figures are the layers' alone.
+    base = replace(code.Settings.for_window("claude-benchmark", args.window), cache_ttl=args.cache_ttl,
+                   summary_ahead=None)
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
         for name, changes in CONFIGS.items():

@@ -14,7 +14,7 @@ from conftest import Printed, assert_valid, cli_env, context_report, run_cli, wa
 from fake_anthropic import count_tokens, error, held, server_error, text, tool_use
 
 WINDOW = 24_000              # threshold 15,600 tokens
-EARLY = (0.3, 0.3)           # the early mark held at 30% of the threshold, so the tests know when it comes
+EARLY = (0.6, 0.6)           # the early mark held at 60% of the threshold, so the tests know when it comes
 SUMMARY = "AHEAD-SUMMARY: files out/f0 onwards were written."
 
 
@@ -63,16 +63,13 @@ def test_the_loop_goes_on_while_the_summary_is_written_and_the_swap_keeps_what_c
     agent, gate, seen = ahead_agent(make_agent), threading.Event(), []
     fake.summary(held(text(f"<summary>{SUMMARY}</summary>"), gate=gate))
 
-    def step(k):
-        def reply(body):
-            if k == 9:  # the background request has come in by now: let its answer go, the work going on
-                wait_until(lambda: fake.summary_requests)
-                gate.set()
-            seen.append((len(fake.summary_requests), gate.is_set()))
-            return write(k)
-        return reply
+    def step(body):
+        seen.append((len(fake.summary_requests), gate.is_set()))
+        if sum(1 for summaries, _ in seen if summaries) == 3:  # three steps served while it was written
+            gate.set()
+        return write(len(seen))
 
-    fake.reply(*[step(k) for k in range(20)], text("All written."))
+    fake.reply(*[step] * 20, text("All written."))
     assert s08.take_turn(agent, (messages := []), "write the files")
     assert_valid(messages)
     # steps were answered while the summary was being written, before its answer was let go
@@ -109,9 +106,9 @@ def start_one_in_flight(s08, fake, make_agent, out=None):
     """An agent whose turn ended after the early mark and before the threshold: a summary in flight, held."""
     agent, gate = ahead_agent(make_agent, out), threading.Event()
     fake.summary(held(text(f"<summary>{SUMMARY}</summary>"), gate=gate))
-    fake.reply(*[write(k) for k in range(5)], text("Five written."))
+    fake.reply(*[write(k) for k in range(10)], text("Ten written."))
     messages = []
-    assert s08.take_turn(agent, messages, "write five files")
+    assert s08.take_turn(agent, messages, "write ten files")
     job = agent.state.ahead.job
     assert job is not None and not job.done.is_set()
     wait_until(lambda: fake.summary_requests)
@@ -175,7 +172,7 @@ def test_reactive_compaction_uses_the_summary_that_is_ready(s08, fake, make_agen
             state["refused"] = True
             tokens = count_tokens(body)
             return error(400, "invalid_request_error", f"prompt is too long: {tokens} tokens > {tokens - 50} maximum")
-        return text("Recovered.") if "refused" in state else write(n, size=400)
+        return text("Recovered.") if "refused" in state else write(n, size=1_000)
 
     fake.reply(*[step] * 60)
     assert s08.take_turn(agent, (messages := []), "write the files")
@@ -229,13 +226,13 @@ def test_the_cheap_layers_shortening_the_snapshot_do_not_spoil_the_swap(s08, fak
     fake.summary(text("<summary>written at the threshold</summary>"))
     cut = messages[:3] + messages[-2:]
     result = s08.compact_history(cut, agent=agent)
-    assert "snipped meanwhile" in agent.out.text and "written at the threshold" in json.dumps(result[0])
+    assert "where its snapshot ended changed" in agent.out.text and "written at the threshold" in json.dumps(result[0])
 
 
 def test_leaving_with_a_summary_in_flight_is_prompt_and_leaves_no_request_hanging(fake, workspace):
     fake.summary(held(text(f"<summary>{SUMMARY}</summary>")))  # never let go
-    fake.reply(*[write(k) for k in range(5)], text("Five written."))
-    done = run_cli(fake, workspace, "write five files\n", CONTEXT_WINDOW=WINDOW, SUMMARY_AHEAD="0.3-0.3")
+    fake.reply(*[write(k) for k in range(10)], text("Ten written."))
+    done = run_cli(fake, workspace, "write ten files\n", CONTEXT_WINDOW=WINDOW, SUMMARY_AHEAD="0.6-0.6")
     assert done.returncode == 0, done.stderr
     assert "[summary ahead] writing a summary of" in done.stdout and "Traceback" not in done.stderr
     wait_until(lambda: "client closed" in fake.stalls)
@@ -244,7 +241,7 @@ def test_leaving_with_a_summary_in_flight_is_prompt_and_leaves_no_request_hangin
 def test_resume_of_a_session_killed_while_a_summary_was_written(fake, workspace):
     fake.summary(held(text(f"<summary>{SUMMARY}</summary>")))  # never let go: it is killed waiting
     fake.reply(*[write(k) for k in range(20)], text("All written."))
-    env = cli_env(fake, CONTEXT_WINDOW=WINDOW, SUMMARY_AHEAD="0.3-0.3")
+    env = cli_env(fake, CONTEXT_WINDOW=WINDOW, SUMMARY_AHEAD="0.6-0.6")
     pid, folder = cli_runner.start([], input="write the files\n", env=env, cwd=workspace)
     wait_until(lambda: fake.summary_requests and len(fake.main_requests) >= 12, timeout=30)
     os.kill(pid, signal.SIGKILL)
@@ -268,3 +265,37 @@ def test_settings_turn_it_off_and_move_the_threshold(s08, fake, workspace):
     assert not fake.summary_requests
     bad = run_cli(fake, workspace, "", SUMMARY_AHEAD="soon")
     assert bad.returncode == 2 and "SUMMARY_AHEAD='soon' must be off" in bad.stderr
+
+
+def test_a_subagent_compacts_as_before_and_the_summary_in_flight_goes_on(s08, fake, make_agent):
+    agent, messages, job = start_one_in_flight(s08, fake, make_agent)
+    fake.reply(tool_use("task", {"prompt": "count the files", "description": "count"}), text("Six files."),
+               text("The subagent counted six."))
+    assert s08.take_turn(agent, messages, "ask a subagent to count the files")
+    assert agent.state.ahead.job is job and job.thread.is_alive()  # untouched by the subagent's loop
+    assert len(fake.summary_requests) == 1
+    s08.take_line(agent, messages, "/clear")
+    called_off(fake, job)
+
+
+def test_a_useless_summary_still_leaves_what_the_work_depends_on(s08, fake, make_agent):
+    """With a summary that says nothing, every request after the swap still carries the
+    user's rule from an earlier turn, the edited file, the todo list, the latest failed
+    command's error output and the current request."""
+    agent = ahead_agent(make_agent)
+    fake.summary(text("<summary>ok</summary>"))
+    fake.reply(text("Understood."),
+               tool_use("todo_write", {"items": [{"content": "fix the frob link error", "status": "in_progress"}]}),
+               tool_use("write_file", {"path": "src/app.c", "content": "int main(void) { return frob_v2(); }\n"}),
+               tool_use("bash", {"command": "echo 'ld: error: undefined symbol: frob_v2' >&2; exit 2"}),
+               *[write(k) for k in range(20)], text("Written."))
+    messages = []
+    assert s08.take_turn(agent, messages, "You must never use tabs in this project.")
+    assert s08.take_turn(agent, messages, "build src/app.c, then write the out files")
+    after = fake.main_requests[first_with(fake, "[Compacted"):]
+    assert after and "swapped in" in agent.out.text
+    for request in after:
+        sent = json.dumps(request["messages"])
+        for needed in ("You must never use tabs", "src/app.c", "fix the frob link error",
+                       "undefined symbol: frob_v2", "build src/app.c, then write the out files"):
+            assert needed in sent, (needed, fake.main_requests.index(request), json.loads(sent)[0])
