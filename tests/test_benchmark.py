@@ -27,9 +27,12 @@ def test_a_transcript_can_be_replayed(tmp_path, capsys, s08):
     path = s08.save_transcript(tmp_path, history, "compact")
     session = benchmark.replayed_session(path, s08)
     assert session.turns[0][0] == "read a.py" and len(session.turns[0][1]) == 2
-    assert benchmark.main(["--replay", str(path), "--window", "30000"]) == 0
+    assert benchmark.main(["--replay", str(path), "--window", "30000", "--no-timing"]) == 0
     out = capsys.readouterr().out
     assert "1 user turns, 2 scripted model calls" in out and "Targets" not in out
+    # the timings the full run prints, on small histories (the figures themselves depend on the machine)
+    median, worst = benchmark.pipeline_time_at(s08, tmp_path, 100, turns=5)
+    assert 0 < median <= worst and benchmark.resume_pass_time(s08, tmp_path, size=50, repeats=1) > 0
 
 
 def printed_table(out: str) -> dict:
