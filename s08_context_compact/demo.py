@@ -181,7 +181,9 @@ def run(code, pause: bool) -> int:
     with FakeAnthropic(context_window=WINDOW) as fake:
         client = anthropic.Anthropic(api_key="scripted-demo", base_url=fake.url, max_retries=0)
         # the scripted server errors are answered at once: waiting out a backoff would show nothing
-        settings = replace(code.Settings.for_window("scripted-demo-model", WINDOW), retry_base_seconds=0.05)
+        # the early mark held at 80% of the threshold, so the summary written ahead comes at the same step each run
+        settings = replace(code.Settings.for_window("scripted-demo-model", WINDOW), retry_base_seconds=0.05,
+                           summary_ahead=(0.8, 0.8))
         skills = code.discover_skills([Path(code.__file__).resolve().parent / "skills"])
         agent = code.Agent(client=client, settings=settings,
                            workdir=workspace, tools=code.TOOLS, skills=skills, color=terminal, fit_width=terminal,

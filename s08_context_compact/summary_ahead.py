@@ -18,6 +18,7 @@ threshold, whether and how to use it.
 
 import atexit
 import copy
+import json
 import socket
 import threading
 import time
@@ -48,7 +49,7 @@ class Ready:
 class Job:
     """One summary in the background: its snapshot, its thread, and what it came back with."""
     covered: int                       # messages in the snapshot
-    boundary: str                      # the first tool_use id after the snapshot: where the suffix starts
+    boundary: str                      # the first message after the snapshot, by its key: where the suffix starts
     tokens: int                        # the context's size when it started
     snipped: int                       # messages snipped before its snapshot (the newest snip note's count)
     started: float
@@ -151,7 +152,7 @@ class SummaryAhead:
 
     def due(self, agent, messages: list, tokens: int) -> int | None:
         """After a pipeline pass under the threshold: how many messages to summarize now, or
-        None. The snapshot is the history up to the newest call: that call is the first
+        None. The snapshot is the history up to the newest reply: that reply is the first
         message after it, and the snapshot is what the last request sent (so it is cached)."""
         self.passes.append((time.monotonic(), tokens))
         shares = agent.settings.summary_ahead
@@ -159,9 +160,7 @@ class SummaryAhead:
             return None  # one at a time; off; a subagent compacts as before
         if tokens < self.mark(agent.settings.threshold, shares):
             return None
-        newest = next((i for i in range(len(messages) - 1, 1, -1) if messages[i]["role"] == "assistant"
-                       and first_call(messages[i])), None)
-        return newest
+        return next((i for i in range(len(messages) - 1, 1, -1) if messages[i]["role"] == "assistant"), None)
 
     # ---- the worker --------------------------------------------------------------------------------
 
@@ -169,7 +168,7 @@ class SummaryAhead:
         """write(a worker agent, messages[:covered], *args) in a thread; it returns (summary,
         who wrote it). The snapshot is a new list of the same dicts, which no one changes."""
         snapshot = messages[:covered]
-        job = Job(covered=covered, boundary=first_call(messages[covered]), snipped=snip_count(snapshot),
+        job = Job(covered=covered, boundary=key(messages[covered]), snipped=snip_count(snapshot),
                   tokens=self.passes[-1][1] if self.passes else 0, started=time.monotonic())
         job.copy, http = worker_agent(agent, job)
 
@@ -206,10 +205,13 @@ class SummaryAhead:
         if focus:
             self.drop(agent, "a summary with a focus was asked for")
             return None
-        start = next((i for i, m in enumerate(messages) if m["role"] == "assistant"
-                      and job.boundary in call_ids(m)), None)
+        # The layers never add a message or move one; only a snip removes some, and counts them.
+        # So the first reply after the snapshot is where it was, less what snips removed before it.
+        removed = snip_count(messages) - job.snipped
+        start = next((i for i in (job.covered - removed, job.covered) if 0 < i < len(messages)
+                      and messages[i]["role"] == "assistant" and key(messages[i]) == job.boundary), None)
         snip_note = None
-        if start is None:  # a snip cut past the snapshot's end: what it kept after its note is all newer
+        if start is None and removed > 0:  # a snip took that reply: what it kept after its note is all newer
             start, snip_note = newer_snip(messages, job.snipped)
         if start is None:
             self.drop(agent, "the history where its snapshot ended changed")
@@ -303,8 +305,8 @@ def newer_snip(messages: list, snipped: int) -> tuple:
     """(where the messages a snip newer than the snapshot kept begin, its note), or (None, None).
 
     A snip cuts one run of messages and leaves its note in the message before the run. If
-    the run held the first call after the snapshot, everything after the run came after the
-    snapshot too, and the note says where the rest of the run went."""
+    the run held the first reply after the snapshot, everything after the run came after
+    the snapshot too, and the note says where the rest of the run went."""
     for i in range(len(messages) - 1, -1, -1):
         notes = [b for b in blocks_of(messages[i]) if b.get(OWN) == "snip" and b.get("snipped", 0) > snipped]
         if notes and i + 1 < len(messages) and messages[i + 1]["role"] == "assistant":
@@ -318,10 +320,8 @@ def min_share(values: list, share: float) -> float:
     return ordered[min(len(ordered) - 1, int(share * len(ordered)))]
 
 
-def call_ids(message: dict) -> list:
-    return [b.get("id") for b in blocks_of(message) if b.get("type") == "tool_use"]
-
-
-def first_call(message: dict) -> str | None:
-    ids = call_ids(message)
-    return ids[0] if ids else None
+def key(message: dict) -> str:
+    """What tells a reply is the one expected where it is: its first call's id, or else its
+    words, which no layer changes."""
+    ids = [b.get("id") for b in blocks_of(message) if b.get("type") == "tool_use"]
+    return f"call {ids[0]}" if ids else "text " + json.dumps(message.get("content"), sort_keys=True)

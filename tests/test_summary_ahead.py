@@ -206,7 +206,7 @@ def test_the_cheap_layers_shortening_the_snapshot_do_not_spoil_the_swap(s08, fak
                      {"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"r{k}",
                                                    "content": f"note {k} " + "y" * 2_000}]}]
     covered = agent.state.ahead.due(agent, messages, 10_000_000)
-    assert covered == len(messages) - 2  # up to the newest call
+    assert covered == len(messages) - 2  # up to the newest reply
     s08.summarize_ahead(agent, messages, covered, 10_000)
     wait_until(lambda: agent.state.ahead.job.done.is_set())
     messages += [{"role": "assistant", "content": [{"type": "tool_use", "id": "new", "name": "read_file",
@@ -299,3 +299,30 @@ def test_a_useless_summary_still_leaves_what_the_work_depends_on(s08, fake, make
         for needed in ("You must never use tabs", "src/app.c", "fix the frob link error",
                        "undefined symbol: frob_v2", "build src/app.c, then write the out files"):
             assert needed in sent, (needed, fake.main_requests.index(request), json.loads(sent)[0])
+
+
+def test_a_snip_that_took_the_first_reply_after_the_snapshot_keeps_its_note(s08, fake, make_agent):
+    """The snip's note says where the newer messages it cut went; everything it kept after
+    the note is newer than the snapshot and stays as it is."""
+    agent = ahead_agent(make_agent)
+    fake.summary(text(f"<summary>{SUMMARY}</summary>"))
+    messages = [{"role": "user", "content": [{"type": "text", "text": "read them all"}]}]
+
+    def pair(name, result):
+        return [{"role": "assistant", "content": [{"type": "tool_use", "id": name, "name": "read_file",
+                                                   "input": {"path": f"{name}.md"}}]},
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": name, "content": result}]}]
+
+    for k in range(10):
+        messages += pair(f"old{k}", "y" * 2_000)
+    covered = agent.state.ahead.due(agent, messages, 10_000_000)
+    s08.summarize_ahead(agent, messages, covered, 10_000)
+    wait_until(lambda: agent.state.ahead.job.done.is_set())
+    for k in range(30):
+        messages += pair(f"new{k}", "ok")
+    snipped = s08.snip_compact(messages, keep_head=3, keep_tail=47, at_least=20, store=agent.store)
+    assert "[Snipped" in json.dumps(snipped[2]) and '"new0"' not in json.dumps(snipped)  # it took the boundary
+    result = s08.compact_history(snipped, agent=agent)
+    assert SUMMARY in json.dumps(result[0]) and "[Snipped" in json.dumps(result[0]) and "swapped in" in agent.out.text
+    assert result[1:] == snipped[3:]  # every message the snip kept after its note, as it is
+    assert_valid(result)
