@@ -70,7 +70,8 @@ class Job:
         request.extensions = {**request.extensions, "trace": self.trace}
 
     def trace(self, event: str, info: dict) -> None:
-        if event == "connection.connect_tcp.complete":
+        # TLS wraps the connected socket in a new one: the TLS one is what a read blocks on
+        if event.endswith((".connect_tcp.complete", ".connect_unix_socket.complete", ".start_tls.complete")):
             sock = info["return_value"].get_extra_info("socket")
             with self.lock:
                 self.sockets.append(sock)
