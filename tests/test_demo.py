@@ -31,6 +31,9 @@ def test_demo_runs_offline_and_every_layer_fires(tmp_path):
     assert "   this step: no layer acted;" in out and "context before" not in out
     step4 = out.split("== 4/7 ")[1].split("== 5/7 ")[0]
     assert len(step4.splitlines()) < 20 and "[compact_history] " in step4, "the filler does not bury the layer line"
+    # the summary of step 4 was written in the background while the explanation went on, and swapped in
+    assert step4.index("[summary ahead] writing a summary") < step4.index("[summary ahead] swapped in") \
+        < step4.index("[compact_history] ")
     assert "window. step [...]\n" in step4 and "ledger check: the summary mentions" in step4
     step3 = out.split("== 3/7 ")[1].split("== 4/7 ")[0]
     written = re.findall(r"^   wrote (\S+)$", step3, re.M)
