@@ -499,10 +499,11 @@ def micro_compact(messages: list, *, keep_recent: int, min_chars: int, clear_at_
 
 
 def compact_history(messages: list, *, agent, focus: str = "") -> list:
-    """Replace the history with a summary the model writes, then what the work needs back, then the
-    request. A summary written ahead replaces the history up to its snapshot; the rest stays as it is."""
-    if ready := agent.state.ahead.take(agent, messages, focus):
-        return summarize_into(agent, messages, "compact", ready.suffix, ready=ready.summary)
+    """A summary the model wrote, then what the work needs back and the request, replace the history
+    (a summary written ahead, the history up to its snapshot, if that frees room; the rest stays as it is)."""
+    if (ready := agent.state.ahead.take(agent, messages, focus)) and (swapped := summarize_into(
+            agent, messages, "compact", ready.suffix, ready=ready.summary)) is not messages:
+        return swapped
     return summarize_into(agent, messages, "compact", compact_tail(messages), focus)
 
 
@@ -871,9 +872,8 @@ def compact_pipeline(agent, messages: list) -> list:
 
 
 def summarize_ahead(agent, messages: list, covered: int, tokens: int) -> None:
-    """Start in the background (summary_ahead.py) the summary compact_history will need, of the
-    first `covered` messages. What comes after them until the threshold will stay verbatim: the
-    summary leaves it room. The hooks run here; the worker calls make_summary on a copy."""
+    """Start in the background (summary_ahead.py) the summary of the first `covered` messages; what
+    follows until the threshold stays verbatim, so it leaves that room. The hooks run here, not there."""
     focus = pre_compact_focus(agent, messages[:covered])
     suffix = estimate_tokens(messages[covered:]) + agent.settings.threshold - tokens
     _, limit = plan_restore(agent, messages, suffix, shown=paths_read(messages[covered:]))
