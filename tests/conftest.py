@@ -100,7 +100,9 @@ def make_agent(s08, fake, workspace):
         server = server or fake
         client = anthropic.Anthropic(api_key="test", base_url=server.url, max_retries=0)
         skills = s08.discover_skills([workspace / "skills", CODE.parent / "skills"])
-        settings = replace(s08.Settings.for_window("claude-test", window), retry_base_seconds=0.0)  # no waiting
+        # no waiting; and no summary written in the background, whose requests would interleave with
+        # the scripted ones at a time no test sets (test_summary_ahead.py turns it on and orders them)
+        settings = replace(s08.Settings.for_window("claude-test", window), retry_base_seconds=0.0, summary_ahead=None)
         agent = s08.Agent(client=client, settings=settings,
                           workdir=workspace, system=s08.build_system_prompt(workspace, skills),
                           tools=s08.TOOLS, skills=skills, out=Printed(),
