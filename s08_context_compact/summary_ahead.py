@@ -198,8 +198,8 @@ class SummaryAhead:
         """The summary written ahead, to replace the history up to its snapshot; every message
         after that stays verbatim. Waits for one still in flight (it started earlier than a new
         one would). None when there is none, or it cannot be used (said, and set aside): what
-        came after its snapshot must be at most max_suffix tokens (half the threshold unless
-        said), or the swap would leave the context nearly as full."""
+        came after its snapshot must be at most max_suffix tokens (unless said, half the
+        threshold, more if the earliest mark is set lower), or the swap would free too little."""
         job = self.job
         if job is None:
             return None
@@ -218,7 +218,8 @@ class SummaryAhead:
             self.drop(agent, "the history where its snapshot ended changed")
             return None
         suffix = messages[start:]
-        if agent.state.tokens.estimate(suffix) > (max_suffix or agent.settings.threshold // 2):
+        earliest = agent.settings.summary_ahead[0] if agent.settings.summary_ahead else 0.5
+        if agent.state.tokens.estimate(suffix) > (max_suffix or agent.settings.threshold * max(0.5, 1.1 - earliest)):
             self.drop(agent, "too much came after its snapshot for it to free enough")
             return None
         waited = self.wait(agent, job)
@@ -289,7 +290,7 @@ class SummaryAhead:
         if job is None:
             state = f"none in flight; the next starts at {self.mark(agent.settings.threshold, shares):,} tokens"
         elif job.done.is_set():
-            state = f"one ready, of the first {job.covered} messages, swapped in at the threshold"
+            state = f"one ready (of the first {job.covered} messages), to be swapped in at the threshold"
         else:
             state = (f"one being written, of the first {job.covered} messages, for "
                      f"{time.monotonic() - job.started:.0f}s")
