@@ -186,11 +186,11 @@ class SummaryAhead:
                 job.done.set()
 
         job.thread = threading.Thread(target=work, name="summary-ahead", daemon=True)
-        self.job, self.made = job, self.made + 1
         RUNNING.add(job)
+        job.thread.start()  # before anything that Ctrl-C could interrupt: a job set is a job running
+        self.job, self.made = job, self.made + 1
         agent.say(f"[summary ahead] writing a summary of {len(snapshot)} messages in the background "
                   f"({job.tokens:,} tokens in context); the work goes on", "layer")
-        job.thread.start()
 
     # ---- at the threshold ------------------------------------------------------------------------
 
@@ -246,7 +246,7 @@ class SummaryAhead:
             agent.say("[summary ahead] at the threshold: waiting for the summary being written in the "
                       "background (Ctrl-C stops waiting)", "dim")
             with Spinner(agent.spinner_to, "finishing the summary started in the background"):
-                while not job.done.wait(WAIT_POLL_SECONDS):
+                while not job.done.wait(WAIT_POLL_SECONDS) and job.thread.is_alive():
                     pass
         except KeyboardInterrupt:
             self.drop(agent, "interrupted while waiting for it")
