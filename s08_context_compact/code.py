@@ -538,7 +538,7 @@ def summarize_into(agent, messages: list, kind: str, tail: list, focus: str = ""
         return messages
     summary, source = ready or make_summary(agent, messages, focus, limit)
     # PostCompact hooks check the summary (the ledger does); what they find is kept with it
-    answers = fire_hooks(agent, "PostCompact", summary=summary, source=source)
+    answers = fire_hooks(agent, "PostCompact", summary=summary, source=source, kept=json.dumps(tail))
     found = {key: value for answer in answers for key, value in answer.items() if key != "note"}
     result = replace_with_summary(messages, kind, summary, tail, restored, preview_chars=agent.settings.preview_chars,
                                   store=agent.store, footer={"type": "compaction", "summary_by": source,
@@ -1161,7 +1161,7 @@ def handle_command(agent, messages: list, line: str) -> bool:
     elif command == "/clear":
         agent.state.ahead.drop(agent, "/clear")
         replace_history(agent, messages, [], "/clear")
-        agent.state = LoopState()  # nothing read, no todos, no size anchor: a new conversation
+        agent.state, agent.ledger = LoopState(), Ledger()  # a new conversation: nothing read, no todos, no facts
     return report_command(agent, messages, command, context_tokens(agent, messages), estimate_text_tokens)
 
 

@@ -99,6 +99,14 @@ class Ledger:
         return lines
 
 
+def listed(keys: str, max_chars: int) -> str:
+    """A "; "-separated list cut at a separator, saying how many more there were."""
+    if len(keys) <= max_chars:
+        return keys
+    shown = keys[:max_chars].rsplit("; ", 1)[0]
+    return f"{shown}; and {keys.count('; ') - shown.count('; ')} more"
+
+
 def ledger_hooks(agent) -> dict:
     """The ledger as a plug-in on the hooks: it records after each tool call and each user
     prompt, puts itself back after a summary (RestoreContext), and checks what the summary
@@ -125,9 +133,10 @@ def ledger_hooks(agent) -> dict:
                 "not from the summary):", "lines": agent.ledger.lines()}
 
     def check(event: dict):
-        kept, total, lost = agent.ledger.check(event["summary"], agent.state.todos)
+        # what the summary keeps, with the messages kept after it as they are (a fact there is not lost)
+        kept, total, lost = agent.ledger.check(event["summary"] + event.get("kept", ""), agent.state.todos)
         lost_keys = agent.secrets.redact("; ".join(key for _, key in lost))  # a todo may quote a secret: before the cut
-        missing = f" (not in the summary: {lost_keys[:200]})" if lost else ""
+        missing = f" (not in the summary: {listed(lost_keys, 200)})" if lost else ""
         facts = f"{total} fact{'' if total == 1 else 's'}"
         return {"note": f"ledger check: the summary mentions {kept} of {facts} the hooks recorded{missing}; "
                         "the ledger itself is restored after it" if total else "",

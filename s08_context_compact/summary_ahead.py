@@ -243,8 +243,8 @@ class SummaryAhead:
             return 0.0
         began = time.monotonic()
         try:
-            agent.say("[summary ahead] at the threshold: waiting for the summary being written in the "
-                      "background (Ctrl-C stops waiting)", "dim")
+            agent.say("[summary ahead] waiting for the summary being written in the background "
+                      "(Ctrl-C stops waiting)", "dim")
             with Spinner(agent.spinner_to, "finishing the summary started in the background"):
                 while not job.done.wait(WAIT_POLL_SECONDS) and job.thread.is_alive():
                     pass
@@ -295,7 +295,7 @@ class SummaryAhead:
             state = (f"one being written, of the first {job.covered} messages, for "
                      f"{time.monotonic() - job.started:.0f}s")
         waited = f"; waited {sum(self.waits):.1f}s in all" if self.used else ""
-        return f"summary ahead: {state} ({self.made} made, {self.used} used, {self.discarded} set aside{waited})"
+        return f"summary ahead: {state} ({self.made} made, {self.used} used, {self.discarded} called off or set aside{waited})"
 
 
 def snip_count(messages: list) -> int:

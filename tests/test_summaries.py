@@ -213,3 +213,9 @@ def test_a_useless_summary_still_leaves_the_latest_failed_commands_error(s08, fa
     assert s08.take_turn(agent, messages, "why did it fail?")
     sent = json.dumps(fake.main_requests[-1]["messages"])
     assert "undefined symbol: frobnicate_v2" in sent and "(exit 2)" in sent
+
+
+def test_the_ledger_checks_list_is_cut_between_names_and_says_how_many_more():
+    from ledger import listed
+    assert listed("a.txt; b.txt; c.txt", 10) == "a.txt; and 2 more"
+    assert listed("a.txt; b.txt", 100) == "a.txt; b.txt"

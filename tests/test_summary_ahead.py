@@ -4,6 +4,7 @@ are held until the test releases them (`held(reply, gate)`), so nothing here wai
 
 import _thread
 import json
+import re
 import os
 import signal
 import threading
@@ -83,6 +84,9 @@ def test_the_loop_goes_on_while_the_summary_is_written_and_the_swap_keeps_what_c
     assert plain(snapshot[:-1]) == plain(before["messages"][:covered - 1])  # the snapshot was the history then
     printed = agent.out.text
     assert "[summary ahead] writing a summary of" in printed and "the work waited 0.0s" in printed
+    # the files written after the snapshot are in what is kept, not lost with the summary
+    kept = re.search(r"ledger check: the summary mentions (\d+) of (\d+) facts", printed)
+    assert kept and 0 < int(kept.group(1)) < int(kept.group(2))
     assert "waiting for the summary" not in printed
     # the background request read what the foreground had cached
     usage = next(u for u in fake.usage_log if u["summary"])
@@ -127,6 +131,7 @@ def test_clear_calls_off_the_summary_in_flight(s08, fake, make_agent):
     s08.take_line(agent, messages, "/clear")
     called_off(fake, job)
     assert messages == [] and "[summary ahead] called off: /clear" in agent.out.text
+    assert agent.ledger.lines() == [], "the facts of the old conversation do not come back in the new one"
     fake.reply(text("Hello again."))
     assert s08.take_turn(agent, messages, "hello")
     assert SUMMARY not in json.dumps(fake.main_requests[-1]) and len(messages) == 2
