@@ -499,8 +499,8 @@ def micro_compact(messages: list, *, keep_recent: int, min_chars: int, clear_at_
 
 
 def compact_history(messages: list, *, agent, focus: str = "") -> list:
-    """A summary the model wrote, then what the work needs back and the request, replace the history
-    (a summary written ahead, the history up to its snapshot, if that frees room; the rest stays as it is)."""
+    """Replace the history with a summary, what the work needs back, and the request. A summary written
+    ahead replaces only the history up to its snapshot, if that frees room; the rest stays as it is."""
     if (ready := agent.state.ahead.take(agent, messages, focus)) and (swapped := summarize_into(
             agent, messages, "compact", ready.suffix, ready=ready.summary)) is not messages:
         return swapped
@@ -875,8 +875,8 @@ def summarize_ahead(agent, messages: list, covered: int, tokens: int) -> None:
     """Start in the background (summary_ahead.py) the summary of the first `covered` messages; what
     follows until the threshold stays verbatim, so it leaves that room. The hooks run here, not there."""
     focus = pre_compact_focus(agent, messages[:covered])
-    suffix = estimate_tokens(messages[covered:]) + agent.settings.threshold - tokens
-    _, limit = plan_restore(agent, messages, suffix, shown=paths_read(messages[covered:]))
+    kept_tokens = estimate_tokens(messages[covered:]) + agent.settings.threshold - tokens
+    _, limit = plan_restore(agent, messages, kept_tokens, shown=paths_read(messages[covered:]))
     agent.state.ahead.start(agent, messages, covered, make_summary, focus, limit)
 
 

@@ -153,5 +153,9 @@ def cut_long_texts(message: dict, max_chars: int) -> dict:
 
 
 def paths_read(messages: list) -> set:
-    """The paths read_file read in these messages."""
-    return {b["input"].get("path") for m in messages for b in blocks_of(m) if b.get("name") == "read_file"}
+    """The paths read_file read in these messages whose results are still there whole (not
+    cleared to a pointer, not a stub pointing elsewhere)."""
+    whole = {b.get("tool_use_id") for m in messages for b in blocks_of(m) if b.get("type") == "tool_result"
+             and OWN not in b and not result_text(b).startswith("(unchanged: ")}  # repeat_reads' stub
+    return {b["input"].get("path") for m in messages for b in blocks_of(m)
+            if b.get("name") == "read_file" and b.get("id") in whole}

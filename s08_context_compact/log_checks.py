@@ -33,18 +33,30 @@ def log_key(create: bool) -> bytes | None:
     cannot be had (a home that cannot be written)."""
     path = key_file()
     try:
-        return bytes.fromhex(path.read_text().strip())
+        return whole_key(path.read_text())
     except (OSError, ValueError):
         if not create:
             return None
-    try:
+    try:  # written aside, then linked in place whole: another program never reads it half written
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        aside = path.with_name(f".log-key-{os.getpid()}-{secrets.token_hex(4)}")
+        fd = os.open(aside, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with open(fd, "w") as f:
             f.write(secrets.token_hex(32))
-        return bytes.fromhex(path.read_text().strip())
+        try:
+            os.link(aside, path)  # fails if another program made it first: theirs is the key
+        finally:
+            aside.unlink()
+        return whole_key(path.read_text())
     except (OSError, ValueError):
         return log_key(create=False)  # another program made it first, or none can be made
+
+
+def whole_key(text: str) -> bytes:
+    key = bytes.fromhex(text.strip())
+    if len(key) != 32:  # an empty or cut file is no key
+        raise ValueError("not a whole key")
+    return key
 
 
 def check_of(key: bytes, previous: str, text: str) -> str:

@@ -50,6 +50,7 @@ class Job:
     """One summary in the background: its snapshot, its thread, and what it came back with."""
     covered: int                       # messages in the snapshot
     boundary: str                      # the first message after the snapshot, by its key: where the suffix starts
+    first: dict                        # ...and that very message (layers copy only what they change)
     tokens: int                        # the context's size when it started
     snipped: int                       # messages snipped before its snapshot (the newest snip note's count)
     started: float
@@ -169,7 +170,7 @@ class SummaryAhead:
         """write(a worker agent, messages[:covered], *args) in a thread; it returns (summary,
         who wrote it). The snapshot is a new list of the same dicts, which no one changes."""
         snapshot = messages[:covered]
-        job = Job(covered=covered, boundary=key(messages[covered]), snipped=snip_count(snapshot),
+        job = Job(covered=covered, boundary=key(messages[covered]), first=messages[covered], snipped=snip_count(snapshot),
                   tokens=self.passes[-1][1] if self.passes else 0, started=time.monotonic())
         job.copy, http = worker_agent(agent, job)
 
@@ -209,8 +210,10 @@ class SummaryAhead:
         # The layers never add a message or move one; only a snip removes some, and counts them.
         # So the first reply after the snapshot is where it was, less what snips removed before it.
         removed = snip_count(messages) - job.snipped
-        start = next((i for i in (job.covered - removed, job.covered) if 0 < i < len(messages)
-                      and messages[i]["role"] == "assistant" and key(messages[i]) == job.boundary), None)
+        start = next((i for i, m in enumerate(messages) if m is job.first), None)  # no layer copied it
+        if start is None and 0 < job.covered - removed < len(messages) and key(messages[job.covered - removed]) \
+                == job.boundary and messages[job.covered - removed]["role"] == "assistant":
+            start = job.covered - removed  # copied (an input parked), where it should be
         snip_note = None
         if start is None and removed > 0:  # a snip took that reply: what it kept after its note is all newer
             start, snip_note = newer_snip(messages, job.snipped)
@@ -259,9 +262,10 @@ class SummaryAhead:
         for line in job.heard:
             agent.say(line, "dim")
         worker = job.copy
-        for key, value in worker.usage_totals.items():
-            agent.usage_totals[key] = agent.usage_totals.get(key, 0) + value
-        agent.summary_failures, agent.breaker_announced = worker.summary_failures, worker.breaker_announced
+        for kind, value in dict(worker.usage_totals).items():  # a copy: a worker past its join may still add
+            agent.usage_totals[kind] = agent.usage_totals.get(kind, 0) + value
+        if not job.cancelled.is_set():  # a call cut short by calling it off is no failure of the endpoint
+            agent.summary_failures, agent.breaker_announced = worker.summary_failures, worker.breaker_announced
         self.summary_seconds += job.seconds
         if job.result is not None and job.done.is_set() and not job.cancelled.is_set():
             self.durations.append(job.seconds)
@@ -276,8 +280,8 @@ class SummaryAhead:
         job.heard = [line for line in job.heard if not line.startswith("[api]")]  # its retries no longer matter
         self.settle(agent, job)
         self.discarded += 1
-        for key, value in job.copy.usage_totals.items():
-            self.discarded_usage[key] = self.discarded_usage.get(key, 0) + value
+        for kind, value in dict(job.copy.usage_totals).items():
+            self.discarded_usage[kind] = self.discarded_usage.get(kind, 0) + value
         agent.say(f"[summary ahead] {'set aside' if finished else 'called off'}: {why}", "dim")
 
     # ---- what /context shows ------------------------------------------------------------------

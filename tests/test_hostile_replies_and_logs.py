@@ -4,6 +4,7 @@ levels deep or bigger than the window, a session log that breaks the API's rules
 programs resuming one session. No traceback, no wedged session."""
 
 import json
+import threading
 
 import anthropic
 import pytest
@@ -170,3 +171,23 @@ def test_a_session_open_in_one_program_is_refused_to_a_second(s08, fake, make_ag
     assert third.returncode == 0 and "Resumed session" in third.stdout
     assert [m["content"][-1]["text"] for m in plain(fake.requests[-1]["messages"])] == [
         "hello", "First.", "still mine", "From the first program.", "now me"]
+
+
+def test_programs_starting_together_all_sign_with_one_whole_key(tmp_path, monkeypatch):
+    """The key is never read half written: a program that started at the same moment as the
+    one making it would otherwise sign nothing, and its log could never be resumed."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "fresh"))
+    start, keys = threading.Barrier(8), []
+
+    def one_program():
+        start.wait()
+        keys.append(log_checks.log_key(create=True))
+
+    threads = [threading.Thread(target=one_program) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(set(keys)) == 1 and len(keys[0]) == 32
+    log_checks.key_file().write_text("")  # an empty key file is no key, not an empty one
+    assert log_checks.log_key(create=False) is None
