@@ -575,8 +575,7 @@ def replace_with_summary(messages: list, kind: str, summary: str, tail: list, re
     if request and in_flight and current_request(tail) != request:
         first["content"].append(request)
     result = [first] + tail
-    # Every layer hands back a history no larger than it got: a summary of a history that is
-    # already short (a summary and little else) would only add its header and restored files.
+    # Every layer hands back a history no larger than it got (a short one would only gain a header)
     return result if estimate_tokens(result) < estimate_tokens(messages) else messages
 
 
