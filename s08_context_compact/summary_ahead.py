@@ -170,8 +170,9 @@ class SummaryAhead:
         """write(a worker agent, messages[:covered], *args) in a thread; it returns (summary,
         who wrote it). The snapshot is a new list of the same dicts, which no one changes."""
         snapshot = messages[:covered]
-        job = Job(covered=covered, boundary=key(messages[covered]), first=messages[covered], snipped=snip_count(snapshot),
-                  tokens=self.passes[-1][1] if self.passes else 0, started=time.monotonic())
+        job = Job(covered=covered, boundary=key(messages[covered]), first=messages[covered],
+                  snipped=snip_count(snapshot), tokens=self.passes[-1][1] if self.passes else 0,
+                  started=time.monotonic())
         job.copy, http = worker_agent(agent, job)
 
         def work():
@@ -207,8 +208,9 @@ class SummaryAhead:
         if focus:
             self.drop(agent, "a summary with a focus was asked for")
             return None
-        # The layers never add a message or move one; only a snip removes some, and counts them.
-        # So the first reply after the snapshot is where it was, less what snips removed before it.
+        # The first reply after the snapshot: the very message, as layers copy only what they change;
+        # or, copied, where it was less what snips removed (layers never add or move a message; a
+        # snip removes some, and its note counts them).
         removed = snip_count(messages) - job.snipped
         start = next((i for i, m in enumerate(messages) if m is job.first), None)  # no layer copied it
         if start is None and 0 < job.covered - removed < len(messages) and key(messages[job.covered - removed]) \
