@@ -111,9 +111,8 @@ def parse_arguments(argv):
                                      "Run it in the folder the agent should work in.",
                                      epilog="Configuration (environment or .env): MODEL_ID, ANTHROPIC_API_KEY or "
                                      "ANTHROPIC_AUTH_TOKEN, and optionally ANTHROPIC_BASE_URL, CONTEXT_WINDOW, "
-                                     "API_CONNECT_TIMEOUT, API_IDLE_TIMEOUT, CACHE_TTL, COMPACT_AT, SUMMARY_AHEAD, S08_HISTORY. "
-                                     "At the prompt, "
-                                     "/help lists the commands. README.md has the rest.")
+                                     "API_CONNECT_TIMEOUT, API_IDLE_TIMEOUT, CACHE_TTL, COMPACT_AT, SUMMARY_AHEAD, "
+                                     "S08_HISTORY. At the prompt, /help lists the commands. README.md has the rest.")
     parser.add_argument("--resume", nargs="?", const="latest", metavar="ID",
                         help="continue the most recent session in this folder, or session ID")
     parser.add_argument("--list", action="store_true", help="list this folder's sessions and exit")
@@ -214,7 +213,8 @@ def configure_session(args) -> Config | int:
     sys.stdin.reconfigure(errors="replace")  # bytes that are not UTF-8 must not end the session
     terminal = sys.stdout.isatty()
     return Config(model=model, workdir=workdir, client=client, endpoint=endpoint, idle_timeout=idle, cache_ttl=ttl,
-                  compaction=compaction, resume=resume, interactive=sys.stdin.isatty(), secrets=secrets, instructions=instructions,
+                  compaction=compaction, resume=resume, interactive=sys.stdin.isatty(), secrets=secrets,
+                  instructions=instructions,
                   notes=[note for note in notes + said if note],
                   screen={"show_status": terminal, "color": terminal and not os.getenv("NO_COLOR"),
                           "fit_width": terminal, "spinner_to": sys.stdout if terminal else None})

@@ -133,7 +133,6 @@ class SummaryAhead:
         self.durations = deque(maxlen=4)            # seconds the recent summaries took
         self.made = self.used = self.discarded = 0
         self.waits = []                             # seconds the loop waited, per summary used
-        self.summary_seconds = 0.0                  # what the summaries took, all together
         self.discarded_usage = {}                   # what the summaries set aside were billed
 
     # ---- when to start ---------------------------------------------------------------------------
@@ -268,7 +267,6 @@ class SummaryAhead:
             agent.usage_totals[kind] = agent.usage_totals.get(kind, 0) + value
         if not job.cancelled.is_set():  # a call cut short by calling it off is no failure of the endpoint
             agent.summary_failures, agent.breaker_announced = worker.summary_failures, worker.breaker_announced
-        self.summary_seconds += job.seconds
         if job.result is not None and job.done.is_set() and not job.cancelled.is_set():
             self.durations.append(job.seconds)
 

@@ -383,7 +383,7 @@ def ahead_play(code, workdir: Path, window: int, steps: int, ahead: bool, seed: 
     rng = random.Random(seed)
     for n in range(40):
         (workdir / f"m{n}.py").write_text(lorem(rng, rng.randint(1_000, max(2_000, window // 20))))
-    waits, after, settings = [], [], Settings_for(code, window, ahead)
+    waits, after, settings = [], [], ahead_settings(code, window, ahead)
 
     def timed(layer):
         def run(messages, **kwargs):
@@ -429,7 +429,7 @@ def billed(usage: dict) -> float:
         0.1 * usage.get("cache_read_input_tokens", 0)
 
 
-def Settings_for(code, window: int, ahead: bool):
+def ahead_settings(code, window: int, ahead: bool):
     base = code.Settings.for_window("claude-benchmark", window)
     return base if ahead else replace(base, summary_ahead=None)
 
