@@ -22,6 +22,7 @@ if sys.version_info < (3, 10):  # before the modules below, which a Python this 
 from endpoint import (CONNECT_TIMEOUT, DEFAULT_WINDOW_SOURCE, IDLE_TIMEOUT, Endpoint, discover_endpoint,
                       make_client)
 from redaction import Redactor, secret_values
+from sandbox import Sandbox, find_sandbox, start_up_line
 from session_log import SessionRefused, find_session, list_sessions, logged_endpoint
 from startup import (StartupError, base_url_setting, check_credentials, check_model, keep_keys_home, load_dotenv_files,
                      tidy_settings)
@@ -106,13 +107,21 @@ def compaction_settings() -> dict:
     return found
 
 
+def switch_setting(name: str) -> bool:
+    """A setting that is on (the default) or off."""
+    value = os.getenv(name, "").strip().lower() or "on"
+    if value not in ("on", "off"):
+        raise ValueError(f"{name}={value!r} must be on or off.")
+    return value == "on"
+
+
 def parse_arguments(argv):
     parser = argparse.ArgumentParser(description="s08: a coding agent with context compaction. "
                                      "Run it in the folder the agent should work in.",
                                      epilog="Configuration (environment or .env): MODEL_ID, ANTHROPIC_API_KEY or "
                                      "ANTHROPIC_AUTH_TOKEN, and optionally ANTHROPIC_BASE_URL, CONTEXT_WINDOW, "
                                      "API_CONNECT_TIMEOUT, API_IDLE_TIMEOUT, CACHE_TTL, COMPACT_AT, SUMMARY_AHEAD, "
-                                     "S08_HISTORY. At the prompt, /help lists the commands. README.md has the rest.")
+                                     "SANDBOX, SANDBOX_NETWORK, S08_HISTORY. At the prompt, /help lists the commands. README.md has the rest.")
     parser.add_argument("--resume", nargs="?", const="latest", metavar="ID",
                         help="continue the most recent session in this folder, or session ID")
     parser.add_argument("--list", action="store_true", help="list this folder's sessions and exit")
@@ -149,6 +158,7 @@ class Config:
     idle_timeout: float = IDLE_TIMEOUT
     cache_ttl: str = "5m"
     compaction: dict = field(default_factory=dict)  # COMPACT_AT and SUMMARY_AHEAD, as Settings fields
+    sandbox: Sandbox = field(default_factory=Sandbox)  # how bash commands are confined (SANDBOX)
     resume: Path | None = None
     interactive: bool = False
     secrets: Redactor = field(default_factory=Redactor)
@@ -207,14 +217,16 @@ def configure_session(args) -> Config | int:
         notes.append(check_model(client, model))
     ttl = ttl_setting()
     compaction = compaction_settings()
+    sandbox = find_sandbox(switch_setting("SANDBOX"), switch_setting("SANDBOX_NETWORK"), own_env=dotenv_paths()[-1])
+    notes.append(start_up_line(sandbox))
     secrets = Redactor(secret_values(os.environ, tuple(dotenv_found.values())))  # built once: every form of each
     instructions, said = project_instructions(workdir, secrets)
     sys.stdout.reconfigure(line_buffering=True, errors="replace")  # line by line; never dies on a character
     sys.stdin.reconfigure(errors="replace")  # bytes that are not UTF-8 must not end the session
     terminal = sys.stdout.isatty()
     return Config(model=model, workdir=workdir, client=client, endpoint=endpoint, idle_timeout=idle, cache_ttl=ttl,
-                  compaction=compaction, resume=resume, interactive=sys.stdin.isatty(), secrets=secrets,
-                  instructions=instructions,
+                  compaction=compaction, sandbox=sandbox, resume=resume, interactive=sys.stdin.isatty(),
+                  secrets=secrets, instructions=instructions,
                   notes=[note for note in notes + said if note],
                   screen={"show_status": terminal, "color": terminal and not os.getenv("NO_COLOR"),
                           "fit_width": terminal, "spinner_to": sys.stdout if terminal else None})

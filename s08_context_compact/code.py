@@ -43,6 +43,7 @@ from history import (OWN, append_message, blocks_of, cut_long_texts, is_request_
 from ledger import Ledger, ledger_hooks, short_hash
 from overflow import ContextOverflow
 from redaction import Redactor, redact
+from sandbox import Sandbox
 from repeat_reads import repeat_read_stub, true_stubs
 from session_log import TRANSCRIPT_DIR, open_session
 from undo import Undo, undo_hooks
@@ -167,7 +168,6 @@ class Settings:
                    restore_files_tokens=min(POST_COMPACT_FILES_TOKENS, window // 8),
                    restore_user_tokens=min(POST_COMPACT_USER_TOKENS, window // 40),
                    ledger_tokens=min(LEDGER_TOKENS, window // 50))
-
 
     def resized(self, window: int) -> "Settings":
         """The same settings for another window (one the endpoint revealed), overrides kept."""
@@ -991,6 +991,7 @@ class Agent:
     endpoint: Endpoint = None                         # shared with subagents; made from settings if not given
     ledger: Ledger = field(default_factory=Ledger)
     undo: Undo = field(default_factory=Undo)          # what /undo puts back (undo.py); shared with subagents
+    sandbox: Sandbox = field(default_factory=Sandbox)  # how bash commands are confined (sandbox.py): not at all
     summary_failures: int = 0
     breaker_announced: bool = False
     disk_warned: bool = False                         # a layer could not save: said once
@@ -1240,8 +1241,9 @@ def workspace_path(agent, path: str) -> Path:
 
 
 def run_bash(agent, command: str, timeout: int = BASH_TIMEOUT) -> str:
-    return run_command(command, cwd=agent.workdir, timeout=max(1, min(timeout, 600)), outputs=agent.workdir / TOOL_RESULTS_DIR,
-                       secrets=agent.secrets, call_id=agent.state.current_call or "bash")
+    return run_command(command, cwd=agent.workdir, timeout=max(1, min(timeout, 600)), sandbox=agent.sandbox,
+                       outputs=agent.workdir / TOOL_RESULTS_DIR, secrets=agent.secrets,
+                       call_id=agent.state.current_call or "bash")
 
 
 def run_read_file(agent, path: str, offset: int = 1, limit: int = READ_DEFAULT_LINES) -> str:
@@ -1320,17 +1322,15 @@ TOOL_HANDLERS = {"bash": run_bash, "read_file": run_read_file, "write_file": run
 # ---- hooks and the permission check ---------------------------------------------------------------
 
 HOOK_EVENTS = ("UserPromptSubmit", "PreToolUse", "PostToolUse", "Stop", "PreCompact", "RestoreContext", "PostCompact")
-
-
 FILE_TOOLS = ("read_file", "write_file", "edit_file", "glob")
 
 
-def check_permission(name: str, args: dict, workdir: Path) -> tuple:
-    """Decide "allow", "deny" or "ask" for one tool call, with the reason (command_risks.py reads
-    a bash command: what deletes, overwrites or reaches outside the workspace asks)."""
+def check_permission(name: str, args: dict, workdir: Path, sandboxed: bool = False) -> tuple:
+    """Decide "allow", "deny" or "ask" for one tool call, with the reason (command_risks.py reads a bash
+    command: what deletes, overwrites or reaches outside the workspace asks, unless the sandbox refuses it)."""
     if name == "bash":
         command = str(args.get("command", ""))
-        deny, ask = command_risks(command, workdir)
+        deny, ask = command_risks(command, workdir, sandboxed)
         if deny or ask:
             return "deny" if deny else "ask", f"`{one_line(command, 100)}` {'; '.join(deny or ask)}"
     if name in FILE_TOOLS:
@@ -1345,7 +1345,7 @@ def check_permission(name: str, args: dict, workdir: Path) -> tuple:
 def permission_hook(agent):
     """The PreToolUse hook that asks check_permission and, for "ask", the person."""
     def hook(event: dict):
-        decision, reason = check_permission(event["name"], event["input"], agent.workdir)
+        decision, reason = check_permission(event["name"], event["input"], agent.workdir, agent.sandbox.on)
         if decision == "allow":
             return None
         if decision == "ask":
@@ -1385,7 +1385,8 @@ def main(argv=None) -> int:
                        idle_timeout=config.idle_timeout, cache_ttl=config.cache_ttl, **config.compaction)
     skills = discover_skills([config.workdir / "skills", Path(__file__).resolve().parent / "skills"],
                              warn=config.notes.append)  # a skill skipped is said after the banner
-    agent = Agent(client=config.client, settings=settings, workdir=config.workdir, tools=TOOLS, skills=skills,
+    agent = Agent(client=config.client, settings=settings, workdir=config.workdir, tools=config.sandbox.tools(TOOLS),
+                  skills=skills, sandbox=config.sandbox,
                   system=build_system_prompt(config.workdir, skills, config.instructions),
                   confirm=terminal_confirm(config.interactive), secrets=config.secrets, endpoint=config.endpoint,
                   **config.screen)

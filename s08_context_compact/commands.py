@@ -15,22 +15,25 @@ import threading
 from pathlib import Path
 
 from redaction import SECRET_NAME, Redactor
+from sandbox import Sandbox
 from workspace_io import output_names, own_folder
 
 BASH_OUTPUT_HEAD = 200_000          # characters of command output kept in memory...
 BASH_OUTPUT_TAIL = 20_000           # ...plus the last ones, so errors at the end survive
 
 
-def run_command(command: str, *, cwd: Path, timeout: int, outputs: Path, secrets, call_id: str) -> str:
+def run_command(command: str, *, cwd: Path, timeout: int, outputs: Path, secrets, call_id: str,
+                sandbox: Sandbox = Sandbox()) -> str:
     """Run a shell command; its output with an exit-code or timeout note.
 
     The command gets a session of its own, so its process group is everything it started
     but what left the group (setsid); /proc shows those too (ProcessTree). A timeout, Ctrl-C,
     or SIGTERM/SIGHUP to the program (cli.py turns them into exceptions) ends them all.
-    Secret variables are not passed on: `env` must not be one call away from the key."""
-    environment = {k: v for k, v in os.environ.items() if not SECRET_NAME.search(k)}
-    captured, tree = CapturedOutput(cwd, outputs.relative_to(cwd), secrets), ProcessTree()
-    proc = subprocess.Popen(["bash", "-c", command], cwd=cwd, stdin=subprocess.DEVNULL, env=environment,
+    Secret variables are not passed on: `env` must not be one call away from the key. In the
+    sandbox (sandbox.py), its own PID namespace ends whatever the command left running."""
+    environment = sandbox.environment({k: v for k, v in os.environ.items() if not SECRET_NAME.search(k)})
+    captured, tree = CapturedOutput(cwd, outputs.relative_to(cwd), secrets), ProcessTree(sandbox.wrappers)
+    proc = subprocess.Popen(sandbox.command(command, cwd), cwd=cwd, stdin=subprocess.DEVNULL, env=environment,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
     reader = threading.Thread(target=captured.drain, args=(proc.stdout,), daemon=True)
     try:  # from here on, whatever interrupts (even while a thread starts) ends the command's processes
@@ -48,7 +51,8 @@ def run_command(command: str, *, cwd: Path, timeout: int, outputs: Path, secrets
         tree.done.set()
     reader.join(timeout=0.5)  # a background child may keep the pipe open; do not wait for it
     saved = captured.finish(call_id)
-    parts = [captured.text(saved and saved.relative_to(cwd)).strip("\n")]
+    shown = captured.text(saved and saved.relative_to(cwd)).strip("\n")
+    parts = [shown + sandbox.explain(shown, command, cwd)]
     if ended is not None:
         parts.append(f"[timed out after {timeout}s; the command {ended_what(ended)}]")
     elif code != 0:
@@ -102,8 +106,9 @@ class ProcessTree:
     process that called setsid (a daemon, `setsid cmd &`); /proc finds those by their parents,
     looked up while the command runs too, in case the parent is gone by the time it ends."""
 
-    def __init__(self):
+    def __init__(self, wrappers: int = 0):
         self.seen, self.done, self.watched = {}, threading.Event(), PROC.is_dir()
+        self.wrappers = wrappers  # processes between the one started and the command's shell: not the command's
 
     def start_watching(self, pid: int) -> None:
         if self.watched:
@@ -118,28 +123,31 @@ class ProcessTree:
         processes besides the command were ended (-1: no /proc, only the group was)."""
         self.done.set()
         family = {**self.seen, **descendants(proc.pid)} if self.watched else {}
-        proc.kill()  # the shell first: killed, it reports nothing about its children
-        ended = sum(map(kill_if_same, family.items()))
+        running = [process for process in family.items() if still_runs(process)]  # counted before any ends
+        proc.kill()  # the shell first: killed, it reports nothing about its children (bwrap: ends them all)
+        for process in running:
+            kill_if_same(process)
         try:
             os.killpg(proc.pid, signal.SIGKILL)  # and whatever the group started since
         except (ProcessLookupError, PermissionError):
             pass
         proc.wait()
-        return ended if self.watched else -1
+        return max(len(running) - self.wrappers, 0) if self.watched else -1
 
 
-def kill_if_same(process: tuple) -> bool:
-    """Kill a process seen earlier, if it still runs: its start time tells it from a new
-    process given the same number since."""
-    pid, started = process
-    stat = process_stat(pid)
-    if stat is None or stat[1] != started:
-        return False
-    try:
-        os.kill(pid, signal.SIGKILL)
-    except OSError:  # it ended meanwhile
-        return False
-    return True
+def still_runs(process: tuple) -> bool:
+    """Whether a process seen earlier still runs: its start time tells it from a new process
+    given the same number since."""
+    stat = process_stat(process[0])
+    return stat is not None and stat[1] == process[1]
+
+
+def kill_if_same(process: tuple) -> None:
+    if still_runs(process):
+        try:
+            os.kill(process[0], signal.SIGKILL)
+        except OSError:  # it ended meanwhile
+            pass
 
 
 class CapturedOutput:

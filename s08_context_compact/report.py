@@ -197,6 +197,7 @@ def context_report(agent, messages: list, total: int, measure) -> str:
                  f"({s.snip_at_least}+ at a time) and micro_compact (clearing {format_tokens(s.clear_at_least)}+, "
                  f"keeping the newest {s.keep_recent})")
     lines += cache_lines(agent)
+    lines.append(f"Commands: sandbox {agent.sandbox.describe()}")
     lines.append("Saved so far:")
     lines += [f"  {name:<20}{agent.stats.get(name, {}).get('runs', 0):>4}×  "
               f"−{format_tokens(agent.stats.get(name, {}).get('saved', 0))}" for name in LAYER_VERBS]

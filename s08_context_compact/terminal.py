@@ -422,7 +422,8 @@ def start_repl(agent, interactive: bool, messages: list, take_line) -> int:
 
 def banner(agent) -> None:
     agent.say(f"s08 context compact · {agent.settings.model} · window {agent.settings.window:,} tokens · "
-              f"workspace {agent.workdir}\nType /help for commands, q to quit.")
+              f"workspace {agent.workdir} · sandbox {'on' if agent.sandbox.on else 'off'}\n"
+              "Type /help for commands, q to quit.")
 
 
 def save_history(readline, path: Path, secrets) -> None:

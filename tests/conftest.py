@@ -6,7 +6,9 @@ import ipaddress
 import json
 import os
 import platform
+import random
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -69,6 +71,24 @@ def s08():
     return load_code()
 
 
+@pytest.fixture(scope="session")
+def sandbox():
+    """The sandbox the program under test finds here, as its own start-up does: bubblewrap
+    where it is installed and works. `SANDBOX=off python -m pytest` runs the suite without."""
+    import sandbox as module
+    return module.find_sandbox(os.environ.get("SANDBOX", "on").strip().lower() != "off")
+
+
+@pytest.fixture
+def beyond_tmp():
+    """A folder outside /tmp, which the sandbox replaces with a private one: what a command
+    does to a folder here is what it would do to one in a home or a project elsewhere."""
+    base = Path("/var/tmp") if Path("/var/tmp").is_dir() else Path(tempfile.gettempdir())
+    folder = Path(tempfile.mkdtemp(prefix="s08-test-", dir=base))
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
 @pytest.fixture
 def fake():
     with FakeAnthropic() as server:
@@ -94,7 +114,7 @@ class Printed(list):
 
 
 @pytest.fixture
-def make_agent(s08, fake, workspace):
+def make_agent(s08, fake, workspace, sandbox):
     """Build an Agent wired to the fake server, as main() would, with printing captured."""
     def build(window=200_000, confirm=None, server=None, **overrides):
         server = server or fake
@@ -103,9 +123,10 @@ def make_agent(s08, fake, workspace):
         # no waiting; and no summary written in the background, whose requests would interleave with
         # the scripted ones at a time no test sets (test_summary_ahead.py turns it on and orders them)
         settings = replace(s08.Settings.for_window("claude-test", window), retry_base_seconds=0.0, summary_ahead=None)
+        overrides = {"tools": sandbox.tools(s08.TOOLS), "sandbox": sandbox, **overrides}
         agent = s08.Agent(client=client, settings=settings,
                           workdir=workspace, system=s08.build_system_prompt(workspace, skills),
-                          tools=s08.TOOLS, skills=skills, out=Printed(),
+                          skills=skills, out=Printed(),
                           confirm=confirm or (lambda q: (False, "no one could confirm it (test)")),
                           **overrides)
         s08.install_default_hooks(agent)
@@ -135,6 +156,32 @@ def cli_env(fake, **extra):
 def run_cli(fake, workspace, stdin: str, timeout=60, args=(), **env):
     """`python code.py *args` with piped input, in a process forked with the SDK already imported."""
     return cli_runner.run(list(args), input=stdin, env=cli_env(fake, **env), cwd=workspace, timeout=timeout)
+
+
+def processes_with(marker: str, exactly: bool = False) -> list:
+    """The pids whose command line holds marker (or, exactly, is it: arguments end with NUL)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            cmdline = (entry / "cmdline").read_bytes() if entry.name.isdigit() else b""
+        except OSError:
+            continue
+        if (cmdline == marker.encode()) if exactly else marker.encode() in cmdline:
+            found.append(int(entry.name))
+    return found
+
+
+@pytest.fixture
+def marker():
+    """A number of seconds no one else sleeps (sleep takes fractions), to find the command's
+    processes by; whatever a failed test left running with it is ended afterwards."""
+    unique = f"{random.randrange(10**8):08d}"
+    yield unique
+    for pid in processes_with(unique):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
 
 
 def wait_until(condition, timeout=10) -> None:

@@ -395,9 +395,9 @@ def test_a_turn_that_changed_nothing_is_not_what_undo_undoes(s08, make_agent, fa
 
 
 def test_a_question_about_a_path_through_a_link_says_where_it_leads(s08, make_agent, fake, outside_secret):
-    run(s08, make_agent, fake, tool_use("bash", {"command": "echo x > link/new.txt"}))
+    run(s08, make_agent, fake, tool_use("bash", {"command": "cat link/secret.txt"}))  # a read asks, sandbox or not
     said = results(fake)[0]["content"]
-    assert said.startswith("Permission denied") and f"(which leads to {outside_secret.resolve()}/new.txt)" in said
+    assert said.startswith("Permission denied") and f"(which leads to {outside_secret.resolve()}/secret.txt)" in said
 
 
 def test_a_brace_with_nothing_to_expand_is_judged_as_it_is(s08, make_agent, fake, workspace):

@@ -5,14 +5,12 @@ command's processes end with it; a subagent's work is saved."""
 
 import json
 import os
-import random
 import re
 import signal
-from pathlib import Path
 
 import cli_runner
 import pytest
-from conftest import Terminal, cli_env, run_cli, wait_until
+from conftest import Terminal, cli_env, processes_with, run_cli, wait_until
 from fake_anthropic import text, tool_use, tool_uses
 
 NO_ONE = "no one could confirm it (standard input is not a terminal)"
@@ -70,8 +68,12 @@ HARMLESS = ["ls", "cat README.md", "grep -r precious .", "echo hi > new_file.txt
             "sed -n '/^a/p' data.csv | sort", "ls /usr/bin > listing.txt"]
 
 
-def test_commands_that_destroy_or_reach_outside_are_refused_without_a_terminal(fake, workspace, tmp_path):
-    home, outside = tmp_path / "home", tmp_path / "outside"
+WRITES_OUTSIDE = ["echo pwned > {outside}/new.txt", "echo pwned >> ~/new.txt", "cp data.csv ../outside/"]
+
+
+def test_commands_that_destroy_or_reach_outside_are_refused_without_a_terminal(fake, beyond_tmp, sandbox):
+    workspace, home, outside = beyond_tmp / "ws", beyond_tmp / "home", beyond_tmp / "outside"
+    workspace.mkdir()
     (home / ".ssh").mkdir(parents=True)
     (home / ".ssh" / "id_rsa").write_text("PRIVATE KEY")
     outside.mkdir()
@@ -84,8 +86,11 @@ def test_commands_that_destroy_or_reach_outside_are_refused_without_a_terminal(f
         (workspace / name).write_text(content)
     def placed(text: str) -> str:
         return text.replace("{home}", str(home)).replace("{outside}", str(outside))
-    refused = {placed(command): placed(why) for command, why in {**DESTROYS, **OUTSIDE}.items()}
-    calls = [("bash", {"command": c}, f"toolu_{n:03d}") for n, c in enumerate([*refused, *HARMLESS])]
+    # in the sandbox a write outside needs no question: the operating system refuses it
+    refused = {placed(command): placed(why) for command, why in {**DESTROYS, **OUTSIDE}.items()
+               if not (sandbox.on and command in WRITES_OUTSIDE)}
+    failing = [placed(command) for command in WRITES_OUTSIDE] if sandbox.on else []
+    calls = [("bash", {"command": c}, f"toolu_{n:03d}") for n, c in enumerate([*refused, *HARMLESS, *failing])]
     fake.reply(tool_uses(calls), text("Done."))
     done = run_cli(fake, workspace, "tidy up\n", HOME=home)
     assert done.returncode == 0 and "Traceback" not in done.stderr
@@ -102,6 +107,10 @@ def test_commands_that_destroy_or_reach_outside_are_refused_without_a_terminal(f
     assert "README.md" in results[f"toolu_{len(refused):03d}"]["content"]
     assert "42" in results[f"toolu_{len(refused) + 6:03d}"]["content"]
     assert (workspace / "new_file.txt").read_text() == "hi\n", "a new file in the workspace needs no question"
+    for n, command in enumerate(failing, start=len(refused) + len(HARMLESS)):
+        said = results[f"toolu_{n:03d}"]["content"]
+        assert "Read-only file system" in said and "read-only outside the workspace" in said and \
+            said.endswith("[exit code 1]"), (command, said)
 
 
 def test_check_permission_reads_the_command_as_the_shell_would(s08, workspace):
@@ -150,32 +159,6 @@ def test_escape_sequences_are_shown_not_obeyed(fake, workspace):
 
 
 # ---------------------------------------------------------------- nothing keeps running
-
-def processes_with(marker: str, exactly: bool = False) -> list:
-    """The pids whose command line holds marker (or, exactly, is it: arguments end with NUL)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        try:
-            cmdline = (entry / "cmdline").read_bytes() if entry.name.isdigit() else b""
-        except OSError:
-            continue
-        if (cmdline == marker.encode()) if exactly else marker.encode() in cmdline:
-            found.append(int(entry.name))
-    return found
-
-
-@pytest.fixture
-def marker():
-    """A number of seconds no one else sleeps (sleep takes fractions), to find the command's
-    processes by; whatever a failed test left running with it is ended afterwards."""
-    unique = f"{random.randrange(10**8):08d}"
-    yield unique
-    for pid in processes_with(unique):
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except OSError:
-            pass
-
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
 def test_a_signal_ends_the_running_command_and_then_the_program(fake, workspace, marker, signum):

@@ -1,10 +1,10 @@
 """The nine tools and the permission check, called the way the agent loop calls them."""
 
-import os
 import time
 
 import pytest
 import commands  # noqa: E402
+from conftest import processes_with, wait_until
 
 
 @pytest.fixture
@@ -46,21 +46,13 @@ def test_bash_reports_exit_code(s08, agent):
     assert out == "hello\n[exit code 3]" and not failed
 
 
-def test_bash_timeout_kills_the_whole_process_group(s08, agent, workspace):
+def test_bash_timeout_kills_the_whole_process_group(s08, agent, workspace, marker):
     started = time.monotonic()
-    out, _ = call(s08, agent, "bash", command="(sleep 30; echo late > late.txt) & echo $! > child.pid; sleep 30",
+    out, _ = call(s08, agent, "bash", command=f"(sleep 30.{marker}; echo late > late.txt) & sleep 31.{marker}",
                   timeout=1)
     assert time.monotonic() - started < 10
     assert "timed out after 1s" in out
-    child = int((workspace / "child.pid").read_text())
-    for _ in range(50):
-        try:
-            os.kill(child, 0)
-        except ProcessLookupError:
-            break
-        time.sleep(0.05)
-    else:
-        pytest.fail("the background child survived the timeout")
+    wait_until(lambda: not processes_with(marker), timeout=5)  # the background child too, found by its marker
 
 
 def test_bash_output_kept_in_memory_is_capped(s08, agent):

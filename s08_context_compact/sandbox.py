@@ -1,0 +1,181 @@
+"""Commands confined by the operating system. On Linux with bubblewrap (bwrap), every
+bash command runs with the whole file system read-only except the workspace; the
+program's own folders read-only inside it; a private /tmp, /proc and /dev; the places
+that hold credentials hidden; and a PID namespace of its own, so every process the
+command starts ends with it. The permission check reads a command's text; this confines
+what the command, and any script it runs, can do.
+
+Machinery the chapter does not need: cli.py finds the sandbox once at start-up (or says
+why there is none), commands.py runs each command through Sandbox.command, and the
+permission check stops asking about writes the sandbox refuses anyway. It is not a
+virtual machine: what is outside the workspace can still be read, minus the hidden
+places, and the network is on unless SANDBOX_NETWORK=off.
+"""
+
+import atexit
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from log_checks import key_file
+from terminal import history_file
+from workspace_io import OWN_FOLDERS
+
+# Under $HOME: where keys, tokens and passwords live, and the shells' histories (a typed
+# password, an exported token). Each is replaced by an empty folder or file inside.
+CREDENTIALS = (".ssh", ".gnupg", ".aws", ".azure", ".kube", ".docker", ".config/gcloud", ".config/gh",
+               ".config/git/credentials", ".netrc", ".git-credentials", ".npmrc", ".pypirc", ".cargo/credentials",
+               ".cargo/credentials.toml", ".gem/credentials", ".m2/settings.xml", ".terraform.d", ".password-store",
+               ".bash_history", ".zsh_history", ".python_history", ".node_repl_history", ".psql_history",
+               ".mysql_history", ".lesshst")
+# Tools cache under $HOME, which is read-only: these settings send their caches to the
+# command's private /tmp, thrown away with it.
+CACHES = {"XDG_CACHE_HOME": "/tmp/.cache", "PIP_CACHE_DIR": "/tmp/.cache/pip", "npm_config_cache": "/tmp/.cache/npm",
+          "YARN_CACHE_FOLDER": "/tmp/.cache/yarn", "GOCACHE": "/tmp/.cache/go-build", "GOMODCACHE": "/tmp/.cache/go-mod",
+          "TMPDIR": "/tmp"}
+PRIVATE = ("/tmp", "/dev", "/proc")  # made afresh for each command: nothing of the real ones shows
+PROBE_SECONDS = 10
+INSTALL = "apt install bubblewrap, or dnf install bubblewrap"
+# What a refused command prints, and what to tell the model it means.
+REFUSALS = {"Read-only file system": "the file system is read-only outside the workspace, and in its "
+            f"{', '.join(f + '/' for f in OWN_FOLDERS)} (sandbox); write inside the workspace, or in /tmp, "
+            "which is private to this command"}
+
+
+@dataclass(frozen=True)
+class Sandbox:
+    """How bash commands run: inside bubblewrap (on), or as they are, with the reason."""
+    on: bool = False
+    network: bool = True
+    why_not: str = ""                  # when off: why, said once at start-up
+    own_env: Path | None = None        # the program's own .env: hidden when outside the workspace
+
+    @property
+    def wrappers(self) -> int:
+        """Processes between the one started and the command's shell: bwrap's own two."""
+        return 2 if self.on else 0
+
+    def describe(self) -> str:
+        if not self.on:
+            return f"off ({self.why_not})"
+        return f"bubblewrap: read-only outside the workspace, network {'on' if self.network else 'off'}"
+
+    def tools(self, tools: list) -> list:
+        """The tool definitions, the bash tool telling the model what the sandbox changes."""
+        if not self.on:
+            return tools
+        note = (" Commands run in a sandbox: the file system is read-only outside the workspace, /tmp is "
+                "private to each command, and every process a command starts ends with it (start a server "
+                "and its client in one command)." + ("" if self.network else " There is no network."))
+        return [{**t, "description": t["description"] + note} if t["name"] == "bash" else t for t in tools]
+
+    def command(self, script: str, workdir: Path) -> list:
+        """The argv that runs script with bash, confined, in workdir."""
+        if not self.on:
+            return ["bash", "-c", script]
+        work = os.path.realpath(workdir)
+        argv = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
+                "--bind", work, work]
+        for own in OWN_FOLDERS:  # the session log and saved outputs: readable, never rewritten
+            if os.path.isdir(path := os.path.join(work, own)):
+                argv += ["--ro-bind", path, path]
+        for place in self.hidden(work):
+            if os.path.isdir(place):
+                argv += ["--tmpfs", place, "--remount-ro", place]
+            else:
+                argv += ["--ro-bind", empty_file(), place]
+        argv += ["--unshare-pid", "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
+        if not self.network:
+            argv.append("--unshare-net")
+        return argv + ["--chdir", work, "--", "bash", "-c", script]
+
+    def hidden(self, work: str) -> list:
+        """The places hidden from a command in work, as real paths. A .env inside the workspace
+        stays: the project may need it (the program's key belongs in its own .env)."""
+        home = Path.home()
+        places = [home / name for name in CREDENTIALS] + [key_file().parent, history_file(),
+                                                           os.getenv("HISTFILE"), self.own_env]
+        found = set()
+        for place in filter(None, places):
+            real = os.path.realpath(place)
+            if not os.path.lexists(real) or contains(real, work) or \
+                    any(contains(p, real) for p in PRIVATE) and not contains(work, real):
+                continue  # missing; holding the workspace; or in a private place the command sees afresh
+            if place == self.own_env and contains(work, real):
+                continue
+            found.add(real)
+        return sorted(found)
+
+    def environment(self, env: dict) -> dict:
+        return {**env, **CACHES} if self.on else env
+
+    def explain(self, output: str, command: str, workdir: Path) -> str:
+        """A line telling the model what the sandbox refused, if the output shows it did."""
+        if not self.on:
+            return ""
+        notes = [note for sign, note in REFUSALS.items() if sign in output]
+        home = str(Path.home())
+        named = [place for place in self.hidden(os.path.realpath(workdir))
+                 if place in output or place in command or place.replace(home, "~", 1) in command]
+        if named:
+            shown = ", ".join(p.replace(home, "~", 1) for p in named[:3])
+            notes.append(f"{shown} {'is' if len(named) == 1 else 'are'} hidden from commands (sandbox): "
+                         "credentials and histories stay out of reach")
+        return "".join(f"\n[{note}]" for note in notes)
+
+
+def contains(folder: str, path: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip("/") + "/")
+
+
+def find_sandbox(wanted: bool = True, network: bool = True, own_env: Path | None = None) -> Sandbox:
+    """The sandbox this system allows, tried once with a command that does nothing; or why there is none."""
+    if not wanted:
+        return Sandbox(why_not="SANDBOX=off")
+    if not sys.platform.startswith("linux"):
+        return Sandbox(why_not=f"bubblewrap runs on Linux only, and this is {sys.platform}")
+    if not shutil.which("bwrap"):
+        return Sandbox(why_not=f"bubblewrap (bwrap) is not installed; to confine commands: {INSTALL}")
+    sandbox = Sandbox(on=True, network=network, own_env=own_env)
+    try:
+        tried = subprocess.run(sandbox.command("true", Path.cwd()), stdin=subprocess.DEVNULL,
+                               capture_output=True, timeout=PROBE_SECONDS, text=True, errors="replace")
+    except (OSError, subprocess.TimeoutExpired) as err:
+        return Sandbox(why_not=f"bubblewrap could not start ({err})")
+    if tried.returncode != 0:
+        said = (tried.stderr.strip().splitlines() or ["no reason given"])[-1]
+        return Sandbox(why_not=f"bubblewrap could not start ({said}); user namespaces may be off on this system")
+    return sandbox
+
+
+def start_up_line(sandbox: Sandbox) -> str:
+    """What start-up says when commands are not confined ("" when they are, or were turned off)."""
+    if sandbox.on or sandbox.why_not == "SANDBOX=off":
+        return ""
+    return (f"[sandbox] commands are not sandboxed: {sandbox.why_not}. The permission check still reads each "
+            "command, but not the scripts it runs.")
+
+
+EMPTY = {}  # process id -> the empty file it made
+
+
+def empty_file() -> str:
+    """A read-only empty file, laid over a hidden one; removed when the program that made it
+    ends (a forked child has its own)."""
+    path = EMPTY.get(os.getpid())
+    if path is None or not os.path.isfile(path):
+        handle, path = tempfile.mkstemp(prefix="s08-hidden-")
+        os.close(handle)
+        os.chmod(path, 0o444)
+        atexit.register(remove_empty, os.getpid(), path)
+        EMPTY[os.getpid()] = path
+    return path
+
+
+def remove_empty(maker: int, path: str) -> None:
+    if os.getpid() == maker:
+        Path(path).unlink(missing_ok=True)
