@@ -8,8 +8,7 @@ Machinery the chapter does not need. It reads the text of the command, so it can
 what that text becomes when it runs: a script the command runs, a variable's value, text
 built and then eval'ed, an alias. Words it cannot know (a command named by a variable)
 make it ask; what a script does inside is not checked. Only an operating-system sandbox
-(a container, bubblewrap, sandbox-exec, seccomp or Landlock) confines a command whatever
-it says.
+confines a command whatever it says: sandbox.py, where bubblewrap is installed.
 """
 
 import glob
@@ -33,6 +32,7 @@ DENY_PATTERNS = [r"\brm\s+-[a-zA-Z]*r[a-zA-Z]*f?\s+(/|~|\$HOME)(\s|$)", r"\bsudo
 DEVICES = ("/dev/null", "/dev/stdout", "/dev/stderr", "/dev/tty", "/dev/fd", "/proc/self/fd")
 READABLE = DEVICES + ("/dev/zero", "/dev/random", "/dev/urandom", "/dev/stdin",
                       "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+PRIVATE = ("/tmp", "/dev/shm")      # in the sandbox, each command's own: it reads only what it wrote there
 
 # Commands that only read what they are given: they may look into the program's own folders.
 READ_ONLY = {"cat", "less", "more", "head", "tail", "grep", "egrep", "fgrep", "rg", "ag", "ls", "wc", "file", "stat",
@@ -127,6 +127,7 @@ class Judge:
 
     def __init__(self, workdir: Path, sandboxed: bool = False):
         self.top, self.sandboxed = Path(os.path.normpath(workdir.absolute())), sandboxed
+        self.readable = READABLE + PRIVATE if sandboxed else READABLE
         self.root, self.cwd, self.home = workdir.resolve(), self.top, str(Path.home())
         self.reasons, self.depth, self.running = [], 0, ""
 
@@ -208,13 +209,13 @@ class Judge:
                      "them in a form redaction cannot see (hex, folded, spaced)")
         if word.expands:  # judged by what comes before the first $: /proc/$PPID/environ is in /proc
             known = word.split("$", 1)[0]
-            if "/" in known and self.outside(make_word(known.rpartition("/")[0] or "/"), READABLE):
+            if "/" in known and self.outside(make_word(known.rpartition("/")[0] or "/"), self.readable):
                 self.ask(f"{verb} {word}, in {self.path(known)}, outside the workspace")
             elif not known and "/" in word:
                 self.ask(f"{verb} a path known only when it runs ({word})")
         elif word.startswith("file://"):
             self.check_path(make_word(word[len("file://"):]), verb)
-        elif word and self.outside(word, READABLE):
+        elif word and self.outside(word, self.readable):
             self.ask(f"{verb} {self.leads(self.path(word))}, outside the workspace")
         elif word.globs:  # */secret.txt may pass through a link that leads out
             outside = [m for m in glob.glob(str(self.path(word)))[:COPY_WALK_LIMIT] if self.outside(make_word(m))]

@@ -502,6 +502,35 @@ def show(results: dict, session: Session, scaling: dict, window: int, targets: b
         print(f"  [{'not run' if ok is None else 'met' if ok else 'MISSED'}] {label}")
 
 
+# ---------------------------------------------------------------- the sandbox's cost
+SANDBOX_TARGET_MS = 50              # added to a trivial command by bubblewrap, at most
+
+
+def show_sandbox(runs: int = 41) -> int:
+    """The median time of `true` through the bash tool's run_command, with and without bubblewrap."""
+    import commands
+    import sandbox
+    confined = sandbox.find_sandbox()
+    if not confined.on:
+        print(f"Sandbox: {confined.why_not}; nothing to measure")
+        return 1
+    medians = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, chosen in (("without", sandbox.Sandbox()), ("in bubblewrap", confined)):
+            seconds = []
+            for _ in range(runs):
+                started = time.perf_counter()
+                commands.run_command("true", cwd=Path(tmp), timeout=10, outputs=Path(tmp) / "out", secrets=[],
+                                     call_id="bench", sandbox=chosen)
+                seconds.append(time.perf_counter() - started)
+            medians[name] = statistics.median(seconds) * 1000
+            print(f"  `true` {name:<14} median {medians[name]:6.1f} ms over {runs} runs")
+    added = medians["in bubblewrap"] - medians["without"]
+    print(f"  [{'met' if added < SANDBOX_TARGET_MS else 'MISSED'}] added by the sandbox: {added:.1f} ms "
+          f"(target < {SANDBOX_TARGET_MS} ms)")
+    return 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--replay", type=Path, help="a transcript (.jsonl) the program wrote")
@@ -510,8 +539,11 @@ def main(argv=None) -> int:
     parser.add_argument("--turns", type=int, default=40, help="user turns in the scripted session")
     parser.add_argument("--no-timing", action="store_true", help="skip the pipeline timings by history length")
     parser.add_argument("--ahead", action="store_true", help="only the summaries written ahead, in real time")
+    parser.add_argument("--sandbox", action="store_true", help="only the time bubblewrap adds to a command")
     parser.add_argument("--cache-ttl", choices=("5m", "1h"), default="5m", help="the prompt cache's life (CACHE_TTL)")
     args = parser.parse_args(argv)
+    if args.sandbox:
+        return show_sandbox()
     code = load_code()
     if args.ahead:
         show_ahead(code)

@@ -123,7 +123,8 @@ def make_agent(s08, fake, workspace, sandbox):
         # no waiting; and no summary written in the background, whose requests would interleave with
         # the scripted ones at a time no test sets (test_summary_ahead.py turns it on and orders them)
         settings = replace(s08.Settings.for_window("claude-test", window), retry_base_seconds=0.0, summary_ahead=None)
-        overrides = {"tools": sandbox.tools(s08.TOOLS), "sandbox": sandbox, **overrides}
+        chosen = overrides.get("sandbox", sandbox)
+        overrides = {"tools": chosen.tools(s08.TOOLS), "sandbox": chosen, **overrides}
         agent = s08.Agent(client=client, settings=settings,
                           workdir=workspace, system=s08.build_system_prompt(workspace, skills),
                           skills=skills, out=Printed(),

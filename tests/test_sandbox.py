@@ -1,0 +1,186 @@
+"""bash in bubblewrap: what a command (and any script it runs) can no longer reach, what
+ordinary work still does, and what happens where there is no bubblewrap."""
+
+import os
+import socket
+import subprocess
+
+import pytest
+import sandbox as sandbox_module
+from conftest import context_report, processes_with, run_cli, wait_until
+from fake_anthropic import text, tool_use, tool_uses
+
+needs_bwrap = pytest.mark.skipif(not sandbox_module.find_sandbox().on,
+                                 reason="bubblewrap is not installed here, or cannot start (.ci/run installs it "
+                                        "where it can: apt install bubblewrap)")
+
+HOSTILE_PY = """\
+import os, subprocess
+home = os.environ["HOME"]
+def attempt(what, action):
+    try:
+        print(what, "->", action())
+    except OSError as err:
+        print(what, "-> refused:", err)
+attempt("delete", lambda: os.remove({outside!r}))
+attempt("home", lambda: open(os.path.join(home, "pwned.txt"), "w").write("pwned"))
+attempt("ssh", lambda: open(os.path.join(home, ".ssh", "id_rsa")).read())
+attempt("env", lambda: open({own_env!r}).read())
+attempt("log", lambda: open({log!r}, "a").write("forged\\n"))
+subprocess.Popen(["setsid", "sleep", "60.{marker}"], start_new_session=True)
+print("daemon started")
+"""
+HOSTILE_SH = """\
+rm -f {outside}
+echo pwned > "$HOME/pwned.txt"
+cat "$HOME/.ssh/id_rsa"
+cat {own_env}
+echo forged >> {log}
+(setsid sleep 61.{marker} &)
+echo done
+"""
+
+
+@pytest.fixture
+def hostile(workspace, beyond_tmp, marker, monkeypatch):
+    """A home with a private key, the program's own folder with its .env, a file outside the
+    workspace, a session log: all out of the workspace's reach but the log, which is inside."""
+    home, program, ws = beyond_tmp / "home", beyond_tmp / "program", workspace
+    for folder in (home / ".ssh", program, ws / ".transcripts"):
+        folder.mkdir(parents=True)
+    (home / ".ssh" / "id_rsa").write_text("-----BEGIN PRIVATE KEY----- SSH-KEY-BODY\n")
+    (program / ".env").write_text("ANTHROPIC_API_KEY=sk-ant-PROGRAM-OWN-KEY-0123456789\n")
+    (beyond_tmp / "outside.txt").write_text("keep me\n")
+    log = ws / ".transcripts" / "session-20261125-000000-abcdef12.jsonl"
+    log.write_text('{"role": "user"}\n')
+    monkeypatch.setenv("HOME", str(home))
+    places = {"outside": str(beyond_tmp / "outside.txt"), "own_env": str(program / ".env"), "log": str(log),
+              "marker": marker}
+    (ws / "x.py").write_text(HOSTILE_PY.format(**places))
+    (ws / "x.sh").write_text(HOSTILE_SH.format(**places))
+    return ws, sandbox_module.find_sandbox(own_env=program / ".env")
+
+
+@needs_bwrap
+@pytest.mark.parametrize("command", ["python3 x.py", "sh x.sh"])
+def test_a_script_the_command_runs_reaches_nothing_past_the_workspace(s08, make_agent, fake, hostile, marker,
+                                                                      beyond_tmp, command):
+    ws, confined = hostile
+    agent = make_agent(sandbox=confined, confirm=lambda question: pytest.fail(f"asked: {question}"))
+    fake.reply(tool_use("bash", {"command": command}), text("Done."))
+    assert s08.take_turn(agent, [], "build it")
+    said = fake.main_requests[1]["messages"][-1]["content"][0]["content"]
+    assert (beyond_tmp / "outside.txt").read_text() == "keep me\n"
+    assert not (beyond_tmp / "home" / "pwned.txt").exists()
+    assert (ws / ".transcripts" / "session-20261125-000000-abcdef12.jsonl").read_text() == '{"role": "user"}\n'
+    assert "SSH-KEY-BODY" not in said and "PROGRAM-OWN-KEY" not in said
+    assert "Read-only file system" in said and "read-only outside the workspace" in said, said
+    assert "is hidden from commands (sandbox)" in said or "are hidden from commands (sandbox)" in said, said
+    wait_until(lambda: not processes_with(marker), timeout=5)  # the daemon ended with the command's namespace
+
+
+@needs_bwrap
+def test_ordinary_work_still_works_in_the_sandbox(s08, make_agent, fake, workspace, marker):
+    ws = workspace
+    (ws / "Makefile").write_text("all:\n\techo made > made.txt\n")
+    agent = make_agent(sandbox=sandbox_module.find_sandbox())
+    commands = {"python3 -c 'print(6 * 7)'": "42",
+                "git init -q . && echo hi > a.txt && git add a.txt && git status --short": "A  a.txt",
+                "git -c user.name=t -c user.email=t@t commit -qm first && git log --oneline": "first",
+                "make -s && cat made.txt": "made", "python3 -m pip --version": "pip ",
+                f"echo scratch > /tmp/s08-{marker} && cat /tmp/s08-{marker}": "scratch",  # /tmp: its own
+                "echo written > out.txt && cat out.txt": "written"}
+    fake.reply(tool_uses([("bash", {"command": c}) for c in commands]), text("Done."))
+    assert s08.take_turn(agent, [], "work")
+    results = fake.main_requests[1]["messages"][-1]["content"]
+    for result, (command, expected) in zip(results, commands.items()):
+        assert expected in result["content"] and not result.get("is_error"), (command, result["content"])
+    assert (ws / "out.txt").read_text() == "written\n" and (ws / ".git").is_dir()
+    assert not os.path.exists(f"/tmp/s08-{marker}"), "the command's /tmp is private, and thrown away"
+    bash = next(t for t in fake.main_requests[0]["tools"] if t["name"] == "bash")
+    assert "every process a command starts ends with it" in bash["description"]
+
+
+@needs_bwrap
+def test_the_network_setting_closes_the_network(s08, make_agent, fake, workspace):
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    probe = f"python3 -c \"import socket; socket.create_connection(('127.0.0.1', {port}), 2); print('reached')\""
+    try:
+        for network, reached in ((True, True), (False, False)):
+            agent = make_agent(sandbox=sandbox_module.find_sandbox(network=network))
+            fake.replies.clear()
+            fake.reply(tool_use("bash", {"command": probe}), text("Done."))
+            assert s08.take_turn(agent, [], "try the network")
+            said = fake.main_requests[-1]["messages"][-1]["content"][0]["content"]
+            assert ("reached" in said) == reached, said
+            assert ("There is no network." in agent.tools[0]["description"]) != network
+    finally:
+        listener.close()
+
+
+@needs_bwrap
+def test_the_program_says_which_mode_it_runs_in(s08, make_agent, fake):
+    agent = make_agent(sandbox=sandbox_module.find_sandbox(network=False))
+    assert "Commands: sandbox bubblewrap: read-only outside the workspace, network off" in \
+        context_report(s08, agent, [])
+    agent = make_agent(sandbox=sandbox_module.find_sandbox(wanted=False))
+    assert "Commands: sandbox off (SANDBOX=off)" in context_report(s08, agent, [])
+
+
+def path_without_bwrap(folder, bwrap: str | None = None) -> str:
+    """A PATH with bash and the tools the commands below use, and no bubblewrap (or a broken one)."""
+    folder.mkdir()
+    for tool in ("bash", "sh", "cat", "ls"):
+        (folder / tool).symlink_to(subprocess.run(["bash", "-c", f"command -v {tool}"], capture_output=True,
+                                                  text=True).stdout.strip())
+    if bwrap is not None:
+        (folder / "bwrap").write_text(bwrap)
+        (folder / "bwrap").chmod(0o755)
+    return str(folder)
+
+
+@pytest.mark.parametrize("bwrap, said", [
+    (None, "[sandbox] commands are not sandboxed: bubblewrap (bwrap) is not installed; to confine commands: "
+           "apt install bubblewrap, or dnf install bubblewrap."),
+    ("#!/bin/sh\necho 'bwrap: No permissions to create new namespace' >&2\nexit 1\n",
+     "[sandbox] commands are not sandboxed: bubblewrap could not start (bwrap: No permissions to create new "
+     "namespace); user namespaces may be off on this system.")], ids=["missing", "refused"])
+def test_without_a_working_bubblewrap_commands_run_as_before_and_start_up_says_so(fake, beyond_tmp, bwrap, said):
+    ws = beyond_tmp / "ws"
+    ws.mkdir()
+    fake.reply(tool_use("bash", {"command": f"echo pwned > {beyond_tmp}/new.txt"}), text("Done."))
+    done = run_cli(fake, ws, "write outside\n", PATH=path_without_bwrap(beyond_tmp / "bin", bwrap), SANDBOX="on")
+    assert done.returncode == 0, done.stderr
+    assert said in " ".join(done.stdout.split()), done.stdout
+    assert done.stdout.count("[sandbox]") == 1
+    result = fake.main_requests[1]["messages"][-1]["content"][0]
+    assert result.get("is_error") and result["content"].startswith("Permission denied: `echo pwned"), \
+        "without the sandbox, a write outside asks as it always did"
+    assert not (beyond_tmp / "new.txt").exists()
+    bash = next(t for t in fake.main_requests[0]["tools"] if t["name"] == "bash")
+    assert "sandbox" not in bash["description"]
+
+
+def test_sandbox_off_is_a_setting_and_a_wrong_value_is_named(fake, workspace):
+    done = run_cli(fake, workspace, "", SANDBOX="maybe")
+    assert done.returncode == 2 and "SANDBOX='maybe' must be on or off." in done.stderr
+    fake.reply(text("Hello."))
+    done = run_cli(fake, workspace, "hi\n", SANDBOX="off")
+    assert done.returncode == 0 and "[sandbox]" not in done.stdout, done.stdout
+    bash = next(t for t in fake.main_requests[0]["tools"] if t["name"] == "bash")
+    assert "sandbox" not in bash["description"]
+
+
+@needs_bwrap
+def test_the_real_program_runs_its_commands_in_the_sandbox(fake, beyond_tmp):
+    ws = beyond_tmp / "ws"
+    ws.mkdir()
+    fake.reply(tool_use("bash", {"command": f"echo pwned > {beyond_tmp}/new.txt; echo $$"}), text("Done."))
+    done = run_cli(fake, ws, "write outside\n", SANDBOX="on")  # the default, whatever runs the suite
+    assert done.returncode == 0 and "[sandbox]" not in done.stdout, done.stdout
+    said = fake.main_requests[1]["messages"][-1]["content"][0]["content"]
+    assert "read-only outside the workspace" in said and not (beyond_tmp / "new.txt").exists(), said
+    assert "\n2\n" in f"\n{said}\n", "the shell is the second process of a PID namespace of its own"
+    bash = next(t for t in fake.main_requests[0]["tools"] if t["name"] == "bash")
+    assert "Commands run in a sandbox" in bash["description"]
