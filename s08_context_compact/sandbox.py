@@ -23,7 +23,7 @@ from pathlib import Path
 
 from log_checks import key_file
 from terminal import history_file
-from workspace_io import OWN_FOLDERS
+from workspace_io import OWN_FOLDERS, own_folder
 
 # Under $HOME: where keys, tokens and passwords live, and the shells' histories (a typed
 # password, an exported token). Each is replaced by an empty folder or file inside.
@@ -80,9 +80,13 @@ class Sandbox:
         work = os.path.realpath(workdir)
         argv = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
                 "--bind", work, work]
-        for own in OWN_FOLDERS:  # the session log and saved outputs: readable, never rewritten
-            if os.path.isdir(path := os.path.join(work, own)):
-                argv += ["--ro-bind", path, path]
+        for own in OWN_FOLDERS:  # the session log and saved outputs: readable, never rewritten (nor made)
+            try:
+                own_folder(Path(work), own)
+            except OSError:  # a link or a file planted there: the program writes nothing through it
+                continue
+            path = os.path.join(work, own)
+            argv += ["--ro-bind", path, path]
         for place in self.hidden(work):
             if os.path.isdir(place):
                 argv += ["--tmpfs", place, "--remount-ro", place]

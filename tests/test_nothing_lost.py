@@ -110,8 +110,16 @@ def test_a_form_that_deletes_empties_or_overwrites_asks_first(s08, make_agent, f
 
 
 @pytest.fixture
-def outside_secret(tmp_path, workspace):
-    elsewhere = tmp_path / "elsewhere"
+def workspace(beyond_tmp):
+    """Beside the folder outside_secret makes, both out of /tmp: in the sandbox, a path in /tmp
+    is the command's own (empty) /tmp, which a read may reach without asking."""
+    (beyond_tmp / "ws").mkdir()
+    return beyond_tmp / "ws"
+
+
+@pytest.fixture
+def outside_secret(beyond_tmp, workspace):
+    elsewhere = beyond_tmp / "elsewhere"
     elsewhere.mkdir()
     (elsewhere / "secret.txt").write_text("OUTSIDE-ONLY-TEXT\n")
     (workspace / "link").symlink_to(elsewhere)

@@ -27,6 +27,7 @@ attempt("home", lambda: open(os.path.join(home, "pwned.txt"), "w").write("pwned"
 attempt("ssh", lambda: open(os.path.join(home, ".ssh", "id_rsa")).read())
 attempt("env", lambda: open({own_env!r}).read())
 attempt("log", lambda: open({log!r}, "a").write("forged\\n"))
+attempt("move", lambda: __import__("shutil").move(".transcripts", "old-transcripts"))
 subprocess.Popen(["setsid", "sleep", "60.{marker}"], start_new_session=True)
 print("daemon started")
 """
@@ -36,6 +37,7 @@ echo pwned > "$HOME/pwned.txt"
 cat "$HOME/.ssh/id_rsa"
 cat {own_env}
 echo forged >> {log}
+mv .transcripts old-transcripts
 (setsid sleep 61.{marker} &)
 echo done
 """
@@ -72,6 +74,7 @@ def test_a_script_the_command_runs_reaches_nothing_past_the_workspace(s08, make_
     said = fake.main_requests[1]["messages"][-1]["content"][0]["content"]
     assert (beyond_tmp / "outside.txt").read_text() == "keep me\n"
     assert not (beyond_tmp / "home" / "pwned.txt").exists()
+    # neither moved (a copy may be made: the workspace is writable) nor changed
     assert (ws / ".transcripts" / "session-20261125-000000-abcdef12.jsonl").read_text() == '{"role": "user"}\n'
     assert "SSH-KEY-BODY" not in said and "PROGRAM-OWN-KEY" not in said
     assert "Read-only file system" in said and "read-only outside the workspace" in said, said
@@ -184,3 +187,15 @@ def test_the_real_program_runs_its_commands_in_the_sandbox(fake, beyond_tmp):
     assert "\n2\n" in f"\n{said}\n", "the shell is the second process of a PID namespace of its own"
     bash = next(t for t in fake.main_requests[0]["tools"] if t["name"] == "bash")
     assert "Commands run in a sandbox" in bash["description"]
+
+
+@needs_bwrap
+def test_a_subagents_commands_run_in_the_same_sandbox(s08, make_agent, fake, beyond_tmp):
+    agent = make_agent(sandbox=sandbox_module.find_sandbox())
+    fake.reply(tool_use("task", {"prompt": "write the file", "description": "writer"}),
+               tool_use("bash", {"command": f"echo pwned > {beyond_tmp}/new.txt"}, "toolu_sub"),
+               text("It could not."), text("Done."))
+    assert s08.take_turn(agent, [], "delegate")
+    said = next(b["content"] for r in fake.requests for m in r.get("messages", []) if isinstance(m["content"], list)
+                for b in m["content"] if b.get("tool_use_id") == "toolu_sub")
+    assert "read-only outside the workspace" in said and not (beyond_tmp / "new.txt").exists(), said

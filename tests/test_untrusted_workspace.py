@@ -108,10 +108,11 @@ def test_a_deleted_log_is_written_again_and_odd_session_files_are_skipped(fake, 
     outside.mkdir()
     (workspace / ".task_outputs").symlink_to(outside)
     # moving the program's folder asks; a script the command runs is not read, so that is how it goes
+    # without the sandbox (in it, the folder cannot be moved: test_sandbox.py)
     (workspace / "mover.py").write_text("import shutil\nshutil.move('.transcripts', 'old-transcripts')\n")
     fake.reply(tool_use("bash", {"command": "head -c 300000 /dev/zero | tr '\\0' z"}),
                tool_use("bash", {"command": f"{sys.executable} mover.py"}), text("Deleted."), text("Second answer."))
-    first = run_cli(fake, workspace, "hello\nsecond question\n", timeout=20)
+    first = run_cli(fake, workspace, "hello\nsecond question\n", timeout=20, SANDBOX="off")
     assert first.returncode == 0 and "Traceback" not in first.stderr
     assert not list(outside.iterdir()), "nothing was saved through the planted .task_outputs"
     assert first.stdout.count(".task_outputs is a link to") == 1
