@@ -24,6 +24,7 @@ from endpoint import (CONNECT_TIMEOUT, DEFAULT_WINDOW_SOURCE, IDLE_TIMEOUT, Endp
 from redaction import Redactor, secret_values
 from sandbox import Sandbox, find_sandbox, start_up_line
 from session_log import SessionRefused, find_session, list_sessions, logged_endpoint
+from session_picture import report_line
 from startup import (StartupError, base_url_setting, check_credentials, check_model, keep_keys_home, load_dotenv_files,
                      tidy_settings)
 from terminal import WarningsOnce, banner, printable
@@ -125,6 +126,9 @@ def parse_arguments(argv):
     parser.add_argument("--resume", nargs="?", const="latest", metavar="ID",
                         help="continue the most recent session in this folder, or session ID")
     parser.add_argument("--list", action="store_true", help="list this folder's sessions and exit")
+    parser.add_argument("--report", nargs="?", const="latest", metavar="ID",
+                        help="write a picture of the most recent session in this folder (or session ID) as an "
+                        "HTML page, say where, and exit")
     parser.add_argument("--demo", action="store_true",
                         help="watch every layer fire, offline: a scripted model, no API key needed")
     parser.add_argument("--no-pause", action="store_true", help="with --demo: do not wait for Enter between steps")
@@ -170,7 +174,7 @@ class Config:
 def configure(argv) -> Config | int:
     """The configuration, or an exit code once --list (or a mistake, explained) has been dealt with."""
     args = parse_arguments(argv)
-    if (args.demo or not args.list) and (missing := missing_requirements()):
+    if (args.demo or not (args.list or args.report)) and (missing := missing_requirements()):
         root = Path(__file__).resolve().parent.parent
         print(INSTALL_HELP.format(python=sys.executable, missing=" and ".join(missing), root=root,
                                   make_venv="" if (root / ".venv").is_dir() else "python3 -m venv .venv && "),
@@ -181,6 +185,13 @@ def configure(argv) -> Config | int:
     if args.list:
         print(list_sessions(Path.cwd(), shutil.get_terminal_size().columns if sys.stdout.isatty() else None))
         return 0
+    if args.report:
+        try:
+            said = report_line(find_session(Path.cwd(), args.report))
+        except ValueError as err:
+            said = f"[report] {err}".replace("start one without --resume", "start one first")
+        print(printable(said), file=sys.stdout if said.startswith("[report] a picture") else sys.stderr)
+        return 0 if said.startswith("[report] a picture") else 2
     try:
         return configure_session(args)
     except StartupError as err:  # a setting it cannot start with: one line that names it and the fix

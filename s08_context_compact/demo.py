@@ -22,6 +22,7 @@ import anthropic
 
 from fake_anthropic import FakeAnthropic, error, server_error, text, tool_use
 from report import TOOL_MARK
+from session_picture import report_line
 from terminal import STYLES, cut_to_width, format_tokens, terminal_columns
 
 WINDOW = 12_000
@@ -187,7 +188,9 @@ def run(code, pause: bool) -> int:
         skills = code.discover_skills([Path(code.__file__).resolve().parent / "skills"])
         agent = code.Agent(client=client, settings=settings,
                            workdir=workspace, tools=code.TOOLS, skills=skills, color=terminal, fit_width=terminal,
-                           system=code.build_system_prompt(workspace, skills),
+                           # named by its folder alone: the sizes (and the chapter's picture) are the same
+                           # wherever the system keeps temporary folders
+                           system=code.build_system_prompt(Path(workspace.name), skills),
                            confirm=lambda question: (False, "the demo answers no"), out=FoldedReplies())
         agent.out.agent = agent
         code.install_default_hooks(agent)
@@ -207,6 +210,7 @@ def run(code, pause: bool) -> int:
         f"{len(outputs)} saved tool outputs to {workspace / '.task_outputs'}.\n"
         f"The session log is {agent.log.path}. Open them to see what each layer removed, and where it went.",
         "title")
+    say(report_line(agent.log.path), "title")
     agent.out.flush()
     return 0
 

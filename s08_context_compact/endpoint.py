@@ -290,6 +290,8 @@ def send_request(agent, request: dict, sent_tokens: int, on_text=None, label: st
         raise ContextOverflow(overflow, sent_tokens, max_tokens)
     prompt_tokens, usage = usage_prompt_tokens(agent.endpoint, usage, sent_tokens)
     record_usage(agent, usage)
+    if agent.log:
+        agent.log.call(agent, prompt_tokens or sent_tokens, bool(prompt_tokens), usage, label)
     agent.endpoint.accepted(prompt_tokens or sent_tokens, max_tokens, measured=bool(prompt_tokens))
     # A secret the model repeats in its text goes no further. Its tool inputs run as written (a
     # .env value may be an ordinary word it means); they are redacted wherever they are sent,

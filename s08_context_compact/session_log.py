@@ -109,6 +109,14 @@ class SessionLog:
     def layer(self, name: str, saved_to: list, tokens_saved: int) -> None:
         self.write({"type": "layer", "layer": name, "saved_to": saved_to, "tokens_saved": tokens_saved})
 
+    def call(self, agent, size: int, exact: bool, usage: dict, label: str) -> None:
+        """One model call: the context it carried, the limits it was held to then, what it was
+        billed as. session_picture.py draws the session from these."""
+        s = agent.settings
+        mark = agent.state.ahead.mark(s.threshold, s.summary_ahead) if s.summary_ahead else None
+        self.write({"type": "call", "context_tokens": size, "exact": exact, "usage": usage, "what": label,
+                    "window": s.window, "threshold": s.threshold, "micro_trigger": s.micro_trigger, "mark": mark})
+
     def write(self, record: dict) -> None:
         if self.failed:
             return
@@ -265,7 +273,7 @@ def read_session(path: Path, warn=None, chain: Chain | None = None) -> list:
             history = record["messages"]
         elif kind == "rewrite" and (rewritten := apply_rewrite(history, record.get("parts"))) is not None:
             history = rewritten
-        elif kind not in ("session", "endpoint", "layer"):
+        elif kind not in ("session", "endpoint", "layer", "call"):
             skipped += 1
     if skipped and warn:
         warn(f"[session log] skipped {skipped} unreadable record(s) in {path.name}")

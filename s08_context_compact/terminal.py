@@ -195,11 +195,13 @@ HELP = """Commands:
   /context          what fills the context, and how close it is to auto-compact
   /clear            start a new conversation (the session log keeps the old one)
   /undo, /redo      put back the files your last request changed; /redo undoes that
+  /report           a picture of this session (an HTML page): the context, each layer, the cost
   /help             this text
   /exit, q          leave (so do /quit, exit, quit, Ctrl-D and Ctrl-C twice)
 Ctrl-C stops the model or a tool and returns here; the conversation is kept.
 A paste of several lines is one message; so is a block typed between two lines of \"\"\".
-Run with --list to see this folder's sessions, --resume [ID] to continue one."""
+Run with --list to see this folder's sessions, --resume [ID] to continue one, --report [ID] to
+picture one."""
 
 
 def say(agent, text: str, style: str = "", cut: bool = False) -> None:

@@ -14,6 +14,7 @@ from endpoint import explain_api_error
 from history import append_message, blocks_of, own_text, replace_history, with_text
 from overflow import ContextOverflow
 from report import context_report, status_line
+from session_picture import report_line
 from terminal import HELP
 from tool_input import park_oversized_inputs
 
@@ -126,6 +127,8 @@ def report_command(agent, messages: list, command: str, tokens: int, measure) ->
     elif command == "/clear":
         agent.say("(A new conversation. The session log keeps the old one: --resume cannot bring it back, "
                   "but .transcripts/ has every message.)")
+    elif command == "/report":
+        agent.say(report_line(agent.log.path if agent.log and agent.log.file else None))
     elif command in ("/undo", "/redo"):
         said = agent.undo.at(agent.workdir, agent.say).step(back=command == "/undo")
         agent.say(said)

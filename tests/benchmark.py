@@ -39,6 +39,7 @@ import anthropic
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "s08_context_compact"))
 from fake_anthropic import FakeAnthropic, held, text, tool_uses  # noqa: E402
+from log_checks import Chain  # noqa: E402
 
 CODE = Path(__file__).resolve().parent.parent / "s08_context_compact" / "code.py"
 CONFIGS = {"full pipeline": {}, "with idle gaps": {"gaps": True}, "cheap layers off": {"cheap_layers": False}}
@@ -502,6 +503,48 @@ def show(results: dict, session: Session, scaling: dict, window: int, targets: b
         print(f"  [{'not run' if ok is None else 'met' if ok else 'MISSED'}] {label}")
 
 
+# ---------------------------------------------------------------- the session's picture
+REPORT_TARGETS = {"calls": 10_000, "bytes": 2_000_000, "seconds": 2.0}
+
+
+def long_log(path, calls: int) -> None:
+    """A signed log of `calls` model calls, a layer run every 20 and a summary every 500."""
+    chain, lines = Chain(), []
+    records = [{"type": "session", "id": "long", "model": "m", "window": 200_000}]
+    for n in range(calls):
+        if n % 25 == 0:
+            records.append({"type": "message", "message": {"role": "user", "content": "go on"},
+                            "prompt": f"step {n}: go on with the migration"})
+        records.append({"type": "call", "context_tokens": 20_000 + (n * 997) % 150_000, "exact": True,
+                        "usage": {"input_tokens": 50, "cache_creation_input_tokens": 900,
+                                  "cache_read_input_tokens": 20_000 + n % 7},
+                        "what": "waiting for the model", "window": 200_000, "threshold": 178_808,
+                        "micro_trigger": 125_165, "mark": 107_284})
+        if n % 20 == 19:
+            layer = "compact_history" if n % 500 == 499 else ("micro_compact", "snip_compact")[n % 40 == 39]
+            records.append({"type": "layer", "layer": layer, "tokens_saved": 30_000 + n,
+                            "saved_to": [str(path.parent / f"compact-{n}.jsonl")]})
+    for record in records:
+        lines.append(chain.signed(json.dumps(record)) + "\n")
+    path.write_text("".join(lines), encoding="utf-8")
+
+
+def show_report() -> int:
+    """How big the page of a 10,000-call session is, and how long it takes to write."""
+    import session_picture
+    with tempfile.TemporaryDirectory() as tmp:
+        log = Path(tmp) / ".transcripts" / "session-long.jsonl"
+        log.parent.mkdir()
+        long_log(log, REPORT_TARGETS["calls"])
+        started = time.perf_counter()
+        page = session_picture.write_report(log)
+        seconds, size = time.perf_counter() - started, page.stat().st_size
+    print(f"  a {REPORT_TARGETS['calls']:,}-call session: page of {size:,} bytes written in {seconds:.2f} s")
+    for name, value, target in (("bytes", size, REPORT_TARGETS["bytes"]), ("seconds", seconds, REPORT_TARGETS["seconds"])):
+        print(f"  [{'met' if value < target else 'MISSED'}] {name}: {value:,.2f} (target < {target:,})")
+    return 0
+
+
 # ---------------------------------------------------------------- the sandbox's cost
 SANDBOX_TARGET_MS = 50              # added to a trivial command by bubblewrap, at most
 
@@ -540,10 +583,13 @@ def main(argv=None) -> int:
     parser.add_argument("--no-timing", action="store_true", help="skip the pipeline timings by history length")
     parser.add_argument("--ahead", action="store_true", help="only the summaries written ahead, in real time")
     parser.add_argument("--sandbox", action="store_true", help="only the time bubblewrap adds to a command")
+    parser.add_argument("--report", action="store_true", help="only the size and time of a long session's picture")
     parser.add_argument("--cache-ttl", choices=("5m", "1h"), default="5m", help="the prompt cache's life (CACHE_TTL)")
     args = parser.parse_args(argv)
     if args.sandbox:
         return show_sandbox()
+    if args.report:
+        return show_report()
     code = load_code()
     if args.ahead:
         show_ahead(code)

@@ -1,18 +1,31 @@
 """--demo: the scripted walk through every layer, as a user runs it (no key, no network)."""
 
+import json
 import re
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from conftest import CODE
+from session_picture import COLOURS
+
+CHAPTER_PICTURE = CODE.parent / "images" / "demo-session.svg"
 
 
-def test_demo_runs_offline_and_every_layer_fires(tmp_path):
-    # no key, no endpoint, no model; the demo's workspace (mkdtemp) goes in this test's tmp_path, not /tmp
-    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "TMPDIR": str(tmp_path)}
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    """One run of the demo, as a user runs it: no key, no endpoint, no model; its workspace
+    (mkdtemp) in a folder of the tests', not /tmp."""
+    folder = tmp_path_factory.mktemp("demo")
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(folder), "TMPDIR": str(folder)}
     done = subprocess.run([sys.executable, str(CODE), "--demo", "--no-pause"], capture_output=True, text=True,
-                          cwd=tmp_path, env=env, timeout=60)
+                          cwd=folder, env=env, timeout=60)
+    return done, folder
+
+
+def test_demo_runs_offline_and_every_layer_fires(demo):
+    done, tmp_path = demo
     out = done.stdout
     assert done.returncode == 0, done.stderr
     assert "Traceback" not in done.stderr and "SCRIPTED model" in out
@@ -52,3 +65,29 @@ def test_demo_runs_offline_and_every_layer_fires(tmp_path):
     assert len(re.findall(r"^\[×3\] \[api\] 500 ", out, re.M)) == 3 and "(retry 2 of 3)" not in out
     assert "step.sh 15" not in out, "the middle of a run is not printed"
     assert out.count("Hooks are functions the agent calls") == 1 and "the fact ledger (ledger.py)" in out
+
+
+def test_the_demo_ends_with_its_picture_the_one_the_chapter_shows(demo):
+    done, _ = demo
+    assert done.returncode == 0, done.stderr
+    page = Path(re.search(r"\[report\] a picture of the session: (\S+\.html)", done.stdout).group(1))
+    assert page.is_file() and f"file://{page}" in done.stdout
+    chart = page.with_suffix(".svg").read_text(encoding="utf-8")
+    assert chart == CHAPTER_PICTURE.read_text(encoding="utf-8"), \
+        f"the demo's picture changed: copy {page.with_suffix('.svg')} to {CHAPTER_PICTURE} and look at it"
+    # one point per model call with its logged size, one mark per layer run with what it freed
+    records = [json.loads(line) for line in (page.parent / page.name.replace("report-", "session-")
+                                             .replace(".html", ".jsonl")).read_text().splitlines()]
+    steps = [r for r in records if r["type"] == "call" and r["what"] == "waiting for the model"]
+    assert len(re.findall(r"<circle ", chart)) == len(steps) > 40
+    assert all(f": {r['context_tokens']:,} tokens (counted by the endpoint)</title>" in chart for r in steps)
+    layers = [r for r in records if r["type"] == "layer"]
+    assert {r["layer"] for r in layers} == set(COLOURS)
+    for r in layers:
+        assert re.search(rf"<title>{r['layer']}( ×\d+)?: freed [\d,]+ tokens", chart), r
+    assert sum(int(m or 1) for m in re.findall(r'class="layer"><title>\w+(?: ×(\d+))?:', chart)) == len(layers)
+    html = page.read_text(encoding="utf-8")
+    transcripts = {p for r in layers for p in r["saved_to"] if p.endswith(".jsonl")}
+    assert transcripts and all(f'<a href="{Path(p).name}">' in html for p in transcripts if Path(p).exists())
+    assert "summary by fallback" in html and "summary by the model" in html and "<details>" in html
+    assert "<script" not in html and "http" not in html.replace('xmlns="http://www.w3.org/2000/svg"', "")

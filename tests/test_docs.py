@@ -22,7 +22,7 @@ CHAPTER_MAX_WORDS = 3_500
 MACHINERY = ("endpoint", "overflow", "history", "session_log", "terminal", "report", "turns", "repeat_reads", "redaction",
              "workspace_io", "command_risks", "shell_words", "ledger", "cli", "startup", "tool_input", "surrogates",
              "replies", "commands", "log_checks", "log_repair",
-             "request_forms", "undo", "summary_ahead", "sandbox")
+             "request_forms", "undo", "summary_ahead", "sandbox", "session_picture")
 # Names of the API, of LiteLLM, of settings read from the environment, and the layers' settings fields.
 KNOWN_ELSEWHERE = {"tool_use", "tool_result", "tool_choice", "max_tokens", "input_tokens", "cache_control",
                    "max_input_tokens", "invalid_request_error", "count_tokens", "read_file", "write_file",
