@@ -78,8 +78,11 @@ class Sandbox:
         if not self.on:
             return ["bash", "-c", script]
         work = os.path.realpath(workdir)
-        argv = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
-                "--bind", work, work]
+        argv = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
+        for python in {os.path.realpath(sys.prefix), os.path.realpath(sys.base_prefix)}:
+            if contains("/tmp", python):  # the program's own Python (a virtual environment in /tmp) stays usable
+                argv += ["--ro-bind", python, python]
+        argv += ["--bind", work, work]
         for own in OWN_FOLDERS:  # the session log and saved outputs: readable, never rewritten (nor made)
             try:
                 own_folder(Path(work), own)
