@@ -1332,7 +1332,7 @@ def check_permission(name: str, args: dict, workdir: Path, sandboxed: bool = Fal
         command = str(args.get("command", ""))
         deny, ask = command_risks(command, workdir, sandboxed)
         if deny or ask:
-            return "deny" if deny else "ask", f"`{one_line(command, 100)}` {'; '.join(deny or ask)}"
+            return "deny" if deny else "ask", f"`{one_line(command, 2000)}` {'; '.join(deny or ask)}"  # whole, to judge
     if name in FILE_TOOLS:
         path = str(args.get("path", "."))
         if inside_workspace(workdir, path) is None:

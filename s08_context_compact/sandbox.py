@@ -35,11 +35,11 @@ CREDENTIALS = (".ssh", ".gnupg", ".aws", ".azure", ".kube", ".docker", ".config/
 # Tools cache under $HOME, which is read-only: these settings send their caches to the
 # command's private /tmp, thrown away with it.
 CACHES = {"XDG_CACHE_HOME": "/tmp/.cache", "PIP_CACHE_DIR": "/tmp/.cache/pip", "npm_config_cache": "/tmp/.cache/npm",
-          "YARN_CACHE_FOLDER": "/tmp/.cache/yarn", "GOCACHE": "/tmp/.cache/go-build", "GOMODCACHE": "/tmp/.cache/go-mod",
-          "TMPDIR": "/tmp"}
+          "YARN_CACHE_FOLDER": "/tmp/.cache/yarn", "GOCACHE": "/tmp/.cache/go-build",
+          "GOMODCACHE": "/tmp/.cache/go-mod", "TMPDIR": "/tmp"}
 PRIVATE = ("/tmp", "/dev", "/proc")  # made afresh for each command: nothing of the real ones shows
 PROBE_SECONDS = 10
-INSTALL = "apt install bubblewrap, or dnf install bubblewrap"
+INSTALL = "apt or dnf install bubblewrap"
 # What a refused command prints, and what to tell the model it means.
 REFUSALS = {"Read-only file system": "the file system is read-only outside the workspace, and in its "
             f"{', '.join(f + '/' for f in OWN_FOLDERS)} (sandbox); write inside the workspace, or in /tmp, "
@@ -61,7 +61,7 @@ class Sandbox:
 
     def describe(self) -> str:
         if not self.on:
-            return f"off ({self.why_not})"
+            return f"off: {self.why_not}"
         return f"bubblewrap: read-only outside the workspace, network {'on' if self.network else 'off'}"
 
     def tools(self, tools: list) -> list:
@@ -144,18 +144,18 @@ def find_sandbox(wanted: bool = True, network: bool = True, own_env: Path | None
     if not wanted:
         return Sandbox(why_not="SANDBOX=off")
     if not sys.platform.startswith("linux"):
-        return Sandbox(why_not=f"bubblewrap runs on Linux only, and this is {sys.platform}")
+        return Sandbox(why_not=f"bubblewrap runs on Linux only, not {sys.platform}")
     if not shutil.which("bwrap"):
-        return Sandbox(why_not=f"bubblewrap (bwrap) is not installed; to confine commands: {INSTALL}")
+        return Sandbox(why_not=f"bwrap is not installed ({INSTALL})")
     sandbox = Sandbox(on=True, network=network, own_env=own_env)
     try:
         tried = subprocess.run(sandbox.command("true", Path.cwd()), stdin=subprocess.DEVNULL,
                                capture_output=True, timeout=PROBE_SECONDS, text=True, errors="replace")
     except (OSError, subprocess.TimeoutExpired) as err:
-        return Sandbox(why_not=f"bubblewrap could not start ({err})")
+        return Sandbox(why_not=f"bwrap could not start: {err}")
     if tried.returncode != 0:
         said = (tried.stderr.strip().splitlines() or ["no reason given"])[-1]
-        return Sandbox(why_not=f"bubblewrap could not start ({said}); user namespaces may be off on this system")
+        return Sandbox(why_not=f"bwrap could not start: {said}")
     return sandbox
 
 
@@ -163,8 +163,7 @@ def start_up_line(sandbox: Sandbox) -> str:
     """What start-up says when commands are not confined ("" when they are, or were turned off)."""
     if sandbox.on or sandbox.why_not == "SANDBOX=off":
         return ""
-    return (f"[sandbox] commands are not sandboxed: {sandbox.why_not}. The permission check still reads each "
-            "command, but not the scripts it runs.")
+    return f"[sandbox] off: {sandbox.why_not}; commands run unconfined."
 
 
 EMPTY = {}  # process id -> the empty file it made

@@ -200,8 +200,8 @@ HELP = """Commands:
   /exit, q          leave (so do /quit, exit, quit, Ctrl-D and Ctrl-C twice)
 Ctrl-C stops the model or a tool and returns here; the conversation is kept.
 A paste of several lines is one message; so is a block typed between two lines of \"\"\".
-Run with --list to see this folder's sessions, --resume [ID] to continue one, --report [ID] to
-picture one."""
+Run with --list to see this folder's sessions, --resume [ID] to continue one,
+--report [ID] to picture one."""
 
 
 def say(agent, text: str, style: str = "", cut: bool = False) -> None:
@@ -364,8 +364,12 @@ def terminal_confirm(interactive: bool):
     def confirm(question: str) -> tuple:
         if not interactive:
             return False, "no one could confirm it (standard input is not a terminal)"
+        # wrapped between words like every other line; input() shows the last one
+        *above, last = wrapped(f"{printable(question)} [y/N]", shutil.get_terminal_size().columns - 1)
         try:  # Ctrl-C here cancels the turn, as anywhere else (use_tools answers the call as interrupted)
-            answer = answer_without_history(f"{printable(question)} [y/N] ").strip().lower()
+            if above:
+                print("\n".join(above))
+            answer = answer_without_history(f"{last} ").strip().lower()
         except EOFError:
             answer = ""
         return (True, "") if answer in ("y", "yes") else (False, "the user said no")
@@ -423,8 +427,9 @@ def start_repl(agent, interactive: bool, messages: list, take_line) -> int:
 
 
 def banner(agent) -> None:
+    sandbox = ("on" if agent.sandbox.network else "on, no network") if agent.sandbox.on else "off"
     agent.say(f"s08 context compact · {agent.settings.model} · window {agent.settings.window:,} tokens · "
-              f"workspace {agent.workdir} · sandbox {'on' if agent.sandbox.on else 'off'}\n"
+              f"workspace {agent.workdir} · sandbox {sandbox}\n"
               "Type /help for commands, q to quit.")
 
 

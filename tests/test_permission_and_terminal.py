@@ -219,3 +219,9 @@ def test_sigterm_at_the_prompt_says_how_to_come_back(fake, workspace):
     assert terminal.finish() == 128 + signal.SIGTERM
     assert re.search(r"\[SIGTERM\] the program ends\..*To come back to this session later: \S*python\S* \S+code\.py "
                      r"--resume", terminal.text.replace("\r\n", " ")), terminal.text
+
+
+def test_the_question_shows_the_whole_command_not_its_first_hundred_characters(s08, workspace):
+    command = f"echo {'a' * 150} > notes.txt; rm -f hello.txt"
+    decision, reason = s08.check_permission("bash", {"command": command}, workspace)
+    assert decision == "ask" and f"`{command}` deletes or empties files (rm)" in reason

@@ -128,7 +128,7 @@ def test_the_program_says_which_mode_it_runs_in(s08, make_agent, fake):
     assert "Commands: sandbox bubblewrap: read-only outside the workspace, network off" in \
         context_report(s08, agent, [])
     agent = make_agent(sandbox=sandbox_module.find_sandbox(wanted=False))
-    assert "Commands: sandbox off (SANDBOX=off)" in context_report(s08, agent, [])
+    assert "Commands: sandbox off: SANDBOX=off" in context_report(s08, agent, [])
 
 
 def path_without_bwrap(folder, bwrap: str | None = None) -> str:
@@ -144,11 +144,10 @@ def path_without_bwrap(folder, bwrap: str | None = None) -> str:
 
 
 @pytest.mark.parametrize("bwrap, said", [
-    (None, "[sandbox] commands are not sandboxed: bubblewrap (bwrap) is not installed; to confine commands: "
-           "apt install bubblewrap, or dnf install bubblewrap."),
+    (None, "[sandbox] off: bwrap is not installed (apt or dnf install bubblewrap); commands run unconfined."),
     ("#!/bin/sh\necho 'bwrap: No permissions to create new namespace' >&2\nexit 1\n",
-     "[sandbox] commands are not sandboxed: bubblewrap could not start (bwrap: No permissions to create new "
-     "namespace); user namespaces may be off on this system.")], ids=["missing", "refused"])
+     "[sandbox] off: bwrap could not start: bwrap: No permissions to create new namespace; commands run "
+     "unconfined.")], ids=["missing", "refused"])
 def test_without_a_working_bubblewrap_commands_run_as_before_and_start_up_says_so(fake, beyond_tmp, bwrap, said):
     ws = beyond_tmp / "ws"
     ws.mkdir()
