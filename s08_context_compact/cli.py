@@ -187,11 +187,11 @@ def configure(argv) -> Config | int:
         return 0
     if args.report:
         try:
-            said = report_line(find_session(Path.cwd(), args.report))
+            said, address = report_line(find_session(Path.cwd(), args.report))
         except ValueError as err:
-            said = f"[report] {err}".replace("start one without --resume", "start one first")
-        print(printable(said), file=sys.stdout if said.startswith("[report] a picture") else sys.stderr)
-        return 0 if said.startswith("[report] a picture") else 2
+            said, address = f"[report] {err}".replace("start one without --resume", "start one first"), ""
+        print(printable(said + ("\n" + address if address else "")), file=sys.stdout if address else sys.stderr)
+        return 0 if address else 2
     try:
         return configure_session(args)
     except StartupError as err:  # a setting it cannot start with: one line that names it and the fix

@@ -23,7 +23,7 @@ import anthropic
 from fake_anthropic import FakeAnthropic, error, server_error, text, tool_use
 from report import TOOL_MARK
 from session_picture import report_line
-from terminal import STYLES, cut_to_width, format_tokens, terminal_columns
+from terminal import STYLES, cut_to_width, format_tokens, printable, terminal_columns
 
 WINDOW = 12_000
 SCRIPTED = "(scripted) "
@@ -210,7 +210,10 @@ def run(code, pause: bool) -> int:
         f"{len(outputs)} saved tool outputs to {workspace / '.task_outputs'}.\n"
         f"The session log is {agent.log.path}. Open them to see what each layer removed, and where it went.",
         "title")
-    say(report_line(agent.log.path), "title")
+    said, address = report_line(agent.log.path)
+    say(said, "title")
+    agent.out.flush()
+    print(printable(address))  # whole, to copy or click, however narrow the terminal
     agent.out.flush()
     return 0
 

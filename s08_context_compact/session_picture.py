@@ -313,12 +313,13 @@ def write_whole(path: Path, content: str) -> None:
     os.replace(partial, path)
 
 
-def report_line(log: Path | None) -> str:
-    """What /report and --report say: where the page is, or why there is none."""
+def report_line(log: Path | None) -> tuple:
+    """What /report and --report say: (where the page is, its address to open in a browser, to
+    be shown whole on a line of its own however narrow the terminal), or (why there is none, "")."""
     if log is None:
-        return "[report] nothing to picture yet: the session has no log until its first message."
+        return "[report] nothing to picture yet: the session has no log until its first message.", ""
     try:
         page = write_report(log)
     except OSError as err:
-        return f"[report] could not write the page ({err})."
-    return f"[report] a picture of the session: {page}\nOpen it in a browser (file://{page})."
+        return f"[report] could not write the page ({err}).", ""
+    return f"[report] a picture of the session: {page}\nTo open in a browser:", f"  {page.as_uri()}"

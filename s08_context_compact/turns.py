@@ -15,7 +15,7 @@ from history import append_message, blocks_of, own_text, replace_history, with_t
 from overflow import ContextOverflow
 from report import context_report, status_line
 from session_picture import report_line
-from terminal import HELP
+from terminal import HELP, printable
 from tool_input import park_oversized_inputs
 
 
@@ -128,7 +128,10 @@ def report_command(agent, messages: list, command: str, tokens: int, measure) ->
         agent.say("(A new conversation. The session log keeps the old one: --resume cannot bring it back, "
                   "but .transcripts/ has every message.)")
     elif command == "/report":
-        agent.say(report_line(agent.log.path if agent.log and agent.log.file else None))
+        said, address = report_line(agent.log.path if agent.log and agent.log.file else None)
+        agent.say(said)
+        if address:
+            agent.out(printable(address))  # whole, to copy or click
     elif command in ("/undo", "/redo"):
         said = agent.undo.at(agent.workdir, agent.say).step(back=command == "/undo")
         agent.say(said)

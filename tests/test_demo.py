@@ -71,7 +71,7 @@ def test_the_demo_ends_with_its_picture_the_one_the_chapter_shows(demo):
     done, _ = demo
     assert done.returncode == 0, done.stderr
     page = Path(re.search(r"\[report\] a picture of the session: (\S+\.html)", done.stdout).group(1))
-    assert page.is_file() and f"file://{page}" in done.stdout
+    assert page.is_file() and f"\n  {page.as_uri()}\n" in done.stdout, "the address whole, on a line of its own"
     chart = page.with_suffix(".svg").read_text(encoding="utf-8")
     assert chart == CHAPTER_PICTURE.read_text(encoding="utf-8"), \
         f"the demo's picture changed: copy {page.with_suffix('.svg')} to {CHAPTER_PICTURE} and look at it"

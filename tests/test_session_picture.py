@@ -51,4 +51,5 @@ def test_the_report_command_names_the_page_or_says_why_there_is_none(fake, works
     [page] = (workspace / ".transcripts").glob("report-*.html")
     done = run_cli(fake, workspace, "", args=["--report"])
     assert done.returncode == 0 and done.stdout.startswith(f"[report] a picture of the session: {page}")
+    assert done.stdout.endswith(f"To open in a browser:\n  {page.as_uri()}\n")
     assert "hi" in page.read_text() and page.with_suffix(".svg").is_file()
