@@ -32,7 +32,9 @@ DENY_PATTERNS = [r"\brm\s+-[a-zA-Z]*r[a-zA-Z]*f?\s+(/|~|\$HOME)(\s|$)", r"\bsudo
 DEVICES = ("/dev/null", "/dev/stdout", "/dev/stderr", "/dev/tty", "/dev/fd", "/proc/self/fd")
 READABLE = DEVICES + ("/dev/zero", "/dev/random", "/dev/urandom", "/dev/stdin",
                       "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
-PRIVATE = ("/tmp", "/dev/shm")      # in the sandbox, each command's own: it reads only what it wrote there
+# In the sandbox these are each command's own and writable: a write there succeeds (a file moved
+# there is gone with the command), and a path there is not what the host shows. They still ask.
+PRIVATE = ("/tmp", "/dev", "/proc")
 
 # Commands that only read what they are given: they may look into the program's own folders.
 READ_ONLY = {"cat", "less", "more", "head", "tail", "grep", "egrep", "fgrep", "rg", "ag", "ls", "wc", "file", "stat",
@@ -127,7 +129,6 @@ class Judge:
 
     def __init__(self, workdir: Path, sandboxed: bool = False):
         self.top, self.sandboxed = Path(os.path.normpath(workdir.absolute())), sandboxed
-        self.readable = READABLE + PRIVATE if sandboxed else READABLE
         self.root, self.cwd, self.home = workdir.resolve(), self.top, str(Path.home())
         self.reasons, self.depth, self.running = [], 0, ""
 
@@ -209,18 +210,24 @@ class Judge:
                      "them in a form redaction cannot see (hex, folded, spaced)")
         if word.expands:  # judged by what comes before the first $: /proc/$PPID/environ is in /proc
             known = word.split("$", 1)[0]
-            if "/" in known and self.outside(make_word(known.rpartition("/")[0] or "/"), self.readable):
+            if "/" in known and self.outside(make_word(known.rpartition("/")[0] or "/"), READABLE):
                 self.ask(f"{verb} {word}, in {self.path(known)}, outside the workspace")
             elif not known and "/" in word:
                 self.ask(f"{verb} a path known only when it runs ({word})")
         elif word.startswith("file://"):
             self.check_path(make_word(word[len("file://"):]), verb)
-        elif word and self.outside(word, self.readable):
+        elif word and self.outside(word, READABLE):
             self.ask(f"{verb} {self.leads(self.path(word))}, outside the workspace")
         elif word.globs:  # */secret.txt may pass through a link that leads out
             outside = [m for m in glob.glob(str(self.path(word)))[:COPY_WALK_LIMIT] if self.outside(make_word(m))]
             if outside:
                 self.ask(f"{verb} {outside[0]} through a link, outside the workspace ({word})")
+
+    def refused_by_sandbox(self, path: Path) -> bool:
+        """Whether the sandbox refuses a write to path outside the workspace: read-only there,
+        unless the path (or where it leads) is in a place of the command's own."""
+        real = resolved(path) or path
+        return self.sandboxed and not any(p.is_relative_to(place) for p in (path, real) for place in PRIVATE)
 
     def leads(self, path: Path) -> str:
         """A path as a question names it: where a link in it leads, when it leads elsewhere."""
@@ -240,7 +247,8 @@ class Judge:
         if any(path.is_relative_to(device) for device in DEVICES):
             return None
         if self.outside(word):
-            return None if self.sandboxed else self.ask(f"writes {self.leads(path)}, outside the workspace")
+            return None if self.refused_by_sandbox(path) else \
+                self.ask(f"writes {self.leads(path)}, outside the workspace")
         if own := self.own_folder(path, itself=True):
             return self.ask(f"writes into {own}/, the program's own folder (its session logs and saved outputs)")
         names = glob.glob(str(path)) if word.globs else [str(path)]
@@ -572,7 +580,7 @@ class Judge:
         if destination.expands or not os.path.isdir(self.path(destination)):
             return self.check_write(destination, overwrite, how=name)
         if self.outside(destination):
-            return None if self.sandboxed else \
+            return None if self.refused_by_sandbox(self.path(destination)) else \
                 self.ask(f"writes {self.leads(self.path(destination))}, outside the workspace")
         if own := self.own_folder(self.path(destination), itself=True):
             return self.ask(f"writes into {own}/, the program's own folder (its session logs and saved outputs)")

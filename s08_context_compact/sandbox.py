@@ -38,6 +38,10 @@ CACHES = {"XDG_CACHE_HOME": "/tmp/.cache", "PIP_CACHE_DIR": "/tmp/.cache/pip", "
           "YARN_CACHE_FOLDER": "/tmp/.cache/yarn", "GOCACHE": "/tmp/.cache/go-build",
           "GOMODCACHE": "/tmp/.cache/go-mod", "TMPDIR": "/tmp"}
 PRIVATE = ("/tmp", "/dev", "/proc")  # made afresh for each command: nothing of the real ones shows
+# Sockets that act outside the sandbox for whoever connects (ssh-agent, gpg-agent, the session's
+# D-Bus, Docker): hidden like credentials, and their variables not passed on.
+AGENTS = ("/run/user", "/run/docker.sock", "/var/run/docker.sock", "/run/podman")
+AGENT_VARIABLES = ("SSH_AUTH_SOCK", "GPG_AGENT_INFO", "DBUS_SESSION_BUS_ADDRESS", "XDG_RUNTIME_DIR", "DOCKER_HOST")
 PROBE_SECONDS = 10
 INSTALL = "apt or dnf install bubblewrap"
 # What a refused command prints, and what to tell the model it means.
@@ -78,7 +82,9 @@ class Sandbox:
         if not self.on:
             return ["bash", "-c", script]
         work = os.path.realpath(workdir)
-        argv = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
+        argv = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
+                # a new /proc lets root write kernel settings (a core_pattern runs as root outside)
+                "--ro-bind", "/proc/sys", "/proc/sys", "--ro-bind-try", "/proc/sysrq-trigger", "/proc/sysrq-trigger"]
         for python in {os.path.realpath(sys.prefix), os.path.realpath(sys.base_prefix)}:
             if contains("/tmp", python):  # the program's own Python (a virtual environment in /tmp) stays usable
                 argv += ["--ro-bind", python, python]
@@ -104,8 +110,9 @@ class Sandbox:
         """The places hidden from a command in work, as real paths. A .env inside the workspace
         stays: the project may need it (the program's key belongs in its own .env)."""
         home = Path.home()
-        places = [home / name for name in CREDENTIALS] + [key_file().parent, history_file(),
-                                                           os.getenv("HISTFILE"), self.own_env]
+        files = [history_file(), os.getenv("HISTFILE"), self.own_env]  # named by settings: files only, never /usr
+        places = [home / name for name in CREDENTIALS] + [key_file().parent, *AGENTS, os.getenv("XDG_RUNTIME_DIR")] \
+            + [f for f in files if f and os.path.isfile(f)]
         found = set()
         for place in filter(None, places):
             real = os.path.realpath(place)
@@ -118,7 +125,9 @@ class Sandbox:
         return sorted(found)
 
     def environment(self, env: dict) -> dict:
-        return {**env, **CACHES} if self.on else env
+        if not self.on:
+            return env
+        return {**{k: v for k, v in env.items() if k not in AGENT_VARIABLES}, **CACHES}
 
     def explain(self, output: str, command: str, workdir: Path) -> str:
         """A line telling the model what the sandbox refused, if the output shows it did."""
@@ -131,7 +140,7 @@ class Sandbox:
         if named:
             shown = ", ".join(p.replace(home, "~", 1) for p in named[:3])
             notes.append(f"{shown} {'is' if len(named) == 1 else 'are'} hidden from commands (sandbox): "
-                         "credentials and histories stay out of reach")
+                         "credentials, histories and agents' sockets stay out of reach")
         return "".join(f"\n[{note}]" for note in notes)
 
 
@@ -148,9 +157,10 @@ def find_sandbox(wanted: bool = True, network: bool = True, own_env: Path | None
     if not shutil.which("bwrap"):
         return Sandbox(why_not=f"bwrap is not installed ({INSTALL})")
     sandbox = Sandbox(on=True, network=network, own_env=own_env)
-    try:
-        tried = subprocess.run(sandbox.command("true", Path.cwd()), stdin=subprocess.DEVNULL,
-                               capture_output=True, timeout=PROBE_SECONDS, text=True, errors="replace")
+    try:  # in a folder of its own: trying makes the program's folders in the workspace it is given
+        with tempfile.TemporaryDirectory(prefix="s08-probe-") as folder:
+            tried = subprocess.run(sandbox.command("true", Path(folder)), stdin=subprocess.DEVNULL,
+                                   capture_output=True, timeout=PROBE_SECONDS, text=True, errors="replace")
     except (OSError, subprocess.TimeoutExpired) as err:
         return Sandbox(why_not=f"bwrap could not start: {err}")
     if tried.returncode != 0:

@@ -19,11 +19,13 @@ from pathlib import Path
 from log_checks import trusted_lines
 from report import LAYER_VERBS, billed_input
 from session_log import log_lines, records_of
-from terminal import format_tokens
+from terminal import format_tokens, printable
 
 MAX_POINTS = 1_500          # calls drawn one by one; more are drawn in groups (the peak of each)
+MAX_TICKS = 400             # prompt ticks; more prompts share a tick
 MAX_ROWS = 400              # rows of the compactions table; the rest are counted
-SUMMARY_CHARS = 3_000       # of each summary shown folded; the transcript has the rest
+SUMMARY_CHARS = 3_000       # of each summary shown folded; the transcript has the rest...
+SUMMARIES_CHARS = 300_000   # ...and of all of them together, so a long session's page stays small
 TITLE_CHARS = 160           # of a prompt shown when the pointer rests on its tick
 WIDTH, HEIGHT, LEFT, TOP, BOTTOM = 920, 340, 64, 16, 44
 COLOURS = {"tool_result_budget": "#2a9d8f", "snip_compact": "#e9c46a", "micro_compact": "#f4a261",
@@ -69,7 +71,8 @@ def read_session_log(path: Path) -> Session:
 
 
 def text(value) -> str:
-    return html.escape(str(value), quote=True)
+    """Text as it may stand in HTML and in XML (SVG): escaped, control characters shown, not kept."""
+    return html.escape(printable(str(value)), quote=True)
 
 
 # ---- the chart -----------------------------------------------------------------------------------
@@ -117,13 +120,16 @@ def chart_svg(session: Session) -> str:
         parts.append(f'<circle cx="{x(i)}" cy="{y(p["context_tokens"])}" r="{2.5 if step == 1 else 1.2}" '
                      f'class="point"><title>{calls}: {p["context_tokens"]:,} tokens '
                      f'({"counted by the endpoint" if p.get("exact") else "estimated"})</title></circle>')
-    for at, record in bucketed(session.summaries, step, len(points)):
-        parts.append(f'<rect x="{x(at - 0.5) - 3}" y="{y(record["context_tokens"]) - 3}" width="6" height="6" '
-                     f'class="summary"><title>a summary call: {record["context_tokens"]:,} tokens in</title></rect>')
+    for at, group in grouped_events(session.summaries, step, len(points)):
+        peak = max(r["context_tokens"] for r in group)
+        what = f"{len(group)} summary calls, the largest" if len(group) > 1 else "a summary call:"
+        parts.append(f'<rect x="{x(at - 0.5) - 3}" y="{y(peak) - 3}" width="6" height="6" '
+                     f'class="summary"><title>{what} {peak:,} tokens in</title></rect>')
     parts += layer_marks(session, step, len(points), x, y(top), y(0))
-    for at, prompt in bucketed(session.prompts, step, len(points)):
-        parts.append(f'<path d="M{x(at - 0.5)},{y(0)} v8" class="prompt"><title>prompt: '
-                     f'{text(" ".join(prompt.split())[:TITLE_CHARS])}</title></path>')
+    for at, group in grouped_events(session.prompts, step, len(points), -(-len(points) // MAX_TICKS)):
+        more = f" (and {len(group) - 1} more)" if len(group) > 1 else ""
+        parts.append(f'<path d="M{x(at - 0.5)},{y(0)} v8" class="prompt"><title>prompt{more}: '
+                     f'{text(" ".join(group[0].split())[:TITLE_CHARS])}</title></path>')
     label = "model calls" + (f" (each point the peak of {step})" if step > 1 else "")
     parts.append(f'<text x="{LEFT + plot_w / 2}" y="{HEIGHT - 8}" class="axis" text-anchor="middle">'
                  f'{label}; ticks below: your prompts</text>')
@@ -133,6 +139,15 @@ def chart_svg(session: Session) -> str:
 def bucketed(events: list, step: int, count: int) -> list:
     """Events placed at the group of calls they came before (the last ones after the last call)."""
     return [(min(at // step, count), item) for at, item in events]
+
+
+def grouped_events(events: list, step: int, count: int, wider: int = 1) -> list:
+    """[(place, [items])]: the events of one group of calls (or of `wider` groups) together,
+    one mark for all of them."""
+    places = {}
+    for at, item in bucketed(events, step, count):
+        places.setdefault(at // wider * wider, []).append(item)
+    return sorted(places.items(), key=lambda pair: pair[0])
 
 
 def layer_marks(session: Session, step: int, count: int, x, top: float, bottom: float) -> list:
@@ -175,15 +190,16 @@ def cost_svg(session: Session) -> str:
     width = plot_w / len(points)
     parts = [f'<text x="{LEFT - 6}" y="{TOP + 4}" class="axis" text-anchor="end">{format_tokens(top)}</text>']
     for i, p in enumerate(points):
-        base = 0
+        base, said = 0, ", ".join(f"{name} {p['usage'].get(key, 0):,}" for key, (name, _) in COST.items())
+        parts.append(f"<g><title>{said}</title>")  # one title for the bar's three parts
         for key, (name, colour) in COST.items():
             value = p["usage"].get(key, 0)
             if value:
                 h = (height - TOP - 20) * value / top
                 base += h
                 parts.append(f'<rect x="{round(LEFT + i * width, 1)}" y="{round(height - 20 - base, 1)}" '
-                             f'width="{max(round(width - 0.3, 1), 0.3)}" height="{round(h, 1)}" fill="{colour}">'
-                             f'<title>{name}: {value:,}</title></rect>')
+                             f'width="{max(round(width - 0.3, 1), 0.3)}" height="{round(h, 1)}" fill="{colour}"/>')
+        parts.append("</g>")
     parts.append(f'<text x="{LEFT + plot_w / 2}" y="{height - 4}" class="axis" text-anchor="middle">input tokens '
                  f'of each model call{f" (each bar {step} calls)" if step > 1 else ""}: '
                  + ", ".join(f'<tspan fill="{c}">■</tspan> {n}' for n, c in COST.values()) + '</text>')
@@ -226,7 +242,8 @@ def compaction_footer(path: str) -> dict:
 
 
 def compaction_rows(session: Session, page: Path) -> str:
-    rows = []
+    rows, summaries = [], sum(1 for _, r in session.layers[:MAX_ROWS] if r["layer"] in SUMMARY_LAYERS)
+    shown = min(SUMMARY_CHARS, SUMMARIES_CHARS // max(summaries, 1))
     for at, record in session.layers[:MAX_ROWS]:
         name, saved = record["layer"], int(record.get("tokens_saved") or 0)
         places = [p for p in record.get("saved_to") or [] if isinstance(p, str)]
@@ -240,10 +257,9 @@ def compaction_rows(session: Session, page: Path) -> str:
             ledger = footer.get("ledger") or {}
             check = f"ledger: {ledger.get('retained')} of {ledger.get('total')} facts in the summary" if ledger else ""
             summary = str(footer.get("summary", ""))
-            cut = f"\n[… {len(summary) - SUMMARY_CHARS:,} more characters in the transcript]" \
-                if len(summary) > SUMMARY_CHARS else ""
+            cut = f"\n[… {len(summary) - shown:,} more characters in the transcript]" if len(summary) > shown else ""
             details = (f"summary by {text(footer.get('summary_by', '?'))}{'; ' + text(check) if check else ''}"
-                       f"<details><summary>the summary</summary><pre>{text(summary[:SUMMARY_CHARS] + cut)}</pre>"
+                       f"<details><summary>the summary</summary><pre>{text(summary[:shown] + cut)}</pre>"
                        "</details>") if footer else "transcript not readable"
         rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells + [details]) + "</tr>")
     more = len(session.layers) - MAX_ROWS

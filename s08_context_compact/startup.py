@@ -75,6 +75,32 @@ def keep_keys_home(found: dict, shell: dict, own: Path) -> str:
     return ""
 
 
+# What confines commands and keeps the session log honest: the sandbox, the hidden history
+# files, the log key's folder. A repository's .env must not loosen them for you.
+GUARDED = ("SANDBOX", "SANDBOX_NETWORK", "HISTFILE", "S08_HISTORY", "XDG_STATE_HOME")
+
+
+def keep_guards_home(found: dict, shell: dict, own: Path) -> str:
+    """Drop what a .env other than the program's own set of GUARDED (the program's own .env
+    and the shell decide those); returns a note ("" when none)."""
+    ignored = []
+    for path, values in found.items():
+        if path.resolve() == own.resolve():
+            continue
+        for name in GUARDED:
+            if values.get(name) is not None and os.environ.get(name) == values[name] and \
+                    not shell.get(name, "").strip():
+                del os.environ[name]
+                ignored.append(name)
+                mine = next((v.get(name) for p, v in found.items() if p.resolve() == own.resolve()), None)
+                if mine is not None:
+                    os.environ[name] = mine
+        if ignored:
+            return (f"[config] {path} sets {', '.join(ignored)}, which only your shell or the program's own .env "
+                    "may set (they guard your machine from the folder's content); ignored.")
+    return ""
+
+
 def dotenv_text(path: Path, data: bytes) -> str:
     if data.startswith((b"\xff\xfe", b"\xfe\xff")):
         raise StartupError(f"{path} is saved as UTF-16. Save it as UTF-8 (in your editor: Save with Encoding, UTF-8).")

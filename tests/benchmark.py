@@ -508,22 +508,26 @@ REPORT_TARGETS = {"calls": 10_000, "bytes": 2_000_000, "seconds": 2.0}
 
 
 def long_log(path, calls: int) -> None:
-    """A signed log of `calls` model calls, a layer run every 20 and a summary every 500."""
+    """A signed log of `calls` model calls, each after a prompt of 200 characters (quotes and
+    a control character among them), a layer run every 20 calls and a summary every 100,
+    whose transcript is on disk with a 20,000-character summary: the most a page shows."""
     chain, lines = Chain(), []
     records = [{"type": "session", "id": "long", "model": "m", "window": 200_000}]
     for n in range(calls):
-        if n % 25 == 0:
-            records.append({"type": "message", "message": {"role": "user", "content": "go on"},
-                            "prompt": f"step {n}: go on with the migration"})
+        prompt = f'step {n}: go on with the "migration" <of> the \x1b[31m module & check it; ' * 4
+        records.append({"type": "message", "message": {"role": "user", "content": "go on"}, "prompt": prompt[:200]})
         records.append({"type": "call", "context_tokens": 20_000 + (n * 997) % 150_000, "exact": True,
                         "usage": {"input_tokens": 50, "cache_creation_input_tokens": 900,
                                   "cache_read_input_tokens": 20_000 + n % 7},
                         "what": "waiting for the model", "window": 200_000, "threshold": 178_808,
                         "micro_trigger": 125_165, "mark": 107_284})
         if n % 20 == 19:
-            layer = "compact_history" if n % 500 == 499 else ("micro_compact", "snip_compact")[n % 40 == 39]
-            records.append({"type": "layer", "layer": layer, "tokens_saved": 30_000 + n,
-                            "saved_to": [str(path.parent / f"compact-{n}.jsonl")]})
+            layer = "compact_history" if n % 100 == 99 else ("micro_compact", "snip_compact")[n % 40 == 39]
+            transcript = path.parent / f"compact-{n}.jsonl"
+            if layer == "compact_history":
+                transcript.write_text(json.dumps({"type": "compaction", "summary_by": "the model",
+                                                  "summary": "<b>done</b> & more " * 1_000}) + "\n")
+            records.append({"type": "layer", "layer": layer, "tokens_saved": 30_000 + n, "saved_to": [str(transcript)]})
     for record in records:
         lines.append(chain.signed(json.dumps(record)) + "\n")
     path.write_text("".join(lines), encoding="utf-8")

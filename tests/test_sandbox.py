@@ -86,7 +86,8 @@ def test_a_script_the_command_runs_reaches_nothing_past_the_workspace(s08, make_
 def test_ordinary_work_still_works_in_the_sandbox(s08, make_agent, fake, workspace, marker):
     ws = workspace
     (ws / "Makefile").write_text("all:\n\techo made > made.txt\n")
-    agent = make_agent(sandbox=sandbox_module.find_sandbox())
+    # /tmp asks (in the sandbox a path there is not what the host shows): the person says yes
+    agent = make_agent(sandbox=sandbox_module.find_sandbox(), confirm=lambda question: (True, ""))
     commands = {"python3 -c 'print(6 * 7)'": "42",
                 "git init -q . && echo hi > a.txt && git add a.txt && git status --short": "A  a.txt",
                 "git -c user.name=t -c user.email=t@t commit -qm first && git log --oneline": "first",
@@ -197,4 +198,64 @@ def test_a_subagents_commands_run_in_the_same_sandbox(s08, make_agent, fake, bey
     assert s08.take_turn(agent, [], "delegate")
     said = next(b["content"] for r in fake.requests for m in r.get("messages", []) if isinstance(m["content"], list)
                 for b in m["content"] if b.get("tool_use_id") == "toolu_sub")
+    assert "read-only outside the workspace" in said and not (beyond_tmp / "new.txt").exists(), said
+
+
+@needs_bwrap
+def test_no_kernel_setting_and_no_agent_socket_is_within_reach(s08, make_agent, fake, beyond_tmp, monkeypatch):
+    runtime = beyond_tmp / "run"
+    runtime.mkdir()
+    agent_socket = socket.socket(socket.AF_UNIX)
+    agent_socket.bind(str(runtime / "agent.sock"))
+    agent_socket.listen()
+    agent_socket.setblocking(False)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime))
+    monkeypatch.setenv("SSH_AUTH_SOCK", str(runtime / "agent.sock"))
+    command = ("v=$(cat /proc/sys/kernel/core_pattern); printf '%s\\n' \"$v\" > /proc/sys/kernel/core_pattern; "
+               f"echo \"agent=$SSH_AUTH_SOCK.\"; python3 -c \"import socket; socket.socket(socket.AF_UNIX)"
+               f".connect('{runtime / 'agent.sock'}')\" 2>&1 | tail -1")
+    agent = make_agent(sandbox=sandbox_module.find_sandbox(), confirm=lambda question: (True, ""))  # a hasty yes
+    fake.reply(tool_use("bash", {"command": command}), text("Done."))
+    try:
+        assert s08.take_turn(agent, [], "look around")
+        with pytest.raises(BlockingIOError):
+            agent_socket.accept()  # nobody connected
+    finally:
+        agent_socket.close()
+    said = fake.main_requests[1]["messages"][-1]["content"][0]["content"]
+    assert "/proc/sys/kernel/core_pattern: Read-only file system" in said and "agent=." in said, said
+    assert "FileNotFoundError" in said or "ConnectionRefusedError" in said, said
+
+
+@pytest.mark.parametrize("command, asks", [
+    ("mv data.csv /tmp/", True),               # the sandbox's /tmp takes it, and throws it away with the command
+    ("echo x > /proc/2/cwd/data.csv", True),   # in the command's own /proc, pid 2 is its shell, in the workspace
+    ("cp -r /tmp/d/. .", True),                # what the command's /tmp holds, the host cannot check
+    ("cat /etc/hostname", True),               # reading outside still asks
+    ("rm data.csv", True),
+    ("echo x > /var/tmp/s08-never.txt", False),  # read-only there: the write fails, no question needed
+    ("cp data.csv /usr/local/", False)])
+def test_with_the_sandbox_only_a_write_it_refuses_goes_unasked(s08, workspace, command, asks):
+    (workspace / "data.csv").write_text("a,1\n")
+    decision, reason = s08.check_permission("bash", {"command": command}, workspace, sandboxed=True)
+    assert (decision == "ask") == asks, reason
+    assert s08.check_permission("bash", {"command": command}, workspace)[0] == "ask", "without it, all ask"
+
+
+def test_a_history_setting_never_hides_a_system_folder(workspace, monkeypatch):
+    monkeypatch.setenv("HISTFILE", "/usr")
+    assert "/usr" not in sandbox_module.Sandbox(on=True).hidden(str(workspace))
+
+
+@needs_bwrap
+def test_a_folders_env_cannot_turn_the_sandbox_off(fake, beyond_tmp):
+    ws = beyond_tmp / "ws"
+    ws.mkdir()
+    (ws / ".env").write_text("SANDBOX=off\nHISTFILE=/usr\n")
+    fake.reply(tool_use("bash", {"command": f"echo pwned > {beyond_tmp}/new.txt"}), text("Done."))
+    done = run_cli(fake, ws, "write outside\n", SANDBOX="", HISTFILE="")
+    assert done.returncode == 0, done.stderr
+    assert "sets SANDBOX, HISTFILE, which only your shell or the program's own .env may set" in \
+        " ".join(done.stdout.split()), done.stdout
+    said = fake.main_requests[1]["messages"][-1]["content"][0]["content"]
     assert "read-only outside the workspace" in said and not (beyond_tmp / "new.txt").exists(), said

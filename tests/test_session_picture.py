@@ -2,6 +2,7 @@
 into markup, and that stays small for a long session."""
 
 import re
+from xml.etree import ElementTree
 
 import session_picture
 from benchmark import long_log
@@ -40,7 +41,11 @@ def test_ten_thousand_calls_make_a_page_under_two_megabytes(tmp_path):
     assert 1_000 <= points <= session_picture.MAX_POINTS, "a screenful of points, each the peak of its group"
     assert "each point the peak of 7" in shown and "calls 1–7: " in shown
     assert "… and 100 more runs, not listed." in shown
-    assert "(not on disk)" in shown and "<a href" not in shown.split("Log:")[1].split("</p>")[1]
+    assert "(not on disk)" in shown and '<a href="compact-99.jsonl">' in shown
+    assert re.search(r"prompt \(and 27 more\): step 0: go on with the &quot;migration&quot; &lt;of&gt; the \^\[\[31m",
+                     shown), "a tick for every 28 prompts, their first as text"
+    assert len(re.findall('class="prompt"', shown)) <= session_picture.MAX_TICKS
+    ElementTree.fromstring(page.with_suffix(".svg").read_text(encoding="utf-8"))  # well-formed XML: no raw ESC
 
 
 def test_the_report_command_names_the_page_or_says_why_there_is_none(fake, workspace):
