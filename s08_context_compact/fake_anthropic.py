@@ -1328,7 +1328,8 @@ class _Handler(BaseHTTPRequestHandler):
             # as itself when it is to be split (escaped, its halves would be ASCII text)
             payload = block["input"] if isinstance(block["input"], RawJSON) else \
                 json.dumps(block["input"], ensure_ascii=not split)
-            self._deltas(index, "input_json_delta", "partial_json", payload, 0, at_least_one=False, split=split)
+            self._deltas(index, "input_json_delta", "partial_json", payload, 0, at_least_one=False, split=split,
+                         size=400)
         else:
             self._block_start(index, block)  # redacted_thinking and the like arrive whole
         self._event("content_block_stop", {"type": "content_block_stop", "index": index})
@@ -1354,12 +1355,14 @@ class _Handler(BaseHTTPRequestHandler):
         self._event("content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta})
 
     def _deltas(self, index: int, kind: str, key: str, value: str, chunk_delay: float,
-                at_least_one: bool = True, split: bool = False) -> None:
-        """Stream `value` in 40-character pieces (text sends one even when empty); split: a
-        character beyond the BMP as its two UTF-16 halves, a piece ending between them."""
-        pieces = [value[start:start + 40] for start in range(0, len(value), 40)] or ([""] if at_least_one else [])
+                at_least_one: bool = True, split: bool = False, size: int = 40) -> None:
+        """Stream `value` in pieces of `size` characters (text: 40, and one even when empty; a
+        tool's input: 400, as a long one comes in many); split: a character beyond the BMP as
+        its two UTF-16 halves, a piece ending between them."""
+        pieces = [value[start:start + size] for start in range(0, len(value), size)] or ([""] if at_least_one else [])
         if split:
             pieces = [part for piece in pieces for part in utf16_pieces(piece)]
         for piece in pieces:
-            time.sleep(chunk_delay)
+            if chunk_delay:
+                time.sleep(chunk_delay)
             self._delta(index, {"type": kind, key: piece})
