@@ -111,7 +111,7 @@ class Sandbox:
         stays: the project may need it (the program's key belongs in its own .env)."""
         home = Path.home()
         files = [history_file(), os.getenv("HISTFILE"), self.own_env]  # named by settings: files only, never /usr
-        places = [home / name for name in CREDENTIALS] + [key_file().parent, *AGENTS, os.getenv("XDG_RUNTIME_DIR")] \
+        places = [home / name for name in CREDENTIALS] + [key_file().parent, *AGENTS, runtime_folder()] \
             + [f for f in files if f and os.path.isfile(f)]
         found = set()
         for place in filter(None, places):
@@ -142,6 +142,17 @@ class Sandbox:
             notes.append(f"{shown} {'is' if len(named) == 1 else 'are'} hidden from commands (sandbox): "
                          "credentials, histories and agents' sockets stay out of reach")
         return "".join(f"\n[{note}]" for note in notes)
+
+
+def runtime_folder() -> str | None:
+    """$XDG_RUNTIME_DIR, if it is what the name promises: yours, and no one else's (mode 0700);
+    never a system folder a setting names."""
+    folder = os.getenv("XDG_RUNTIME_DIR")
+    try:
+        info = os.stat(folder) if folder else None
+    except OSError:
+        return None
+    return folder if info and info.st_uid == os.getuid() and not info.st_mode & 0o077 else None
 
 
 def contains(folder: str, path: str) -> bool:

@@ -204,7 +204,7 @@ def test_a_subagents_commands_run_in_the_same_sandbox(s08, make_agent, fake, bey
 @needs_bwrap
 def test_no_kernel_setting_and_no_agent_socket_is_within_reach(s08, make_agent, fake, beyond_tmp, monkeypatch):
     runtime = beyond_tmp / "run"
-    runtime.mkdir()
+    runtime.mkdir(mode=0o700)
     agent_socket = socket.socket(socket.AF_UNIX)
     agent_socket.bind(str(runtime / "agent.sock"))
     agent_socket.listen()
@@ -259,3 +259,8 @@ def test_a_folders_env_cannot_turn_the_sandbox_off(fake, beyond_tmp):
         " ".join(done.stdout.split()), done.stdout
     said = fake.main_requests[1]["messages"][-1]["content"][0]["content"]
     assert "read-only outside the workspace" in said and not (beyond_tmp / "new.txt").exists(), said
+
+
+def test_a_runtime_folder_setting_never_hides_a_system_folder(workspace, monkeypatch):
+    monkeypatch.setenv("XDG_RUNTIME_DIR", "/usr")
+    assert "/usr" not in sandbox_module.Sandbox(on=True).hidden(str(workspace))
