@@ -20,6 +20,7 @@ from log_checks import trusted_lines
 from report import LAYER_VERBS, billed_input
 from session_log import log_lines, records_of
 from terminal import format_tokens, printable
+from workspace_io import open_regular
 
 MAX_POINTS = 1_500          # calls drawn one by one; more are drawn in groups (the peak of each)
 MAX_TICKS = 400             # prompt ticks; more prompts share a tick
@@ -231,9 +232,9 @@ def link(path: str, page: Path) -> str:
 
 def compaction_footer(path: str) -> dict:
     """The footer a summary's transcript ends with: the summary, who wrote it, the ledger's check."""
-    try:
-        with open(path, "rb") as file:
-            file.seek(max(os.path.getsize(path) - 400_000, 0))
+    try:  # a regular file only: a pipe put in its place would make the report wait forever
+        with os.fdopen(open_regular(Path(path)), "rb") as file:
+            file.seek(max(os.fstat(file.fileno()).st_size - 400_000, 0))
             last = file.read().decode("utf-8", "replace").rstrip("\n").rsplit("\n", 1)[-1]
         footer = json.loads(last)
     except (OSError, ValueError):

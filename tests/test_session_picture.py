@@ -1,6 +1,7 @@
 """--report and /report: a picture of a session, from its log, that no text in it can turn
 into markup, and that stays small for a long session."""
 
+import os
 import re
 from xml.etree import ElementTree
 
@@ -58,3 +59,13 @@ def test_the_report_command_names_the_page_or_says_why_there_is_none(fake, works
     assert done.returncode == 0 and done.stdout.startswith(f"[report] a picture of the session: {page}")
     assert done.stdout.endswith(f"To open in a browser:\n  {page.as_uri()}\n")
     assert "hi" in page.read_text() and page.with_suffix(".svg").is_file()
+
+
+def test_a_pipe_in_a_transcripts_place_does_not_make_the_report_wait(tmp_path):
+    log = tmp_path / ".transcripts" / "session-long.jsonl"
+    log.parent.mkdir()
+    long_log(log, 120)
+    (log.parent / "compact-99.jsonl").unlink()
+    os.mkfifo(log.parent / "compact-99.jsonl")
+    shown = session_picture.write_report(log).read_text(encoding="utf-8")
+    assert "transcript not readable" in shown
