@@ -1385,11 +1385,10 @@ def main(argv=None) -> int:
                        idle_timeout=config.idle_timeout, cache_ttl=config.cache_ttl, **config.compaction)
     skills = discover_skills([config.workdir / "skills", Path(__file__).resolve().parent / "skills"],
                              warn=config.notes.append)  # a skill skipped is said after the banner
-    agent = Agent(client=config.client, settings=settings, workdir=config.workdir, tools=config.sandbox.tools(TOOLS),
-                  skills=skills, sandbox=config.sandbox,
+    agent = Agent(client=config.client, settings=settings, workdir=config.workdir, skills=skills,
+                  tools=config.sandbox.tools(TOOLS), sandbox=config.sandbox, endpoint=config.endpoint,
                   system=build_system_prompt(config.workdir, skills, config.instructions),
-                  confirm=terminal_confirm(config.interactive), secrets=config.secrets, endpoint=config.endpoint,
-                  **config.screen)
+                  confirm=terminal_confirm(config.interactive), secrets=config.secrets, **config.screen)
     install_default_hooks(agent)
     say_what_start_up_found(agent, config)  # the banner first, then what start-up found (cli.py)
     messages = open_session(agent, config.resume)
