@@ -43,8 +43,8 @@ from history import (OWN, append_message, blocks_of, cut_long_texts, is_request_
 from ledger import Ledger, ledger_hooks, short_hash
 from overflow import ContextOverflow
 from redaction import Redactor, redact
-from sandbox import Sandbox
 from repeat_reads import repeat_read_stub, true_stubs
+from sandbox import Sandbox
 from session_log import TRANSCRIPT_DIR, open_session
 from undo import Undo, undo_hooks
 from summary_ahead import SummaryAhead
