@@ -502,7 +502,7 @@ def compact_history(messages: list, *, agent, focus: str = "") -> list:
     """Replace the history with a summary, what the work needs back, and the request. A summary written
     ahead replaces only the history up to its snapshot, if that frees room; the rest stays as it is."""
     if (ready := agent.state.ahead.take(agent, messages, focus)) and (swapped := summarize_into(
-            agent, messages, "compact", ready.suffix, ready=ready.summary)) is not messages:
+            agent, messages, "compact", ready.suffix or compact_tail(messages), ready=ready.summary)) is not messages:
         return swapped
     return summarize_into(agent, messages, "compact", compact_tail(messages), focus)
 
@@ -517,7 +517,8 @@ def reactive_compact(messages: list, *, agent) -> list:
     share of the threshold, smaller when the endpoint counted more than we estimated."""
     tail_tokens = int(agent.settings.threshold * REACTIVE_TAIL_SHARE / agent.endpoint.undercount)
     if ready := agent.state.ahead.take(agent, messages, max_suffix=tail_tokens):
-        return summarize_into(agent, messages, "reactive", ready.suffix, ready=ready.summary)
+        return summarize_into(agent, messages, "reactive", ready.suffix or reactive_tail(messages, tail_tokens),
+                              ready=ready.summary)
     return summarize_into(agent, messages, "reactive", reactive_tail(messages, tail_tokens))
 
 

@@ -19,7 +19,9 @@ threshold, whether and how to use it.
 import atexit
 import copy
 import json
+import math
 import socket
+import statistics
 import threading
 import time
 import weakref
@@ -29,8 +31,9 @@ from dataclasses import dataclass, field, replace
 from history import OWN, blocks_of
 from terminal import Spinner
 
-MARK_MARGIN = 1.25       # start this much earlier than the measured lead needs, for a summary slower than the last
 RECENT_PASSES = 16       # the steps the lead is measured on
+RECENT_SUMMARIES = 4     # the lead is the median of these: one slow summary does not move every mark after it
+STEP_SHARES = (0.5, 0.75)  # a step's seconds (the median: a pause for the user is no step) and tokens (a big one)
 JOIN_SECONDS = 5.0       # a worker called off ends within this (its connection is cut at once)
 WAIT_POLL_SECONDS = 0.2  # how often a wait for a summary in flight looks up (Ctrl-C stays prompt)
 
@@ -49,8 +52,8 @@ class Ready:
 class Job:
     """One summary in the background: its snapshot, its thread, and what it came back with."""
     covered: int                       # messages in the snapshot
-    boundary: str                      # the first message after the snapshot, by its key: where the suffix starts
-    first: dict                        # ...and that very message (layers copy only what they change)
+    boundary: str                      # the snapshot's last message, by its key: the suffix starts after it
+    last: dict                         # ...and that very message (layers copy only what they change)
     tokens: int                        # the context's size when it started
     snipped: int                       # messages snipped before its snapshot (the newest snip note's count)
     started: float
@@ -130,7 +133,7 @@ class SummaryAhead:
     def __init__(self):
         self.job = None
         self.passes = deque(maxlen=RECENT_PASSES)   # (time, context tokens) at each pipeline pass
-        self.durations = deque(maxlen=4)            # seconds the recent summaries took
+        self.durations = deque(maxlen=RECENT_SUMMARIES)  # seconds the recent summaries took
         self.made = self.used = self.discarded = 0
         self.waits = []                             # seconds the loop waited, per summary used
         self.discarded_usage = {}                   # what the summaries set aside were billed
@@ -146,22 +149,27 @@ class SummaryAhead:
         growth = [b[1] - a[1] for a, b in zip(steps, steps[1:]) if b[1] > a[1]]
         if not self.durations or not gaps or not growth:
             return earliest  # nothing measured yet: as early as allowed
-        step_seconds = max(min_share(gaps, 0.25), 1e-3)     # the fast steps: a pause for the user is not one
-        step_tokens = min_share(growth, 0.75)               # the big steps
-        lead_steps = max(self.durations) / step_seconds + 1  # +1: the snapshot lags a step
-        return max(earliest, min(latest, threshold - int(lead_steps * step_tokens * MARK_MARGIN)))
+        step_seconds = max(min_share(gaps, STEP_SHARES[0]), 1e-3)
+        step_tokens = min_share(growth, STEP_SHARES[1])
+        # In whole steps, rounded up: it starts at the last pass that still leaves it that many
+        # before the threshold. Each step more keeps a step more verbatim after the swap, and so
+        # costs; a summary slower than usual makes the loop wait only what is left of it.
+        lead_steps = math.ceil(statistics.median(self.durations) / step_seconds)
+        return max(earliest, min(latest, threshold - lead_steps * step_tokens))
 
     def due(self, agent, messages: list, tokens: int) -> int | None:
         """After a pipeline pass under the threshold: how many messages to summarize now, or
-        None. The snapshot is the history up to the newest reply: that reply is the first
-        message after it, and the snapshot is what the last request sent (so it is cached)."""
+        None. The snapshot is the whole history as the next request will send it, which ends
+        with the user's words or a complete call and its results: a summary can cover nothing
+        newer. Its request and that next one share their prefix, so one writes the cache the
+        other reads."""
         self.passes.append((time.monotonic(), tokens))
         shares = agent.settings.summary_ahead
         if self.job or not shares or agent.label or agent.client is None:
             return None  # one at a time; off; a subagent compacts as before
         if tokens < self.mark(agent.settings.threshold, shares):
             return None
-        return next((i for i in range(len(messages) - 1, 1, -1) if messages[i]["role"] == "assistant"), None)
+        return len(messages) if len(messages) > 2 and messages[-1]["role"] == "user" else None
 
     # ---- the worker --------------------------------------------------------------------------------
 
@@ -169,7 +177,7 @@ class SummaryAhead:
         """write(a worker agent, messages[:covered], *args) in a thread; it returns (summary,
         who wrote it). The snapshot is a new list of the same dicts, which no one changes."""
         snapshot = messages[:covered]
-        job = Job(covered=covered, boundary=key(messages[covered]), first=messages[covered],
+        job = Job(covered=covered, boundary=key(messages[covered - 1]), last=messages[covered - 1],
                   snipped=snip_count(snapshot), tokens=self.passes[-1][1] if self.passes else 0,
                   started=time.monotonic())
         job.copy, http = worker_agent(agent, job)
@@ -207,18 +215,19 @@ class SummaryAhead:
         if focus:
             self.drop(agent, "a summary with a focus was asked for")
             return None
-        # The first reply after the snapshot: the very message, as layers copy only what they change;
+        # The snapshot's last message: the very message, as layers copy only what they change;
         # or, copied, where it was less what snips removed (layers never add or move a message; a
-        # snip removes some, and its note counts them).
+        # snip removes some, and its note counts them), and holding no block it did not hold.
         removed = snip_count(messages) - job.snipped
-        start = next((i for i, m in enumerate(messages) if m is job.first), None)  # no layer copied it
-        if start is None and 0 < job.covered - removed < len(messages) and key(messages[job.covered - removed]) \
-                == job.boundary and messages[job.covered - removed]["role"] == "assistant":
-            start = job.covered - removed  # copied (an input parked), where it should be
+        end = next((i for i, m in enumerate(messages) if m is job.last), None)  # no layer copied it
+        if end is None and 0 < job.covered - removed <= len(messages) and same_message(
+                messages[job.covered - removed - 1], job.last):
+            end = job.covered - removed - 1  # copied (a result cleared), where it should be
+        start = None if end is None else end + 1
         snip_note = None
-        if start is None and removed > 0:  # a snip took that reply: what it kept after its note is all newer
+        if start is None and removed > 0:  # a snip took that message: what it kept after its note is all newer
             start, snip_note = newer_snip(messages, job.snipped)
-        if start is None:
+        if start is None or messages[start:start + 1] and messages[start]["role"] != "assistant":
             self.drop(agent, "the history where its snapshot ended changed")
             return None
         suffix = messages[start:]
@@ -233,9 +242,9 @@ class SummaryAhead:
             return None  # it failed outright (said): the summary is made here, as without one ahead
         self.used += 1
         self.waits.append(waited)
+        kept = f"the {len(suffix)} after them are kept verbatim" if suffix else "nothing came after them"
         agent.say(f"[summary ahead] swapped in: it covers the first {start} messages (written in "
-                  f"{job.seconds:.1f}s); the {len(suffix)} after them are kept verbatim; the work waited "
-                  f"{waited:.1f}s", "layer")
+                  f"{job.seconds:.1f}s); {kept}; the work waited {waited:.1f}s", "layer")
         summary, source = job.result
         if snip_note:  # the messages after the snapshot that the snip cut: where they went, and what they did
             summary = f"{summary}\n\n{snip_note}"
@@ -311,8 +320,8 @@ def newer_snip(messages: list, snipped: int) -> tuple:
     """(where the messages a snip newer than the snapshot kept begin, its note), or (None, None).
 
     A snip cuts one run of messages and leaves its note in the message before the run. If
-    the run held the first reply after the snapshot, everything after the run came after
-    the snapshot too, and the note says where the rest of the run went."""
+    the run held the snapshot's last message, everything after the run came after the
+    snapshot too, and the note says where the rest of the run went."""
     for i in range(len(messages) - 1, -1, -1):
         notes = [b for b in blocks_of(messages[i]) if b.get(OWN) == "snip" and b.get("snipped", 0) > snipped]
         if notes and i + 1 < len(messages) and messages[i + 1]["role"] == "assistant":
@@ -326,8 +335,18 @@ def min_share(values: list, share: float) -> float:
     return ordered[min(len(ordered) - 1, int(share * len(ordered)))]
 
 
+CALLS_AND_RESULTS = ("tool_use", "tool_result")
+
+
 def key(message: dict) -> str:
-    """What tells a reply is the one expected where it is: its first call's id, or else its
-    words, which no layer changes."""
-    ids = [b.get("id") for b in blocks_of(message) if b.get("type") == "tool_use"]
-    return f"call {ids[0]}" if ids else "text " + json.dumps(message.get("content"), sort_keys=True)
+    """What tells a message is the one expected where it is: the id of its first call or
+    result, or else its words. Clearing a result or parking a call's input keeps the ids."""
+    ids = [b.get("id") or b.get("tool_use_id") for b in blocks_of(message) if b.get("type") in CALLS_AND_RESULTS]
+    return f"{message['role']} {ids[0]}" if ids else "text " + json.dumps(message.get("content"), sort_keys=True)
+
+
+def same_message(now: dict, then: dict) -> bool:
+    """A copy of `then` that a layer only shortened: the same key, role and kinds of block.
+    A prompt merged into it since (after a failed turn) is a block the snapshot lacks."""
+    kinds = [[b.get("type") for b in blocks_of(m)] for m in (now, then)]
+    return now["role"] == then["role"] and key(now) == key(then) and kinds[0] == kinds[1]

@@ -211,7 +211,7 @@ def test_the_cheap_layers_shortening_the_snapshot_do_not_spoil_the_swap(s08, fak
                      {"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"r{k}",
                                                    "content": f"note {k} " + "y" * 2_000}]}]
     covered = agent.state.ahead.due(agent, messages, 10_000_000)
-    assert covered == len(messages) - 2  # up to the newest reply
+    assert covered == len(messages)  # all of it: it ends with a complete call and its results
     s08.summarize_ahead(agent, messages, covered, 10_000)
     wait_until(lambda: agent.state.ahead.job.done.is_set())
     messages += [{"role": "assistant", "content": [{"type": "tool_use", "id": "new", "name": "read_file",
@@ -331,3 +331,45 @@ def test_a_snip_that_took_the_first_reply_after_the_snapshot_keeps_its_note(s08,
     assert SUMMARY in json.dumps(result[0]) and "[Snipped" in json.dumps(result[0]) and "swapped in" in agent.out.text
     assert result[1:] == snipped[3:]  # every message the snip kept after its note, as it is
     assert_valid(result)
+
+
+def test_words_merged_into_the_snapshots_last_message_set_the_summary_aside(s08, fake, make_agent):
+    """After a failed turn the next prompt joins the pending results, which the snapshot
+    ended with: the summary never saw those words, so it is set aside and they stay."""
+    from turns import add_user_text
+    agent = ahead_agent(make_agent)
+    fake.summary(text(f"<summary>{SUMMARY}</summary>"), text("<summary>written at the threshold</summary>"))
+    messages = [{"role": "user", "content": [{"type": "text", "text": "read the notes"}]}]
+    for k in range(12):
+        messages += [{"role": "assistant", "content": [{"type": "tool_use", "id": f"r{k}", "name": "read_file",
+                                                        "input": {"path": f"n{k}.md"}}]},
+                     {"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"r{k}",
+                                                   "content": f"note {k} " + "y" * 2_000}]}]
+    s08.summarize_ahead(agent, messages, agent.state.ahead.due(agent, messages, 10_000_000), 10_000)
+    wait_until(lambda: agent.state.ahead.job.done.is_set())
+    assert add_user_text(messages, "and then fix the typo in n3.md")  # joined the results the snapshot ended with
+    result = s08.compact_history(messages, agent=agent)
+    assert "where its snapshot ended changed" in agent.out.text and "swapped in" not in agent.out.text
+    assert SUMMARY not in json.dumps(result) and "written at the threshold" in json.dumps(result[0])
+    assert "fix the typo in n3.md" in json.dumps(result)
+    assert_valid(result)
+
+
+def test_the_early_mark_leaves_a_summary_the_steps_it_takes(s08, make_agent):
+    """The mark, from what the session measured: as many whole steps before the threshold
+    as the recent summaries took (their median), each as big as a big step."""
+    from summary_ahead import SummaryAhead
+    agent = ahead_agent(make_agent)
+    threshold, shares = agent.settings.threshold, (0.5, 0.95)
+    ahead = SummaryAhead()
+    assert ahead.mark(threshold, shares) == int(threshold * 0.5)  # nothing measured: as early as allowed
+    for k in range(9):  # steps of 2 s adding 600 tokens, and one pause for the user of 300 s
+        ahead.passes.append((k * 2.0 + (300 if k > 6 else 0), 1_000 + 600 * k))
+    ahead.durations.extend([5.0, 7.5, 6.5])
+    assert ahead.mark(threshold, shares) == threshold - 4 * 600  # 6.5 s is 3.25 steps: 4 whole ones
+    ahead.durations.append(30.0)  # one slow summary: the median moves a little, not to 15 steps
+    assert ahead.mark(threshold, shares) == threshold - 4 * 600
+    ahead.durations.extend([40.0] * 3)  # summaries this slow would start before the earliest share
+    assert ahead.mark(threshold, shares) == int(threshold * 0.5)
+    ahead.durations.extend([0.1] * 4)
+    assert ahead.mark(threshold, shares) == int(threshold * 0.95)  # and never after the latest
