@@ -30,8 +30,17 @@ from workspace_io import OWN_FOLDERS, own_folder
 CREDENTIALS = (".ssh", ".gnupg", ".aws", ".azure", ".kube", ".docker", ".config/gcloud", ".config/gh",
                ".config/git/credentials", ".netrc", ".git-credentials", ".npmrc", ".pypirc", ".cargo/credentials",
                ".cargo/credentials.toml", ".gem/credentials", ".m2/settings.xml", ".terraform.d", ".password-store",
-               ".bash_history", ".zsh_history", ".python_history", ".node_repl_history", ".psql_history",
-               ".mysql_history", ".lesshst")
+               ".pgpass", ".vault-token", ".s3cfg", ".boto", ".oci", ".config/op", ".config/doctl", ".config/hub",
+               ".config/rclone", ".local/share/keyrings", ".mozilla", ".config/google-chrome", ".config/chromium",
+               ".bash_history", ".zsh_history", ".local/share/fish/fish_history", ".python_history",
+               ".node_repl_history", ".psql_history", ".mysql_history", ".lesshst")
+# Settings that move those places elsewhere (a list, for KUBECONFIG), and what lies in them.
+# What they name is hidden only inside $HOME: a setting could otherwise hide /usr, bubblewrap
+# would no longer start, and the sandbox would be gone.
+MOVED_BY = {"GNUPGHOME": ("",), "DOCKER_CONFIG": ("",), "CLOUDSDK_CONFIG": ("",), "AZURE_CONFIG_DIR": ("",),
+            "PASSWORD_STORE_DIR": ("",), "AWS_SHARED_CREDENTIALS_FILE": ("",), "KUBECONFIG": ("",),
+            "CARGO_HOME": ("credentials", "credentials.toml"),
+            "XDG_CONFIG_HOME": ("gcloud", "gh", "git/credentials", "op", "doctl", "hub", "rclone")}
 # Tools cache under $HOME, which is read-only: these settings send their caches to the
 # command's private /tmp, thrown away with it.
 CACHES = {"XDG_CACHE_HOME": "/tmp/.cache", "PIP_CACHE_DIR": "/tmp/.cache/pip", "npm_config_cache": "/tmp/.cache/npm",
@@ -112,7 +121,7 @@ class Sandbox:
         home = Path.home()
         files = [history_file(), os.getenv("HISTFILE"), self.own_env]  # named by settings: files only, never /usr
         places = [home / name for name in CREDENTIALS] + [key_file().parent, *AGENTS, runtime_folder()] \
-            + [f for f in files if f and os.path.isfile(f)]
+            + [f for f in files if f and os.path.isfile(f)] + moved_credentials()
         found = set()
         for place in filter(None, places):
             real = os.path.realpath(place)
@@ -142,6 +151,15 @@ class Sandbox:
             notes.append(f"{shown} {'is' if len(named) == 1 else 'are'} hidden from commands (sandbox): "
                          "credentials, histories and agents' sockets stay out of reach")
         return "".join(f"\n[{note}]" for note in notes)
+
+
+def moved_credentials() -> list:
+    """The credential places settings moved, where they lie strictly inside $HOME."""
+    home = os.path.realpath(Path.home())
+    named = [(value, inside) for name, insides in MOVED_BY.items() for value in os.getenv(name, "").split(os.pathsep)
+             for inside in insides if os.path.isabs(value)]
+    places = [os.path.realpath(os.path.join(value, inside)) for value, inside in named]
+    return [place for place in places if place != home and contains(home, place)]
 
 
 def runtime_folder() -> str | None:

@@ -264,3 +264,22 @@ def test_a_folders_env_cannot_turn_the_sandbox_off(fake, beyond_tmp):
 def test_a_runtime_folder_setting_never_hides_a_system_folder(workspace, monkeypatch):
     monkeypatch.setenv("XDG_RUNTIME_DIR", "/usr")
     assert "/usr" not in sandbox_module.Sandbox(on=True).hidden(str(workspace))
+
+
+def test_credentials_a_setting_moved_are_hidden_where_they_are_but_never_outside_home(beyond_tmp, monkeypatch):
+    home = beyond_tmp / "home"
+    for folder in ("keys/gnupg", "k8s", "cfg/gh", "cargo"):
+        (home / folder).mkdir(parents=True)
+    for file in ("k8s/a.yaml", "k8s/b.yaml", "cfg/gh/hosts.yml", "cargo/credentials.toml", ".pgpass"):
+        (home / file).write_text("token: ghp_secret\n")
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("GNUPGHOME", str(home / "keys" / "gnupg"))
+    monkeypatch.setenv("KUBECONFIG", f"{home}/k8s/a.yaml:{home}/k8s/b.yaml")
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(home / "cfg"))
+    monkeypatch.setenv("CARGO_HOME", str(home / "cargo"))
+    monkeypatch.setenv("DOCKER_CONFIG", "/usr")  # a system folder: never hidden
+    monkeypatch.setenv("AZURE_CONFIG_DIR", str(home))  # all of home: never hidden either
+    hidden = sandbox_module.Sandbox(on=True).hidden(str(beyond_tmp / "ws"))
+    assert {str(home / p) for p in ("keys/gnupg", "k8s/a.yaml", "k8s/b.yaml", "cfg/gh", "cargo/credentials.toml",
+                                    ".pgpass")} <= set(hidden), hidden
+    assert "/usr" not in hidden and str(home) not in hidden
