@@ -271,9 +271,11 @@ class SummaryAhead:
         RUNNING.discard(job)
         for line in job.heard:
             agent.say(line, "dim")
-        worker = job.copy
-        for kind, value in dict(worker.usage_totals).items():  # a copy: a worker past its join may still add
+        worker, usage = job.copy, dict(job.copy.usage_totals)  # a copy: a worker past its join may still add
+        for kind, value in usage.items():
             agent.usage_totals[kind] = agent.usage_totals.get(kind, 0) + value
+        if agent.log and any(usage.values()):  # paid, used or not: the session's picture shows it
+            agent.log.call(agent, job.tokens, False, usage, "writing the summary ahead")
         if not job.cancelled.is_set():  # a call cut short by calling it off is no failure of the endpoint
             agent.summary_failures, agent.breaker_announced = worker.summary_failures, worker.breaker_announced
         if job.result is not None and job.done.is_set() and not job.cancelled.is_set():

@@ -373,3 +373,18 @@ def test_the_early_mark_leaves_a_summary_the_steps_it_takes(s08, make_agent):
     assert ahead.mark(threshold, shares) == int(threshold * 0.5)
     ahead.durations.extend([0.1] * 4)
     assert ahead.mark(threshold, shares) == int(threshold * 0.95)  # and never after the latest
+
+
+def test_a_summary_written_ahead_is_paid_for_in_the_sessions_picture(s08, fake, make_agent):
+    import session_picture
+    agent = ahead_agent(make_agent)
+    messages = s08.open_session(agent, None)
+    fake.summary(text(f"<summary>{SUMMARY}</summary>"))
+    fake.reply(*[write(k) for k in range(20)], text("All written."))
+    assert s08.take_turn(agent, messages, "write the files")
+    assert "swapped in" in agent.out.text  # (and the next one may be in flight: it is logged once it is over)
+    logged = [line for line in agent.log.path.read_text().splitlines() if '"writing the summary ahead"' in line]
+    paid = next(u for u in fake.usage_log if u["summary"])
+    assert len(logged) == 1 and f'"cache_read_input_tokens": {paid["cache_read_input_tokens"]}' in logged[0]
+    shown = session_picture.write_report(agent.log.path).read_text(encoding="utf-8")
+    assert f"{len(fake.main_requests)} model calls and 1 summary calls" in shown
