@@ -33,7 +33,7 @@ from terminal import Spinner
 
 RECENT_PASSES = 16       # the steps the lead is measured on
 RECENT_SUMMARIES = 4     # the lead is the median of these: one slow summary does not move every mark after it
-STEP_SHARES = (0.5, 0.75)  # a step's seconds (the median: a pause for the user is no step) and tokens (a big one)
+STEP_SHARES = (0.5, 0.75)  # a step's seconds (the median) and tokens (a big one)
 JOIN_SECONDS = 5.0       # a worker called off ends within this (its connection is cut at once)
 WAIT_POLL_SECONDS = 0.2  # how often a wait for a summary in flight looks up (Ctrl-C stays prompt)
 
@@ -52,8 +52,7 @@ class Ready:
 class Job:
     """One summary in the background: its snapshot, its thread, and what it came back with."""
     covered: int                       # messages in the snapshot
-    boundary: str                      # the snapshot's last message, by its key: the suffix starts after it
-    last: dict                         # ...and that very message (layers copy only what they change)
+    last: dict                         # the snapshot's last message: the suffix starts after it
     tokens: int                        # the context's size when it started
     snipped: int                       # messages snipped before its snapshot (the newest snip note's count)
     started: float
@@ -114,17 +113,22 @@ def call_off_all() -> None:
 
 
 def worker_agent(agent, job: Job):
-    """A copy of the agent for the worker: its own HTTP client (so its connection can be cut),
-    counter, usage and endpoint facts, no hooks, no log, nothing on screen."""
-    import httpx2  # the SDK's HTTP library, loaded by now (a client made it)
-    http = httpx2.Client(event_hooks={"request": [job.on_request]})
-    client = agent.client.with_options(http_client=http)
+    """A copy of the agent for the worker: its own counter, usage and endpoint facts, no hooks,
+    no log, nothing on screen. Its HTTP client the worker makes itself (worker_client)."""
     tokens = copy.copy(agent.state.tokens)
     tokens.sizes = dict(tokens.sizes)
-    worker = replace(agent, client=client, out=job.say, spinner_to=None, log=None, hooks={}, usage_totals={},
-                     show_status=False, color=False, fit_width=False, confirm=None, endpoint=copy.copy(agent.endpoint),
-                     state=replace(agent.state, tokens=tokens, ahead=None))
-    return worker, http
+    return replace(agent, out=job.say, spinner_to=None, log=None, hooks={}, usage_totals={}, show_status=False,
+                   color=False, fit_width=False, confirm=None, endpoint=copy.copy(agent.endpoint),
+                   state=replace(agent.state, tokens=tokens, ahead=None))
+
+
+def worker_client(worker, job: Job):
+    """The worker's own HTTP client, so that its connection can be cut. Made on its thread:
+    loading the TLS certificates takes tens of milliseconds the loop need not wait."""
+    import httpx2  # the SDK's HTTP library, loaded by now (a client made it)
+    http = httpx2.Client(event_hooks={"request": [job.on_request]})
+    worker.client = worker.client.with_options(http_client=http)
+    return http
 
 
 class SummaryAhead:
@@ -132,7 +136,7 @@ class SummaryAhead:
 
     def __init__(self):
         self.job = None
-        self.passes = deque(maxlen=RECENT_PASSES)   # (time, context tokens) at each pipeline pass
+        self.passes = deque(maxlen=RECENT_PASSES)   # (time, context tokens, within a turn) at each pass
         self.durations = deque(maxlen=RECENT_SUMMARIES)  # seconds the recent summaries took
         self.made = self.used = self.discarded = 0
         self.waits = []                             # seconds the loop waited, per summary used
@@ -145,7 +149,10 @@ class SummaryAhead:
         summary takes, seconds and tokens a step takes), it is ready before the threshold."""
         earliest, latest = int(threshold * shares[0]), int(threshold * shares[1])
         steps = list(self.passes)
-        gaps = [b[0] - a[0] for a, b in zip(steps, steps[1:])]
+        # A step is the time from one pass to the next within a turn; before a prompt the
+        # user's pause counts too, so such gaps count only in a session of prompts alone.
+        gaps = [b[0] - a[0] for a, b in zip(steps, steps[1:]) if b[2]] or \
+            [b[0] - a[0] for a, b in zip(steps, steps[1:])]
         growth = [b[1] - a[1] for a, b in zip(steps, steps[1:]) if b[1] > a[1]]
         if not self.durations or not gaps or not growth:
             return earliest  # nothing measured yet: as early as allowed
@@ -163,7 +170,8 @@ class SummaryAhead:
         with the user's words or a complete call and its results: a summary can cover nothing
         newer. Its request and that next one share their prefix, so one writes the cache the
         other reads."""
-        self.passes.append((time.monotonic(), tokens))
+        within_a_turn = any(b.get("type") == "tool_result" for b in blocks_of(messages[-1])) if messages else False
+        self.passes.append((time.monotonic(), tokens, within_a_turn))
         shares = agent.settings.summary_ahead
         if self.job or not shares or agent.label or agent.client is None:
             return None  # one at a time; off; a subagent compacts as before
@@ -177,13 +185,15 @@ class SummaryAhead:
         """write(a worker agent, messages[:covered], *args) in a thread; it returns (summary,
         who wrote it). The snapshot is a new list of the same dicts, which no one changes."""
         snapshot = messages[:covered]
-        job = Job(covered=covered, boundary=key(messages[covered - 1]), last=messages[covered - 1],
+        job = Job(covered=covered, last=messages[covered - 1],
                   snipped=snip_count(snapshot), tokens=self.passes[-1][1] if self.passes else 0,
                   started=time.monotonic())
-        job.copy, http = worker_agent(agent, job)
+        job.copy, http = worker_agent(agent, job), None
 
         def work():
+            nonlocal http
             try:
+                http = worker_client(job.copy, job)
                 job.result = write(job.copy, snapshot, *args)
             except Cancelled:
                 pass
@@ -191,7 +201,8 @@ class SummaryAhead:
                 job.heard.append(f"[summary ahead] failed: {type(err).__name__}: {err}")
             finally:
                 job.seconds = time.monotonic() - job.started
-                http.close()
+                if http:
+                    http.close()
                 job.done.set()
 
         job.thread = threading.Thread(target=work, name="summary-ahead", daemon=True)
@@ -321,13 +332,16 @@ def snip_count(messages: list) -> int:
 def newer_snip(messages: list, snipped: int) -> tuple:
     """(where the messages a snip newer than the snapshot kept begin, its note), or (None, None).
 
-    A snip cuts one run of messages and leaves its note in the message before the run. If
-    the run held the snapshot's last message, everything after the run came after the
-    snapshot too, and the note says where the rest of the run went."""
+    A snip cuts one run of messages and leaves its note in the message before the run, and
+    after it the current request if the run held that. If the run held the snapshot's last
+    message, everything after the run came after the snapshot too, and the note (with the
+    request) says where the rest of the run went."""
     for i in range(len(messages) - 1, -1, -1):
-        notes = [b for b in blocks_of(messages[i]) if b.get(OWN) == "snip" and b.get("snipped", 0) > snipped]
+        blocks = blocks_of(messages[i])
+        notes = [k for k, b in enumerate(blocks) if b.get(OWN) == "snip" and b.get("snipped", 0) > snipped]
         if notes and i + 1 < len(messages) and messages[i + 1]["role"] == "assistant":
-            return i + 1, notes[-1]["text"]
+            # and the words after the note: the request the snip put back, which the run held
+            return i + 1, "\n\n".join(b["text"] for b in blocks[notes[-1]:] if b.get("type") == "text")
     return None, None
 
 
@@ -337,18 +351,11 @@ def min_share(values: list, share: float) -> float:
     return ordered[min(len(ordered) - 1, int(share * len(ordered)))]
 
 
-CALLS_AND_RESULTS = ("tool_use", "tool_result")
-
-
-def key(message: dict) -> str:
-    """What tells a message is the one expected where it is: the id of its first call or
-    result, or else its words. Clearing a result or parking a call's input keeps the ids."""
-    ids = [b.get("id") or b.get("tool_use_id") for b in blocks_of(message) if b.get("type") in CALLS_AND_RESULTS]
-    return f"{message['role']} {ids[0]}" if ids else "text " + json.dumps(message.get("content"), sort_keys=True)
-
-
 def same_message(now: dict, then: dict) -> bool:
-    """A copy of `then` that a layer only shortened: the same key, role and kinds of block.
-    A prompt merged into it since (after a failed turn) is a block the snapshot lacks."""
-    kinds = [[b.get("type") for b in blocks_of(m)] for m in (now, then)]
-    return now["role"] == then["role"] and key(now) == key(then) and kinds[0] == kinds[1]
+    """A copy of `then` that a layer only shortened: the same role and the same blocks, of
+    which only a result's body (cleared) may differ. Words merged into it since (after a
+    failed turn), or put in place of others, make it another message."""
+    def shape(message):
+        return [(b.get("type"), b.get("tool_use_id") or b.get("id"),
+                 None if b.get("type") == "tool_result" else json.dumps(b, sort_keys=True)) for b in blocks_of(message)]
+    return now["role"] == then["role"] and shape(now) == shape(then)

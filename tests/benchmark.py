@@ -390,7 +390,7 @@ def ahead_play(code, workdir: Path, window: int, steps: int, ahead: bool, spread
     for n in range(40):
         (workdir / f"m{n}.py").write_text(lorem(rng, rng.randint(1_000, max(2_000, window // 20))))
     waits, after, settings = [], [], ahead_settings(code, window, ahead)
-    waited = [0.0]  # the loop's seconds spent on summaries: writing one itself, or waiting for one ahead
+    waited = [0.0]  # the loop's seconds spent on summaries: writing one, starting one ahead, waiting for one
 
     def on_the_loop(call):
         def run(*args, **kwargs):
@@ -426,7 +426,7 @@ def ahead_play(code, workdir: Path, window: int, steps: int, ahead: bool, spread
 
     with FakeAnthropic(context_window=window) as fake, \
             swapped(code, compact_history=timed(code.compact_history), reactive_compact=timed(code.reactive_compact),
-                    make_summary=on_the_loop(code.make_summary)), \
+                    make_summary=on_the_loop(code.make_summary), summarize_ahead=on_the_loop(code.summarize_ahead)), \
             swapped(SummaryAhead, wait=on_the_loop(SummaryAhead.wait)):
         fake.default_summary = summary
         client = anthropic.Anthropic(api_key="benchmark", base_url=fake.url, max_retries=0)
@@ -440,7 +440,7 @@ def ahead_play(code, workdir: Path, window: int, steps: int, ahead: bool, spread
             code.take_turn(agent, messages, f"Turn {turn}: read the modules and take notes")
         seconds, ahead = time.perf_counter() - started, agent.state.ahead
         figures = {"seconds": seconds, "summaries": len(fake.summary_requests),
-                   "summary seconds": sum(summary_seconds), "waited": sum(waits),
+                   "summary seconds": sum(summary_seconds), "waited": waited[0],
                    "compactions": len(waits), "no wait": sum(1 for w in waits if w < 0.01),  # "waited 0.0s"
                    "made": ahead.made, "used": ahead.used, "set aside": ahead.discarded,
                    "set aside billed": billed(ahead.discarded_usage), "model calls": len(fake.main_requests),

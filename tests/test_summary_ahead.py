@@ -65,6 +65,8 @@ def test_the_loop_goes_on_while_the_summary_is_written_and_the_swap_keeps_what_c
     fake.summary(held(text(f"<summary>{SUMMARY}</summary>"), gate=gate))
 
     def step(body):
+        if agent.state.ahead.job:  # started: its request is on its way (the worker makes its client first)
+            wait_until(lambda: fake.summary_requests)
         seen.append((len(fake.summary_requests), gate.is_set()))
         if sum(1 for summaries, _ in seen if summaries) == 3:  # three steps served while it was written
             gate.set()
@@ -169,6 +171,8 @@ def test_reactive_compaction_uses_the_summary_that_is_ready(s08, fake, make_agen
         """Small writes until a summary is asked for; its answer goes, and the next request is
         refused as too long, by about as much as the fake counts it (so the window is learned)."""
         n = len(fake.main_requests)
+        if "ready" not in state and agent.state.ahead.job:  # started: its request is on its way
+            wait_until(lambda: fake.summary_requests)
         if "ready" not in state and fake.summary_requests:
             gate.set()
             wait_until(lambda: agent.state.ahead.job and agent.state.ahead.job.done.is_set())
@@ -236,7 +240,12 @@ def test_the_cheap_layers_shortening_the_snapshot_do_not_spoil_the_swap(s08, fak
 
 def test_leaving_with_a_summary_in_flight_is_prompt_and_leaves_no_request_hanging(fake, workspace):
     fake.summary(held(text(f"<summary>{SUMMARY}</summary>")))  # never let go
-    fake.reply(*[write(k) for k in range(10)], text("Ten written."))
+
+    def last(body):  # answered once the summary's request is in: the program leaves with it in flight
+        wait_until(lambda: fake.summary_requests)
+        return text("Ten written.")
+
+    fake.reply(*[write(k) for k in range(10)], last)
     done = run_cli(fake, workspace, "write ten files\n", CONTEXT_WINDOW=WINDOW, SUMMARY_AHEAD="0.6-0.6")
     assert done.returncode == 0, done.stderr
     assert "[summary ahead] writing a summary of" in done.stdout and "Traceback" not in done.stderr
@@ -363,8 +372,11 @@ def test_the_early_mark_leaves_a_summary_the_steps_it_takes(s08, make_agent):
     threshold, shares = agent.settings.threshold, (0.5, 0.95)
     ahead = SummaryAhead()
     assert ahead.mark(threshold, shares) == int(threshold * 0.5)  # nothing measured: as early as allowed
-    for k in range(9):  # steps of 2 s adding 600 tokens, and one pause for the user of 300 s
-        ahead.passes.append((k * 2.0 + (300 if k > 6 else 0), 1_000 + 600 * k))
+    clock = 0.0
+    for k in range(12):  # steps of 2 s adding 600 tokens; every other pass follows a pause for the user
+        prompt = k % 2 == 0
+        clock += 60.0 if prompt else 2.0
+        ahead.passes.append((clock, 1_000 + 600 * k, not prompt))
     ahead.durations.extend([5.0, 7.5, 6.5])
     assert ahead.mark(threshold, shares) == threshold - 4 * 600  # 6.5 s is 3.25 steps: 4 whole ones
     ahead.durations.append(30.0)  # one slow summary: the median moves a little, not to 15 steps
@@ -388,3 +400,55 @@ def test_a_summary_written_ahead_is_paid_for_in_the_sessions_picture(s08, fake, 
     assert len(logged) == 1 and f'"cache_read_input_tokens": {paid["cache_read_input_tokens"]}' in logged[0]
     shown = session_picture.write_report(agent.log.path).read_text(encoding="utf-8")
     assert f"{len(fake.main_requests)} model calls and 1 summary calls" in shown
+
+
+def test_words_put_in_place_of_withdrawn_ones_are_not_taken_for_the_snapshots(s08, fake, make_agent):
+    """The snapshot ended with results and a prompt merged into them; that prompt was taken
+    back and another typed: same kinds of block, other words. The summary is set aside."""
+    from turns import add_user_text
+    agent = ahead_agent(make_agent)
+    fake.summary(text(f"<summary>{SUMMARY}</summary>"), text("<summary>written at the threshold</summary>"))
+    messages = [{"role": "user", "content": [{"type": "text", "text": "read the notes"}]}]
+    for k in range(12):
+        messages += [{"role": "assistant", "content": [{"type": "tool_use", "id": f"r{k}", "name": "read_file",
+                                                        "input": {"path": f"n{k}.md"}}]},
+                     {"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"r{k}",
+                                                   "content": f"note {k} " + "y" * 2_000}]}]
+    add_user_text(messages, "P2: the words taken back")
+    s08.summarize_ahead(agent, messages, agent.state.ahead.due(agent, messages, 10_000_000), 10_000)
+    wait_until(lambda: agent.state.ahead.job.done.is_set())
+    messages[-1] = {**messages[-1], "content": messages[-1]["content"][:-1]}  # withdrawn, as a failed turn does
+    add_user_text(messages, "P3: rename frob to frob_v2")
+    messages.append({"role": "assistant", "content": [{"type": "text", "text": "Renamed."}]})
+    result = s08.compact_history(messages, agent=agent)
+    assert "where its snapshot ended changed" in agent.out.text and SUMMARY not in json.dumps(result)
+    assert "P3: rename frob to frob_v2" in json.dumps(fake.summary_requests[-1])  # the summary written now saw it
+    assert_valid(result)
+
+
+def test_a_snip_past_the_snapshot_keeps_the_request_it_put_back(s08, fake, make_agent):
+    """A snip that took the snapshot's end puts the current request back after its note; a
+    swap that keeps only what came after the note keeps that request with the summary."""
+    agent = ahead_agent(make_agent)
+    fake.summary(text(f"<summary>{SUMMARY}</summary>"))
+    messages = [{"role": "user", "content": [{"type": "text", "text": "read them all"}]}]
+
+    def pair(name):
+        return [{"role": "assistant", "content": [{"type": "tool_use", "id": name, "name": "read_file",
+                                                   "input": {"path": f"{name}.md"}}]},
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": name, "content": "y" * 2_000}]}]
+
+    for k in range(3):
+        messages += pair(f"old{k}")
+    s08.summarize_ahead(agent, messages, agent.state.ahead.due(agent, messages, 10_000_000), 10_000)
+    wait_until(lambda: agent.state.ahead.job.done.is_set())
+    messages += [{"role": "assistant", "content": [{"type": "text", "text": "Done reading."}]},
+                 {"role": "user", "content": [{"type": "text", "text": "NEW REQUEST: port the parser to Rust."}]}]
+    for k in range(12):
+        messages += pair(f"new{k}")
+    messages.append({"role": "assistant", "content": [{"type": "text", "text": "Ported; the tests pass."}]})
+    snipped = s08.snip_compact(messages, keep_head=3, keep_tail=10, at_least=4, store=agent.store)
+    assert "NEW REQUEST" in json.dumps(snipped[2])  # the snip put it back after its note
+    result = s08.compact_history(snipped, agent=agent)
+    assert "swapped in" in agent.out.text and "NEW REQUEST: port the parser to Rust." in json.dumps(result[0])
+    assert_valid(result)
