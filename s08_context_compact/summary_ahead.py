@@ -18,10 +18,10 @@ threshold, whether and how to use it.
 
 import atexit
 import copy
+import functools
 import json
 import math
 import socket
-import statistics
 import threading
 import time
 import weakref
@@ -32,8 +32,8 @@ from history import OWN, blocks_of
 from terminal import Spinner
 
 RECENT_PASSES = 16       # the steps the lead is measured on
-RECENT_SUMMARIES = 4     # the lead is the median of these: one slow summary does not move every mark after it
-STEP_SHARES = (0.5, 0.75)  # a step's seconds (the median) and tokens (a big one)
+RECENT_SUMMARIES = 4     # the lead is their upper median: one slow summary does not move every mark after it
+SHARES = (0.5, 0.5, 0.75)  # the upper median of a summary's seconds and of a step's; a big step's tokens
 JOIN_SECONDS = 5.0       # a worker called off ends within this (its connection is cut at once)
 WAIT_POLL_SECONDS = 0.2  # how often a wait for a summary in flight looks up (Ctrl-C stays prompt)
 
@@ -123,12 +123,18 @@ def worker_agent(agent, job: Job):
 
 
 def worker_client(worker, job: Job):
-    """The worker's own HTTP client, so that its connection can be cut. Made on its thread:
-    loading the TLS certificates takes tens of milliseconds the loop need not wait."""
+    """The worker's own HTTP client, so that its connection can be cut. Made on its thread,
+    with the certificates the first worker loaded: loading them takes tens of milliseconds."""
     import httpx2  # the SDK's HTTP library, loaded by now (a client made it)
-    http = httpx2.Client(event_hooks={"request": [job.on_request]})
+    http = httpx2.Client(verify=tls_context(), event_hooks={"request": [job.on_request]})
     worker.client = worker.client.with_options(http_client=http)
     return http
+
+
+@functools.cache
+def tls_context():
+    import httpx2
+    return httpx2.create_ssl_context()  # as a client makes its own: the system's or SSL_CERT_FILE's certificates
 
 
 class SummaryAhead:
@@ -156,12 +162,12 @@ class SummaryAhead:
         growth = [b[1] - a[1] for a, b in zip(steps, steps[1:]) if b[1] > a[1]]
         if not self.durations or not gaps or not growth:
             return earliest  # nothing measured yet: as early as allowed
-        step_seconds = max(min_share(gaps, STEP_SHARES[0]), 1e-3)
-        step_tokens = min_share(growth, STEP_SHARES[1])
+        summary_seconds, step_seconds = min_share(self.durations, SHARES[0]), max(min_share(gaps, SHARES[1]), 1e-3)
+        step_tokens = min_share(growth, SHARES[2])
         # In whole steps, rounded up: it starts at the last pass that still leaves it that many
         # before the threshold. Each step more keeps a step more verbatim after the swap, and so
         # costs; a summary slower than usual makes the loop wait only what is left of it.
-        lead_steps = math.ceil(statistics.median(self.durations) / step_seconds)
+        lead_steps = math.ceil(summary_seconds / step_seconds)
         return max(earliest, min(latest, threshold - lead_steps * step_tokens))
 
     def due(self, agent, messages: list, tokens: int) -> int | None:

@@ -366,7 +366,7 @@ def test_words_merged_into_the_snapshots_last_message_set_the_summary_aside(s08,
 
 def test_the_early_mark_leaves_a_summary_the_steps_it_takes(s08, make_agent):
     """The mark, from what the session measured: as many whole steps before the threshold
-    as the recent summaries took (their median), each as big as a big step."""
+    as the recent summaries took (their upper median), each as big as a big step."""
     from summary_ahead import SummaryAhead
     agent = ahead_agent(make_agent)
     threshold, shares = agent.settings.threshold, (0.5, 0.95)
@@ -379,7 +379,7 @@ def test_the_early_mark_leaves_a_summary_the_steps_it_takes(s08, make_agent):
         ahead.passes.append((clock, 1_000 + 600 * k, not prompt))
     ahead.durations.extend([5.0, 7.5, 6.5])
     assert ahead.mark(threshold, shares) == threshold - 4 * 600  # 6.5 s is 3.25 steps: 4 whole ones
-    ahead.durations.append(30.0)  # one slow summary: the median moves a little, not to 15 steps
+    ahead.durations.append(30.0)  # one slow summary: the upper median moves a little, not to 15 steps
     assert ahead.mark(threshold, shares) == threshold - 4 * 600
     ahead.durations.extend([40.0] * 3)  # summaries this slow would start before the earliest share
     assert ahead.mark(threshold, shares) == int(threshold * 0.5)
