@@ -516,10 +516,9 @@ def reactive_compact(messages: list, *, agent) -> list:
     """After "prompt is too long": the same, keeping only the recent groups that fit in a
     share of the threshold, smaller when the endpoint counted more than we estimated."""
     tail_tokens = int(agent.settings.threshold * REACTIVE_TAIL_SHARE / agent.endpoint.undercount)
-    if ready := agent.state.ahead.take(agent, messages, max_suffix=tail_tokens):
-        return summarize_into(agent, messages, "reactive", ready.suffix or reactive_tail(messages, tail_tokens),
-                              ready=ready.summary)
-    return summarize_into(agent, messages, "reactive", reactive_tail(messages, tail_tokens))
+    ready = agent.state.ahead.take(agent, messages, max_suffix=tail_tokens)  # a summary written ahead, if any
+    tail = ready.suffix if ready and ready.suffix else reactive_tail(messages, tail_tokens)
+    return summarize_into(agent, messages, "reactive", tail, ready=ready.summary if ready else ())
 
 
 def reactive_tail(messages: list, tail_tokens: int) -> list:

@@ -24,6 +24,21 @@ def write(k: int, size: int = 3_000) -> dict:
     return tool_use("write_file", {"path": f"out/f{k}.txt", "content": f"file {k} " + "x" * size})
 
 
+def read_pair(name: str, result: str) -> list:
+    """A read_file call and its result, as the history holds them."""
+    return [{"role": "assistant", "content": [{"type": "tool_use", "id": name, "name": "read_file",
+                                              "input": {"path": f"{name}.md"}}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": name, "content": result}]}]
+
+
+def notes_read(count: int) -> list:
+    """A request, then `count` notes read, about 550 tokens each."""
+    messages = [{"role": "user", "content": [{"type": "text", "text": "read the notes"}]}]
+    for k in range(count):
+        messages += read_pair(f"r{k}", f"note {k} " + "y" * 2_000)
+    return messages
+
+
 def ahead_agent(make_agent, out=None):
     agent = make_agent(window=WINDOW)
     agent.settings, agent.out = replace(agent.settings, summary_ahead=EARLY), agent.out if out is None else out
@@ -208,12 +223,7 @@ def test_the_cheap_layers_shortening_the_snapshot_do_not_spoil_the_swap(s08, fak
     still replaces exactly that part, and keeps the rest as it is."""
     agent = ahead_agent(make_agent)
     fake.summary(text(f"<summary>{SUMMARY}</summary>"))
-    messages = [{"role": "user", "content": [{"type": "text", "text": "read them all"}]}]
-    for k in range(40):
-        messages += [{"role": "assistant", "content": [{"type": "tool_use", "id": f"r{k}", "name": "read_file",
-                                                        "input": {"path": f"n{k}.md"}}]},
-                     {"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"r{k}",
-                                                   "content": f"note {k} " + "y" * 2_000}]}]
+    messages = notes_read(40)
     covered = agent.state.ahead.due(agent, messages, 10_000_000)
     assert covered == len(messages)  # all of it: it ends with a complete call and its results
     s08.summarize_ahead(agent, messages, covered, 10_000)
@@ -322,18 +332,13 @@ def test_a_snip_that_took_the_first_reply_after_the_snapshot_keeps_its_note(s08,
     fake.summary(text(f"<summary>{SUMMARY}</summary>"))
     messages = [{"role": "user", "content": [{"type": "text", "text": "read them all"}]}]
 
-    def pair(name, result):
-        return [{"role": "assistant", "content": [{"type": "tool_use", "id": name, "name": "read_file",
-                                                   "input": {"path": f"{name}.md"}}]},
-                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": name, "content": result}]}]
-
     for k in range(10):
-        messages += pair(f"old{k}", "y" * 2_000)
+        messages += read_pair(f"old{k}", "y" * 2_000)
     covered = agent.state.ahead.due(agent, messages, 10_000_000)
     s08.summarize_ahead(agent, messages, covered, 10_000)
     wait_until(lambda: agent.state.ahead.job.done.is_set())
     for k in range(30):
-        messages += pair(f"new{k}", "ok")
+        messages += read_pair(f"new{k}", "ok")
     snipped = s08.snip_compact(messages, keep_head=3, keep_tail=47, at_least=20, store=agent.store)
     assert "[Snipped" in json.dumps(snipped[2]) and '"new0"' not in json.dumps(snipped)  # it took the boundary
     result = s08.compact_history(snipped, agent=agent)
@@ -348,12 +353,7 @@ def test_words_merged_into_the_snapshots_last_message_set_the_summary_aside(s08,
     from turns import add_user_text
     agent = ahead_agent(make_agent)
     fake.summary(text(f"<summary>{SUMMARY}</summary>"), text("<summary>written at the threshold</summary>"))
-    messages = [{"role": "user", "content": [{"type": "text", "text": "read the notes"}]}]
-    for k in range(12):
-        messages += [{"role": "assistant", "content": [{"type": "tool_use", "id": f"r{k}", "name": "read_file",
-                                                        "input": {"path": f"n{k}.md"}}]},
-                     {"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"r{k}",
-                                                   "content": f"note {k} " + "y" * 2_000}]}]
+    messages = notes_read(12)
     s08.summarize_ahead(agent, messages, agent.state.ahead.due(agent, messages, 10_000_000), 10_000)
     wait_until(lambda: agent.state.ahead.job.done.is_set())
     assert add_user_text(messages, "and then fix the typo in n3.md")  # joined the results the snapshot ended with
@@ -408,12 +408,7 @@ def test_words_put_in_place_of_withdrawn_ones_are_not_taken_for_the_snapshots(s0
     from turns import add_user_text
     agent = ahead_agent(make_agent)
     fake.summary(text(f"<summary>{SUMMARY}</summary>"), text("<summary>written at the threshold</summary>"))
-    messages = [{"role": "user", "content": [{"type": "text", "text": "read the notes"}]}]
-    for k in range(12):
-        messages += [{"role": "assistant", "content": [{"type": "tool_use", "id": f"r{k}", "name": "read_file",
-                                                        "input": {"path": f"n{k}.md"}}]},
-                     {"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"r{k}",
-                                                   "content": f"note {k} " + "y" * 2_000}]}]
+    messages = notes_read(12)
     add_user_text(messages, "P2: the words taken back")
     s08.summarize_ahead(agent, messages, agent.state.ahead.due(agent, messages, 10_000_000), 10_000)
     wait_until(lambda: agent.state.ahead.job.done.is_set())
@@ -433,19 +428,14 @@ def test_a_snip_past_the_snapshot_keeps_the_request_it_put_back(s08, fake, make_
     fake.summary(text(f"<summary>{SUMMARY}</summary>"))
     messages = [{"role": "user", "content": [{"type": "text", "text": "read them all"}]}]
 
-    def pair(name):
-        return [{"role": "assistant", "content": [{"type": "tool_use", "id": name, "name": "read_file",
-                                                   "input": {"path": f"{name}.md"}}]},
-                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": name, "content": "y" * 2_000}]}]
-
     for k in range(3):
-        messages += pair(f"old{k}")
+        messages += read_pair(f"old{k}", "y" * 2_000)
     s08.summarize_ahead(agent, messages, agent.state.ahead.due(agent, messages, 10_000_000), 10_000)
     wait_until(lambda: agent.state.ahead.job.done.is_set())
     messages += [{"role": "assistant", "content": [{"type": "text", "text": "Done reading."}]},
                  {"role": "user", "content": [{"type": "text", "text": "NEW REQUEST: port the parser to Rust."}]}]
     for k in range(12):
-        messages += pair(f"new{k}")
+        messages += read_pair(f"new{k}", "y" * 2_000)
     messages.append({"role": "assistant", "content": [{"type": "text", "text": "Ported; the tests pass."}]})
     snipped = s08.snip_compact(messages, keep_head=3, keep_tail=10, at_least=4, store=agent.store)
     assert "NEW REQUEST" in json.dumps(snipped[2])  # the snip put it back after its note
