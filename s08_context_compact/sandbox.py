@@ -131,7 +131,9 @@ class Sandbox:
             if place == self.own_env and contains(work, real):
                 continue
             found.add(real)
-        return sorted(found)
+        # A place inside another is hidden with it: bubblewrap could not make its mount point
+        # in the empty, read-only folder over the outer one, and would not start at all.
+        return sorted(p for p in found if not any(q != p and contains(q, p) for q in found))
 
     def environment(self, env: dict) -> dict:
         if not self.on:

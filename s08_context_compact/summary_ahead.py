@@ -28,7 +28,7 @@ import weakref
 from collections import deque
 from dataclasses import dataclass, field, replace
 
-from history import OWN, blocks_of
+from history import OWN, blocks_of, is_request_block
 from terminal import Spinner
 
 RECENT_PASSES = 16       # the steps the lead is measured on
@@ -241,9 +241,9 @@ class SummaryAhead:
                 messages[job.covered - removed - 1], job.last):
             end = job.covered - removed - 1  # copied (a result cleared), where it should be
         start = None if end is None else end + 1
-        snip_note = None
+        snip_note = put_back = None
         if start is None and removed > 0:  # a snip took that message: what it kept after its note is all newer
-            start, snip_note = newer_snip(messages, job.snipped)
+            start, snip_note, put_back = newer_snip(messages, job.snipped)
         if start is None or messages[start:start + 1] and messages[start]["role"] != "assistant":
             self.drop(agent, "the history where its snapshot ended changed")
             return None
@@ -264,7 +264,11 @@ class SummaryAhead:
                   f"{job.seconds:.1f}s); {kept}; the work waited {waited:.1f}s", "layer")
         summary, source = job.result
         if snip_note:  # the messages after the snapshot that the snip cut: where they went, and what they did
-            summary = f"{summary}\n\n{snip_note}"
+            # and the request it put back, unless that is still the request being worked on,
+            # which comes back last anyway
+            newer = any(is_request_block(b) for m in suffix if m["role"] == "user" for b in blocks_of(m))
+            carried = put_back if newer or messages[-1]["role"] == "assistant" else []
+            summary = "\n\n".join([summary, snip_note, *carried])
         return Ready((summary, source), suffix)
 
     def wait(self, agent, job: Job) -> float:
@@ -336,19 +340,20 @@ def snip_count(messages: list) -> int:
 
 
 def newer_snip(messages: list, snipped: int) -> tuple:
-    """(where the messages a snip newer than the snapshot kept begin, its note), or (None, None).
+    """(where the messages a snip newer than the snapshot kept begin, its note, the request
+    it put back after the note), or (None, None, None).
 
     A snip cuts one run of messages and leaves its note in the message before the run, and
     after it the current request if the run held that. If the run held the snapshot's last
-    message, everything after the run came after the snapshot too, and the note (with the
-    request) says where the rest of the run went."""
+    message, everything after the run came after the snapshot too, and the note says where
+    the rest of the run went."""
     for i in range(len(messages) - 1, -1, -1):
         blocks = blocks_of(messages[i])
         notes = [k for k, b in enumerate(blocks) if b.get(OWN) == "snip" and b.get("snipped", 0) > snipped]
         if notes and i + 1 < len(messages) and messages[i + 1]["role"] == "assistant":
-            # and the words after the note: the request the snip put back, which the run held
-            return i + 1, "\n\n".join(b["text"] for b in blocks[notes[-1]:] if b.get("type") == "text")
-    return None, None
+            put_back = [b["text"] for b in blocks[notes[-1] + 1:] if is_request_block(b)]
+            return i + 1, blocks[notes[-1]]["text"], put_back
+    return None, None, None
 
 
 def min_share(values: list, share: float) -> float:

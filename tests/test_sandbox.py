@@ -283,3 +283,25 @@ def test_credentials_a_setting_moved_are_hidden_where_they_are_but_never_outside
     assert {str(home / p) for p in ("keys/gnupg", "k8s/a.yaml", "k8s/b.yaml", "cfg/gh", "cargo/credentials.toml",
                                     ".pgpass")} <= set(hidden), hidden
     assert "/usr" not in hidden and str(home) not in hidden
+
+
+@needs_bwrap
+def test_a_credential_setting_inside_a_hidden_folder_keeps_the_sandbox_on(beyond_tmp, monkeypatch):
+    """KUBECONFIG=~/.kube/config names a file inside a folder already hidden, and a runtime
+    folder may lie inside another hidden place: bubblewrap must still start, and hide both."""
+    home, ws = beyond_tmp / "home", beyond_tmp / "ws"
+    for folder in (".kube", ".aws", ".docker/run", "ws"):
+        (home / folder).mkdir(parents=True, exist_ok=True)
+    ws.mkdir()
+    (home / ".docker" / "run").chmod(0o700)
+    (home / ".kube" / "config").write_text("token: KUBE-SECRET\n")
+    (home / ".aws" / "credentials").write_text("aws_secret_access_key = AWS-SECRET\n")
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("KUBECONFIG", str(home / ".kube" / "config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(home / ".aws" / "credentials"))
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(home / ".docker" / "run"))
+    confined = sandbox_module.find_sandbox()
+    assert confined.on, confined.why_not
+    done = subprocess.run(confined.command("cat ~/.kube/config ~/.aws/credentials; echo read", str(ws)),
+                          capture_output=True, text=True, timeout=30, env=confined.environment(dict(os.environ)))
+    assert done.stdout == "read\n" and "SECRET" not in done.stdout + done.stderr, done

@@ -10,6 +10,8 @@ import signal
 import threading
 from dataclasses import replace
 
+import pytest
+
 import cli_runner
 from conftest import Printed, assert_valid, cli_env, context_report, run_cli, wait_until
 from fake_anthropic import count_tokens, error, held, server_error, text, tool_use
@@ -421,9 +423,10 @@ def test_words_put_in_place_of_withdrawn_ones_are_not_taken_for_the_snapshots(s0
     assert_valid(result)
 
 
-def test_a_snip_past_the_snapshot_keeps_the_request_it_put_back(s08, fake, make_agent):
+@pytest.mark.parametrize("finished", [True, False], ids=["turn over", "turn going on"])
+def test_a_snip_past_the_snapshot_keeps_the_request_it_put_back(s08, fake, make_agent, finished):
     """A snip that took the snapshot's end puts the current request back after its note; a
-    swap that keeps only what came after the note keeps that request with the summary."""
+    swap that keeps only what came after the note keeps that request, once."""
     agent = ahead_agent(make_agent)
     fake.summary(text(f"<summary>{SUMMARY}</summary>"))
     messages = [{"role": "user", "content": [{"type": "text", "text": "read them all"}]}]
@@ -436,9 +439,15 @@ def test_a_snip_past_the_snapshot_keeps_the_request_it_put_back(s08, fake, make_
                  {"role": "user", "content": [{"type": "text", "text": "NEW REQUEST: port the parser to Rust."}]}]
     for k in range(12):
         messages += read_pair(f"new{k}", "y" * 2_000)
-    messages.append({"role": "assistant", "content": [{"type": "text", "text": "Ported; the tests pass."}]})
+    if finished:
+        messages.append({"role": "assistant", "content": [{"type": "text", "text": "Ported; the tests pass."}]})
     snipped = s08.snip_compact(messages, keep_head=3, keep_tail=10, at_least=4, store=agent.store)
     assert "NEW REQUEST" in json.dumps(snipped[2])  # the snip put it back after its note
     result = s08.compact_history(snipped, agent=agent)
-    assert "swapped in" in agent.out.text and "NEW REQUEST: port the parser to Rust." in json.dumps(result[0])
+    assert "swapped in" in agent.out.text
+    if finished:  # with the summary, whatever room the user's recent words get
+        assert "NEW REQUEST: port the parser to Rust." in result[0]["content"][0]["text"]
+    else:  # the request being worked on comes last, as after every summary, and only there
+        assert json.dumps(result[0]).count("NEW REQUEST: port the parser") == 1
+        assert result[0]["content"][-1]["text"] == "NEW REQUEST: port the parser to Rust."
     assert_valid(result)
