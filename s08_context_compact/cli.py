@@ -230,7 +230,7 @@ def configure_session(args) -> Config | int:
     ttl = ttl_setting()
     compaction = compaction_settings()
     sandbox = find_sandbox(switch_setting("SANDBOX"), switch_setting("SANDBOX_NETWORK"), own_env=dotenv_paths()[-1])
-    notes.append(start_up_line(sandbox))
+    notes.append(start_up_line(sandbox, workdir))
     secrets = Redactor(secret_values(os.environ, tuple(dotenv_found.values())))  # built once: every form of each
     instructions, said = project_instructions(workdir, secrets)
     sys.stdout.reconfigure(line_buffering=True, errors="replace")  # line by line; never dies on a character

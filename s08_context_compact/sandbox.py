@@ -200,8 +200,13 @@ def find_sandbox(wanted: bool = True, network: bool = True, own_env: Path | None
     return sandbox
 
 
-def start_up_line(sandbox: Sandbox) -> str:
-    """What start-up says when commands are not confined ("" when they are, or were turned off)."""
+def start_up_line(sandbox: Sandbox, workdir: Path) -> str:
+    """What start-up says when commands are not confined, or confined to a folder that holds
+    the home folder ("" when all is well, or the sandbox was turned off)."""
+    work, home = os.path.realpath(workdir), os.path.realpath(Path.home())
+    if sandbox.on and contains(work, home):
+        return (f"[sandbox] the working folder {work} holds your home folder: commands may change anything in it "
+                "but the hidden places. Start the program in a project's folder to keep them to that folder.")
     if sandbox.on or sandbox.why_not == "SANDBOX=off":
         return ""
     return f"[sandbox] off: {sandbox.why_not}; commands run unconfined."
