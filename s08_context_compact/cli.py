@@ -25,7 +25,7 @@ from redaction import Redactor, secret_values
 from sandbox import Sandbox, find_sandbox, start_up_line
 from session_log import SessionRefused, find_session, list_sessions, logged_endpoint
 from session_picture import report_line
-from startup import (StartupError, base_url_setting, check_credentials, check_model, keep_guards_home, keep_keys_home,
+from startup import (StartupError, base_url_setting, check_credentials, check_model, keep_keys_home,
                      load_dotenv_files, tidy_settings)
 from terminal import WarningsOnce, banner, printable
 from workspace_io import project_instructions
@@ -206,9 +206,8 @@ def configure_session(args) -> Config | int:
     """The settings, each checked; the endpoint asked about the model; the workspace's
     instructions for agents read. Raises StartupError (or ValueError) for a mistake."""
     shell = dict(os.environ)
-    dotenv_found = load_dotenv_files(dotenv_paths())
-    notes = [keep_keys_home(dotenv_found, shell, dotenv_paths()[-1]),
-             keep_guards_home(dotenv_found, shell, dotenv_paths()[-1])] + tidy_settings()
+    dotenv_found, ignored = load_dotenv_files(dotenv_paths(), own=dotenv_paths()[-1])
+    notes = [ignored, keep_keys_home(dotenv_found, shell, dotenv_paths()[-1])] + tidy_settings()
     WarningsOnce(sys.stderr)  # the SDK's deprecation warnings: once each, wrapped like our own lines
     if missing := missing_settings(dotenv_found):
         print(missing, file=sys.stderr)
@@ -229,7 +228,8 @@ def configure_session(args) -> Config | int:
         notes.append(check_model(client, model))
     ttl = ttl_setting()
     compaction = compaction_settings()
-    sandbox = find_sandbox(switch_setting("SANDBOX"), switch_setting("SANDBOX_NETWORK"), own_env=dotenv_paths()[-1])
+    sandbox = find_sandbox(switch_setting("SANDBOX"), switch_setting("SANDBOX_NETWORK"), own_env=dotenv_paths()[-1],
+                           workdir=workdir)
     notes.append(start_up_line(sandbox, workdir))
     secrets = Redactor(secret_values(os.environ, tuple(dotenv_found.values())))  # built once: every form of each
     instructions, said = project_instructions(workdir, secrets)

@@ -53,8 +53,8 @@ from report import layer_line, show_tool_call, show_tool_result
 from terminal import Spinner, one_line, say, start_repl, terminal_confirm
 from tool_input import check_tool_input, park_oversized_inputs
 from turns import add_prompt, park_oversized_request, record_interruption, report_command, show_status, turn_failed
-from workspace_io import (ToolError, discover_skills, edit_file, glob_files, holds_exactly, in_own_folder,
-                          inside_workspace, output_names, own_folder, read_lines, write_file)
+from workspace_io import (ToolError, discover_skills, edit_file, glob_files, holds_exactly, inside_workspace,
+                          output_names, own_folder, path_risk, read_lines, write_file)
 
 
 # ==== PART 1: THE CHAPTER =========================================================================
@@ -1333,12 +1333,8 @@ def check_permission(name: str, args: dict, workdir: Path, sandboxed: bool = Fal
         deny, ask = command_risks(command, workdir, sandboxed)
         if deny or ask:
             return "deny" if deny else "ask", f"`{one_line(command, 2000)}` {'; '.join(deny or ask)}"  # whole, to judge
-    if name in FILE_TOOLS:
-        path = str(args.get("path", "."))
-        if inside_workspace(workdir, path) is None:
-            return "deny", f"{path} is outside the workspace {workdir}"
-        if name in ("write_file", "edit_file") and (own := in_own_folder(workdir, path)):
-            return "deny", f"{path} is in {own}/, the program's own folder (session logs, saved outputs)"
+    if name in FILE_TOOLS:  # outside the workspace, the program's own folders and code (workspace_io.py)
+        return path_risk(workdir, str(args.get("path", ".")), writes=name in ("write_file", "edit_file"))
     return "allow", ""
 
 

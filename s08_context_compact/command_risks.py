@@ -16,6 +16,9 @@ import os
 import re
 from pathlib import Path
 
+from command_kinds import (DELETES, CHANGES, COPIES, COPY_VALUES, COPY_WALK_LIMIT, OUTPUT_OPTIONS, SHELLS,
+                           CODE_FLAGS, INTERPRETER, LANGUAGE, RISKY_CODE, QUOTED_PATH, PATTERN_FIRST,
+                           TEXT_ONLY, WRAPPERS, STDIN_NAMES, IN_PLACE_EDITORS, KEYWORDS)
 from redaction import REDACTED
 from shell_words import Lexer, Word, make_word, simple_commands
 from workspace_io import in_own_folder, resolved
@@ -33,8 +36,11 @@ DEVICES = ("/dev/null", "/dev/stdout", "/dev/stderr", "/dev/tty", "/dev/fd", "/p
 READABLE = DEVICES + ("/dev/zero", "/dev/random", "/dev/urandom", "/dev/stdin",
                       "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 # In the sandbox these are each command's own and writable: a write there succeeds (a file moved
-# there is gone with the command), and a path there is not what the host shows. They still ask.
+# there is gone with the command), and a path there is not what the host shows. /tmp starts
+# empty and reaches nothing, so reading and writing it asks nothing; /dev and /proc still ask
+# (in the command's own /proc, /proc/2/cwd is its shell's folder, the workspace).
 PRIVATE = ("/tmp", "/dev", "/proc")
+OWN_TMP = "/tmp"
 
 # Commands that only read what they are given: they may look into the program's own folders.
 READ_ONLY = {"cat", "less", "more", "head", "tail", "grep", "egrep", "fgrep", "rg", "ag", "ls", "wc", "file", "stat",
@@ -45,59 +51,6 @@ SECRET_FILES = (".env",)
 # Text of the command that may end up in a file: a redirection, a here-document, tee, an in-place edit.
 WRITES_TEXT = re.compile(r">|<<|\btee\b|\b(sed|perl|ruby)\s+(-\w+\s+)*-\w*i|\b(ex|vim?)\s")
 
-DELETES = {"rm", "rmdir", "unlink", "shred", "truncate", "srm", "wipe"}
-CHANGES = {"chmod": "changes permissions", "chown": "changes ownership", "chgrp": "changes ownership",
-           "chattr": "changes file attributes", "kill": "stops processes", "killall": "stops processes",
-           "pkill": "stops processes"}
-COPIES = {"cp", "mv", "install", "ln", "rsync"}     # the last operand is written
-# The options that take a value, per command: cp's -f (force) and -T (no target folder) are
-# rsync's --filter and --temp-dir, and reading them as taking a value hid cp's target.
-COPY_VALUES = {"cp": {"-t", "-S", "--target-directory", "--suffix"},
-               "install": {"-t", "-S", "--target-directory", "--suffix", "-m", "-o", "-g", "--mode", "--owner",
-                           "--group"},
-               "rsync": {"-e", "--rsh", "--exclude", "--include", "--filter", "-f", "--files-from", "--exclude-from",
-                         "--include-from", "--rsync-path", "--backup-dir", "--log-file", "--chmod", "--port", "-T",
-                         "--temp-dir", "--link-dest", "--compare-dest", "--copy-dest", "--suffix"}}
-COPY_VALUES |= {"mv": COPY_VALUES["cp"], "ln": COPY_VALUES["cp"]}
-COPY_WALK_LIMIT = 10_000            # files of a folder copied over another checked one by one; more asks
-OUTPUT_OPTIONS = {"sort": ("-o", "--output"), "curl": ("-o", "--output"), "wget": ("-O", "--output-document")}
-SHELLS = {"bash", "sh", "zsh", "dash", "ksh", "fish"}
-# The flags that take a program's code on the command line, per interpreter.
-CODE_FLAGS = {"python": {"-c"}, "perl": {"-e", "-E"}, "ruby": {"-e"}, "node": {"-e", "--eval", "-p", "--print"},
-              "php": {"-r"}}
-INTERPRETER = re.compile(r"^(python|pypy|perl|ruby|node|nodejs|php)[\d.]*$")
-LANGUAGE = {"pypy": "python", "nodejs": "node"}
-# Words in such code that delete, write, move or run other programs (any of the languages).
-RISKY_CODE = re.compile(
-    r"\b(unlink\w*|remove\w*|rmdir\w*|rmtree|remove_tree|rm(Sync|_rf|_r|_f)?|truncate\w*|shred|rename\w*|"
-    r"move|copy(file|tree|2|FileSync|File)?|write_text|write_bytes|writeFile\w*|appendFile\w*|createWriteStream|"
-    r"system|popen|subprocess|child_process|spawn\w*|exec\w*|fork|qx|FileUtils|delete|__import__|importlib|eval|"
-    r"os\.replace|chmod|chown|kill)\b"
-    r"|\bopen(Sync)?\b.*?(['\"][rbt]*[wax+][rbtwax+]*['\"]|['\"]\s*(\+?>|\+<))|`|%x")
-QUOTED_PATH = re.compile(r"""['"]((?:/[\w.~-]|~/|\.\./)[^'"]*)['"]""")
-# Programs whose first operand is a pattern or a program text, not a file: (flags that give
-# it instead, flags whose value is a file, flags whose value is neither).
-PATTERN_FIRST = {"grep": ({"-e", "--regexp"}, {"-f", "--file"}, {"-A", "-B", "-C", "-m", "-d", "-D"}),
-                 "sed": ({"-e", "--expression"}, {"-f", "--file"}, {"-l"}),
-                 "awk": (set(), {"-f"}, {"-F", "-v"}), "jq": (set(), {"-f", "--from-file"}, {"--arg", "--argjson"})}
-PATTERN_FIRST |= {name: PATTERN_FIRST["grep"] for name in ("egrep", "fgrep", "rg", "ag", "ack")}
-PATTERN_FIRST |= {name: PATTERN_FIRST["awk"] for name in ("gawk", "mawk", "nawk")}
-TEXT_ONLY = {"echo", "printf", "export", "alias", "test", "[", "[[", "true", "false", ":", "which", "type", "local",
-             "declare", "readonly", "unset", "return", "exit", "set", "shift", "read", "wait", "sleep", "seq"}
-# Commands that run the command after them: (flags that take a value, operands before the command).
-WRAPPERS = {"env": ({"-u", "--unset", "-C", "--chdir"}, 0), "nice": ({"-n", "--adjustment"}, 0), "nohup": (set(), 0),
-            "timeout": ({"-s", "--signal", "-k", "--kill-after"}, 1), "time": ({"-f", "--format", "-o"}, 0),
-            "command": (set(), 0), "builtin": (set(), 0), "exec": ({"-a"}, 0), "stdbuf": ({"-i", "-o", "-e"}, 0),
-            "ionice": ({"-c", "-n", "-p"}, 0), "setsid": (set(), 0), "busybox": (set(), 0), "doas": ({"-u"}, 0),
-            "xargs": ({"-I", "-i", "-n", "-P", "-L", "-l", "-d", "-s", "-E", "-e", "-a", "--arg-file", "--delimiter",
-                       "--max-args", "--max-procs", "--replace"}, 0),
-            "flock": ({"-w", "--timeout", "-E", "--conflict-exit-code"}, 1), "taskset": (set(), 1),
-            "chrt": (set(), 1), "caffeinate": (set(), 0), "unbuffer": (set(), 0), "sg": (set(), 1)}
-# A shell's own script read from its input, or from a file made when it runs (<(...)).
-STDIN_NAMES = ("-", "/dev/stdin", "/dev/fd/0", "/proc/self/fd/0")
-IN_PLACE_EDITORS = re.compile(r"^(ex|vim?|nvim|ed)$")
-KEYWORDS = {"if", "then", "else", "elif", "fi", "do", "done", "while", "until", "!", "{", "}", "esac",
-            "function", "coproc", "select"}
 MAX_DEPTH = 5                       # scripts inside scripts inside ...: deeper than this asks
 
 
@@ -129,6 +82,7 @@ class Judge:
 
     def __init__(self, workdir: Path, sandboxed: bool = False):
         self.top, self.sandboxed = Path(os.path.normpath(workdir.absolute())), sandboxed
+        self.scratch = (OWN_TMP,) if sandboxed else ()  # the command's own /tmp, in the sandbox
         self.root, self.cwd, self.home = workdir.resolve(), self.top, str(Path.home())
         self.reasons, self.depth, self.running = [], 0, ""
 
@@ -187,13 +141,21 @@ class Judge:
 
     def outside(self, word: Word, allowed: tuple = ()) -> bool:
         path = self.path(word)
-        if any(path.is_relative_to(place) for place in allowed):
+        if any(path.is_relative_to(place) for place in allowed) or self.in_scratch(path):
             return False
         try:
             real = path.resolve()  # a symlink inside the workspace may point out of it
         except (OSError, RuntimeError):
             real = path
-        return not real.is_relative_to(self.root)
+        return not real.is_relative_to(self.root) and not self.in_scratch(real)
+
+    def in_scratch(self, path: Path) -> bool:
+        """Whether path (or where a link in it leads) is in the command's own /tmp, and not in
+        the workspace (which may lie in /tmp: the sandbox puts the real one there)."""
+        real = resolved(path) or path
+        if any(p.is_relative_to(self.top) or p.is_relative_to(self.root) for p in (path, real)):
+            return False
+        return any(p.is_relative_to(place) for p in (path, real) for place in self.scratch)
 
     def check_path(self, word: Word, verb: str = "uses") -> None:
         """A word that may name a file the command reads (or otherwise uses)."""
@@ -244,8 +206,8 @@ class Judge:
         if word.expands:
             return self.ask(f"writes to a file named only when it runs ({how} {word})")
         path = self.path(word)
-        if any(path.is_relative_to(device) for device in DEVICES):
-            return None
+        if any(path.is_relative_to(device) for device in DEVICES) or self.in_scratch(path):
+            return None  # a device, or the command's own /tmp: empty at its start, thrown away at its end
         if self.outside(word):
             return None if self.refused_by_sandbox(path) else \
                 self.ask(f"writes {self.leads(path)}, outside the workspace")
@@ -547,9 +509,21 @@ class Judge:
             overwrite = any(w == "--force" or re.match(r"^-[a-zA-Z]*f", w) for w in flags)
         else:
             overwrite = not any(w == "--no-clobber" or re.match(r"^-[a-zA-Z]*n", w) for w in flags)
+        for source in operands:
+            self.check_scratch(name, source, destination, overwrite)
         if name != "rsync" and any(w == "--no-target-directory" or re.match(r"^-[a-zA-Z]*T", w) for w in flags):
             return self.copy_onto(name, operands[:1], destination, overwrite)  # -T: the destination is the target
         self.copy_targets(name, operands, destination, overwrite)
+
+    def check_scratch(self, name: str, source: Word, destination: Word, overwrite: bool) -> None:
+        """Between the workspace and the command's own /tmp: moving a file there loses it with
+        the command, and what is copied back from there, the host cannot see to check."""
+        into, out_of = self.in_scratch(self.path(destination)), self.in_scratch(self.path(source))
+        if name == "mv" and into and not out_of:
+            self.ask(f"moves {source} into {destination}, which is private to this command: it is gone when "
+                     "the command ends")
+        elif out_of and not into and overwrite and name != "ln" and os.path.lexists(self.path(destination)):
+            self.ask(f"copies {source} over {destination}: what the command's /tmp holds, the host cannot check")
 
     def copy_onto(self, name: str, sources: list, target: Word, overwrite: bool) -> None:
         """Each source written as target itself: a file replaces it, a folder goes over it."""

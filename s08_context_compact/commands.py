@@ -31,10 +31,14 @@ def run_command(command: str, *, cwd: Path, timeout: int, outputs: Path, secrets
     or SIGTERM/SIGHUP to the program (cli.py turns them into exceptions) ends them all.
     Secret variables are not passed on: `env` must not be one call away from the key. In the
     sandbox (sandbox.py), its own PID namespace ends whatever the command left running."""
-    environment = sandbox.environment({k: v for k, v in os.environ.items() if not SECRET_NAME.search(k)})
+    environment = {k: v for k, v in os.environ.items() if not SECRET_NAME.search(k)}
     captured, tree = CapturedOutput(cwd, outputs.relative_to(cwd), secrets), ProcessTree(sandbox.wrappers)
-    proc = subprocess.Popen(sandbox.command(command, cwd), cwd=cwd, stdin=subprocess.DEVNULL, env=environment,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    start = sandbox.start(command, cwd, environment)
+    try:
+        proc = subprocess.Popen(start.argv, cwd=cwd, stdin=subprocess.DEVNULL, env=start.env, pass_fds=start.fds,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    finally:
+        start.close()
     reader = threading.Thread(target=captured.drain, args=(proc.stdout,), daemon=True)
     try:  # from here on, whatever interrupts (even while a thread starts) ends the command's processes
         tree.start_watching(proc.pid)

@@ -14,6 +14,7 @@ places, and the network is on unless SANDBOX_NETWORK=off.
 
 import atexit
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -23,7 +24,7 @@ from pathlib import Path
 
 from log_checks import key_file
 from terminal import history_file
-from workspace_io import OWN_FOLDERS, own_folder
+from workspace_io import OWN_DOTENV, OWN_FOLDERS, own_folder, program_places
 
 # Under $HOME: where keys, tokens and passwords live, and the shells' histories (a typed
 # password, an exported token). Each is replaced by an empty folder or file inside.
@@ -51,12 +52,21 @@ PRIVATE = ("/tmp", "/dev", "/proc")  # made afresh for each command: nothing of 
 # D-Bus, Docker): hidden like credentials, and their variables not passed on.
 AGENTS = ("/run/user", "/run/docker.sock", "/var/run/docker.sock", "/run/podman")
 AGENT_VARIABLES = ("SSH_AUTH_SOCK", "GPG_AGENT_INFO", "DBUS_SESSION_BUS_ADDRESS", "XDG_RUNTIME_DIR", "DOCKER_HOST")
+# What a program started outside the sandbox (bubblewrap itself) gets of the environment:
+# these names and nothing else. LD_PRELOAD, PYTHONPATH, BASH_ENV, GIT_* or a proxy would
+# act there before any confinement; the command inside gets its own environment from bwrap.
+OUTSIDE_ENV = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ", "TERM")
+OUTSIDE_ENV_PREFIXES = ("LC_",)
 PROBE_SECONDS = 10
 INSTALL = "apt or dnf install bubblewrap"
-# What a refused command prints, and what to tell the model it means.
-REFUSALS = {"Read-only file system": "the file system is read-only outside the workspace, and in its "
-            f"{', '.join(f + '/' for f in OWN_FOLDERS)} (sandbox); write inside the workspace, or in /tmp, "
-            "which is private to this command"}
+# What a refused command prints, in the wordings programs use (EROFS by name, as Node and npm
+# say it; the C library's message in the languages readers set), and what to tell the model.
+READ_ONLY_SIGNS = re.compile(r"read-only file system|\bEROFS\b|Errno 30\b|只读文件系统|唯讀檔案系統|"
+                             r"読み込み専用ファイルシステム|읽기 전용 파일 시스템|Schreibgeschütztes Dateisystem|"
+                             r"en lecture seule|de sólo lectura|только для чтения", re.IGNORECASE)
+READ_ONLY_NOTE = ("the file system is read-only outside the workspace, and in its "
+                  f"{', '.join(f + '/' for f in OWN_FOLDERS)} and the program's own code (sandbox); write inside "
+                  "the workspace, or in /tmp, which is private to this command")
 
 
 @dataclass(frozen=True)
@@ -65,7 +75,9 @@ class Sandbox:
     on: bool = False
     network: bool = True
     why_not: str = ""                  # when off: why, said once at start-up
-    own_env: Path | None = None        # the program's own .env: hidden when outside the workspace
+    own_env: Path | None = None        # the program's own .env: hidden from every command
+    bwrap: str = "bwrap"               # its real path, found once outside the workspace
+    program: tuple = ()                # program_places(): read-only even inside the workspace
 
     @property
     def wrappers(self) -> int:
@@ -86,12 +98,26 @@ class Sandbox:
                 "and its client in one command)." + ("" if self.network else " There is no network."))
         return [{**t, "description": t["description"] + note} if t["name"] == "bash" else t for t in tools]
 
-    def command(self, script: str, workdir: Path) -> list:
-        """The argv that runs script with bash, confined, in workdir."""
+    def start(self, script: str, workdir: Path, env: dict) -> "Confined":
+        """How to start script with bash in workdir, its environment env: confined, when on."""
         if not self.on:
-            return ["bash", "-c", script]
+            return Confined(["bash", "-c", script], env)
         work = os.path.realpath(workdir)
-        argv = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
+        inside = self.environment(env)
+        settings = tempfile.TemporaryFile()  # read by bwrap: the environment stays off its command line
+        settings.write(b"\0".join(os.fsencode(part) for name, value in inside.items()
+                                   for part in ("--setenv", name, value)) + b"\0")
+        settings.seek(0)
+        argv = [self.bwrap, "--args", str(settings.fileno()), *self.mounts(work)]
+        argv += ["--unshare-pid", "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
+        if not self.network:
+            argv.append("--unshare-net")
+        argv += ["--chdir", work, "--", "bash", "-c", script]
+        return Confined(argv, outside_environment(inside), settings)
+
+    def mounts(self, work: str) -> list:
+        """bubblewrap's mounts, in order: a later one lies over an earlier one."""
+        argv = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
                 # a new /proc lets root write kernel settings (a core_pattern runs as root outside)
                 "--ro-bind", "/proc/sys", "/proc/sys", "--ro-bind-try", "/proc/sysrq-trigger", "/proc/sysrq-trigger"]
         for python in {os.path.realpath(sys.prefix), os.path.realpath(sys.base_prefix)}:
@@ -105,37 +131,51 @@ class Sandbox:
                 continue
             path = os.path.join(work, own)
             argv += ["--ro-bind", path, path]
+        for place in self.program_inside(work):  # what the next start runs: never changed by a command
+            argv += ["--ro-bind", place, place]
         for place in self.hidden(work):
             if os.path.isdir(place):
                 argv += ["--tmpfs", place, "--remount-ro", place]
             else:
                 argv += ["--ro-bind", empty_file(), place]
-        argv += ["--unshare-pid", "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
-        if not self.network:
-            argv.append("--unshare-net")
-        return argv + ["--chdir", work, "--", "bash", "-c", script]
+        return argv
+
+    def program_inside(self, work: str) -> list:
+        """The program's places that lie strictly inside the workspace (elsewhere all is
+        read-only already). One that is missing there (a user site not made yet) is made
+        first, so that a command cannot make it and fill it."""
+        places = []
+        for place in self.program:
+            if place == work or not contains(work, place):
+                continue  # outside, or the workspace itself (start-up said so)
+            try:
+                os.makedirs(place, exist_ok=True) if not os.path.lexists(place) else None
+            except OSError:
+                continue
+            places.append(place)
+        return places
 
     def hidden(self, work: str) -> list:
-        """The places hidden from a command in work, as real paths. A .env inside the workspace
-        stays: the project may need it (the program's key belongs in its own .env)."""
+        """The places hidden from a command in work, as real paths. A project's .env stays (its
+        code may need it); the program's own is hidden wherever it lies: no command needs the
+        program's key, and none may write the settings the next start reads."""
         home = Path.home()
-        files = [history_file(), os.getenv("HISTFILE"), self.own_env]  # named by settings: files only, never /usr
+        files = [history_file(), os.getenv("HISTFILE")]  # named by settings: files only, never /usr
         places = [home / name for name in CREDENTIALS] + [key_file().parent, *AGENTS, runtime_folder()] \
             + [f for f in files if f and os.path.isfile(f)] + moved_credentials()
-        found = set()
+        found = {own_env_place(self.own_env, work)} - {None}
         for place in filter(None, places):
             real = os.path.realpath(place)
             if not os.path.lexists(real) or contains(real, work) or \
                     any(contains(p, real) for p in PRIVATE) and not contains(work, real):
                 continue  # missing; holding the workspace; or in a private place the command sees afresh
-            if place == self.own_env and contains(work, real):
-                continue
             found.add(real)
         # A place inside another is hidden with it: bubblewrap could not make its mount point
         # in the empty, read-only folder over the outer one, and would not start at all.
         return sorted(p for p in found if not any(q != p and contains(q, p) for q in found))
 
     def environment(self, env: dict) -> dict:
+        """The command's environment inside: without the agents' sockets, caches in its /tmp."""
         if not self.on:
             return env
         return {**{k: v for k, v in env.items() if k not in AGENT_VARIABLES}, **CACHES}
@@ -144,7 +184,7 @@ class Sandbox:
         """A line telling the model what the sandbox refused, if the output shows it did."""
         if not self.on:
             return ""
-        notes = [note for sign, note in REFUSALS.items() if sign in output]
+        notes = [READ_ONLY_NOTE] if READ_ONLY_SIGNS.search(output) else []
         home = str(Path.home())
         named = [place for place in self.hidden(os.path.realpath(workdir))
                  if place in output or place in command or place.replace(home, "~", 1) in command]
@@ -153,6 +193,56 @@ class Sandbox:
             notes.append(f"{shown} {'is' if len(named) == 1 else 'are'} hidden from commands (sandbox): "
                          "credentials, histories and agents' sockets stay out of reach")
         return "".join(f"\n[{note}]" for note in notes)
+
+
+@dataclass
+class Confined:
+    """A command ready to start: its argv and environment, and the file that bubblewrap reads
+    the command's own environment from (passed on as an open descriptor, closed once started)."""
+    argv: list
+    env: dict
+    settings: object = None
+
+    @property
+    def fds(self) -> tuple:
+        return (self.settings.fileno(),) if self.settings else ()
+
+    def close(self) -> None:
+        if self.settings:
+            self.settings.close()
+
+
+def outside_environment(env: dict) -> dict:
+    """What a program the sandbox does not confine may see of env: OUTSIDE_ENV only."""
+    return {name: value for name, value in env.items()
+            if name in OUTSIDE_ENV or name.startswith(OUTSIDE_ENV_PREFIXES)}
+
+
+def own_env_place(own_env: Path | None, work: str) -> str | None:
+    """The program's own .env, to hide. Where there is none yet inside the workspace, an empty
+    one is made first, hidden too: a command could otherwise write one for the next start."""
+    if own_env is None:
+        return None
+    real = os.path.realpath(own_env)
+    if os.path.isdir(real) or contains(real, work) or not os.path.lexists(os.path.dirname(real)):
+        return None  # a folder named .env (a virtual environment) is not settings
+    if not os.path.lexists(real):
+        if not contains(work, real):
+            return None  # outside: read-only, so no command makes one
+        try:
+            os.close(os.open(real, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600))
+        except OSError:
+            return None
+    return real
+
+
+def trusted_program(name: str, work: str) -> str | None:
+    """A program's real path, found on PATH outside the workspace: a command could put a
+    bwrap of its own in a folder of PATH that the workspace holds (./bin, node_modules/.bin)."""
+    folders = [folder for folder in os.getenv("PATH", "").split(os.pathsep)
+               if os.path.isabs(folder) and not contains(work, os.path.realpath(folder))]
+    found = shutil.which(name, path=os.pathsep.join(folders))
+    return os.path.realpath(found) if found else None
 
 
 def moved_credentials() -> list:
@@ -179,19 +269,25 @@ def contains(folder: str, path: str) -> bool:
     return path == folder or path.startswith(folder.rstrip("/") + "/")
 
 
-def find_sandbox(wanted: bool = True, network: bool = True, own_env: Path | None = None) -> Sandbox:
+def find_sandbox(wanted: bool = True, network: bool = True, own_env: Path | None = OWN_DOTENV,
+                 workdir: Path | None = None) -> Sandbox:
     """The sandbox this system allows, tried once with a command that does nothing; or why there is none."""
     if not wanted:
         return Sandbox(why_not="SANDBOX=off")
     if not sys.platform.startswith("linux"):
         return Sandbox(why_not=f"bubblewrap runs on Linux only, not {sys.platform}")
-    if not shutil.which("bwrap"):
+    bwrap = trusted_program("bwrap", os.path.realpath(workdir or Path.cwd()))
+    if not bwrap:
         return Sandbox(why_not=f"bwrap is not installed ({INSTALL})")
-    sandbox = Sandbox(on=True, network=network, own_env=own_env)
+    sandbox = Sandbox(on=True, network=network, own_env=own_env, bwrap=bwrap, program=tuple(program_places()))
     try:  # in a folder of its own: trying makes the program's folders in the workspace it is given
         with tempfile.TemporaryDirectory(prefix="s08-probe-") as folder:
-            tried = subprocess.run(sandbox.command("true", Path(folder)), stdin=subprocess.DEVNULL,
-                                   capture_output=True, timeout=PROBE_SECONDS, text=True, errors="replace")
+            probe = sandbox.start("true", Path(folder), outside_environment(dict(os.environ)))
+            try:
+                tried = subprocess.run(probe.argv, env=probe.env, pass_fds=probe.fds, stdin=subprocess.DEVNULL,
+                                       capture_output=True, timeout=PROBE_SECONDS, text=True, errors="replace")
+            finally:
+                probe.close()
     except (OSError, subprocess.TimeoutExpired) as err:
         return Sandbox(why_not=f"bwrap could not start: {err}")
     if tried.returncode != 0:
@@ -204,6 +300,11 @@ def start_up_line(sandbox: Sandbox, workdir: Path) -> str:
     """What start-up says when commands are not confined, or confined to a folder that holds
     the home folder ("" when all is well, or the sandbox was turned off)."""
     work, home = os.path.realpath(workdir), os.path.realpath(Path.home())
+    program = next((place for place in sandbox.program if contains(place, work)), None)
+    if sandbox.on and program:
+        return (f"[sandbox] the working folder {work} is inside the program's own {program}: commands may "
+                "change it, and the next start would run what they changed unconfined. Start the program "
+                "in a project's folder.")
     if sandbox.on and contains(work, home):
         return (f"[sandbox] the working folder {work} holds your home folder: commands may change anything in it "
                 "but the hidden places. Start the program in a project's folder to keep them to that folder.")

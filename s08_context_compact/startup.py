@@ -26,34 +26,79 @@ class StartupError(Exception):
     """A setting the program cannot start with; the message names it and the fix."""
 
 
-def load_dotenv_files(paths: list) -> dict:
-    """Put the values of each .env file into the environment, in order: a variable already
-    set (and not empty) wins, so the working folder's file wins over the next. Returns {path: {name: value}}.
-    A folder named .env (often a virtual environment) or anything else that is not a
-    regular file is passed over; a file that cannot be read, or is not UTF-8, is a
-    StartupError."""
-    from dotenv import dotenv_values  # imported here so that importing this file does no work
-    found = {}
+# The program's settings: the names .env.example documents, and the only ones a .env gives.
+# Any other name a cloned repository's .env could set would act outside the sandbox:
+# LD_PRELOAD runs its library in every program started, PYTHONPATH its code, and a proxy
+# setting sends each request, your key in its headers, through a host it chose.
+SETTINGS = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "MODEL_ID", "ANTHROPIC_BASE_URL", "CONTEXT_WINDOW",
+            "API_CONNECT_TIMEOUT", "API_IDLE_TIMEOUT", "CACHE_TTL", "COMPACT_AT", "SUMMARY_AHEAD",
+            "SANDBOX", "SANDBOX_NETWORK", "S08_HISTORY", "HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY", "NO_PROXY")
+# Of those, what only your shell or the program's own .env may set: a proxy moves your key,
+# and the others guard the machine from the folder's content (the sandbox, the history file
+# it hides). ANTHROPIC_BASE_URL is kept apart: a folder may name its endpoint for its own key.
+OWN_ONLY = ("SANDBOX", "SANDBOX_NETWORK", "S08_HISTORY", "HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY", "NO_PROXY")
+
+
+def load_dotenv_files(paths: list, own: Path) -> tuple:
+    """Put the program's settings from each .env file into the environment, in order: a
+    variable already set (and not empty) wins, so the working folder's file wins over the
+    next. From a file other than own, names in OWN_ONLY are left out; from any file, names
+    that are not in SETTINGS. Returns ({path: {name: value}}, a note naming what was left out).
+    A folder named .env (often a virtual environment) or anything else that is not a regular
+    file is passed over; a file that cannot be read, or is not UTF-8, is a StartupError."""
+    found, ignored = {}, {}
     for path in paths:
-        try:
-            if not stat.S_ISREG(os.stat(path).st_mode):
-                continue  # not a file: opening a FIFO would wait forever
-            with open(path, "rb") as f:
-                data = f.read(DOTENV_MAX_BYTES)
-        except FileNotFoundError:
+        values = read_dotenv(path)
+        if values is None or path in found:  # (the working folder may be the repository root)
             continue
-        except OSError as err:
-            raise StartupError(f"{path} cannot be read ({err.strerror or err}). Make it readable "
-                               f"(chmod 600 {path}) or remove it.") from None
-        if path not in found:  # (the working folder may be the repository root)
-            found[path] = dotenv_values(stream=io.StringIO(dotenv_text(path, data)))  # ${VAR}: from what is set
-            for name, value in found[path].items():
-                if value is not None and not os.environ.get(name, "").strip():  # set but empty is not set
-                    os.environ[name] = value
-    return found
+        found[path] = values
+        mine = same_file(path, own)
+        for name, value in values.items():
+            if name not in SETTINGS or name in OWN_ONLY and not mine:
+                ignored.setdefault(path, []).append(name)
+            elif value is not None and not os.environ.get(name, "").strip():  # set but empty is not set
+                os.environ[name] = value
+    return found, ignored_note(ignored)
 
 
-CREDENTIALS = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN")
+def read_dotenv(path: Path) -> dict | None:
+    """{name: value} of one .env file; None when there is none (or a folder is in its place)."""
+    from dotenv import dotenv_values  # imported here so that importing this file does no work
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return None  # not a file: opening a FIFO would wait forever
+        with open(path, "rb") as f:
+            data = f.read(DOTENV_MAX_BYTES)
+    except FileNotFoundError:
+        return None
+    except OSError as err:
+        raise StartupError(f"{path} cannot be read ({err.strerror or err}). Make it readable "
+                           f"(chmod 600 {path}) or remove it.") from None
+    return dotenv_values(stream=io.StringIO(dotenv_text(path, data)))  # ${VAR}: from what is set
+
+
+def same_file(path: Path, other: Path) -> bool:
+    try:
+        return path.resolve() == other.resolve()
+    except (OSError, RuntimeError):  # a loop of links
+        return False
+
+
+def ignored_note(ignored: dict) -> str:
+    """One line naming what .env files set that the program does not take from them."""
+    if not ignored:
+        return ""
+    parts = []
+    for path, names in ignored.items():
+        shown = ", ".join(printable_name(name) for name in names[:8]) + (", …" if len(names) > 8 else "")
+        parts.append(f"{path} sets {shown}")
+    return (f"[config] {'; '.join(parts)}: ignored. A .env gives only the settings .env.example lists, and "
+            "only your shell or the program's own .env sets SANDBOX, SANDBOX_NETWORK, S08_HISTORY or a proxy.")
+
+
+def printable_name(name: str) -> str:
+    """A variable's name as a line may show it: a folder's .env may hold escape sequences."""
+    return name if name.isprintable() and len(name) <= 60 else repr(name[:60])
 
 
 def keep_keys_home(found: dict, shell: dict, own: Path) -> str:
@@ -63,7 +108,7 @@ def keep_keys_home(found: dict, shell: dict, own: Path) -> str:
     your key never goes to a host a repository chose. Returns a note ("" when none)."""
     for path, values in found.items():
         url = values.get("ANTHROPIC_BASE_URL")
-        if path.resolve() == own.resolve() or not url or os.environ.get("ANTHROPIC_BASE_URL") != url \
+        if same_file(path, own) or not url or os.environ.get("ANTHROPIC_BASE_URL") != url \
                 or shell.get("ANTHROPIC_BASE_URL", "").strip():
             continue
         in_use = [name for name in CREDENTIALS if os.environ.get(name, "").strip()]
@@ -72,32 +117,6 @@ def keep_keys_home(found: dict, shell: dict, own: Path) -> str:
         del os.environ["ANTHROPIC_BASE_URL"]
         return (f"[config] {path} sets ANTHROPIC_BASE_URL but not the key in use, so it was ignored: your key "
                 "is not sent to a host that file chose. Set the URL in your shell or in the program's own .env.")
-    return ""
-
-
-# What confines commands and keeps the session log honest: the sandbox, the hidden history
-# files, the log key's folder. A repository's .env must not loosen them for you.
-GUARDED = ("SANDBOX", "SANDBOX_NETWORK", "HISTFILE", "S08_HISTORY", "XDG_STATE_HOME")
-
-
-def keep_guards_home(found: dict, shell: dict, own: Path) -> str:
-    """Drop what a .env other than the program's own set of GUARDED (the program's own .env
-    and the shell decide those); returns a note ("" when none)."""
-    ignored = []
-    for path, values in found.items():
-        if path.resolve() == own.resolve():
-            continue
-        for name in GUARDED:
-            if values.get(name) is not None and os.environ.get(name) == values[name] and \
-                    not shell.get(name, "").strip():
-                del os.environ[name]
-                ignored.append(name)
-                mine = next((v.get(name) for p, v in found.items() if p.resolve() == own.resolve()), None)
-                if mine is not None:
-                    os.environ[name] = mine
-        if ignored:
-            return (f"[config] {path} sets {', '.join(ignored)}, which only your shell or the program's own .env "
-                    "may set (they guard your machine from the folder's content); ignored.")
     return ""
 
 

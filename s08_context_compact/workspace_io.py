@@ -11,6 +11,7 @@ session log, start-up (skills, AGENTS.md), the ledger and commands.py.
 import os
 import re
 import stat
+import sys
 import tempfile
 from pathlib import Path
 
@@ -54,6 +55,33 @@ def inside_workspace(workdir: Path, path: str) -> Path | None:
 
 
 OWN_FOLDERS = (".transcripts", ".task_outputs")  # the program's: the model's tools do not write there
+PROGRAM = Path(__file__).resolve().parent  # the program's code: code.py and the modules beside it
+OWN_DOTENV = PROGRAM.parent / ".env"       # the program's own settings and key
+DOTENV_EXAMPLE = PROGRAM.parent / ".env.example"
+
+
+def program_places() -> list:
+    """What the program runs or reads when it starts, as real paths: its code, .env.example,
+    and the Python that runs it (its prefix, its site-packages, and the user site where that
+    Python reads one). A command must not change them: the next start would run that
+    change outside any sandbox (a sitecustomize.py, a patched module)."""
+    import site  # only here: the list is asked for once, at start-up
+    places = [PROGRAM, DOTENV_EXAMPLE, sys.prefix, sys.exec_prefix, *site.getsitepackages()]
+    if site.ENABLE_USER_SITE:  # never inside a virtual environment
+        places.append(site.getusersitepackages())
+    return list(dict.fromkeys(os.path.realpath(place) for place in places))
+
+
+def in_program(workdir: Path, path) -> str | None:
+    """The place of program_places() (or the program's own .env) a path in the workspace is
+    in, if any. A place that holds the workspace does not count: working in the program's
+    own folder, or in /usr under a system Python, every path would."""
+    root, target = workdir.resolve(), resolved(workdir.resolve() / path)
+    if target is None:
+        return None
+    places = [Path(os.path.realpath(place)) for place in [OWN_DOTENV, *program_places()]]
+    return next((str(place) for place in places
+                 if target.is_relative_to(place) and not root.is_relative_to(place)), None)
 
 
 def in_own_folder(workdir: Path, path, itself: bool = True) -> str | None:
@@ -62,6 +90,19 @@ def in_own_folder(workdir: Path, path, itself: bool = True) -> str | None:
     target, root = resolved(workdir.resolve() / path), workdir.resolve()
     return next((own for own in OWN_FOLDERS if target is not None and target.is_relative_to(root / own) and
                  (itself or target != root / own)), None)
+
+
+def path_risk(workdir: Path, path: str, writes: bool) -> tuple:
+    """The permission check's decision for a file tool's path, with the reason: outside the
+    workspace is refused, and so is a write into the program's own folders; a write to its
+    code or settings asks (a learner may want the lesson changed: the person decides)."""
+    if inside_workspace(workdir, path) is None:
+        return "deny", f"{path} is outside the workspace {workdir}"
+    if writes and (own := in_own_folder(workdir, path)):
+        return "deny", f"{path} is in {own}/, the program's own folder (session logs, saved outputs)"
+    if writes and (code := in_program(workdir, path)):
+        return "ask", f"changes {path}, in {code}: the program's own code or settings, which the next start runs"
+    return "allow", ""
 
 
 def own_folder(workdir: Path, relative) -> Path:

@@ -255,7 +255,7 @@ def test_a_folders_env_cannot_turn_the_sandbox_off(fake, beyond_tmp):
     fake.reply(tool_use("bash", {"command": f"echo pwned > {beyond_tmp}/new.txt"}), text("Done."))
     done = run_cli(fake, ws, "write outside\n", SANDBOX="", HISTFILE="")
     assert done.returncode == 0, done.stderr
-    assert "sets SANDBOX, HISTFILE, which only your shell or the program's own .env may set" in \
+    assert "sets SANDBOX, HISTFILE: ignored" in \
         " ".join(done.stdout.split()), done.stdout
     said = fake.main_requests[1]["messages"][-1]["content"][0]["content"]
     assert "read-only outside the workspace" in said and not (beyond_tmp / "new.txt").exists(), said
@@ -302,8 +302,8 @@ def test_a_credential_setting_inside_a_hidden_folder_keeps_the_sandbox_on(beyond
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(home / ".docker" / "run"))
     confined = sandbox_module.find_sandbox()
     assert confined.on, confined.why_not
-    done = subprocess.run(confined.command("cat ~/.kube/config ~/.aws/credentials; echo read", str(ws)),
-                          capture_output=True, text=True, timeout=30, env=confined.environment(dict(os.environ)))
+    start = confined.start("cat ~/.kube/config ~/.aws/credentials; echo read", ws, dict(os.environ))
+    done = subprocess.run(start.argv, env=start.env, pass_fds=start.fds, capture_output=True, text=True, timeout=30)
     assert done.stdout == "read\n" and "SECRET" not in done.stdout + done.stderr, done
 
 
