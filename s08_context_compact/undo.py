@@ -10,24 +10,36 @@ nothing whatever form deleted it, within the session.
 The copies are your files verbatim (a .env's keys included: they must come back as they
 were), so they live outside the workspace, readable by you only: $XDG_STATE_HOME/s08/undo/
 (else ~/.local/state/s08/undo/), one folder a run, removed when the program ends (and
-a day later, if it could not). Bounded: a file over MAX_FILE_BYTES is not kept, a
-workspace of over MAX_FILES files is not recorded, and the copies stay under
-MAX_STORE_BYTES, the oldest turns dropped first; each is said once. Never recorded: .git
-(its history is git's to keep), the program's own folders, and folders a tool rebuilds
-(SKIPPED). In a git repository, a tracked file whose content is the index's is not copied:
-git already keeps that content, and /undo reads it back from there.
+a day later, if it could not). Each copy is named by the sha256 of its content and kept
+once: a file unchanged from one turn to the next costs nothing more. Where the filesystem
+offers reflinks (btrfs, XFS), a copy shares the file's blocks instead of duplicating them.
+Bounded: a file over MAX_FILE_BYTES is not kept, a workspace of over MAX_FILES files is
+not recorded, and the copies stay under MAX_STORE_BYTES, the oldest turns dropped first;
+each is said once. Never recorded: .git, the program's own folders, and folders a tool
+rebuilds (SKIPPED).
+
+Undo runs no other program, git included: a repository's configuration is the
+repository's to write (a turn can name a command in it for git to run), so a file is
+never read back from git, only from undo's own copy. A turn that deletes .git loses no
+file undo kept.
+
+A file whose size, times (ctime included: any write sets it, nothing sets it back) and
+inode are as at its last reading is not read again, which keeps a record fast. Before
+/undo or /redo overwrites or removes a path, though, what is there is read again and
+compared by content: a person's edit of the same size, its mtime put back (cp -p,
+touch -r, rsync -t), is left as it is.
 
 Machinery the chapter does not need: code.py installs undo_hooks beside the ledger's,
 and turns.py runs /undo and /redo.
 """
 
 import atexit
+import fcntl
 import hashlib
 import itertools
 import os
 import shutil
 import stat
-import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -35,22 +47,31 @@ from pathlib import Path
 from log_checks import key_file
 
 CHANGES_FILES = ("write_file", "edit_file", "bash", "task")
-SKIPPED = {".git", ".transcripts", ".task_outputs", "node_modules", ".venv", "venv", "__pycache__", ".pytest_cache",
-           ".mypy_cache", ".ruff_cache", ".tox", ".hypothesis"}
+SKIPPED = {".git", ".transcripts", ".task_outputs", "node_modules", ".venv", "venv", "__pycache__",
+           ".pytest_cache", ".mypy_cache", ".ruff_cache", ".tox", ".hypothesis"}
 MAX_FILE_BYTES = 20_000_000
 MAX_FILES = 50_000
 MAX_STORE_BYTES = 500_000_000
-SAY_RECORDING = 5_000               # a first record of more files than this says so before it starts
-MAX_TURNS = 20                      # turns that /undo can go back, one after another
-STALE_SECONDS = 86_400              # a folder a run left behind (it was killed) is removed after a day
+SAY_RECORDING = 5_000       # a first record of more files than this says so before it starts
+MAX_TURNS = 20              # turns that /undo can go back, one after another
+STALE_SECONDS = 86_400      # a folder a run left behind (it was killed) is removed after a day
+CHUNK = 1 << 20             # a file is read, hashed and copied a megabyte at a time
+# Linux's request for a reflink, a copy that shares the file's blocks (Python names it from 3.12)
+FICLONE = getattr(fcntl, "FICLONE", 0x40049409)
+# A file's times tick coarsely (a few ms on ext4, 2 s on FAT): a file changed this close to
+# being read could change again, same size, within the same tick. Its stat key is not
+# trusted, so the next record reads it again.
+RACY_NS = 2 * 10**9
 
 
 class Undo:
     """The records of the turns that changed files, and the copies they point at."""
 
     def __init__(self):
-        self.workdir, self.warn, self.said = None, print, set()  # the workspace's, known from the first call
-        self.undo, self.redo, self.cache = [], [], {}   # (label, before, after) records; path -> (stat key, hash)
+        self.workdir, self.warn = None, print  # the workspace's, known from the first call
+        self.said = set()
+        self.undo, self.redo = [], []  # records: (label, before, after)
+        self.cache = {}  # path -> (stat key, hash); key None: it may not stand for the hash
         self.store, self.stored, self.turn_recorded, self.label = None, 0, True, ""
 
     # ---- recording ----
@@ -71,94 +92,94 @@ class Undo:
                 self.undo = (self.undo + [(self.label, files, None)])[-MAX_TURNS:]
                 self.redo = []
 
-    def record(self) -> dict | None:
-        """{path: (hash, mode) or ("link", target)} of the workspace now, each content kept."""
+    def record(self, fresh: frozenset = frozenset()) -> dict | None:
+        """{path: (hash, mode) or ("link", target)} of the workspace now, each content kept.
+        The paths in fresh are read again whatever their stat says: /undo is about to
+        overwrite or remove them, and decides that by their content alone."""
         paths = list(itertools.islice(self.walk(), MAX_FILES + 1))
         if len(paths) > MAX_FILES:
-            return self.once("too many", f"[undo] the workspace has over {MAX_FILES:,} files: turns are not "
-                                          "recorded, and /undo cannot put files back")
-        if len(paths) > SAY_RECORDING and not self.cache:  # the first record reads them all: say why it waits
-            self.warn(f"[undo] recording the workspace's {len(paths):,} files before the first change, so /undo "
-                      "can put them back…")
-        files, in_git = {}, self.git_blobs()
+            return self.once("too many", f"[undo] the workspace has over {MAX_FILES:,} files: "
+                                          "turns are not recorded, and /undo cannot put files back")
+        if len(paths) > SAY_RECORDING and not self.cache:  # the first record reads them all: say so
+            self.warn(f"[undo] recording the workspace's {len(paths):,} files before the first "
+                      "change, so /undo can put them back…")
+        files = {}
         for path in paths:
             relative = str(path.relative_to(self.workdir))
-            try:
-                info = os.lstat(path)
-            except OSError:
-                continue  # gone since it was listed
-            try:
-                if stat.S_ISLNK(info.st_mode):
-                    files[relative] = ("link", os.readlink(path))
-                elif stat.S_ISREG(info.st_mode):
-                    files[relative] = (self.keep(path, info, in_git.get(relative)), stat.S_IMODE(info.st_mode))
-            except PermissionError:  # there, but not kept: /undo leaves it as it is, never removes it
-                files[relative] = (None, stat.S_IMODE(info.st_mode))
-            except OSError:
-                continue
+            entry = self.entry(path, relative in fresh)
+            if entry is not None:
+                files[relative] = entry
         return files
 
-    def git_blobs(self) -> dict:
-        """In a git repository (the workspace its top): the tracked files and their blobs' ids
-        in the index. A file whose content hashes to its blob is not copied (git keeps it).
-        The repository is not trusted: git is asked nothing that would run a command its
-        configuration names (no diff, no filter; core.fsmonitor off)."""
+    def entry(self, path: Path, fresh: bool) -> tuple | None:
+        """A path's entry in a record: ("link", target); (hash, mode) for a file, (None, mode)
+        when it is there but not kept; None when it is gone, or neither."""
         try:
-            top = self.git("rev-parse", "--show-toplevel")
-            if top.returncode or Path(os.fsdecode(top.stdout.strip())).resolve() != self.workdir:
-                return {}
-            staged = self.git("ls-files", "-s", "-z")
-        except (OSError, subprocess.TimeoutExpired):
-            return {}
-        blobs = {}
-        for entry in filter(None, os.fsdecode(staged.stdout).split("\0")) if not staged.returncode else []:
-            meta, _, path = entry.partition("\t")
-            mode, blob, stage = meta.split()
-            if stage == "0" and mode in ("100644", "100755"):
-                blobs[path] = blob
-        return blobs
-
-    def git(self, *args: str, check: bool = False):
-        """git in the workspace, told not to run the command a repository may name for core.fsmonitor."""
-        return subprocess.run(["git", "-c", "core.fsmonitor=false", "-C", str(self.workdir), *args],
-                              capture_output=True, timeout=60, check=check)
-
-    def content(self, digest: str) -> bytes:
-        if digest.startswith("git:"):
-            return self.git("cat-file", "blob", digest[4:], check=True).stdout
-        return (self.folder() / digest).read_bytes()
+            info = os.lstat(path)
+        except OSError:
+            return None  # gone since it was listed
+        try:
+            if stat.S_ISLNK(info.st_mode):
+                return ("link", os.readlink(path))
+            if stat.S_ISREG(info.st_mode):
+                return (self.keep(path, info, fresh), stat.S_IMODE(info.st_mode))
+        except PermissionError:  # there, but not kept: /undo leaves it as it is, never removes it
+            return (None, stat.S_IMODE(info.st_mode))
+        except OSError:
+            return None
+        return None
 
     def walk(self):
         for top, dirs, names in os.walk(self.workdir):
-            names += [d for d in dirs if os.path.islink(os.path.join(top, d))]  # a link to a folder is a link
-            dirs[:] = [d for d in dirs if d not in SKIPPED and not os.path.islink(os.path.join(top, d))]
+            links = [d for d in dirs if os.path.islink(os.path.join(top, d))]
+            names += links  # a link to a folder is a link, never walked into
+            dirs[:] = [d for d in dirs if d not in SKIPPED and d not in links]
             yield from (Path(top) / name for name in names)
 
-    def keep(self, path: Path, info, blob: str | None = None) -> str | None:
-        """The content's hash, its copy kept once; "git:<blob>" when git holds it already;
-        None when it is too big to keep."""
-        key = (info.st_size, info.st_mtime_ns, info.st_ino)
-        if self.cache.get(str(path), (None,))[0] == key:
-            return self.cache[str(path)][1]
-        if info.st_size > MAX_FILE_BYTES:
-            self.once(str(path), f"[undo] {path.relative_to(self.workdir)} is over {MAX_FILE_BYTES // 10**6} MB: "
-                                 "not kept, so /undo cannot put it back")
-            return None
-        with open(path, "rb") as f:
-            data = f.read(MAX_FILE_BYTES + 1)
-        if blob and hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest() == blob:
-            self.cache[str(path)] = (key, f"git:{blob}")
-            return f"git:{blob}"
-        digest = hashlib.sha256(data).hexdigest()
-        copy = self.folder() / digest
-        if not copy.exists():
-            self.room_for(len(data))
-            with tempfile.NamedTemporaryFile(dir=copy.parent, delete=False) as f:
-                f.write(data)
-            os.replace(f.name, copy)
-            self.stored += len(data)
-        self.cache[str(path)] = (key, digest)
-        return digest
+    def keep(self, path: Path, info, fresh: bool = False) -> str | None:
+        """The content's hash, its copy kept once; None when it is too big to keep. A file
+        whose stat key is the one cached is not read again, unless fresh."""
+        cached = self.cache.get(str(path))
+        if cached and cached[0] == stat_key(info) and not fresh:
+            return cached[1]
+        if info.st_size <= MAX_FILE_BYTES:
+            digest, key = self.copy_in(path)
+            if digest is not None:
+                self.cache[str(path)] = (key, digest)
+                return digest
+        self.once(str(path), f"[undo] {path.relative_to(self.workdir)} is over "
+                             f"{MAX_FILE_BYTES // 10**6} MB: not kept, so /undo cannot put it back")
+        return None
+
+    def copy_in(self, path: Path) -> tuple:
+        """(the hash of the file at path, its copy kept, or None past MAX_FILE_BYTES; the stat
+        key that may stand for this content next time, or None)."""
+        # O_NOFOLLOW: never through a link put there since the lstat; O_NONBLOCK: nor wait on a FIFO
+        source = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        try:
+            read_at = time.time_ns()
+            info = os.fstat(source)  # before the read: a write during it moves ctime past this key
+            if not stat.S_ISREG(info.st_mode):
+                raise OSError(f"{path} is no longer a file")
+            return self.store_copy(source), trusted_key(info, read_at)
+        finally:
+            os.close(source)
+
+    def store_copy(self, source: int) -> str | None:
+        """The open file source copied into the store, named by its hash; None (nothing kept)
+        past MAX_FILE_BYTES. Written aside, then renamed: a copy is whole or absent."""
+        descriptor, part = tempfile.mkstemp(dir=self.folder(), prefix=".part-")
+        try:
+            with os.fdopen(descriptor, "wb") as copy:
+                digest, size = copy_hashing(source, copy, MAX_FILE_BYTES)
+            if digest is None or (self.folder() / digest).exists():
+                return digest  # kept already: this turn's or an earlier one's
+            self.room_for(size)
+            os.replace(part, self.folder() / digest)
+            self.stored += size
+            return digest
+        finally:
+            Path(part).unlink(missing_ok=True)
 
     def folder(self) -> Path:
         """This run's folder of copies (made, readable by you only, with the first copy)."""
@@ -166,7 +187,8 @@ class Undo:
             base = key_file().parent / "undo"
             base.mkdir(parents=True, exist_ok=True, mode=0o700)
             for old in base.iterdir():  # a run that was killed left its copies: a day later they go
-                if time.time() - old.stat().st_mtime > STALE_SECONDS and not running(old.name.split("-")[0]):
+                stale = time.time() - old.stat().st_mtime > STALE_SECONDS
+                if stale and not running(old.name.split("-")[0]):
                     shutil.rmtree(old, ignore_errors=True)
             self.store = Path(tempfile.mkdtemp(prefix=f"{os.getpid()}-", dir=base))
             atexit.register(shutil.rmtree, self.store, True)
@@ -176,13 +198,14 @@ class Undo:
         """Drop the oldest turns' records (and copies only they held) until size fits."""
         while self.stored + size > MAX_STORE_BYTES and self.undo:
             self.undo.pop(0)
-            self.once("room", f"[undo] its copies passed {MAX_STORE_BYTES // 10**6} MB: the oldest turns can no "
-                              "longer be undone")
+            self.once("room", f"[undo] its copies passed {MAX_STORE_BYTES // 10**6} MB: the oldest "
+                              "turns can no longer be undone")
             kept = {entry[0] for record in self.undo + self.redo for files in record[1:] if files
                     for entry in files.values()}
             kept |= {digest for _, digest in self.cache.values()}
             for copy in self.folder().iterdir():
-                if copy.name not in kept and copy.is_file():
+                # a name with a dot first is a copy still being written
+                if copy.name not in kept and not copy.name.startswith(".") and copy.is_file():
                     self.stored -= copy.stat().st_size
                     copy.unlink()
         if self.stored + size > MAX_STORE_BYTES:
@@ -208,41 +231,43 @@ class Undo:
         """/undo (back) or /redo: what the last recorded turn changed goes back to how it was
         before it (or, for /redo, after it); what has changed since is left as it is."""
         records = self.undo if back else self.redo
+        if not records and back:
+            return ("Nothing to undo: no request since the program started has changed files "
+                    "(or all were undone).")
         if not records:
-            return ("Nothing to undo: no request since the program started has changed files (or all were undone)."
-                    if back else "Nothing to redo: /redo puts back what the last /undo replaced.")
+            return "Nothing to redo: /redo puts back what the last /undo replaced."
         label, before, after = records.pop()
-        now = self.record()  # what is here now is kept first: nothing is lost
+        ended = self.record() if after is None else after  # a turn cut short left what is here now
+        # What is here now is kept first, so nothing is lost; each path about to change is read
+        # again, so what decides "changed since" is its content, never its size and times.
+        now = None if ended is None else self.record(fresh=frozenset(changed(before, ended)))
         if now is None:
             records.append((label, before, after))
             return "The workspace is too big to record, so nothing was changed."
-        after = after if after is not None else now
-        done, kept = self.apply(after, before, now) if back else self.apply(before, after, now)
-        (self.redo if back else self.undo).append((label, before, after))
-        said = [f"{len(done)} put back as they were ({listed(done)})"] if done else []
-        said += [f"{len(kept)} left as they are: changed since, or not kept ({listed(kept)})"] if kept else []
-        verb = "your request" if back else "the /undo of your request"
-        return f"[{'undo' if back else 'redo'}] files {verb} \"{label[:60]}\" changed: " + \
-            ("; ".join(said) or "none") + (". /redo reverses this." if back and done else ".")
+        done, kept = self.apply(ended, before, now) if back else self.apply(before, ended, now)
+        (self.redo if back else self.undo).append((label, before, ended))
+        return told(back, label, done, kept)
 
     def apply(self, source: dict, target: dict, now: dict) -> tuple:
         """Each path that differs between the records goes from source's state to target's,
         where it is still as source has it. Removals first (deepest first), then writes
         (shallowest first), so a link or a file in the way of a folder goes before the folder
         is made; nothing is ever written or removed through a link. (paths done, paths left)."""
-        paths = sorted({p for p in source.keys() | target.keys() if source.get(p) != target.get(p)})
+        def order(path: str) -> tuple:
+            removed = target.get(path) is None
+            return (not removed, -path.count("/") if removed else path.count("/"))
         done, kept = [], []
-        for path in sorted(paths, key=lambda p: (target.get(p) is not None, -p.count("/") if target.get(p) is None
-                                                  else p.count("/"))):
-            entry = target.get(path)
-            if now.get(path) != source.get(path) or entry is not None and entry[0] is None or \
-                    entry is None and now.get(path, (None,))[0] is None and path in now:
+        for path in sorted(sorted(changed(source, target)), key=order):
+            if not movable(path, source, target, now):
                 kept.append(path)  # changed since, or a copy that was never kept: left as it is
                 continue
             try:
-                self.remove(path, target) if entry is None else self.write(path, entry)
+                if target.get(path) is None:
+                    self.remove(path, target)
+                else:
+                    self.write(path, target[path])
                 done.append(path)
-            except (OSError, subprocess.SubprocessError) as err:  # its copy gone (git gc), a disk error
+            except OSError as err:  # its copy gone, a disk error, a link where a folder was
                 kept.append(path)
                 self.warn(f"[undo] could not put back {path}: {err}")
         return done, kept
@@ -254,7 +279,8 @@ class Undo:
         for part in relative.parts:
             folder = folder / part
             if folder.is_symlink() or folder.exists() and not folder.is_dir():
-                raise OSError(f"{folder.relative_to(self.workdir)} is a link or a file now, not a folder")
+                where = folder.relative_to(self.workdir)
+                raise OSError(f"{where} is a link or a file now, not a folder")
             if make:
                 folder.mkdir(exist_ok=True)
         return folder
@@ -277,16 +303,92 @@ class Undo:
     def write(self, path: str, entry: tuple) -> None:
         where = self.real_folder(Path(path).parent) / Path(path).name
         if where.is_dir() and not where.is_symlink():
-            where.rmdir()  # a folder where the file was: empty by now, else this fails and it is left
+            where.rmdir()  # a folder where the file was: empty by now, else this fails, it stays
         if entry[0] == "link":
             where.unlink(missing_ok=True)
             os.symlink(entry[1], where)
             return
-        with tempfile.NamedTemporaryFile(dir=where.parent, delete=False, prefix=".undo-") as f:
-            f.write(self.content(entry[0]))
-        os.chmod(f.name, entry[1])
-        os.replace(f.name, where)  # whole or not at all; a link there is replaced, not followed
+        descriptor, part = tempfile.mkstemp(dir=where.parent, prefix=".undo-")
+        try:
+            with os.fdopen(descriptor, "wb") as out, open(self.folder() / entry[0], "rb") as copy:
+                if not clone(copy.fileno(), out.fileno()):
+                    shutil.copyfileobj(copy, out, CHUNK)
+            os.chmod(part, entry[1])
+            os.replace(part, where)  # whole or not at all; a link there is replaced, not followed
+        finally:
+            Path(part).unlink(missing_ok=True)
         self.cache.pop(str(where), None)
+
+
+def stat_key(info) -> tuple:
+    """What changes whenever a file's content may have. Any write sets ctime, and nothing
+    sets it back: touch -r, cp -p and rsync -t put back the mtime only."""
+    return (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
+
+
+def trusted_key(info, read_at: int) -> tuple | None:
+    """The stat key that may stand for content read at read_at; None for a file changed
+    within RACY_NS before it (it could change again and keep this key)."""
+    if max(info.st_mtime_ns, info.st_ctime_ns) > read_at - RACY_NS:
+        return None
+    return stat_key(info)
+
+
+def clone(source: int, target: int) -> bool:
+    """Make the open file target share source's blocks (a reflink); False where the
+    filesystem does not offer it (ext4, tmpfs) or the two are on different ones."""
+    try:
+        fcntl.ioctl(target, FICLONE, source)
+    except OSError:
+        return False
+    return True
+
+
+def copy_hashing(source: int, copy, limit: int) -> tuple:
+    """Copy the open file source into the file object copy, hashed in the same read:
+    (sha256 hex digest, size), or (None, size) past limit bytes. A reflink, where offered,
+    is made first and read instead: either way the hash is of the copy's own bytes."""
+    cloned = clone(source, copy.fileno())
+    reading = copy.fileno() if cloned else source
+    digest, size = hashlib.sha256(), 0
+    while chunk := os.pread(reading, CHUNK, size):
+        size += len(chunk)
+        if size > limit:
+            return None, size
+        digest.update(chunk)
+        if not cloned:
+            copy.write(chunk)
+    return digest.hexdigest(), size
+
+
+def changed(first: dict, second: dict) -> set:
+    """The paths whose entries differ between two records."""
+    return {path for path in first.keys() | second.keys() if first.get(path) != second.get(path)}
+
+
+def movable(path: str, source: dict, target: dict, now: dict) -> bool:
+    """Whether /undo (or /redo) may change path: it is still as source has it, by content,
+    and what is there and what would replace it are both kept. A file not kept (too big,
+    unreadable) is never overwritten or removed: its content cannot be compared, and /redo
+    could not put it back."""
+    here, going = now.get(path), target.get(path)
+    if here != source.get(path):
+        return False  # changed since the record
+    if here is not None and here[0] is None:
+        return False
+    return going is None or going[0] is not None
+
+
+def told(back: bool, label: str, done: list, kept: list) -> str:
+    """The line /undo or /redo prints: what was put back, what was left and why."""
+    said = []
+    if done:
+        said.append(f"{len(done)} put back as they were ({listed(done)})")
+    if kept:
+        said.append(f"{len(kept)} left as they are: changed since, or not kept ({listed(kept)})")
+    opening = "[undo] files your request" if back else "[redo] files the /undo of your request"
+    ending = ". /redo reverses this." if back and done else "."
+    return f"{opening} \"{label[:60]}\" changed: " + ("; ".join(said) or "none") + ending
 
 
 def listed(paths: list) -> str:

@@ -6,6 +6,7 @@ combination of layers, and prints the figures side by side:
     python tests/benchmark.py                          # the built-in scripted session
     python tests/benchmark.py --replay .transcripts/compact-20261121-101500-1a2b3c4d.jsonl
     python tests/benchmark.py --window 100000 --seed 3
+    python tests/benchmark.py --undo                   # /undo's record of a 127 MB workspace
 
 The built-in session has 40 user turns and more than 200 model calls: file reads of mixed
 sizes, a few huge command outputs, parallel tool calls and Chinese text. A replay takes any
@@ -24,6 +25,7 @@ tokens weighted that way; "raw" is the same requests' input at 1×, as if nothin
 import argparse
 import importlib.util
 import json
+import os
 import random
 import re
 import statistics
@@ -607,6 +609,60 @@ def show_sandbox(runs: int = 41) -> int:
     return 0
 
 
+# ---------------------------------------------------------------- undo's record of a workspace
+UNDO_SIZES = [20_000] * 1_360 + [2_500_000] * 40  # 1,400 files, 127 MB: sources, a few data files
+UNDO_TARGETS = {"first": 2.0, "again": 0.3}  # seconds: each file read and copied; then its stat only
+
+
+def undo_tree(root: Path, seed: int = 7) -> None:
+    """The workspace undo records: UNDO_SIZES, each file its own content, 50 to a folder."""
+    rng = random.Random(seed)
+    for n, size in enumerate(UNDO_SIZES):
+        path = root / f"pkg{n // 50:02d}" / f"file{n:04d}.dat"
+        path.parent.mkdir(exist_ok=True)
+        path.write_bytes(rng.randbytes(size))
+
+
+@contextmanager
+def state_home(folder: Path):
+    """$XDG_STATE_HOME set to folder for a while: undo's copies land there, not in your home."""
+    before = os.environ.get("XDG_STATE_HOME")
+    os.environ["XDG_STATE_HOME"] = str(folder)
+    try:
+        yield
+    finally:
+        os.environ.pop("XDG_STATE_HOME")
+        if before is not None:
+            os.environ["XDG_STATE_HOME"] = before
+
+
+def show_undo() -> int:
+    """How long undo takes to record the workspace before a turn's first change: the first
+    time (each file read, hashed and copied) and again, nothing changed (each file's stat)."""
+    import undo
+    with tempfile.TemporaryDirectory() as tmp, state_home(Path(tmp) / "state"):
+        workspace = Path(tmp) / "ws"
+        workspace.mkdir()
+        undo_tree(workspace)
+        # A project's files were written before the turn, not a moment ago: a file written within
+        # RACY_NS of being read is read again next time (its times could not tell a second change).
+        time.sleep(undo.RACY_NS / 1e9)
+        recorder = undo.Undo().at(workspace, print)
+        seconds = {}
+        for name in UNDO_TARGETS:
+            started = time.perf_counter()
+            files = recorder.record()
+            seconds[name] = time.perf_counter() - started
+        stored = sum(p.stat().st_size for p in recorder.store.iterdir())
+    megabytes = sum(UNDO_SIZES) / 1e6
+    print(f"  undo's record of {len(files):,} files, {megabytes:.0f} MB: first {seconds['first']:.2f} s, "
+          f"again {seconds['again']:.3f} s; copies {stored / 1e6:.0f} MB")
+    for name, target in UNDO_TARGETS.items():
+        verdict = "met" if seconds[name] < target else "MISSED"
+        print(f"  [{verdict}] {name}: {seconds[name]:.3f} s (target < {target} s)")
+    return 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--replay", type=Path, help="a transcript (.jsonl) the program wrote")
@@ -617,12 +673,15 @@ def main(argv=None) -> int:
     parser.add_argument("--ahead", action="store_true", help="only the summaries written ahead, in real time")
     parser.add_argument("--sandbox", action="store_true", help="only the time bubblewrap adds to a command")
     parser.add_argument("--report", action="store_true", help="only the size and time of a long session's picture")
+    parser.add_argument("--undo", action="store_true", help="only the time /undo's record of 127 MB takes")
     parser.add_argument("--cache-ttl", choices=("5m", "1h"), default="5m", help="the prompt cache's life (CACHE_TTL)")
     args = parser.parse_args(argv)
     if args.sandbox:
         return show_sandbox()
     if args.report:
         return show_report()
+    if args.undo:
+        return show_undo()
     code = load_code()
     if args.ahead:
         show_ahead(code)

@@ -2,6 +2,7 @@
 [redacted], and whatever it writes back (whole with write_file, around it with edit_file,
 through a shell here-document), the real value on disk stays."""
 
+import hashlib
 import json
 import os
 import subprocess
@@ -245,8 +246,10 @@ def test_undo_puts_back_what_a_turn_did_by_every_tool_and_redo_reverses_it(s08, 
     assert after != before and "lib/m0.py" not in after and after["notes.md"] == b"lose these notes\n"
     s08.handle_command(agent, messages, "/undo")
     assert tree(workspace) == before and not (workspace / "out").exists(), "every file back; what it made, gone"
-    copies = {p.read_bytes() for p in agent.undo.store.iterdir()}
-    assert (b"x = 0\n" in copies) != in_git, "in git, a tracked file as committed is read back from git, not copied"
+    copies = {p.name: p.read_bytes() for p in agent.undo.store.iterdir()}
+    assert b"x = 0\n" in copies.values(), "in git or not, every file's content is undo's own copy"
+    named = {hashlib.sha256(data).hexdigest(): data for data in copies.values()}
+    assert copies == named, "each copy named by its content's hash"
     said = agent.out.text
     assert "[undo] files your request \"rework the project\" changed: 7 put back as they were (" in said
     assert all(name in said for name in ("app.py", "lib/m0.py", "new.py", "out/deep/f.txt", "notes.md"))
@@ -280,6 +283,91 @@ def test_undo_keeps_its_copies_outside_the_workspace_for_you_alone_and_not_past_
     assert list(store.iterdir()) == [], "the run's copies are removed when it ends"
     assert STRIPE not in "".join(p.read_text(errors="replace") for p in workspace.rglob("*") if p.is_file()
                                  and ".env" != p.name), "no copy of a secret lands in the workspace"
+
+
+def committed(workspace) -> dict:
+    """The project as a git repository: app.py and lib/ committed, as a person's would be."""
+    files = project_files(workspace)
+    git = ["git", "-c", "user.email=t@t", "-c", "user.name=t", "-C", str(workspace)]
+    for args in (["init", "-q"], ["add", "app.py", "lib"], ["commit", "-qm", "start"]):
+        subprocess.run(git + args, check=True)
+    return files
+
+
+def undo_after_script(fake, workspace, script: str):
+    """A turn whose model writes a shell script and runs it (what it does, no check of the
+    command's text sees), then /undo typed; the finished run."""
+    fake.reply(tool_use("write_file", {"path": "step.sh", "content": script}),
+               tool_use("bash", {"command": "sh step.sh"}), text("Done."))
+    return run_cli(fake, workspace, "tidy the repository\n/undo\n")
+
+
+# Each command a repository's configuration can make git run; each leaves a mark if it runs.
+HOSTILE_GIT = """echo "print('v2')" > app.py
+rm -f {blob}
+git config core.repositoryformatversion 1
+git config extensions.partialclone origin
+git config remote.origin.url "$PWD"
+git config remote.origin.promisor true
+git config remote.origin.uploadpack 'touch {marks}/uploadpack; false'
+git config core.fsmonitor 'touch {marks}/fsmonitor; false'
+git config core.pager 'touch {marks}/pager; cat'
+git config filter.evil.clean 'touch {marks}/clean; cat'
+git config filter.evil.smudge 'touch {marks}/smudge; cat'
+git config filter.evil.required true
+echo '* filter=evil' > .gitattributes
+mkdir -p .git/hooks
+for hook in post-index-change reference-transaction post-checkout pre-commit; do
+  printf '#!/bin/sh\\ntouch {marks}/%s\\n' $hook > .git/hooks/$hook && chmod +x .git/hooks/$hook
+done
+"""
+
+
+def test_undo_runs_nothing_a_repository_names_and_still_puts_the_file_back(fake, workspace, beyond_tmp):
+    """The turn removes app.py's blob from .git and names commands for git to run (a promisor
+    remote's upload-pack fetches a missing blob): undo never runs git, its copy is its own."""
+    files = committed(workspace)
+    marks = beyond_tmp / "marks"  # outside the workspace: what ran there ran unconfined
+    marks.mkdir()
+    found = subprocess.run(["git", "-C", str(workspace), "rev-parse", ":app.py"], capture_output=True,
+                           text=True, check=True)
+    blob = workspace / ".git" / "objects" / found.stdout[:2] / found.stdout[2:].strip()
+    done = undo_after_script(fake, workspace, HOSTILE_GIT.format(blob=blob, marks=marks))
+    assert done.returncode == 0, done.stderr
+    planted = (workspace / ".git" / "config").read_text()
+    assert "uploadpack" in planted and not blob.exists(), "the turn did plant it"
+    assert sorted(p.name for p in marks.iterdir()) == [], "none of the repository's commands ran"
+    assert tree(workspace) == files, done.stdout  # app.py back; .gitattributes and step.sh gone
+    assert "could not put back" not in done.stdout, done.stdout
+    assert "3 put back as they were" in done.stdout, done.stdout
+
+
+def test_undo_puts_back_a_tracked_file_when_the_turn_deleted_git_too(fake, workspace):
+    files = committed(workspace)
+    done = undo_after_script(fake, workspace, "rm -rf .git\necho \"print('v2')\" > app.py\n")
+    assert done.returncode == 0, done.stderr
+    assert not (workspace / ".git").exists(), "the turn deleted it; .git is git's to keep, never undo's"
+    assert tree(workspace) == files and "could not put back" not in done.stdout, done.stdout
+
+
+def test_undo_leaves_a_same_size_edit_whose_time_was_put_back(fake, workspace):
+    """cp -p, touch -r and rsync -t put a file's mtime back: a person's edit after the turn,
+    the same size, in place, has the size, mtime and inode the turn left. /undo tells it
+    by its content, leaves it, and says so."""
+    notes = workspace / "notes.md"
+    notes.write_text("v1 notes\n")
+    fake.reply(tool_use("edit_file", {"path": "notes.md", "old_text": "v1", "new_text": "v2"}),
+               text("Done."))
+    terminal = Terminal(fake, workspace, columns=200)
+    assert terminal.read_until(b"s08 >> ") and terminal.turn(b"change the notes\r")
+    assert notes.read_text() == "v2 notes\n"
+    left = notes.stat()
+    notes.write_text("v3 notes\n")
+    os.utime(notes, ns=(left.st_atime_ns, left.st_mtime_ns))
+    assert terminal.turn(b"/undo\r")
+    assert terminal.finish() == 0
+    assert notes.read_text() == "v3 notes\n", "the person's edit is not overwritten"
+    assert "1 left as they are: changed since, or not kept (notes.md)" in terminal.text, terminal.text
 
 
 # ---------------------------------------------------------------- a secret through a shell's encodings
@@ -379,16 +467,19 @@ def test_undo_leaves_what_changed_since_the_turn_and_what_it_could_not_keep(s08,
     (workspace / "notes.md").write_text("v1\n")
     (workspace / "locked.txt").write_text("private\n")
     (workspace / "locked.txt").chmod(0)
+    (workspace / "grown.txt").write_text("small\n")
 
     def by_hand():
         (workspace / "notes.md").write_text("my own edit after the turn\n")
     said = undo_after(s08, make_agent, fake, workspace, "echo v2 > notes.md && truncate -s 25M big.bin && "
-                      "chmod 644 locked.txt && echo made > made.txt", between=by_hand)
+                      "chmod 644 locked.txt && echo made > made.txt && truncate -s 25M grown.txt",
+                      between=by_hand)
     assert (workspace / "notes.md").read_text() == "my own edit after the turn\n", "newer work is not overwritten"
     assert (workspace / "big.bin").stat().st_size == 25 * 2**20, "a file it could not keep is not removed"
+    assert (workspace / "grown.txt").stat().st_size == 25 * 2**20, "nor overwritten: /redo could not bring it back"
     assert (workspace / "locked.txt").exists(), "nor one it could not read before"
     assert not (workspace / "made.txt").exists(), "what it could put back, it did"
-    assert "left as they are: changed since, or not kept" in said and "notes.md" in said
+    assert "left as they are: changed since, or not kept" in said and "notes.md" in said and "grown.txt" in said
 
 
 def test_a_turn_that_changed_nothing_is_not_what_undo_undoes(s08, make_agent, fake, workspace):
