@@ -1060,7 +1060,9 @@ def use_tools(agent, tool_uses: list, refused: dict) -> tuple:
             else:
                 results.append(use_tool(agent, block))
         return results, False
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as stop:
+        if ended := getattr(stop, "__notes__", None):  # what run_command ended, as SIGTERM's exit says it
+            agent.say(" ".join(ended), "dim")
         for block in tool_uses[len(results):]:
             results.append({"type": "tool_result", "tool_use_id": block["id"], "is_error": True,
                             "content": "Interrupted by the user before this finished."})

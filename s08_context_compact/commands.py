@@ -48,7 +48,8 @@ def run_command(command: str, *, cwd: Path, timeout: int, outputs: Path, secrets
         ended = tree.end(proc)
         code = proc.wait()
     except BaseException as stop:  # Ctrl-C, SIGTERM, SIGHUP: nothing the command started keeps running
-        stop.add_note(f"The running command ({' '.join(command.split())[:60]}) {ended_what(tree.end(proc))}.")
+        note = f"The running command ({' '.join(command.split())[:60]}) {ended_what(tree.end(proc))}."
+        stop.__notes__ = [*getattr(stop, "__notes__", []), note]  # add_note(), which Python 3.10 lacks
         captured.finish(None)
         raise
     finally:

@@ -328,7 +328,8 @@ def repl(agent, interactive: bool, messages: list, take_line) -> int:
         code = read_and_take(agent, interactive, messages, take_line)
     except BaseException as leaving:  # SIGTERM or SIGHUP: cli.py says it, with this note
         if interactive and not isinstance(leaving, KeyboardInterrupt) and agent.log and agent.log.resume_command():
-            leaving.add_note(f"To come back to this session later: {agent.log.resume_command()}")
+            note = f"To come back to this session later: {agent.log.resume_command()}"
+            leaving.__notes__ = [*getattr(leaving, "__notes__", []), note]  # add_note(), which Python 3.10 lacks
         raise
     if interactive and agent.log and agent.log.resume_command():
         agent.say("To come back to this session later:", "dim")

@@ -11,7 +11,8 @@ import time
 
 import pytest
 
-from conftest import CODE, LiveCLI, Terminal, assert_requests_valid, blocks, cli_env, plain, run_cli
+from conftest import (CODE, LiveCLI, Terminal, assert_requests_valid, blocks, cli_env, plain, processes_with,
+                      run_cli, wait_until)
 from fake_anthropic import FakeAnthropic, error, text, tool_use, tool_uses
 
 
@@ -208,6 +209,23 @@ def test_ctrl_c_during_a_tool_run_answers_the_call_as_interrupted(fake, workspac
     assert "this request was cancelled" in last[-2]["content"][0]["text"], "the model is told the work was cancelled"
     assert plain(last[-1]["content"]) == [{"type": "text", "text": "what happened?"}]
     assert_requests_valid(fake)
+
+
+def test_ctrl_c_during_a_command_says_what_it_ended_and_goes_on(fake, workspace, marker):
+    """Ctrl-C while bash runs: the command and what it started end, the user is told so,
+    and the session goes on (on Python 3.10, which has no add_note, this once ended the
+    program with a traceback)."""
+    fake.reply(tool_use("bash", {"command": f"sleep 60.{marker}; echo never"}), text("ok, stopped"))
+    cli = LiveCLI(fake, workspace)
+    cli.type("wait\n")
+    wait_until(lambda: processes_with(f"sleep\0" f"60.{marker}\0", exactly=True))  # bash has started it
+    cli.proc.send_signal(signal.SIGINT)
+    assert cli.finish("what happened?\n") == 0
+    assert "Traceback" not in cli.proc.stderr.read()
+    assert not processes_with(marker)
+    assert f"The running command (sleep 60.{marker}; echo never) and the 1 process it started were ended." \
+        in cli.output
+    assert "(interrupted; the conversation is kept" in cli.output and "ok, stopped" in cli.output
 
 
 def test_outputs_are_written_inside_the_working_directory(fake, workspace):
