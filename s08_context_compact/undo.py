@@ -34,17 +34,22 @@ and turns.py runs /undo and /redo.
 """
 
 import atexit
-import fcntl
 import hashlib
 import itertools
 import os
 import shutil
 import stat
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 from log_checks import key_file
+
+try:
+    import fcntl  # a reflink is asked for with an ioctl
+except ImportError:  # Windows: plain copies
+    fcntl = None
 
 CHANGES_FILES = ("write_file", "edit_file", "bash", "task")
 SKIPPED = {".git", ".transcripts", ".task_outputs", "node_modules", ".venv", "venv", "__pycache__",
@@ -57,7 +62,7 @@ MAX_TURNS = 20              # turns that /undo can go back, one after another
 STALE_SECONDS = 86_400      # a folder a run left behind (it was killed) is removed after a day
 CHUNK = 1 << 20             # a file is read, hashed and copied a megabyte at a time
 # Linux's request for a reflink, a copy that shares the file's blocks (Python names it from 3.12)
-FICLONE = getattr(fcntl, "FICLONE", 0x40049409)
+FICLONE = getattr(fcntl, "FICLONE", 0x40049409)  # (on Linux; never asked elsewhere)
 # A file's times tick coarsely (a few ms on ext4, 2 s on FAT): a file changed this close to
 # being read could change again, same size, within the same tick. Its stat key is not
 # trusted, so the next record reads it again.
@@ -337,6 +342,8 @@ def trusted_key(info, read_at: int) -> tuple | None:
 def clone(source: int, target: int) -> bool:
     """Make the open file target share source's blocks (a reflink); False where the
     filesystem does not offer it (ext4, tmpfs) or the two are on different ones."""
+    if fcntl is None or not sys.platform.startswith("linux"):
+        return False
     try:
         fcntl.ioctl(target, FICLONE, source)
     except OSError:
