@@ -35,6 +35,11 @@ except ImportError:  # Windows: no lock
     fcntl = None
 
 TRANSCRIPT_DIR = ".transcripts"
+# A call record leaves out what most calls repeat, and records_of puts it back, so the log
+# grows with content: its limits, when the file's last call record gave the same, and
+# these fields at these values.
+LIMITS = ("window", "threshold", "micro_trigger", "mark")
+CALL_DEFAULTS = {"what": "waiting for the model", "exact": True}
 
 
 class SessionRefused(Exception):
@@ -70,6 +75,7 @@ class SessionLog:
         self.facts = endpoint.facts() if endpoint else None  # the endpoint facts written last
         self.history, self.last_prompt = [], None  # what the log holds, to write it again if it is lost
         self.chain = Chain()  # each line signed, so --resume knows the program's lines from anything else's
+        self.limits = None  # those the file's last call record gave
 
     def message(self, message: dict, context_tokens: int | None = None, prompt: str | None = None,
                 merged: bool = False) -> None:
@@ -126,6 +132,7 @@ class SessionLog:
                 self.facts = self.endpoint.facts()
                 records.append({"type": "endpoint", **self.facts})
             for each in records + [record]:
+                each = self.leaner(each)
                 line = well_formed(self.secrets.json_text(each))  # no secret in any form; no lone half of an emoji
                 self.file.write(self.chain.signed(line) + "\n")
             self.file.flush()
@@ -133,6 +140,17 @@ class SessionLog:
         except (OSError, SessionInUse) as err:
             self.failed = True  # say it once; the session itself goes on
             self.warn(f"[session log] cannot write {self.path} ({err}); this session will not be resumable.")
+
+    def leaner(self, record: dict) -> dict:
+        """A call record without what records_of puts back (CALL_DEFAULTS, LIMITS)."""
+        if record.get("type") != "call":
+            return record
+        limits = {name: record.get(name) for name in LIMITS}
+        dropped = {name for name, value in CALL_DEFAULTS.items() if record.get(name) == value}
+        if limits == self.limits:
+            dropped.update(LIMITS)
+        self.limits = limits
+        return {k: v for k, v in record.items() if k not in dropped}
 
     def still_open(self) -> bool:
         """Whether the log's path still names the file being written, as the program left it:
@@ -164,6 +182,7 @@ class SessionLog:
         if not created:
             return []  # a resumed session: appending to its log
         self.chain.restart()
+        self.limits = None  # a new file: its first call record gives them
         records = [self.header]
         if lost:
             what = f"replaced or changed (what was found there is kept as {kept.name})" if found else "deleted"
@@ -209,7 +228,8 @@ def log_lines(path: Path) -> list:
 
 def records_of(lines):
     """Each line as a record: a dict, or None for a line that is not a JSON object (torn by
-    a crash, or edited)."""
+    a crash, or edited). A call record comes whole, with what SessionLog.leaner left out."""
+    limits = {}
     for line in lines:
         try:
             record = json.loads(line)
@@ -217,11 +237,19 @@ def records_of(lines):
             record = None
         if HALF_ESCAPE.search(line):  # a lone half of an emoji, escaped: U+FFFD from here on
             record = well_formed_deep(record)
-        yield without_check(record) if isinstance(record, dict) else None
+        if not isinstance(record, dict):
+            yield None
+            continue
+        if record.get("type") == "call":
+            record = {**CALL_DEFAULTS, **limits, **record}
+            limits = {name: record.get(name) for name in LIMITS}
+        yield without_check(record)
 
 
 def log_records(path: Path):
-    return records_of(log_lines(path))
+    """The records of the lines the program wrote: nothing else in a log is believed."""
+    lines, _, _ = trusted_lines(log_lines(path))
+    return records_of(lines)
 
 
 def logged_endpoint(path: Path, model: str) -> dict | None:
@@ -340,13 +368,12 @@ def list_sessions(workdir: Path, width: int | None = None) -> str:
     rows, skipped = [], []
     for path in session_logs(workdir, skipped):
         try:
-            history, first, info = read_session(path, warn=lambda text: print(printable(text))), first_prompt(path), \
-                path.stat()
+            history, first, info = listed_history(path), first_prompt(path), path.stat()
         except OSError as err:  # gone, or replaced, since it was listed
             skipped.append(f"{TRANSCRIPT_DIR}/{path.name}: {err.strerror or err}")
             continue
         when = time.strftime("%Y-%m-%d %H:%M", time.localtime(info.st_mtime))
-        prompt = one_line(printable(first), 50) + ("" if was_answered(path) else " (not answered)") if first else "(no prompt yet)"
+        prompt, history = listed_prompt(path, first, history), history or []
         session, size = printable(path.stem.removeprefix("session-")), f"{info.st_size / 1024:.1f} KB"
         row = f"  {session:<24} {when}  {counted(len(history), 'message'):>13}  {size:>11}  {prompt}"
         if width and display_width(row) >= width:
@@ -357,6 +384,28 @@ def list_sessions(workdir: Path, width: int | None = None) -> str:
     listed = "Sessions in this workspace (newest last):\n" + "\n".join(rows) if rows else \
         "No sessions in this workspace yet."
     return "\n".join([listed] + [f"  (skipped {printable(why)})" for why in skipped])  # a name may hold escapes
+
+
+def listed_history(path: Path) -> list | None:
+    """The history --list counts, saying what in the log is not trusted; None for a log
+    --resume would refuse, said in a line too."""
+    try:
+        return read_session(path, warn=say_plainly)
+    except SessionRefused as refused:
+        say_plainly(f"[session log] {refused}")
+        return None
+
+
+def say_plainly(text: str) -> None:
+    print(printable(text))  # a session's name may hold escapes
+
+
+def listed_prompt(path: Path, first: str | None, history: list | None) -> str:
+    if history is None:
+        return "(cannot be resumed)"
+    if not first:
+        return "(no prompt yet)"
+    return one_line(printable(first), 50) + ("" if was_answered(path) else " (not answered)")
 
 
 def was_answered(path: Path) -> bool:
@@ -430,6 +479,10 @@ def open_session(agent, resume: Path | None) -> list:
         session = f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
         agent.log = SessionLog(agent.workdir / TRANSCRIPT_DIR / f"session-{session}.jsonl", agent.secrets,
                                agent.say, session_header(agent, session), agent.endpoint)
+        unsigned = agent.log.chain.problem
+        if unsigned:  # said at start, not found out at --resume
+            agent.say(f"[session log] {unsigned}: this session's log is unsigned, "
+                      "and --resume will refuse it.")
         return []
     session, first, last = resume.stem.removeprefix("session-"), first_prompt(resume), last_prompt(resume)
     header = {**session_header(agent, session), **({"prompt": first} if first else {})}  # if written again

@@ -174,20 +174,30 @@ def test_a_session_open_in_one_program_is_refused_to_a_second(s08, fake, make_ag
 
 
 def test_programs_starting_together_all_sign_with_one_whole_key(tmp_path, monkeypatch):
-    """The key is never read half written: a program that started at the same moment as the
-    one making it would otherwise sign nothing, and its log could never be resumed."""
+    """The key is never read half written, and never made twice: a program that started at
+    the same moment as the one making it would otherwise sign nothing, or sign with a key
+    the other replaced, and its log could never be resumed. Whether the key is missing or
+    was left empty by a crash, they all keep the one key made."""
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "fresh"))
-    start, keys = threading.Barrier(8), []
+    made = []
+    for _ in ("missing", "emptied"):
+        start, keys = threading.Barrier(8), []
 
-    def one_program():
-        start.wait()
-        keys.append(log_checks.log_key(create=True))
+        def one_program():
+            start.wait()
+            keys.append(log_checks.log_key(create=True))
 
-    threads = [threading.Thread(target=one_program) for _ in range(8)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert len(set(keys)) == 1 and len(keys[0]) == 32
-    log_checks.key_file().write_text("")  # an empty key file is no key, not an empty one
-    assert log_checks.log_key(create=False) is None
+        threads = [threading.Thread(target=one_program) for _ in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert len(set(keys)) == 1 and len(keys[0][0]) == 32 and keys[0][1] == ""
+        assert bytes.fromhex(log_checks.key_file().read_text()) == keys[0][0]
+        made.append(keys[0][0])
+        log_checks.key_file().write_text("")  # an empty key file is no key, not an empty one
+        said = f"the log key {log_checks.key_file()} is empty or damaged"
+        assert log_checks.log_key(create=False) == (None, said)
+    assert made[0] != made[1] and log_checks.key_file().stat().st_mode & 0o777 == 0o600
+    left = sorted(p.name for p in log_checks.key_file().parent.iterdir())
+    assert left == [".log-key.lock", "log-key"], "no key written aside is left behind"
