@@ -39,7 +39,7 @@ TRANSCRIPT_DIR = ".transcripts"
 # grows with content: its limits, when the file's last call record gave the same, and
 # these fields at these values.
 LIMITS = ("window", "threshold", "micro_trigger", "mark")
-CALL_DEFAULTS = {"what": "waiting for the model", "exact": True}
+CALL_DEFAULTS = {"exact": True}
 
 
 class SessionRefused(Exception):
