@@ -9,7 +9,7 @@ Before every model call the history goes through a pipeline, cheapest layer firs
             ──▶ micro_compact        past 70% of the threshold?       → old results become pointers
             ──▶ compact_history      still over the threshold?        → a summary, then what the work needs
             ──▶ model call ── "too long", in any endpoint's words ──▶ learn the window,
-                                                                      reactive_compact, retry once
+                                                                      reactive_compact, retry
 
 Nothing is thrown away: every layer writes what it removes to .task_outputs/tool-results/
 or .transcripts/ before it removes it, and the session log keeps every message.
@@ -98,7 +98,7 @@ POST_COMPACT_FILES_TOKENS = 50_000  # ...and this much in all
 POST_COMPACT_USER_TOKENS = 5_000    # recent user messages restored verbatim, newest first
 LEDGER_TOKENS = 2_000               # the fact ledger re-injected after compaction
 # reactive_compact
-MAX_REACTIVE_RETRIES = 1            # per turn; a second "too long" is reported, not looped on
+MAX_REACTIVE_RETRIES = 1            # in a row: refused again at once, nothing learned: turn ends
 REACTIVE_TAIL_SHARE = 0.25          # reactive_compact keeps recent messages up to this share
 # what the layers write, and how the program marks its own blocks
 TOOL_RESULTS_DIR = ".task_outputs/tool-results"
@@ -251,8 +251,7 @@ class TokenCounter:
 
     def __init__(self):
         self.sizes = {}              # id(message) -> (message, estimate): each message measured once
-        self.anchor_tokens = None
-        self.anchor_messages = []
+        self.anchor_tokens, self.anchor_messages = None, []
 
     def size(self, message: dict) -> int:
         entry = self.sizes.get(id(message))
@@ -1080,17 +1079,20 @@ def agent_loop(agent, messages: list) -> str | None:
         replace_history(agent, messages, true_stubs(messages, agent.state.read_stubs), "read stubs re-pointed")
         try:
             reply, stop_reason = call_model(agent, messages)
+            reactive_retries = 0  # answered: a later "too long" in this turn is compacted again
         except ContextOverflow as err:
             shrank = adopt_overflow(agent, err)  # a smaller window: every threshold is recomputed first
-            if reactive_retries >= MAX_REACTIVE_RETRIES:
-                raise
-            reactive_retries += 1
+            if reactive_retries >= MAX_REACTIVE_RETRIES and not shrank:
+                raise  # compacted just now, nothing new learned: nothing more to free
             replace_history(agent, messages, park_oversized_request(agent, messages, current_request(messages),
                                                                 estimate_text_tokens), "request parked")
             if shrank and context_tokens(agent, messages) <= agent.settings.threshold:
                 continue  # the history fits the window learned: only max_tokens was too big for it
+            reactive_retries += 1
             replace_history(agent, messages, apply_layer(agent, reactive_compact, messages, agent=agent),
                             "reactive_compact")
+            if not shrank and context_tokens(agent, messages) >= err.sent_tokens:
+                raise  # nothing was freed: sent again, the request would be refused again
             continue
         reply, note, refused = make_reply_sendable(reply, stop_reason, ids_used=set(tool_names(messages)),
                                                    max_output=agent.settings.max_output)

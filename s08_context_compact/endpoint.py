@@ -64,17 +64,27 @@ class Endpoint:
     reads_in_input: bool | None = None  # do its input_tokens include the cache reads? (Kimi: yes)
     largest_accepted: tuple = (0, 0)  # (prompt, prompt + max_tokens) of the biggest request answered
     largest_measured: int = 0         # the biggest prompt answered, as the endpoint's own usage counted it
+    largest_once: int = 0             # the same, had input_tokens held the cache reads (unproven)
     usage_note: str = ""              # set when the endpoint's usage could not be taken as it is
     startup_problem: str = ""         # what the first call at start-up ran into (no connection, a refused key)
     undercount: float = 1.0           # how many times our estimate the endpoint counted in a refused prompt
     plain_text: bool = False          # its chat template takes only text as strings (plain_text_request)
     plain_text_wins: int = 0          # requests plain text answered after the blocks got an empty reply
 
-    def accepted(self, prompt_tokens: int, max_tokens: int, measured: bool = False) -> None:
+    def accepted(self, prompt_tokens: int, max_tokens: int, measured: bool = False,
+                 usage: dict | None = None) -> None:
         self.largest_accepted = (max(self.largest_accepted[0], prompt_tokens),
                                  max(self.largest_accepted[1], prompt_tokens + max_tokens))
         if measured:
             self.largest_measured = max(self.largest_measured, prompt_tokens)
+            once = prompt_tokens - self.reads_maybe_inside(usage or {})
+            self.largest_once = max(self.largest_once, once)
+
+    def reads_maybe_inside(self, usage: dict) -> int:
+        """The cache reads a size added to input_tokens while it is unproven whether they were
+        inside it: input_tokens at least as large as the reads may hold them all (Kimi's do)."""
+        read = usage.get("cache_read_input_tokens", 0)
+        return read if self.reads_in_input is None and usage.get("input_tokens", 0) >= read else 0
 
     def overflowed_silently(self, sent_tokens: int) -> bool:
         """Whether empty replies (EmptyReply), every try and plain text too, to this request most
@@ -87,10 +97,17 @@ class Endpoint:
         """Take the window an overflow reveals: the one it states, else one below the refused
         size and no lower than the largest request answered. Says what was learned ("" if
         the window did not shrink)."""
-        overflow = err.overflow
-        if overflow.window and overflow.window < self.largest_measured:  # one refusal's words against its own count
+        overflow, reads = err.overflow, ""
+        # Its own count of a prompt it answered, the cache reads counted once if they may have been
+        # inside input_tokens: a limit below even that is one refusal's words against its count.
+        answered = self.largest_measured if self.reads_in_input is False else self.largest_once
+        if overflow.window and overflow.window < answered:
             return (f"[window] the endpoint named a limit of {overflow.window:,} tokens, but it has answered "
                     f"{self.largest_measured:,} by its own count; the window stays {self.window:,}")
+        if overflow.window and overflow.window < self.largest_measured:  # fits with each read once:
+            said = "; its input_tokens include the cache reads, counted once now"
+            reads = "" if self.reads_in_input else said
+            self.reads_in_input, self.largest_measured = True, answered  # they were in input_tokens
         if not overflow.window and err.sent_tokens < MIN_CONTEXT_WINDOW:
             overflow = replace(overflow, counts_output=True)  # a prompt this small can only be refused for max_tokens
         self.counts_output = self.counts_output or overflow.counts_output
@@ -119,7 +136,7 @@ class Endpoint:
                     f"limit; assuming a window of {window:,} from now on (was {self.window:,})")
             self.window_source = "an overflow that named no limit (below the refused size)"
         self.window, self.learned = window, True
-        return said
+        return said + reads
 
     def facts(self) -> dict:
         """What the session log keeps, so --resume starts from what was learned."""
@@ -292,7 +309,8 @@ def send_request(agent, request: dict, sent_tokens: int, on_text=None, label: st
     record_usage(agent, usage)
     if agent.log:
         agent.log.call(agent, prompt_tokens or sent_tokens, bool(prompt_tokens), usage, label)
-    agent.endpoint.accepted(prompt_tokens or sent_tokens, max_tokens, measured=bool(prompt_tokens))
+    agent.endpoint.accepted(prompt_tokens or sent_tokens, max_tokens, measured=bool(prompt_tokens),
+                            usage=usage)
     # A secret the model repeats in its text goes no further. Its tool inputs run as written (a
     # .env value may be an ordinary word it means); they are redacted wherever they are sent,
     # logged, saved or shown.
@@ -370,8 +388,10 @@ def usage_prompt_tokens(endpoint, usage: dict, estimate: int) -> tuple:
 
     Anthropic's input_tokens leave out the cache reads; some endpoints (Kimi) include
     them, and adding cache_read_input_tokens there counts them twice. A reply with fewer
-    input tokens than cache reads proves the first way; reads-included is believed only
-    when adding them would double the size past what was sent. Either is then remembered.
+    input tokens than cache reads proves the first way; reads-included is believed when
+    adding them would double the size past what was sent, or when the endpoint names a
+    limit that a prompt it answered passes only with the reads added (learn_from). Either
+    is then remembered; until then the larger reading stands (compacting early is safe).
     A size that is missing, zero or under half the estimate is distrusted (believing it
     could overflow the window); one over twice the estimate is kept (a tokenizer can
     count that much more, and compacting early is the safe side). /context says which."""

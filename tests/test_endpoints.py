@@ -234,6 +234,27 @@ def test_cache_reads_inside_input_tokens_are_counted_once(s08):
         == 70_000
 
 
+
+def test_a_limit_an_answered_prompt_passes_only_with_its_cache_reads_added_proves_them_inside(s08):
+    """Until proven either way the larger reading stands; then a refusal naming a limit that
+    the answered prompt fits only with each read counted once settles it, and the window is
+    learned. A limit below even that is still one refusal's words against its own count."""
+    def answered_then_refused(limit: int) -> tuple:
+        endpoint = s08.Endpoint(200_000)
+        usage = {"input_tokens": 30_000, "cache_read_input_tokens": 26_000}  # Kimi's: reads inside
+        size, counted = endpoint_module.usage_prompt_tokens(endpoint, usage, 40_000)
+        assert size == 56_000 and endpoint.reads_in_input is None  # not proven by the estimate
+        endpoint.accepted(size, 8_192, measured=True, usage=counted)
+        overflow = overflow_module.Overflow("exceeded model token limit", 33_000, limit, True)
+        said = endpoint.learn_from(overflow_module.ContextOverflow(overflow, 60_000, 8_192))
+        return endpoint, said
+    kimi, said = answered_then_refused(32_000)
+    assert kimi.window == 32_000 and kimi.reads_in_input is True and kimi.largest_measured == 30_000
+    assert "its input_tokens include the cache reads" in said
+    contradicted, said = answered_then_refused(20_000)
+    assert contradicted.window == 200_000 and contradicted.reads_in_input is None
+    assert "it has answered 56,000 by its own count; the window stays 200,000" in said
+
 def test_count_tokens_404_is_asked_once(s08, make_agent):
     with FakeAnthropic(count_tokens_api=False) as fake:
         agent = make_agent(window=20_000, server=fake)

@@ -9,8 +9,8 @@ import re
 import pytest
 
 from conftest import blocks, run_cli, wait_until
-from fake_anthropic import (OVERFLOWS, PROVIDERS, FakeAnthropic, broken_tool_json, error_event, hang,
-                            malformed, pings_only, text, tool_use)
+from fake_anthropic import (OVERFLOWS, PROVIDERS, FakeAnthropic, broken_tool_json, count_tokens, error_event, hang,
+                            is_summary_request, malformed, pings_only, text, tool_use)
 
 STEPS = 60
 WINDOW = 16_000  # the endpoint's real window; the program starts out assuming 200,000
@@ -140,3 +140,35 @@ def test_a_learned_window_survives_resume(workspace):
         assert "max_tokens against it" in resumed.stdout
         assert fake.model_lookups == ["test-model"], "the Models API's 404 is remembered by --resume"
         assert len(fake.overflows) == 1 and fake.invalid == []
+
+
+def test_kimi_counting_cache_reads_in_input_tokens_learns_the_window_and_goes_through_two_overflows(workspace):
+    """Kimi's input_tokens already hold the cache reads: the window it names is learned even
+    though adding the reads made an answered prompt look bigger than that; and a second
+    "too long" later in the same turn is compacted again rather than ending the turn."""
+    docs = workspace / "docs"
+    docs.mkdir()
+    for n in range(20):  # about 2,900 tokens each as read: under the budget of the window learned
+        (docs / f"part{n:02d}.txt").write_text(f"{marker(n)}\n" + "the quick brown fox jumps over it\n" * 250)
+    read = iter(range(20))
+
+    def step(body):
+        """The next file, until the second refusal has been got over. Once the window is
+        learned, the files are code, which the endpoint counts far denser than the program
+        estimates (the fake has one rate: from then on it counts every character so)."""
+        if fake.overflows and fake.chars_per_token == 3.5 and 8_000 < count_tokens(body) < 11_000:
+            fake.chars_per_token = 1.5
+        if len(fake.overflows) >= 2:
+            return text(DONE)
+        return tool_use("read_file", {"path": f"docs/part{next(read):02d}.txt"})
+
+    with FakeAnthropic(context_window=32_000, **PROVIDERS["kimi"]) as fake:
+        fake.reply(*[step] * 20)
+        done = run_session(fake, workspace, SUMMARY_AHEAD="off")
+    output = done.stdout + done.stderr
+    assert done.returncode == 0 and DONE in done.stdout, output[-3000:]
+    assert "the endpoint's limit is 32,000 tokens (was assuming 200,000)" in output
+    assert "input_tokens include the cache reads" in output and "the window stays" not in output
+    refused = [r for r in fake.requests if not r.get("_valid")]
+    assert len(refused) == 2 and output.count("[reactive_compact]") == 2, fake.overflows
+    assert fake.requests[-1]["_valid"] and not is_summary_request(fake.requests[-1]), "answered after the second"
