@@ -8,12 +8,12 @@ on its own thread, and never meets the thread, the lock or the cancellation:
     ahead.start(agent, messages, covered, write, *args)   write(a copy of the agent, messages[:covered], *args),
                                            in a thread
     ahead.take(agent, messages, ...)       a Ready summary and the messages after its snapshot, or None
-    ahead.drop(agent, why)                 call it off (/clear, a focus, exit)
+    ahead.drop(agent, why)                 call it off (/clear, a focus, a second Ctrl-C, exit)
 
 The worker never touches the history or the agent the loop uses: it gets a snapshot (a list
 of the history's plain dicts, never changed by anyone) and a copy of the agent with its own
 HTTP connection, counter and usage, and hands back a value. The loop decides, at the
-threshold, whether and how to use it.
+threshold, whether and how to use it, and counts what the worker's call failed, once.
 """
 
 import atexit
@@ -63,6 +63,9 @@ class Job:
     sockets: list = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
     heard: list = field(default_factory=list)   # what the worker would have said, said by the loop later
+    failures: int = 0                  # summary failures in a row when it started
+    ended_alone: bool = False          # it ended before it was called off: what it failed counts
+    interrupted: bool = False          # Ctrl-C stopped a wait for it once; it went on
     result: tuple | None = None
     seconds: float = 0.0
 
@@ -193,7 +196,7 @@ class SummaryAhead:
         snapshot = messages[:covered]
         job = Job(covered=covered, last=messages[covered - 1],
                   snipped=snip_count(snapshot), tokens=self.passes[-1][1] if self.passes else 0,
-                  started=time.monotonic())
+                  started=time.monotonic(), failures=agent.summary_failures)
         job.copy, http = worker_agent(agent, job), None
 
         def work():
@@ -207,6 +210,7 @@ class SummaryAhead:
                 job.heard.append(f"[summary ahead] failed: {type(err).__name__}: {err}")
             finally:
                 job.seconds = time.monotonic() - job.started
+                job.ended_alone = not job.cancelled.is_set()  # else a failure may be the cut's
                 if http:
                     http.close()
                 job.done.set()
@@ -272,18 +276,26 @@ class SummaryAhead:
         return Ready((summary, source), suffix)
 
     def wait(self, agent, job: Job) -> float:
-        """Seconds spent waiting for the job to finish (Ctrl-C calls it off)."""
+        """Seconds spent waiting for the job to finish. Ctrl-C stops the wait and leaves the job
+        writing, to be swapped in at the threshold once ready; Ctrl-C in a later wait for the same
+        job calls it off (as /clear does). Either way the turn ends as interrupted."""
         if job.done.is_set():
             return 0.0
         began = time.monotonic()
         try:
-            agent.say("[summary ahead] waiting for the summary being written in the background "
-                      "(Ctrl-C stops waiting)", "dim")
+            stop = "Ctrl-C again calls it off" if job.interrupted else "Ctrl-C stops waiting"
+            agent.say(f"[summary ahead] waiting for the summary being written in the background ({stop})",
+                      "dim")
             with Spinner(agent.spinner_to, "finishing the summary started in the background"):
                 while not job.done.wait(WAIT_POLL_SECONDS) and job.thread.is_alive():
                     pass
         except KeyboardInterrupt:
-            self.drop(agent, "interrupted while waiting for it")
+            if job.interrupted:  # the second time: the person does not want to wait for this one
+                self.drop(agent, "Ctrl-C again while waiting for it")
+            else:
+                job.interrupted = True
+                agent.say("[summary ahead] it goes on in the background, to be swapped in when "
+                          "ready (Ctrl-C while waiting for it again calls it off)", "dim")
             raise
         return time.monotonic() - began
 
@@ -297,8 +309,9 @@ class SummaryAhead:
             agent.usage_totals[kind] = agent.usage_totals.get(kind, 0) + value
         if agent.log and any(usage.values()):  # paid, used or not: the session's picture shows it
             agent.log.call(agent, job.tokens, False, usage, "writing the summary ahead")
-        if not job.cancelled.is_set():  # a call cut short by calling it off is no failure of the endpoint
-            agent.summary_failures, agent.breaker_announced = worker.summary_failures, worker.breaker_announced
+        agent.breaker_announced = agent.breaker_announced or worker.breaker_announced  # said above
+        if job.ended_alone:  # a call cut short by calling it off is no failure of the endpoint
+            count_outcome(agent, worker, job.failures, job.result)
         if job.result is not None and job.done.is_set() and not job.cancelled.is_set():
             self.durations.append(job.seconds)
 
@@ -332,6 +345,15 @@ class SummaryAhead:
                      f"{time.monotonic() - job.started:.0f}s")
         waited = f"; waited {sum(self.waits):.1f}s in all" if self.used else ""
         return f"summary ahead: {state} ({self.made} made, {self.used} used, {self.discarded} called off or set aside{waited})"
+
+
+def count_outcome(agent, worker, failures: int, result) -> None:
+    """Count once, on the loop's thread, what the worker's summary call came to: one more failure
+    in a row (after any the loop counted meanwhile), or, from the model, an end to the run."""
+    if worker.summary_failures > failures:
+        agent.summary_failures += 1
+    elif worker.summary_failures == 0 and result is not None:
+        agent.summary_failures = 0
 
 
 def snip_count(messages: list) -> int:

@@ -13,7 +13,7 @@ from dataclasses import replace
 import pytest
 
 import cli_runner
-from conftest import Printed, assert_valid, cli_env, context_report, run_cli, wait_until
+from conftest import Printed, Terminal, assert_valid, cli_env, context_report, run_cli, wait_until
 from fake_anthropic import count_tokens, error, held, server_error, text, tool_use
 
 WINDOW = 24_000              # threshold 15,600 tokens
@@ -166,18 +166,66 @@ def test_compact_with_a_focus_calls_it_off_and_summarizes_now(s08, fake, make_ag
     assert_valid(messages)
 
 
-def test_ctrl_c_while_waiting_calls_it_off_and_the_history_stays_valid(s08, fake, make_agent):
+def test_a_second_ctrl_c_while_waiting_for_the_same_summary_calls_it_off(s08, fake, make_agent):
     agent = ahead_agent(make_agent, Watching(lambda line: "waiting for the summary" in line and _thread.interrupt_main()))
     fake.summary(held(text(f"<summary>{SUMMARY}</summary>")))  # never let go
     fake.reply(*[write(k) for k in range(20)], text("All written."))
     messages = []
     assert s08.take_line(agent, messages, "write the files")
-    assert "interrupted while waiting for it" in agent.out.text and agent.state.ahead.job is None
-    wait_until(lambda: "client closed" in fake.stalls)
+    job = agent.state.ahead.job
+    assert "it goes on in the background" in agent.out.text and job and job.thread.is_alive()
+    assert s08.take_line(agent, messages, "go on")  # at the threshold it is waited for again
+    assert "Ctrl-C again calls it off" in agent.out.text
+    assert "called off: Ctrl-C again while waiting for it" in agent.out.text and agent.state.ahead.job is None
+    called_off(fake, job)
     assert_valid(messages)
     assert SUMMARY not in json.dumps(messages)
     fake.reply(text("Carrying on."))
     assert s08.take_turn(agent, messages, "go on")  # the next turn compacts as it would have
+
+
+def test_after_ctrl_c_during_the_wait_the_summary_in_flight_is_the_one_swapped_in(fake, workspace):
+    """On a terminal: Ctrl-C while the loop waits for a summary written ahead ends the turn;
+    the summary is finished in the background, and the next prompt swaps it in without
+    asking for another."""
+    gate = threading.Event()
+    fake.summary(held(text(f"<summary>{SUMMARY}</summary>"), gate=gate))
+    fake.reply(*[write(k) for k in range(20)])
+    terminal = Terminal(fake, workspace, columns=200, CONTEXT_WINDOW=WINDOW, SUMMARY_AHEAD="0.6-0.6")
+    assert terminal.read_until(b"s08 >> ")
+    terminal.type(b"write the files\r")
+    assert terminal.read_until(b"(Ctrl-C stops waiting)")
+    terminal.type(b"\x03")
+    assert terminal.read_until(b"s08 >> ", 2)
+    assert "it goes on in the background" in terminal.text and "called off" not in terminal.text
+    gate.set()  # its answer goes only now, after the interruption
+    wait_until(lambda: any(u["summary"] for u in fake.usage_log))
+    fake.replies.clear()
+    fake.reply(text("Carrying on."))
+    assert terminal.turn(b"go on\r")
+    assert terminal.finish() == 0
+    assert "swapped in" in terminal.text and "Carrying on." in terminal.text
+    assert len(fake.summary_requests) == 1, "no second summary was asked for"
+    last = fake.main_requests[-1]["messages"]
+    assert SUMMARY in json.dumps(last[0]) and "go on" in json.dumps(last[-1])
+
+
+def test_a_summarizer_that_always_fails_is_called_three_times_in_all(s08, fake, make_agent):
+    """Summaries written ahead and summaries at the threshold count in one breaker: a failed
+    one set aside counts as much as one used, and the breaker stops both kinds."""
+    agent = ahead_agent(make_agent)
+    fake.default_summary = error(400, "invalid_request_error", "the summarizer is down")
+    half = "x" * 4 * (agent.settings.threshold // 2 - 1)  # the largest prompt sent whole: half the threshold
+    messages = []
+    for prompt in ["start", half, *["go on", half] * 3]:
+        assert s08.take_turn(agent, messages, prompt)
+        if agent.state.ahead.job:  # started in this turn: let it fail before the next prompt
+            wait_until(lambda: agent.state.ahead.job.done.is_set())
+    printed = agent.out.text
+    assert "[summary ahead] writing a summary" in printed and "[summary ahead] set aside" in printed
+    assert "[compact_history]" in printed  # summaries asked for at the threshold as well
+    assert len(fake.summary_requests) == 3, len(fake.summary_requests)
+    assert "3 summaries failed in a row; no more summary calls" in printed and agent.summary_failures == 3
 
 
 def test_reactive_compaction_uses_the_summary_that_is_ready(s08, fake, make_agent):
