@@ -74,7 +74,7 @@ STEPS = [
       "summaries": [text("<analysis>scripted</analysis><summary>1. Primary request: read build.log and the "
                          "notes (notes/chapter0.md to notes/chapter3.md), run 30 build steps, explain the "
                          "pipeline. 8. Current work: part 3 of the explanation.</summary>")]}),
-    ("reactive_compact", "the API answers \"prompt is too long\": compact hard, retry once",
+    ("reactive_compact", "the API answers \"prompt is too long\": compact hard, send again",
      "One more question about the notes",
      {"refusal": True, "replies": [error(400, "invalid_request_error", REFUSAL),
                   text(SCRIPTED + "Recovered after the emergency compaction.")],
