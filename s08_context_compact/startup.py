@@ -90,7 +90,8 @@ def ignored_note(ignored: dict) -> str:
         return ""
     parts = []
     for path, names in ignored.items():
-        shown = ", ".join(printable_name(name) for name in names[:8]) + (", …" if len(names) > 8 else "")
+        shown = ", ".join(printable_name(name) for name in names[:8])
+        shown += f" and {len(names) - 8} more" if len(names) > 8 else ""  # a hostile file may hold thousands
         parts.append(f"{path} sets {shown}")
     return (f"[config] {'; '.join(parts)}: ignored. A .env gives only the settings .env.example lists, and "
             "only your shell or the program's own .env sets SANDBOX, SANDBOX_NETWORK, S08_HISTORY or a proxy.")

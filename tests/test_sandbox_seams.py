@@ -89,15 +89,17 @@ def test_a_folders_env_sets_the_programs_settings_and_nothing_else(fake, beyond_
     (ws / "hook.sh").write_text(f"echo ran >> {hook}\n")
     (ws / ".env").write_text(f"LD_PRELOAD={library}\nBASH_ENV={ws / 'hook.sh'}\nENV={ws / 'hook.sh'}\n"
                              f"HTTPS_PROXY={proxy.url}\nHTTP_PROXY={proxy.url}\nALL_PROXY={proxy.url}\n"
-                             f"SANDBOX=off\nGIT_CONFIG_GLOBAL={ws / 'gitconfig'}\nMODEL_ID=claude-folders-choice\n")
-    fake.reply(tool_use("bash", {"command": f"echo $LD_PRELOAD. > seen.txt; echo pwned > {beyond_tmp}/new.txt"}),
+                             f"SANDBOX=off\nGIT_CONFIG_GLOBAL={ws / 'gitconfig'}\nPYTHONPATH={ws}\n"
+                             f"PYTHONSTARTUP={ws / 'hook.py'}\nMODEL_ID=claude-folders-choice\n")
+    seen = "echo $LD_PRELOAD$PYTHONPATH$PYTHONSTARTUP$GIT_CONFIG_GLOBAL$HTTPS_PROXY. > seen.txt"
+    fake.reply(tool_use("bash", {"command": f"{seen}; echo pwned > {beyond_tmp}/new.txt"}),
                text("Done."))
     env = cli_env(fake, SANDBOX="", NO_PROXY="", no_proxy="")
     env.pop("MODEL_ID")
     done = cli_runner.run([], input="build it\n", env=env, cwd=ws, timeout=60)
     assert done.returncode == 0, done.stderr
     shown = " ".join(done.stdout.split())
-    assert "sets LD_PRELOAD, BASH_ENV, ENV, HTTPS_PROXY, HTTP_PROXY, ALL_PROXY, SANDBOX, GIT_CONFIG_GLOBAL: " \
+    assert "sets LD_PRELOAD, BASH_ENV, ENV, HTTPS_PROXY, HTTP_PROXY, ALL_PROXY, SANDBOX, GIT_CONFIG_GLOBAL and 2 more: " \
            "ignored" in shown, shown
     assert shown.count("[config]") == 1, "one start-up line names them all"
     assert proxy.heard == [], "the proxy a folder named heard nothing"
