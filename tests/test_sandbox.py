@@ -10,9 +10,9 @@ import sandbox as sandbox_module
 from conftest import context_report, processes_with, run_cli, wait_until
 from fake_anthropic import text, tool_use, tool_uses
 
-needs_bwrap = pytest.mark.skipif(not sandbox_module.find_sandbox().on,
-                                 reason="bubblewrap is not installed here, or cannot start (.ci/run installs it "
-                                        "where it can: apt install bubblewrap)")
+FOUND = sandbox_module.find_sandbox()
+needs_bwrap = pytest.mark.skipif(not FOUND.on, reason=f"no sandbox here: {FOUND.why_not} (.ci/run installs "
+                                                      "bubblewrap where it can: apt install bubblewrap)")
 
 HOSTILE_PY = """\
 import os, subprocess

@@ -18,9 +18,9 @@ import sandbox as sandbox_module
 from conftest import ROOT, cli_env, run_cli
 from fake_anthropic import text, tool_use, tool_uses
 
-needs_bwrap = pytest.mark.skipif(not sandbox_module.find_sandbox().on,
-                                 reason="bubblewrap is not installed here, or cannot start (.ci/run installs it "
-                                        "where it can: apt install bubblewrap)")
+FOUND = sandbox_module.find_sandbox()
+needs_bwrap = pytest.mark.skipif(not FOUND.on, reason=f"no sandbox here: {FOUND.why_not} (.ci/run installs "
+                                                      "bubblewrap where it can: apt install bubblewrap)")
 needs_cc = pytest.mark.skipif(not shutil.which("cc"), reason="needs a C compiler (cc) to build a preload library")
 
 # A library that, loaded into bubblewrap (only there), leaves a mark outside the workspace.
