@@ -128,10 +128,14 @@ class Undo:
                 return ("link", os.readlink(path))
             if stat.S_ISREG(info.st_mode):
                 return (self.keep(path, info, fresh), stat.S_IMODE(info.st_mode))
+        except FileNotFoundError:
+            return None  # gone since it was listed
         except PermissionError:  # there, but not kept: /undo leaves it as it is, never removes it
             return (None, stat.S_IMODE(info.st_mode))
-        except OSError:
-            return None
+        except OSError as err:  # a full disk, an I/O error: there all the same, so never taken for absent
+            self.once(f"not kept {path}", f"[undo] {path.relative_to(self.workdir)} could not be kept "
+                                          f"({err.strerror or err}): /undo will leave it as it is")
+            return (None, stat.S_IMODE(info.st_mode))
         return None
 
     def walk(self):

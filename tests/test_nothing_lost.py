@@ -503,3 +503,24 @@ def test_a_brace_with_nothing_to_expand_is_judged_as_it_is(s08, make_agent, fake
     (workspace / "a,{b}").write_text("odd name\n")
     run(s08, make_agent, fake, tool_use("bash", {"command": "cat a,{b}"}))
     assert "odd name" in results(fake)[0]["content"]
+
+
+def test_undo_never_removes_a_file_it_failed_to_copy(workspace, tmp_path):
+    """A copy that fails for want of room (here: the store is not a folder, as a full disk
+    would fail it) leaves the file recorded as there but not kept, never as absent."""
+    import undo as undo_module
+    (workspace / "precious.dat").write_bytes(os.urandom(4096))
+    (workspace / "notes.txt").write_text("notes\n")
+    said = []
+    undo = undo_module.Undo().at(workspace, said.append)
+    undo.store = tmp_path / "not-a-folder"
+    undo.store.write_text("")
+    undo.new_turn("change the notes")
+    undo.before_change("bash")
+    undo.store = None  # room again: the copies after the turn succeed
+    (workspace / "notes.txt").write_text("notes, changed\n")
+    undo.end_turn()
+    told = undo.step(back=True)
+    assert (workspace / "precious.dat").exists(), told
+    assert any("precious.dat could not be kept" in line for line in said), said
+    assert "precious.dat" in told and "left as they are" in told, told
