@@ -26,7 +26,7 @@ from sandbox import Sandbox, find_sandbox, start_up_line
 from session_log import SessionRefused, find_session, list_sessions, logged_endpoint
 from session_picture import report_line
 from startup import (StartupError, base_url_setting, check_credentials, check_model, keep_keys_home,
-                     load_dotenv_files, tidy_settings)
+                     load_dotenv_files, tidy_settings, trusted_own)
 from terminal import WarningsOnce, banner, printable
 from workspace_io import project_instructions
 
@@ -206,8 +206,9 @@ def configure_session(args) -> Config | int:
     """The settings, each checked; the endpoint asked about the model; the workspace's
     instructions for agents read. Raises StartupError (or ValueError) for a mistake."""
     shell = dict(os.environ)
-    dotenv_found, ignored = load_dotenv_files(dotenv_paths(), own=dotenv_paths()[-1])
-    notes = [ignored, keep_keys_home(dotenv_found, shell, dotenv_paths()[-1])] + tidy_settings()
+    own, untrusted = trusted_own(dotenv_paths()[-1], Path.cwd())
+    dotenv_found, ignored = load_dotenv_files(dotenv_paths(), own=own)
+    notes = [untrusted, ignored, keep_keys_home(dotenv_found, shell, own)] + tidy_settings()
     WarningsOnce(sys.stderr)  # the SDK's deprecation warnings: once each, wrapped like our own lines
     if missing := missing_settings(dotenv_found):
         print(missing, file=sys.stderr)
@@ -230,7 +231,7 @@ def configure_session(args) -> Config | int:
     compaction = compaction_settings()
     sandbox = find_sandbox(switch_setting("SANDBOX"), switch_setting("SANDBOX_NETWORK"), own_env=dotenv_paths()[-1],
                            workdir=workdir)
-    notes.append(start_up_line(sandbox, workdir))
+    notes.append(start_up_line(sandbox, workdir, set_by_shell=shell.get("SANDBOX", "").strip().lower() == "off"))
     secrets = Redactor(secret_values(os.environ, tuple(dotenv_found.values())))  # built once: every form of each
     instructions, said = project_instructions(workdir, secrets)
     sys.stdout.reconfigure(line_buffering=True, errors="replace")  # line by line; never dies on a character

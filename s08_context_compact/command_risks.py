@@ -150,10 +150,11 @@ class Judge:
         return not real.is_relative_to(self.root) and not self.in_scratch(real)
 
     def in_scratch(self, path: Path) -> bool:
-        """Whether path (or where a link in it leads) is in the command's own /tmp, and not in
-        the workspace (which may lie in /tmp: the sandbox puts the real one there)."""
+        """Whether path is in the command's own /tmp: where it leads (a link in the workspace
+        may lead there: cache -> /tmp), unless that is in the workspace, which may itself lie
+        in /tmp (the sandbox puts the real one there)."""
         real = resolved(path) or path
-        if any(p.is_relative_to(self.top) or p.is_relative_to(self.root) for p in (path, real)):
+        if real.is_relative_to(self.root):
             return False
         return any(p.is_relative_to(place) for p in (path, real) for place in self.scratch)
 

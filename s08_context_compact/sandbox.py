@@ -124,6 +124,9 @@ class Sandbox:
             if contains("/tmp", python):  # the program's own Python (a virtual environment in /tmp) stays usable
                 argv += ["--ro-bind", python, python]
         argv += ["--bind", work, work]
+        hidden, program = self.hidden(work), self.program_inside(work)
+        for folder in pinned(work, hidden + program):  # first: a bind lies over what was mounted inside
+            argv += ["--bind", folder, folder]
         for own in OWN_FOLDERS:  # the session log and saved outputs: readable, never rewritten (nor made)
             try:
                 own_folder(Path(work), own)
@@ -131,9 +134,9 @@ class Sandbox:
                 continue
             path = os.path.join(work, own)
             argv += ["--ro-bind", path, path]
-        for place in self.program_inside(work):  # what the next start runs: never changed by a command
+        for place in program:  # what the next start runs: never changed by a command
             argv += ["--ro-bind", place, place]
-        for place in self.hidden(work):
+        for place in hidden:
             if os.path.isdir(place):
                 argv += ["--tmpfs", place, "--remount-ro", place]
             else:
@@ -193,6 +196,20 @@ class Sandbox:
             notes.append(f"{shown} {'is' if len(named) == 1 else 'are'} hidden from commands (sandbox): "
                          "credentials, histories and agents' sockets stay out of reach")
         return "".join(f"\n[{note}]" for note in notes)
+
+
+def pinned(work: str, places: list) -> list:
+    """The folders between the workspace and each place inside it, shallowest first. Each is
+    bound onto itself, writable as before, so that it is a mount point, which no command can
+    rename or remove: a read-only place could otherwise be moved away whole (mv lcc lcc2) and
+    a changed copy put where it was, for the next start to run."""
+    folders = set()
+    for place in places:
+        folder = os.path.dirname(place)
+        while folder != work and contains(work, folder):
+            folders.add(folder)
+            folder = os.path.dirname(folder)
+    return sorted(folders, key=lambda folder: folder.count("/"))
 
 
 @dataclass
@@ -296,9 +313,9 @@ def find_sandbox(wanted: bool = True, network: bool = True, own_env: Path | None
     return sandbox
 
 
-def start_up_line(sandbox: Sandbox, workdir: Path) -> str:
+def start_up_line(sandbox: Sandbox, workdir: Path, set_by_shell: bool = True) -> str:
     """What start-up says when commands are not confined, or confined to a folder that holds
-    the home folder ("" when all is well, or the sandbox was turned off)."""
+    the home folder ("" when all is well, or your shell turned the sandbox off)."""
     work, home = os.path.realpath(workdir), os.path.realpath(Path.home())
     program = next((place for place in sandbox.program if contains(place, work)), None)
     if sandbox.on and program:
@@ -308,8 +325,10 @@ def start_up_line(sandbox: Sandbox, workdir: Path) -> str:
     if sandbox.on and contains(work, home):
         return (f"[sandbox] the working folder {work} holds your home folder: commands may change anything in it "
                 "but the hidden places. Start the program in a project's folder to keep them to that folder.")
-    if sandbox.on or sandbox.why_not == "SANDBOX=off":
+    if sandbox.on or sandbox.why_not == "SANDBOX=off" and set_by_shell:
         return ""
+    if sandbox.why_not == "SANDBOX=off":  # from the program's own .env: say so, in case you did not write it
+        return "[sandbox] off: SANDBOX=off in the program's own .env; commands run unconfined."
     return f"[sandbox] off: {sandbox.why_not}; commands run unconfined."
 
 

@@ -39,20 +39,21 @@ SETTINGS = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "MODEL_ID", "ANTHROPIC_
 OWN_ONLY = ("SANDBOX", "SANDBOX_NETWORK", "S08_HISTORY", "HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY", "NO_PROXY")
 
 
-def load_dotenv_files(paths: list, own: Path) -> tuple:
+def load_dotenv_files(paths: list, own: Path | None) -> tuple:
     """Put the program's settings from each .env file into the environment, in order: a
     variable already set (and not empty) wins, so the working folder's file wins over the
-    next. From a file other than own, names in OWN_ONLY are left out; from any file, names
-    that are not in SETTINGS. Returns ({path: {name: value}}, a note naming what was left out).
+    next. From a file other than own, names in OWN_ONLY are left out, and ${VAR} is taken as
+    it is: expanded, it could send any variable of yours to the host the file names. From any
+    file, names that are not in SETTINGS are left out. Returns ({path: {name: value}}, a note naming what was left out).
     A folder named .env (often a virtual environment) or anything else that is not a regular
     file is passed over; a file that cannot be read, or is not UTF-8, is a StartupError."""
     found, ignored = {}, {}
     for path in paths:
-        values = read_dotenv(path)
+        mine = same_file(path, own)
+        values = read_dotenv(path, expand=mine)
         if values is None or path in found:  # (the working folder may be the repository root)
             continue
         found[path] = values
-        mine = same_file(path, own)
         for name, value in values.items():
             if name not in SETTINGS or name in OWN_ONLY and not mine:
                 ignored.setdefault(path, []).append(name)
@@ -61,8 +62,9 @@ def load_dotenv_files(paths: list, own: Path) -> tuple:
     return found, ignored_note(ignored)
 
 
-def read_dotenv(path: Path) -> dict | None:
-    """{name: value} of one .env file; None when there is none (or a folder is in its place)."""
+def read_dotenv(path: Path, expand: bool) -> dict | None:
+    """{name: value} of one .env file; None when there is none (or a folder is in its place).
+    With expand, ${VAR} in a value is replaced by the variable's value."""
     from dotenv import dotenv_values  # imported here so that importing this file does no work
     try:
         if not stat.S_ISREG(os.stat(path).st_mode):
@@ -74,10 +76,12 @@ def read_dotenv(path: Path) -> dict | None:
     except OSError as err:
         raise StartupError(f"{path} cannot be read ({err.strerror or err}). Make it readable "
                            f"(chmod 600 {path}) or remove it.") from None
-    return dotenv_values(stream=io.StringIO(dotenv_text(path, data)))  # ${VAR}: from what is set
+    return dotenv_values(stream=io.StringIO(dotenv_text(path, data)), interpolate=expand)
 
 
-def same_file(path: Path, other: Path) -> bool:
+def same_file(path: Path, other: Path | None) -> bool:
+    if other is None:
+        return False
     try:
         return path.resolve() == other.resolve()
     except (OSError, RuntimeError):  # a loop of links
@@ -102,7 +106,7 @@ def printable_name(name: str) -> str:
     return name if name.isprintable() and len(name) <= 60 else repr(name[:60])
 
 
-def keep_keys_home(found: dict, shell: dict, own: Path) -> str:
+def keep_keys_home(found: dict, shell: dict, own: Path | None) -> str:
     """A .env other than the program's own (the working folder's: often a repository just
     cloned) may name the endpoint only for a key that file gives too. A base URL it sets is
     dropped when the key in use comes from elsewhere (the shell, the program's .env), so
@@ -116,8 +120,13 @@ def keep_keys_home(found: dict, shell: dict, own: Path) -> str:
         if all(values.get(name) == os.environ[name] and not shell.get(name, "").strip() for name in in_use):
             continue  # its own key, to its own endpoint
         del os.environ["ANTHROPIC_BASE_URL"]
+        mine = next((v.get("ANTHROPIC_BASE_URL") for p, v in found.items() if same_file(p, own)), None)
+        if mine:  # the program's own .env named one too: the folder's came first, and hid it
+            os.environ["ANTHROPIC_BASE_URL"] = mine
         return (f"[config] {path} sets ANTHROPIC_BASE_URL but not the key in use, so it was ignored: your key "
-                "is not sent to a host that file chose. Set the URL in your shell or in the program's own .env.")
+                "is not sent to a host that file chose. " + ("The program's own .env names the endpoint used."
+                                                             if mine else "Set the URL in your shell or in the "
+                                                             "program's own .env."))
     return ""
 
 
@@ -226,3 +235,15 @@ def check_model(client, model: str) -> str:
     return (f"[endpoint] MODEL_ID={model!r} is not among the {len(ids)} models the endpoint lists (closest: "
             f"{suggestions}). Some endpoints serve more than they list; if the first message fails with 404, "
             "fix MODEL_ID.")
+
+
+def trusted_own(own: Path, workdir: Path) -> tuple:
+    """(the program's own .env, to be trusted as such, or None; a note). A link in its place
+    inside the working folder is not trusted: the sandbox hides what the link leads to, but a
+    command can put another file in the link's place, for the next start to read."""
+    inside = own.parent.resolve() == workdir.resolve() or workdir.resolve() in own.parent.resolve().parents
+    if not (own.is_symlink() and inside):
+        return own, ""
+    return None, (f"[config] the program's own .env ({own}) is a link inside the working folder: a command could "
+                  "put another file in its place, so it is read like a folder's .env (no SANDBOX, proxy or other "
+                  "host for your key). Make it a file, or start the program in another folder.")

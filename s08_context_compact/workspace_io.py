@@ -62,14 +62,18 @@ DOTENV_EXAMPLE = PROGRAM.parent / ".env.example"
 
 def program_places() -> list:
     """What the program runs or reads when it starts, as real paths: its code, .env.example,
-    and the Python that runs it (its prefix, its site-packages, and the user site where that
-    Python reads one). A command must not change them: the next start would run that
-    change outside any sandbox (a sitecustomize.py, a patched module)."""
+    and the Python that runs it (the interpreter, its prefixes, the base installation a
+    virtual environment was made from, every folder on sys.path, and the user site where
+    that Python reads one, made or not). A command must not change them: the next start
+    would run that change outside any sandbox (a sitecustomize.py, a .pth, a patched module)."""
     import site  # only here: the list is asked for once, at start-up
-    places = [PROGRAM, DOTENV_EXAMPLE, sys.prefix, sys.exec_prefix, *site.getsitepackages()]
+    import sysconfig
+    places = [PROGRAM, DOTENV_EXAMPLE, sys.executable, sys.prefix, sys.exec_prefix, sys.base_prefix,
+              sys.base_exec_prefix, *site.getsitepackages(), *sysconfig.get_paths().values(), *sys.path]
+    found = [os.path.realpath(place) for place in places if place and os.path.exists(place)]
     if site.ENABLE_USER_SITE:  # never inside a virtual environment
-        places.append(site.getusersitepackages())
-    return list(dict.fromkeys(os.path.realpath(place) for place in places))
+        found.append(os.path.realpath(site.getusersitepackages()))
+    return list(dict.fromkeys(found))
 
 
 def in_program(workdir: Path, path) -> str | None:

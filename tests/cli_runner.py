@@ -46,11 +46,12 @@ def _child(job: dict) -> None:
     os.environ.clear()
     os.environ.update(job["env"])
     os.chdir(job["cwd"])
-    sys.argv = [str(CODE), *job["args"]]
-    sys.path.insert(0, str(CODE.parent))
+    script = job.get("code", str(CODE))  # another copy of the program, as a clone would hold it
+    sys.argv = [script, *job["args"]]
+    sys.path.insert(0, str(Path(script).parent))
     code = 0
     try:
-        runpy.run_path(str(CODE), run_name="__main__")
+        runpy.run_path(script, run_name="__main__")
     except SystemExit as done:
         code = done.code if isinstance(done.code, int) else (0 if done.code is None else 1)
         if isinstance(done.code, str):
@@ -116,7 +117,7 @@ def exit_code(pid: int, timeout: float = 30) -> int:
     return json.loads(_zygote.stdout.readline())["code"]
 
 
-def start(args: list, *, input: str = "", env: dict, cwd) -> tuple:
+def start(args: list, *, input: str = "", env: dict, cwd, code=None) -> tuple:
     """Start `python code.py *args` with piped input, without waiting: (pid, folder). The
     pid can be sent signals; finish(pid, folder) waits for the end and collects the output."""
     global _unfinished
@@ -124,7 +125,8 @@ def start(args: list, *, input: str = "", env: dict, cwd) -> tuple:
     Path(folder, "stdin").write_text(input, encoding="utf-8")
     Path(folder, "stdout").touch()
     Path(folder, "stderr").touch()
-    _unfinished = _start({"args": list(args), "env": dict(env), "cwd": str(cwd), "folder": folder})
+    _unfinished = _start({"args": list(args), "env": dict(env), "cwd": str(cwd), "folder": folder,
+                          **({"code": str(code)} if code else {})})
     return _unfinished, folder
 
 
@@ -139,9 +141,10 @@ def finish(pid: int, folder: str, args: list = (), timeout: float = 60) -> subpr
     return subprocess.CompletedProcess([sys.executable, str(CODE), *args], code, out, err)
 
 
-def run(args: list, *, input: str = "", env: dict, cwd, timeout: float = 60) -> subprocess.CompletedProcess:
-    """Like subprocess.run([python, code.py, *args], input=..., capture_output=True, text=True)."""
-    pid, folder = start(args, input=input, env=env, cwd=cwd)
+def run(args: list, *, input: str = "", env: dict, cwd, timeout: float = 60, code=None) -> subprocess.CompletedProcess:
+    """Like subprocess.run([python, code.py, *args], input=..., capture_output=True, text=True);
+    code: another copy of code.py to run."""
+    pid, folder = start(args, input=input, env=env, cwd=cwd, code=code)
     try:
         return finish(pid, folder, args, timeout)
     except subprocess.TimeoutExpired:

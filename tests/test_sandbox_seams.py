@@ -152,8 +152,7 @@ def test_nothing_a_command_writes_runs_unconfined_at_the_next_start(fake, beyond
     env = cli_env(fake, SANDBOX="", PYTHONPATH="")
     env.pop("MODEL_ID")
     before = {p: p.read_bytes() for p in (root / "s08_context_compact").iterdir() if p.is_file()}
-    done = subprocess.run([sys.executable, str(code)], input="build it\n", capture_output=True, text=True,
-                          cwd=root, env=env, timeout=60)
+    done = cli_runner.run([], input="build it\n", cwd=root, env=env, code=code)
     assert done.returncode == 0, done.stderr
     said = fake.main_requests[1]["messages"][-1]["content"][0]["content"]
     assert "Read-only file system" in said and "\ndone\n" in said, said
@@ -186,7 +185,7 @@ def test_the_file_tools_ask_before_changing_the_programs_own_code(s08, path):
     assert decision == "ask" and "the program's own" in reason, reason
     decision, _ = s08.check_permission("edit_file", {"path": path, "old_text": "a", "new_text": "b"}, ROOT)
     assert decision == "ask"
-    assert s08.check_permission("write_file", {"path": "tests/new_test.py", "content": "x"}, ROOT)[0] == "allow"
+    assert s08.check_permission("write_file", {"path": "notes/new.md", "content": "x"}, ROOT)[0] == "allow"
 
 
 def test_a_person_asked_about_the_programs_code_decides(fake, beyond_tmp):
@@ -196,8 +195,7 @@ def test_a_person_asked_about_the_programs_code_decides(fake, beyond_tmp):
     before = (root / "s08_context_compact" / "sandbox.py").read_bytes()
     fake.reply(tool_use("write_file", {"path": "s08_context_compact/sandbox.py", "content": "pwned\n"}),
                text("Done."))
-    done = subprocess.run([sys.executable, str(code)], input="patch it\n", capture_output=True, text=True, cwd=root,
-                          env=cli_env(fake), timeout=60)
+    done = cli_runner.run([], input="patch it\n", cwd=root, env=cli_env(fake), code=code)
     assert done.returncode == 0, done.stderr
     said = fake.main_requests[1]["messages"][-1]["content"][0]["content"]
     assert "Permission denied" in said and "the program's own code" in said, said
@@ -248,3 +246,71 @@ def test_the_settings_a_env_gives_are_the_ones_env_example_documents():
     assert documented == set(startup.SETTINGS)
     readme = (ROOT / "README.md").read_text()
     assert all(f"`{name}`" in readme for name in startup.SETTINGS)
+
+
+@needs_bwrap
+def test_a_program_folder_cannot_be_moved_away_and_put_back_changed(fake, beyond_tmp):
+    """The program inside a folder of the workspace: the folders above it are pinned in place."""
+    ws = beyond_tmp / "ws"
+    (ws / "lcc").mkdir(parents=True)
+    code = copy_of_the_program(ws / "lcc")
+    (ws / "swap.sh").write_text("mv lcc lcc2 && cp -a lcc2 lcc && echo 'print(1)' >> lcc/s08_context_compact/startup.py\n"
+                                "rm -rf lcc; echo done\n")
+    fake.reply(tool_use("bash", {"command": "sh swap.sh"}), text("Done."))
+    before = (ws / "lcc" / "s08_context_compact" / "startup.py").read_bytes()
+    done = cli_runner.run([], input="go\n", cwd=ws, env=cli_env(fake, SANDBOX=""), code=code)
+    assert done.returncode == 0, done.stderr
+    said = fake.main_requests[1]["messages"][-1]["content"][0]["content"]
+    assert "Device or resource busy" in said and said.rstrip().endswith("done") or "done\n" in said, said
+    assert (ws / "lcc" / "s08_context_compact" / "startup.py").read_bytes() == before
+    assert not (ws / "lcc2").exists()
+
+
+def test_a_folders_env_expands_no_variable_of_yours(fake, workspace):
+    (workspace / ".env").write_text("ANTHROPIC_API_KEY=theirs\nMODEL_ID=m-${S08_TEST_TOKEN}\n")
+    env = cli_env(fake, S08_TEST_TOKEN="ghp_secret0123456789")
+    env.pop("MODEL_ID")
+    env.pop("ANTHROPIC_API_KEY")
+    done = cli_runner.run([], input="hi\n", env=env, cwd=workspace, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert fake.main_requests[0]["model"] == "m-${S08_TEST_TOKEN}"
+    assert not any(b"ghp_secret" in body for body in fake.bodies)
+
+
+def test_your_endpoint_stays_when_a_folders_is_refused_and_a_linked_own_env_is_not_trusted(fake, beyond_tmp):
+    root, ws = beyond_tmp / "clone", beyond_tmp / "ws"
+    root.mkdir()
+    ws.mkdir()
+    code = copy_of_the_program(root)
+    (root / ".env").write_text(f"ANTHROPIC_API_KEY=sk-ant-mine-0123456789\nMODEL_ID=claude-test\n"
+                               f"ANTHROPIC_BASE_URL={fake.url}\n")
+    (ws / ".env").write_text("ANTHROPIC_BASE_URL=http://127.0.0.1:9/theirs\n")
+    env = {k: v for k, v in cli_env(None).items() if k not in ("ANTHROPIC_API_KEY", "MODEL_ID", "ANTHROPIC_BASE_URL")}
+    done = cli_runner.run([], input="hi\n", cwd=ws, env=env, code=code)
+    assert done.returncode == 0, done.stderr
+    assert "The program's own .env names the endpoint used" in " ".join(done.stdout.split()), done.stdout
+    assert fake.main_requests, "your key went to your endpoint"
+    # the program's own .env a link inside the working folder: read as a folder's, SANDBOX=off left out
+    (beyond_tmp / "kept.env").write_text((root / ".env").read_text() + "SANDBOX=off\n")
+    (root / ".env").unlink()
+    (root / ".env").symlink_to(beyond_tmp / "kept.env")
+    done = cli_runner.run([], input="hi\n", cwd=root, env=env, code=code)
+    shown = " ".join(done.stdout.split())
+    assert "is a link inside the working folder" in shown and "sets SANDBOX: ignored" in shown, shown
+    assert "[sandbox] off" not in shown
+
+
+@pytest.mark.parametrize("command, asks", [("mv .git data.csv cache/", True), ("echo x > cache/log", False)])
+def test_a_link_into_tmp_is_the_commands_own_tmp(s08, workspace, command, asks):
+    (workspace / "data.csv").write_text("a\n")
+    (workspace / "cache").symlink_to("/tmp")
+    decision, reason = s08.check_permission("bash", {"command": command}, workspace, sandboxed=True)
+    assert (decision == "ask") == asks, reason
+
+
+def test_the_pythons_own_installation_is_among_the_programs_places():
+    import sysconfig
+    import workspace_io
+    places = workspace_io.program_places()
+    for needed in (sys.executable, sys.base_prefix, sysconfig.get_paths()["stdlib"], workspace_io.PROGRAM):
+        assert os.path.realpath(needed) in places, needed
