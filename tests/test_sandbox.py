@@ -311,8 +311,8 @@ def test_a_credential_setting_inside_a_hidden_folder_keeps_the_sandbox_on(beyond
 def test_started_in_the_home_folder_the_program_says_commands_reach_all_of_it(fake, beyond_tmp):
     home = beyond_tmp / "home"
     (home / "project").mkdir(parents=True)
-    in_home = run_cli(fake, home, "", HOME=str(home))
-    in_project = run_cli(fake, home / "project", "", HOME=str(home))
+    in_home = run_cli(fake, home, "", HOME=str(home), SANDBOX="")  # on, even when the suite runs with it off
+    in_project = run_cli(fake, home / "project", "", HOME=str(home), SANDBOX="")
     assert in_home.returncode == 0 and in_project.returncode == 0, in_home.stderr + in_project.stderr
     said = " ".join(in_home.stdout.split())
     assert f"[sandbox] the working folder {home} holds your home folder: commands may change anything" in said, said
