@@ -251,7 +251,8 @@ class TokenCounter:
 
     def __init__(self):
         self.sizes = {}              # id(message) -> (message, estimate): each message measured once
-        self.anchor_tokens, self.anchor_messages = None, []
+        self.anchor_tokens = None
+        self.anchor_messages = []
 
     def size(self, message: dict) -> int:
         entry = self.sizes.get(id(message))
