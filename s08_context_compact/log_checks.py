@@ -21,6 +21,7 @@ import hmac
 import os
 import secrets
 import stat
+import time
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -32,6 +33,7 @@ except ImportError:  # Windows: no lock
     fcntl = None
 
 CHECK = "check"                       # the field that holds a line's check
+LOCK_SECONDS = 5                      # the longest wait for another program making the key
 KEY_BYTES = 32
 # Hex characters of an HMAC-SHA256 kept: 64 bits. A forger without the key cannot ask it
 # for a check, so each guess is one try against 2**64; longer checks only made the log
@@ -120,14 +122,24 @@ def new_key(path: Path) -> bytes:
 
 
 @contextmanager
-def key_lock(path: Path):
-    """Held while a key is made. It lasts one small write: the wait needs no timeout."""
+def key_lock(path: Path, wait: float = LOCK_SECONDS):
+    """Held while a key is made, which takes one small write. A program that holds it longer
+    (stopped, or hung on a slow disk) is waited for LOCK_SECONDS at most: then this one goes
+    on without it, and the rename still leaves one whole key in place."""
     if fcntl is None:
         yield
         return
     fd = os.open(path.with_name(".log-key.lock"), os.O_WRONLY | os.O_CREAT, 0o600)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        deadline = time.monotonic() + wait
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    break
+                time.sleep(0.01)  # a poll: flock has no timeout of its own
         yield
     finally:
         os.close(fd)  # and so the lock is released

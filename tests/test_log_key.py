@@ -96,3 +96,19 @@ def test_a_signed_log_with_a_forged_line_never_resumes_while_its_key_is_unreadab
     unreadable = run_cli(fake, workspace, "go on\n", args=["--resume"], **state)
     assert refused(unreadable), unreadable.stdout + unreadable.stderr
     assert len(fake.requests) == sent and not forged_words_sent(fake)
+
+
+def test_a_program_that_holds_the_keys_lock_is_waited_for_a_bounded_time(tmp_path):
+    import fcntl
+    import time
+    import log_checks
+    path = tmp_path / "log-key"
+    holder = os.open(tmp_path / ".log-key.lock", os.O_WRONLY | os.O_CREAT, 0o600)
+    fcntl.flock(holder, fcntl.LOCK_EX)  # another program, stopped while it makes the key
+    try:
+        started = time.monotonic()
+        with log_checks.key_lock(path, wait=0.2):
+            waited = time.monotonic() - started
+    finally:
+        os.close(holder)
+    assert 0.2 <= waited < 5, waited
