@@ -3,6 +3,7 @@ missing, emptied, a folder in its place. The program says what it cannot sign, m
 what it can, and a line without a valid check never reaches the model."""
 
 import json
+import os
 import re
 
 from conftest import run_cli
