@@ -7,6 +7,7 @@ combination of layers, and prints the figures side by side:
     python tests/benchmark.py --replay .transcripts/compact-20261121-101500-1a2b3c4d.jsonl
     python tests/benchmark.py --window 100000 --seed 3
     python tests/benchmark.py --undo                   # /undo's record of a 127 MB workspace
+    python tests/benchmark.py --ahead [--window 24000]  # summaries written ahead, in real time
 
 The built-in session has 40 user turns and more than 200 model calls: file reads of mixed
 sizes, a few huge command outputs, parallel tool calls and Chinese text. A replay takes any
@@ -35,7 +36,7 @@ import threading
 import time
 from collections import defaultdict, deque
 from contextlib import contextmanager
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import anthropic
@@ -376,21 +377,37 @@ def resume_pass_time(code, workdir: Path, size: int = 5_000, repeats: int = 5) -
 
 # ---------------------------------------------------------------- summaries written ahead
 # Real time, unlike the rest: the point is how long the loop stands still. A scripted model
-# whose steps take STEP_SECONDS reads files and writes new ones (what it writes stays in its
-# calls, which no cheap layer clears, so the summaries come); its summaries take
-# SUMMARY_SECONDS, many steps' time.
+# whose steps take a pace's step seconds reads files and writes new ones (what it writes stays
+# in its calls, which no cheap layer clears, so the summaries come); its summaries take many
+# steps' time.
 
-STEP_SECONDS, SUMMARY_SECONDS = 0.05, 0.2  # a summary takes four steps' time
+
+@dataclass(frozen=True)
+class Pace:
+    """One window's session: how long a step and a summary take, what a step adds."""
+    step_seconds: float
+    summary_seconds: float
+    read_chars: tuple   # the range of sizes of the files a step reads
+    note_chars: int     # what a step writes, kept in its call
+    steps: int
+
+
+AHEAD_PACES = {
+    200_000: Pace(0.05, 0.2, (1_000, 10_000), 200_000 // 9, 300),  # a summary takes four steps' time
+    32_000: Pace(0.05, 0.2, (1_000, 2_000), 32_000 // 9, 250),
+    # a local model's tight window: a summary takes 16 steps, and they fill the room fast
+    24_000: Pace(0.25, 4.0, (4_000, 6_000), 2_000, 125),
+}
 SPREAD = 0.25  # the second play: each step and each summary takes up to this share more or less, at random
 AHEAD_TARGETS = {"waited ÷ summary time": 0.10, "compactions with no wait": 0.90, "set aside ÷ made": 0.10,
                  "billed input vs at the threshold": 1.05}
 
 
-def ahead_play(code, workdir: Path, window: int, steps: int, ahead: bool, spread: float = 0.0, seed: int = 7) -> dict:
-    """One scripted session of `steps` model calls; the summaries written ahead or at the threshold."""
-    rng, timing, summary_seconds = random.Random(seed), random.Random(seed + 1), []
+def ahead_play(code, workdir: Path, window: int, ahead: bool, spread: float = 0.0, seed: int = 7) -> dict:
+    """One scripted session at the window's pace; the summaries written ahead or at the threshold."""
+    rng, timing, summary_seconds, pace = random.Random(seed), random.Random(seed + 1), [], AHEAD_PACES[window]
     for n in range(40):
-        (workdir / f"m{n}.py").write_text(lorem(rng, rng.randint(1_000, max(2_000, window // 20))))
+        (workdir / f"m{n}.py").write_text(lorem(rng, rng.randint(*pace.read_chars)))
     waits, after, settings = [], [], ahead_settings(code, window, ahead)
     waited = [0.0]  # the loop's seconds spent on summaries: writing one, starting one ahead, waiting for one
 
@@ -418,12 +435,12 @@ def ahead_play(code, workdir: Path, window: int, steps: int, ahead: bool, spread
     def step(body):
         n = len(body["messages"])
         return held(tool_uses([("read_file", {"path": f"m{rng.randrange(40)}.py"}),
-                               ("write_file", {"path": f"out/w{n}.py", "content": lorem(rng, window // 9)})],
+                               ("write_file", {"path": f"out/w{n}.py", "content": lorem(rng, pace.note_chars)})],
                               preface=f"Step {n}: reading one module, writing the next."),
-                    seconds=STEP_SECONDS * timing.uniform(1 - spread, 1 + spread))
+                    seconds=pace.step_seconds * timing.uniform(1 - spread, 1 + spread))
 
     def summary(body):
-        summary_seconds.append(SUMMARY_SECONDS * timing.uniform(1 - spread, 1 + spread))
+        summary_seconds.append(pace.summary_seconds * timing.uniform(1 - spread, 1 + spread))
         return held(obedient_summary(body), seconds=summary_seconds[-1])
 
     with FakeAnthropic(context_window=window) as fake, \
@@ -436,7 +453,7 @@ def ahead_play(code, workdir: Path, window: int, steps: int, ahead: bool, spread
                            system=code.build_system_prompt(workdir, {}), out=lambda *a, **k: None)
         code.install_default_hooks(agent)
         messages, started = [], time.perf_counter()
-        for turn in range(steps // 25):
+        for turn in range(pace.steps // 25):
             fake.replies.clear()
             fake.reply(*[step] * 24, text(f"Turn {turn} done."))
             code.take_turn(agent, messages, f"Turn {turn}: read the modules and take notes")
@@ -461,16 +478,18 @@ def ahead_settings(code, window: int, ahead: bool):
     return base if ahead else replace(base, summary_ahead=None)
 
 
-def show_ahead(code, windows=(200_000, 32_000)) -> None:
-    print(f"\nSummaries written ahead: steps {STEP_SECONDS}s, summaries {SUMMARY_SECONDS}s (real time); then "
+def show_ahead(code, windows=tuple(AHEAD_PACES)) -> None:
+    print(f"\nSummaries written ahead, in real time; each window twice: times always the same, then "
           f"each ±{SPREAD:.0%} at random")
     for window in windows:
-        steps = 300 if window > 100_000 else 250
+        pace = AHEAD_PACES[window]
+        print(f"\n  window {window:,}: steps {pace.step_seconds}s, each reading {pace.read_chars[0]:,} to "
+              f"{pace.read_chars[1]:,} characters and writing {pace.note_chars:,}; summaries {pace.summary_seconds}s")
         for spread in (0.0, SPREAD):
             with tempfile.TemporaryDirectory() as tmp:
                 (Path(tmp) / "on").mkdir(), (Path(tmp) / "off").mkdir()
-                off = ahead_play(code, Path(tmp) / "off", window, steps, ahead=False, spread=spread)
-                on = ahead_play(code, Path(tmp) / "on", window, steps, ahead=True, spread=spread)
+                off = ahead_play(code, Path(tmp) / "off", window, ahead=False, spread=spread)
+                on = ahead_play(code, Path(tmp) / "on", window, ahead=True, spread=spread)
             times = f"±{spread:.0%} at random" if spread else "always the same"
             print(f"\n  window {window:,}, {on['model calls']} model calls, times {times:<16}"
                   f"{'at the threshold':>18}{'ahead':>12}")
@@ -666,7 +685,7 @@ def show_undo() -> int:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--replay", type=Path, help="a transcript (.jsonl) the program wrote")
-    parser.add_argument("--window", type=int, default=200_000, help="context window in tokens")
+    parser.add_argument("--window", type=int, help="context window in tokens (200,000; with --ahead, each of its)")
     parser.add_argument("--seed", type=int, default=7, help="seed of the scripted session")
     parser.add_argument("--turns", type=int, default=40, help="user turns in the scripted session")
     parser.add_argument("--no-timing", action="store_true", help="skip the pipeline timings by history length")
@@ -676,6 +695,7 @@ def main(argv=None) -> int:
     parser.add_argument("--undo", action="store_true", help="only the time /undo's record of 127 MB takes")
     parser.add_argument("--cache-ttl", choices=("5m", "1h"), default="5m", help="the prompt cache's life (CACHE_TTL)")
     args = parser.parse_args(argv)
+    window = args.window or 200_000
     if args.sandbox:
         return show_sandbox()
     if args.report:
@@ -684,12 +704,12 @@ def main(argv=None) -> int:
         return show_undo()
     code = load_code()
     if args.ahead:
-        show_ahead(code)
+        show_ahead(code, (args.window,) if args.window else tuple(AHEAD_PACES))
         return 0
     session = replayed_session(args.replay, code) if args.replay else scripted_session(args.seed, args.turns)
     # Summaries written ahead run in a thread on real time, which this simulated clock does not
     # govern: they are measured on their own (--ahead), and these figures are the layers' alone.
-    base = replace(code.Settings.for_window("claude-benchmark", args.window), cache_ttl=args.cache_ttl,
+    base = replace(code.Settings.for_window("claude-benchmark", window), cache_ttl=args.cache_ttl,
                    summary_ahead=None)
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -707,7 +727,7 @@ def main(argv=None) -> int:
         logged = None if args.no_timing else pipeline_time_at(code, Path(tmp) / "logged", 1000, log=True)
         resumed = None if args.no_timing else resume_pass_time(code, Path(tmp))
     # the targets are set for the built-in session; a replay just reports its figures
-    show(results, session, scaling, args.window, targets=not args.replay and args.turns >= 40 and args.cache_ttl == "5m",
+    show(results, session, scaling, window, targets=not args.replay and args.turns >= 40 and args.cache_ttl == "5m",
          resumed=resumed, logged=logged)
     return 0
 
