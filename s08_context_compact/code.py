@@ -24,7 +24,6 @@ I/O, reading a command, the ledger plug-in, start-up) lives in the modules besid
 """
 
 import json
-import re
 import sys
 import time
 import uuid
@@ -39,10 +38,11 @@ from endpoint import (IDLE_TIMEOUT, RETRY_BASE_SECONDS, Endpoint, api_error_text
                       make_reply_sendable, model_reply)
 from history import (OWN, append_message, blocks_of, cut_long_texts, is_request_block, is_tool_result_message,
                      last_reply_text, own_text, paths_read, replace_history, replace_result, result_text, said_text,
-                     sendable, tool_names, what_was_done, with_text)
+                     sendable, tool_names, user_words, what_was_done, with_text)
 from ledger import Ledger, ledger_hooks, short_hash
 from overflow import ContextOverflow
 from redaction import Redactor, redact
+from replies import SummaryError, extract_summary
 from repeat_reads import repeat_read_stub, true_stubs
 from sandbox import Sandbox
 from session_log import TRANSCRIPT_DIR, open_session
@@ -51,7 +51,7 @@ from summary_ahead import SummaryAhead
 from surrogates import well_formed
 from report import layer_line, show_tool_call, show_tool_result
 from terminal import Spinner, one_line, say, start_repl, terminal_confirm
-from tool_input import check_tool_input, park_oversized_inputs
+from tool_input import check_tool_input, park_oversized_inputs, refused_result, todo_problem
 from turns import add_prompt, park_oversized_request, record_interruption, report_command, show_status, turn_failed
 from workspace_io import (ToolError, discover_skills, edit_file, glob_files, holds_exactly, inside_workspace,
                           output_names, own_folder, path_risk, read_lines, write_file)
@@ -190,11 +190,6 @@ def current_request(messages: list) -> dict | None:
                 if is_request_block(block):
                     return {"type": "text", "text": block["text"]}
     return None
-
-
-def user_words(messages: list) -> list:
-    """Every text block the user typed, oldest first (our own markers left out)."""
-    return [b["text"] for m in messages if m["role"] == "user" for b in blocks_of(m) if is_request_block(b)]
 
 
 def group_starts(messages: list) -> list:
@@ -499,12 +494,29 @@ def micro_compact(messages: list, *, keep_recent: int, min_chars: int, clear_at_
 
 
 def compact_history(messages: list, *, agent, focus: str = "") -> list:
-    """Replace the history with a summary, what the work needs back, and the request. A summary written
-    ahead replaces only the history up to its snapshot, if that frees room; the rest stays as it is."""
-    if (ready := agent.state.ahead.take(agent, messages, focus)) and (swapped := summarize_into(
-            agent, messages, "compact", ready.suffix or compact_tail(messages), ready=ready.summary)) is not messages:
-        return swapped
-    return summarize_into(agent, messages, "compact", compact_tail(messages), focus)
+    """Replace the history with a summary, what the work needs back, and the request. One written ahead
+    replaces only its snapshot (kept_after: what stays); if still over the threshold, the rest is summarized next."""
+    ready = agent.state.ahead.take(agent, messages, focus)
+    swapped = ready and summarize_into(agent, messages, "compact", kept_after(agent, ready) or compact_tail(messages),
+                                       ready=ready.summary)
+    if not ready or swapped is messages:
+        return summarize_into(agent, messages, "compact", compact_tail(messages), focus)
+    if over_threshold(agent, swapped):
+        return summarize_into(agent, swapped, "compact", compact_tail(swapped))
+    return swapped
+
+
+def kept_after(agent, ready) -> list:
+    """What came after a summary written ahead, through the layers that cost no call (each saves
+    what it removes first) when kept whole it would leave the next summary too little room."""
+    s, kept = agent.settings, ready.suffix
+    if ready.room is None or estimate_tokens(kept) <= ready.room:
+        return kept
+    kept = apply_layer(agent, micro_compact, kept, keep_recent=s.keep_recent, min_chars=s.micro_min_chars,
+                       clear_at_least=0, store=agent.store)
+    newest = newest_within(message_groups(kept), ready.room, estimate_tokens)
+    return apply_layer(agent, snip_compact, kept, keep_head=1, keep_tail=max(2, sum(map(len, newest))), at_least=1,
+                       store=agent.store)
 
 
 def compact_tail(messages: list) -> list:
@@ -611,20 +623,10 @@ Then write the summary inside <summary></summary>, with these numbered sections:
 Reminder: answer with text only. Do not call any tools."""
 
 
-class SummaryError(Exception):
-    """The summary call failed, or returned nothing usable."""
-
-
 def summary_instructions(focus: str, limit_tokens: int) -> str:
     extra = f"Focus especially on: {focus}\n" if focus else ""
     extra += f"Keep the <summary> under {limit_tokens:,} tokens (about {limit_tokens * 3 // 4:,} words).\n"
     return SUMMARY_INSTRUCTIONS.replace("{extra}", extra)
-
-
-def extract_summary(text: str) -> str:
-    text = re.sub(r"<analysis>.*?(</analysis>|$)", "", text, flags=re.S)
-    match = re.search(r"<summary>(.*?)(</summary>|$)", text, re.S)
-    return (match.group(1) if match else text).strip()
 
 
 def fit_for_summary(messages: list, max_tokens: int) -> list:
@@ -854,18 +856,20 @@ def compact_pipeline(agent, messages: list) -> list:
     messages = apply_layer(agent, tool_result_budget, messages, max_chars=s.budget_chars,
                            preview_chars=s.preview_chars, store=store)
     # snip and micro wait for a trigger: each rewrites the cached prompt after the point it changes.
-    # After an idle gap the cache has expired anyway, so a rewrite costs nothing extra.
+    # After an idle gap the cache has expired anyway, so a rewrite costs nothing extra; past the threshold,
+    # with a summary the steps outrun still being written, clearing every old result costs less than waiting.
     cold = cache_is_cold(agent)
+    clear_all = cold or agent.state.ahead.outrun(agent) and over_threshold(agent, messages)
     if context_tokens(agent, messages) > (s.micro_trigger * COLD_TRIGGER_SHARE if cold else s.micro_trigger):
         messages = apply_layer(agent, snip_compact, messages, keep_head=s.snip_keep_head, keep_tail=s.snip_keep_tail,
                                at_least=s.snip_at_least, min_tokens=0 if cold else s.snip_min_tokens,
                                store=store, measure=agent.state.tokens.estimate)
         messages = apply_layer(agent, micro_compact, messages, keep_recent=s.keep_recent,
-                               min_chars=s.micro_min_chars, clear_at_least=0 if cold else s.clear_at_least,
+                               min_chars=s.micro_min_chars, clear_at_least=0 if clear_all else s.clear_at_least,
                                store=store)
     if over_threshold(agent, messages):
         messages = apply_layer(agent, compact_history, messages, agent=agent)
-    elif covered := agent.state.ahead.due(agent, messages, tokens := context_tokens(agent, messages)):
+    if covered := agent.state.ahead.due(agent, messages, tokens := context_tokens(agent, messages)):
         summarize_ahead(agent, messages, covered, tokens)  # past the early mark: the loop goes on meanwhile
     return messages
 
@@ -1054,9 +1058,7 @@ def use_tools(agent, tool_uses: list, refused: dict) -> tuple:
         for block in tool_uses:
             if block["id"] in refused:
                 show_tool_result(agent, block["name"], {}, f"{block['name']}: {refused[block['id']]}", failed=True)
-                results.append({"type": "tool_result", "tool_use_id": block["id"], "is_error": True,
-                                "content": f"Error: this call to {block['name']} failed: {refused[block['id']]}. "
-                                           "Call it again with a valid JSON object as its input."})
+                results.append(refused_result(block, refused[block["id"]]))
             else:
                 results.append(use_tool(agent, block))
         return results, False
@@ -1274,12 +1276,9 @@ def run_glob(agent, pattern: str, path: str = ".") -> str:
 
 
 def run_todo_write(agent, items: list) -> str:
-    for n, item in enumerate(items):
-        problem = check_tool_input(TODO_ITEM_SCHEMA, item)
-        if problem or item["status"] not in ("pending", "in_progress", "completed"):
-            raise ToolError(f"item {n}: {problem or 'status must be pending, in_progress or completed'}")
-    if sum(item["status"] == "in_progress" for item in items) > 1:
-        raise ToolError("only one item may be in_progress at a time; mark the others pending or completed.")
+    problem = todo_problem(TODO_ITEM_SCHEMA, items)
+    if problem:
+        raise ToolError(problem)
     agent.state.todos = [{"content": i["content"], "status": i["status"]} for i in items]
     return render_todos(agent.state.todos)
 

@@ -68,6 +68,11 @@ def is_request_block(block: dict) -> bool:
     return block.get("type") == "text" and OWN not in block
 
 
+def user_words(messages: list) -> list:
+    """Every text block the user typed, oldest first (our own markers left out)."""
+    return [b["text"] for m in messages if m["role"] == "user" for b in blocks_of(m) if is_request_block(b)]
+
+
 def with_text(message: dict, *texts) -> dict:
     """A copy of a user message with text blocks (or strings) appended after its tool results."""
     return {**message, "content": blocks_of(message) + [t if isinstance(t, dict) else {"type": "text", "text": t}

@@ -8,10 +8,12 @@ in pieces arrives as several tool_use blocks that share an id. Both are recognis
 where the reply is assembled.
 
 Machinery the chapter does not need: endpoint.py reads a reply with reply_from_events or
-reply_from_body and code.py only ever sees the finished message.
+reply_from_body and code.py only ever sees the finished message; of a summary's reply, it
+keeps what extract_summary finds, and raises SummaryError when there is none.
 """
 
 import json
+import re
 
 from history import NO_REPLY, OWN, own_text
 from surrogates import HALF_ESCAPE, shown_so_far, well_formed, well_formed_deep
@@ -217,3 +219,14 @@ def reply_from_body(raw: bytes, on_text=None) -> tuple:
         if block.get("type") == "text" and OWN not in block:  # the placeholder for nothing said is not shown
             on_text(block["text"])
     return content, stop_reason, usage
+
+
+class SummaryError(Exception):
+    """The summary call failed, or returned nothing usable."""
+
+
+def extract_summary(text: str) -> str:
+    """What a summary reply keeps: the text inside <summary>, without the <analysis> before it."""
+    text = re.sub(r"<analysis>.*?(</analysis>|$)", "", text, flags=re.S)
+    match = re.search(r"<summary>(.*?)(</summary>|$)", text, re.S)
+    return (match.group(1) if match else text).strip()

@@ -46,6 +46,7 @@ class Cancelled(BaseException):
 class Ready:
     summary: tuple          # (summary text, who wrote it), as make_summary returns it
     suffix: list            # the history after the snapshot, kept verbatim
+    room: int | None = None  # tokens the suffix may take for the next summary to be ready in time
 
 
 @dataclass(eq=False)  # a job is itself, not its fields
@@ -153,10 +154,9 @@ class SummaryAhead:
 
     # ---- when to start ---------------------------------------------------------------------------
 
-    def mark(self, threshold: int, shares: tuple) -> int:
-        """Tokens at which a summary starts: early enough that, at the pace measured (seconds a
-        summary takes, seconds and tokens a step takes), it is ready before the threshold."""
-        earliest, latest = int(threshold * shares[0]), int(threshold * shares[1])
+    def lead(self) -> int | None:
+        """Tokens the steps add while a summary is written, at the pace measured (seconds a
+        summary takes, seconds and tokens a step takes), or None before that is measured."""
         steps = list(self.passes)
         # A step is the time from one pass to the next within a turn; before a prompt the
         # user's pause counts too, so such gaps count only in a session of prompts alone.
@@ -164,18 +164,46 @@ class SummaryAhead:
             [b[0] - a[0] for a, b in zip(steps, steps[1:])]
         growth = [b[1] - a[1] for a, b in zip(steps, steps[1:]) if b[1] > a[1]]
         if not self.durations or not gaps or not growth:
-            return earliest  # nothing measured yet: as early as allowed
+            return None
         summary_seconds, step_seconds = min_share(self.durations, SHARES[0]), max(min_share(gaps, SHARES[1]), 1e-3)
-        step_tokens = min_share(growth, SHARES[2])
-        # In whole steps, rounded up: it starts at the last pass that still leaves it that many
-        # before the threshold. Each step more keeps a step more verbatim after the swap, and so
-        # costs; a summary slower than usual makes the loop wait only what is left of it.
-        lead_steps = math.ceil(summary_seconds / step_seconds)
-        return max(earliest, min(latest, threshold - lead_steps * step_tokens))
+        # In whole steps, rounded up: each step more keeps a step more verbatim after the swap,
+        # and so costs; a summary slower than usual makes the loop wait only what is left of it.
+        return math.ceil(summary_seconds / step_seconds) * min_share(growth, SHARES[2])
+
+    def placed(self, threshold: int, shares: tuple) -> tuple:
+        """(tokens at which a summary starts, why there): at the last pass that still leaves it
+        its lead before the threshold, kept under the latest share. Where the lead is longer
+        than the room above the earliest share it starts below it, down to right after the
+        previous compaction (0: the first pass that can start one). A range of one share pins it."""
+        earliest, latest = int(threshold * shares[0]), int(threshold * shares[1])
+        lead = self.lead()
+        if earliest == latest:
+            return earliest, "the share of the threshold SUMMARY_AHEAD pins it at"
+        if lead is None:
+            return earliest, "the earliest share of the threshold: no summary has been timed yet"
+        if threshold - lead >= latest:
+            return latest, "the latest share of the threshold: a summary takes few steps"
+        if threshold - lead > 0:
+            return threshold - lead, f"the threshold less the {lead:,} tokens the steps add while a summary is written"
+        return 0, (f"right after a compaction: the steps add {lead:,} tokens while a summary is written, "
+                   "more than the threshold holds")
+
+    def mark(self, threshold: int, shares: tuple) -> int:
+        """Tokens at which a summary starts (placed)."""
+        return self.placed(threshold, shares)[0]
+
+    def room_to_keep(self, agent, summary: str) -> int | None:
+        """Tokens the part kept after a swap may take for the next summary to be ready in time:
+        the threshold less its lead, the system prompt and tools, the summary (four characters a
+        token) and what comes back after it (a fortieth of the window); None before one is timed."""
+        lead, s = self.lead(), agent.settings
+        if lead is None:
+            return None
+        return max(s.threshold - lead, 0) - agent.overhead - len(summary) // 4 - s.window // 40
 
     def due(self, agent, messages: list, tokens: int) -> int | None:
-        """After a pipeline pass under the threshold: how many messages to summarize now, or
-        None. The snapshot is the whole history as the next request will send it, which ends
+        """After a pipeline pass (and its compaction, if any): how many messages to summarize
+        now, or None. The snapshot is the whole history as the next request will send it, which ends
         with the user's words or a complete call and its results: a summary can cover nothing
         newer. Its request and that next one share their prefix, so one writes the cache the
         other reads."""
@@ -187,6 +215,14 @@ class SummaryAhead:
         if tokens < self.mark(agent.settings.threshold, shares):
             return None
         return len(messages) if len(messages) > 2 and messages[-1]["role"] == "user" else None
+
+    def outrun(self, agent) -> bool:
+        """Whether the summary being written is one the steps outrun: it takes longer than they
+        take to fill the room above the earliest share (the mark was placed below it for that)."""
+        shares, threshold = agent.settings.summary_ahead, agent.settings.threshold
+        if self.job is None or self.job.done.is_set() or not shares:
+            return False
+        return self.placed(threshold, shares)[0] < int(threshold * shares[0])
 
     # ---- the worker --------------------------------------------------------------------------------
 
@@ -225,11 +261,11 @@ class SummaryAhead:
     # ---- at the threshold ------------------------------------------------------------------------
 
     def take(self, agent, messages: list, focus: str = "", max_suffix: int | None = None) -> Ready | None:
-        """The summary written ahead, to replace the history up to its snapshot; every message
-        after that stays verbatim. Waits for one still in flight (it started earlier than a new
-        one would). None when there is none, or it cannot be used (said, and set aside): what
-        came after its snapshot must be at most max_suffix tokens (unless said, half the
-        threshold, more if the earliest mark is set lower), or the swap would free too little."""
+        """The summary written ahead, to replace the history up to its snapshot; the messages
+        after that are handed back to be kept. Waits for one still in flight (it started earlier
+        than a new one would, and what it leaves is shortened without a call). None when there
+        is none, or it cannot be used (said, and set aside): the history changed where its
+        snapshot ended, or, given max_suffix (reactive_compact's tail), more came after it."""
         job = self.job
         if job is None:
             return None
@@ -252,15 +288,15 @@ class SummaryAhead:
             self.drop(agent, "the history where its snapshot ended changed")
             return None
         suffix = messages[start:]
-        earliest = agent.settings.summary_ahead[0] if agent.settings.summary_ahead else 0.5
-        if agent.state.tokens.estimate(suffix) > (max_suffix or agent.settings.threshold * max(0.5, 1.1 - earliest)):
-            self.drop(agent, "too much came after its snapshot for it to free enough")
+        if max_suffix is not None and agent.state.tokens.estimate(suffix) > max_suffix:
+            self.drop(agent, "more came after its snapshot than the tail that may stay")
             return None
         waited = self.wait(agent, job)
         self.job = None
+        if job.result is None:  # it failed outright: the summary is made here, as without one ahead
+            self.set_aside(agent, job, "set aside", "it failed; the summary is written now")
+            return None
         self.settle(agent, job)
-        if job.result is None:
-            return None  # it failed outright (said): the summary is made here, as without one ahead
         self.used += 1
         self.waits.append(waited)
         kept = f"the {len(suffix)} after them are kept verbatim" if suffix else "nothing came after them"
@@ -273,7 +309,7 @@ class SummaryAhead:
             newer = any(is_request_block(b) for m in suffix if m["role"] == "user" for b in blocks_of(m))
             carried = put_back if newer or messages[-1]["role"] == "assistant" else []
             summary = "\n\n".join([summary, snip_note, *carried])
-        return Ready((summary, source), suffix)
+        return Ready((summary, source), suffix, self.room_to_keep(agent, summary))
 
     def wait(self, agent, job: Job) -> float:
         """Seconds spent waiting for the job to finish. Ctrl-C stops the wait and leaves the job
@@ -299,8 +335,8 @@ class SummaryAhead:
             raise
         return time.monotonic() - began
 
-    def settle(self, agent, job: Job) -> None:
-        """On the loop's thread, once a job is over: what it said, paid and failed."""
+    def settle(self, agent, job: Job, aside: str = "") -> None:
+        """On the loop's thread, once a job is over: what it said, paid (and why that was set aside) and failed."""
         RUNNING.discard(job)
         for line in job.heard:
             agent.say(line, "dim")
@@ -308,7 +344,8 @@ class SummaryAhead:
         for kind, value in usage.items():
             agent.usage_totals[kind] = agent.usage_totals.get(kind, 0) + value
         if agent.log and any(usage.values()):  # paid, used or not: the session's picture shows it
-            agent.log.call(agent, job.tokens, False, usage, "writing the summary ahead")
+            label = f"writing the summary ahead ({aside})" if aside else "writing the summary ahead"
+            agent.log.call(agent, job.tokens, False, usage, label)
         agent.breaker_announced = agent.breaker_announced or worker.breaker_announced  # said above
         if job.ended_alone:  # a call cut short by calling it off is no failure of the endpoint
             count_outcome(agent, worker, job.failures, job.result)
@@ -323,11 +360,15 @@ class SummaryAhead:
         finished = job.done.is_set()
         job.cancel()
         job.heard = [line for line in job.heard if not line.startswith("[api]")]  # its retries no longer matter
-        self.settle(agent, job)
+        self.set_aside(agent, job, "set aside" if finished else "called off", why)
+
+    def set_aside(self, agent, job: Job, what: str, why: str) -> None:
+        """Settle a job that never reaches the history: counted, and what it was billed logged with the reason."""
+        self.settle(agent, job, f"{what}: {why}")
         self.discarded += 1
         for kind, value in dict(job.copy.usage_totals).items():
             self.discarded_usage[kind] = self.discarded_usage.get(kind, 0) + value
-        agent.say(f"[summary ahead] {'set aside' if finished else 'called off'}: {why}", "dim")
+        agent.say(f"[summary ahead] {what}: {why}", "dim")
 
     # ---- what /context shows ------------------------------------------------------------------
 
@@ -337,7 +378,8 @@ class SummaryAhead:
             return "summary ahead: off (SUMMARY_AHEAD=off); summaries are written at the threshold"
         job = self.job
         if job is None:
-            state = f"none in flight; the next starts at {self.mark(agent.settings.threshold, shares):,} tokens"
+            mark, why = self.placed(agent.settings.threshold, shares)
+            state = f"none in flight; the next starts at {mark:,} tokens: {why}"
         elif job.done.is_set():
             state = f"one ready (of the first {job.covered} messages), to be swapped in at the threshold"
         else:

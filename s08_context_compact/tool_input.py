@@ -8,9 +8,10 @@ command, which the operating system cannot take. Each problem is said in words t
 can act on. Parked: a call whose input no longer fits the window keeps its short
 arguments; the long ones go to .task_outputs/tool-results/ and a pointer stays.
 
-Machinery the chapter does not need: code.py's use_tool calls check_tool_input, and the
-agent loop park_oversized_inputs; endpoint.py asks input_problem of every reply, and the
-session log of every block it replays.
+Machinery the chapter does not need: code.py's use_tool calls check_tool_input (and
+run_todo_write todo_problem), use_tools answers a call whose input could not be read with
+refused_result, and the agent loop calls park_oversized_inputs; endpoint.py asks
+input_problem of every reply, and the session log of every block it replays.
 """
 
 import json
@@ -135,3 +136,21 @@ def parked(agent, block: dict, measure) -> dict:
     agent.say(f"[tool input] the input of a {block['name']} call (about {tokens:,} tokens) does not fit the context "
               f"window; its long arguments were saved to {', '.join(saved)} and the history keeps a pointer.", "layer")
     return {**block, "input": kept}
+
+
+def todo_problem(schema: dict, items: list) -> str | None:
+    """What is wrong with a todo list todo_write was given, written for the model, or None."""
+    for n, item in enumerate(items):
+        problem = check_tool_input(schema, item)
+        if problem or item["status"] not in ("pending", "in_progress", "completed"):
+            return f"item {n}: {problem or 'status must be pending, in_progress or completed'}"
+    if sum(item["status"] == "in_progress" for item in items) > 1:
+        return "only one item may be in_progress at a time; mark the others pending or completed."
+    return None
+
+
+def refused_result(block: dict, why: str) -> dict:
+    """The answer to a call whose input could not be read: what failed, and how to call again."""
+    return {"type": "tool_result", "tool_use_id": block["id"], "is_error": True,
+            "content": f"Error: this call to {block['name']} failed: {why}. "
+                       "Call it again with a valid JSON object as its input."}

@@ -61,8 +61,10 @@ def first_with(fake, needle: str) -> int:
 
 
 def summaries_before(fake, request: dict) -> int:
-    """Summary requests the server saw before this request."""
-    return sum(1 for r in fake.requests[:fake.requests.index(request)] if r in fake.summary_requests)
+    """Summary requests the server saw before this request, of the history before the swap (the
+    next summary may start right after the swap, of the swapped history, before this request)."""
+    return sum(1 for r in fake.requests[:fake.requests.index(request)]
+               if r in fake.summary_requests and SUMMARY not in json.dumps(r["messages"][0]))
 
 
 class Watching(Printed):
@@ -123,6 +125,41 @@ def test_still_in_flight_at_the_threshold_the_loop_waits_for_it(s08, fake, make_
     assert printed.index("waiting for the summary") < printed.index("swapped in")
     assert summaries_before(fake, fake.main_requests[first_with(fake, SUMMARY)]) == 1
     assert_valid(messages)
+
+
+def test_a_summary_in_flight_that_more_came_after_is_used_not_written_again(s08, fake, make_agent):
+    """A tight window: the summary starts early and the steps fill the room before it is back.
+    At the threshold the loop waits for the rest of it, swaps it in and shortens what came after
+    it without a call; no second summary is asked for while it runs."""
+    gate = threading.Event()
+    agent = ahead_agent(make_agent, Watching(lambda line: "waiting for the summary" in line and gate.set()))
+    for k in range(8):
+        (agent.workdir / f"n{k}.md").write_text(f"note {k}\n" + ("y" * 79 + "\n") * 60)
+    fake.summary(held(text(f"<summary>{SUMMARY}</summary>"), gate=gate))
+    # reads to the mark, then writes: micro_compact clears the reads the summary covers, and more
+    # than half the threshold comes after its snapshot
+    reads = [tool_use("read_file", {"path": f"n{k}.md"}) for k in range(8)]
+    fake.reply(*reads, *[write(k) for k in range(24)], text("All written."))
+    assert s08.take_turn(agent, (messages := []), "write the files")
+    assert_valid(messages)
+    printed = agent.out.text
+    assert "called off" not in printed and "set aside" not in printed
+    assert printed.index("waiting for the summary") < printed.index("swapped in")
+    swap = fake.main_requests[first_with(fake, SUMMARY)]
+    assert summaries_before(fake, swap) == 1  # the one in flight, and no other at the threshold
+    snapshot = fake.summary_requests[0]["messages"]
+    before = fake.main_requests[fake.main_requests.index(swap) - 1]["messages"]
+    assert count_tokens({"messages": before[len(snapshot):]}) > agent.settings.threshold // 2
+    # the call being worked on and its results stay; what came after the snapshot and is not
+    # kept in context was saved first
+    call, results = swap["messages"][-2:]
+    assert results["content"][0]["tool_use_id"] == call["content"][0]["id"] and "write the files" in json.dumps(swap)
+    kept = json.dumps(swap["messages"])
+    saved = "".join(path.read_text() for path in (agent.workdir / ".transcripts").glob("*.jsonl"))
+    paths = set(re.findall(r"out/f\d+\.txt", json.dumps(before[len(snapshot):])))
+    assert paths and all(path in kept or path in saved for path in paths)
+    assert count_tokens(swap) < agent.settings.threshold
+    assert agent.state.ahead.discarded == 0 and agent.state.ahead.used >= 1
 
 
 def start_one_in_flight(s08, fake, make_agent, out=None):
@@ -205,24 +242,26 @@ def test_after_ctrl_c_during_the_wait_the_summary_in_flight_is_the_one_swapped_i
     assert terminal.turn(b"go on\r")
     assert terminal.finish() == 0
     assert "swapped in" in terminal.text and "Carrying on." in terminal.text
-    assert len(fake.summary_requests) == 1, "no second summary was asked for"
+    swap = fake.main_requests[first_with(fake, SUMMARY)]
+    assert summaries_before(fake, swap) == 1, "no second summary was asked for"
     last = fake.main_requests[-1]["messages"]
     assert SUMMARY in json.dumps(last[0]) and "go on" in json.dumps(last[-1])
 
 
 def test_a_summarizer_that_always_fails_is_called_three_times_in_all(s08, fake, make_agent):
     """Summaries written ahead and summaries at the threshold count in one breaker: a failed
-    one set aside counts as much as one used, and the breaker stops both kinds."""
+    one written ahead (its fallback swapped in) counts as much as one at the threshold, and
+    the breaker stops both kinds."""
     agent = ahead_agent(make_agent)
     fake.default_summary = error(400, "invalid_request_error", "the summarizer is down")
     half = "x" * 4 * (agent.settings.threshold // 2 - 1)  # the largest prompt sent whole: half the threshold
     messages = []
-    for prompt in ["start", half, *["go on", half] * 3]:
+    for prompt in ["start", half, *["go on", half] * 4]:
         assert s08.take_turn(agent, messages, prompt)
         if agent.state.ahead.job:  # started in this turn: let it fail before the next prompt
             wait_until(lambda: agent.state.ahead.job.done.is_set())
     printed = agent.out.text
-    assert "[summary ahead] writing a summary" in printed and "[summary ahead] set aside" in printed
+    assert "[summary ahead] writing a summary" in printed and "summary by fallback" in printed
     assert "[compact_history]" in printed  # summaries asked for at the threshold as well
     assert len(fake.summary_requests) == 3, len(fake.summary_requests)
     assert "3 summaries failed in a row; no more summary calls" in printed and agent.summary_failures == 3
@@ -431,8 +470,13 @@ def test_the_early_mark_leaves_a_summary_the_steps_it_takes(s08, make_agent):
     assert ahead.mark(threshold, shares) == threshold - 4 * 600  # 6.5 s is 3.25 steps: 4 whole ones
     ahead.durations.append(30.0)  # one slow summary: the upper median moves a little, not to 15 steps
     assert ahead.mark(threshold, shares) == threshold - 4 * 600
-    ahead.durations.extend([40.0] * 3)  # summaries this slow would start before the earliest share
-    assert ahead.mark(threshold, shares) == int(threshold * 0.5)
+    ahead.durations.extend([40.0] * 3)  # summaries this slow start before the earliest share: 20 steps
+    assert ahead.mark(threshold, shares) == threshold - 20 * 600
+    ahead.durations.extend([80.0] * 4)  # slower than the steps fill the whole threshold: right after a compaction
+    assert ahead.placed(threshold, shares) == (0, "right after a compaction: the steps add 24,000 tokens while a "
+                                                  "summary is written, more than the threshold holds")
+    agent.state.ahead, agent.settings = ahead, replace(agent.settings, summary_ahead=shares)
+    assert "the next starts at 0 tokens: right after a compaction" in context_report(s08, agent, [])  # and says why
     ahead.durations.extend([0.1] * 4)
     assert ahead.mark(threshold, shares) == int(threshold * 0.95)  # and never after the latest
 
