@@ -124,8 +124,10 @@ def chart_svg(session: Session) -> str:
     for at, group in grouped_events(session.summaries, step, len(points)):
         peak = max(r["context_tokens"] for r in group)
         what = f"{len(group)} summary calls, the largest" if len(group) > 1 else "a summary call:"
+        # a summary written ahead that never reached the history is logged with why (summary_ahead.py)
+        aside = "".join(f"; {text(r['what'])}" for r in group if str(r.get("what", "")).endswith(")"))
         parts.append(f'<rect x="{x(at - 0.5) - 3}" y="{y(peak) - 3}" width="6" height="6" '
-                     f'class="summary"><title>{what} {peak:,} tokens in</title></rect>')
+                     f'class="summary"><title>{what} {peak:,} tokens in{aside}</title></rect>')
     parts += layer_marks(session, step, len(points), x, y(top), y(0))
     for at, group in grouped_events(session.prompts, step, len(points), -(-len(points) // MAX_TICKS)):
         more = f" (and {len(group) - 1} more)" if len(group) > 1 else ""

@@ -496,6 +496,23 @@ def test_a_summary_written_ahead_is_paid_for_in_the_sessions_picture(s08, fake, 
     assert f"{len(fake.main_requests)} model calls and 1 summary calls" in shown
 
 
+def test_a_summary_set_aside_is_in_the_sessions_picture_with_why(s08, fake, make_agent):
+    import session_picture
+    agent = ahead_agent(make_agent)
+    messages = s08.open_session(agent, None)
+    fake.summary(text(f"<summary>{SUMMARY}</summary>"))
+    fake.reply(text("Read."))
+    assert s08.take_turn(agent, messages, "read the notes")
+    messages += notes_read(12)[1:]
+    s08.summarize_ahead(agent, messages, agent.state.ahead.due(agent, messages, 10_000_000), 10_000)
+    ahead = agent.state.ahead  # /clear starts the loop's state anew
+    wait_until(lambda: ahead.job.done.is_set())
+    s08.take_line(agent, messages, "/clear")
+    assert ahead.discarded == 1 and "[summary ahead] set aside: /clear" in agent.out.text
+    shown = session_picture.write_report(agent.log.path).read_text(encoding="utf-8")
+    assert "writing the summary ahead (set aside: /clear)" in shown
+
+
 def test_words_put_in_place_of_withdrawn_ones_are_not_taken_for_the_snapshots(s08, fake, make_agent):
     """The snapshot ended with results and a prompt merged into them; that prompt was taken
     back and another typed: same kinds of block, other words. The summary is set aside."""
