@@ -296,7 +296,7 @@ def find_sandbox(wanted: bool = True, network: bool = True, own_env: Path | None
     bwrap = trusted_program("bwrap", os.path.realpath(workdir or Path.cwd()))
     if not bwrap:
         return Sandbox(why_not=f"bwrap is not installed ({INSTALL})")
-    sandbox = Sandbox(on=True, network=network, own_env=own_env, bwrap=bwrap, program=tuple(program_places()))
+    sandbox = Sandbox(on=True, network=network, own_env=own_env, bwrap=bwrap, program=program_places())
     try:  # in a folder of its own: trying makes the program's folders in the workspace it is given
         with tempfile.TemporaryDirectory(prefix="s08-probe-") as folder:
             probe = sandbox.start("true", Path(folder), outside_environment(dict(os.environ)))

@@ -241,8 +241,7 @@ def trusted_own(own: Path, workdir: Path) -> tuple:
     """(the program's own .env, to be trusted as such, or None; a note). A link in its place
     inside the working folder is not trusted: the sandbox hides what the link leads to, but a
     command can put another file in the link's place, for the next start to read."""
-    inside = own.parent.resolve() == workdir.resolve() or workdir.resolve() in own.parent.resolve().parents
-    if not (own.is_symlink() and inside):
+    if not (own.is_symlink() and own.parent.resolve().is_relative_to(workdir.resolve())):
         return own, ""
     return None, (f"[config] the program's own .env ({own}) is a link inside the working folder: a command could "
                   "put another file in its place, so it is read like a folder's .env (no SANDBOX, proxy or other "

@@ -8,6 +8,7 @@ Machinery the chapter does not need: the tools in code.py call these, and so do 
 session log, start-up (skills, AGENTS.md), the ledger and commands.py.
 """
 
+import functools
 import os
 import re
 import stat
@@ -60,7 +61,8 @@ OWN_DOTENV = PROGRAM.parent / ".env"       # the program's own settings and key
 DOTENV_EXAMPLE = PROGRAM.parent / ".env.example"
 
 
-def program_places() -> list:
+@functools.cache  # the same for the whole run: the permission check asks it at every write
+def program_places() -> tuple:
     """What the program runs or reads when it starts, as real paths: its code, .env.example,
     and the Python that runs it (the interpreter, its prefixes, the base installation a
     virtual environment was made from, every folder on sys.path, and the user site where
@@ -73,7 +75,7 @@ def program_places() -> list:
     found = [os.path.realpath(place) for place in places if place and os.path.exists(place)]
     if site.ENABLE_USER_SITE:  # never inside a virtual environment
         found.append(os.path.realpath(site.getusersitepackages()))
-    return list(dict.fromkeys(found))
+    return tuple(dict.fromkeys(found))
 
 
 def in_program(workdir: Path, path) -> str | None:
