@@ -195,8 +195,12 @@ class SummaryAhead:
     def room_to_keep(self, agent, summary: str) -> int | None:
         """Tokens the part kept after a swap may take for the next summary to be ready in time:
         the threshold less its lead, the system prompt and tools, the summary (four characters a
-        token) and what comes back after it (a fortieth of the window); None before one is timed."""
-        lead, s = self.lead(), agent.settings
+        token) and what comes back after it (a fortieth of the window); None before one is timed.
+        A pinned mark pins the lead too (the room from the mark to the threshold), so each run
+        of the tests and the demo keeps the same part, however fast its steps came."""
+        s = agent.settings
+        shares = s.summary_ahead
+        lead = s.threshold - int(s.threshold * shares[0]) if shares and shares[0] == shares[1] else self.lead()
         if lead is None:
             return None
         return max(s.threshold - lead, 0) - agent.overhead - len(summary) // 4 - s.window // 40
