@@ -16,8 +16,7 @@ or .transcripts/ before it removes it, and the session log keeps every message.
 
 This file is the chapter, read top to bottom beside README.md: part 1 is new here, part 2
 is what earlier chapters built, part 3 a short main. The machinery the chapter does not
-need (the endpoint, the history's format, the session log, the terminal, secrets, file
-I/O, reading a command, the ledger plug-in, start-up) lives in the modules beside it.
+need lives in the folders beside it, one folder a role (each has a README).
 
     python s08_context_compact/code.py            # needs ANTHROPIC_API_KEY (or _AUTH_TOKEN) and MODEL_ID
     python s08_context_compact/code.py --demo     # watch every layer fire, offline, no key
@@ -31,38 +30,40 @@ from dataclasses import MISSING, dataclass, field, fields, replace
 from functools import cached_property
 from pathlib import Path
 
-from cli import configure, run, say_what_start_up_found
-from command_risks import command_risks
-from commands import run_command
-from endpoint import (IDLE_TIMEOUT, RETRY_BASE_SECONDS, Endpoint, api_error_text, api_failures, count_tokens,
-                      make_reply_sendable, model_reply)
-from history import (OWN, append_message, blocks_of, cut_long_texts, is_request_block, is_tool_result_message,
-                     last_reply_text, own_text, paths_read, replace_history, replace_result, result_text, said_text,
-                     sendable, tool_names, user_words, what_was_done, with_text)
-from ledger import Ledger, ledger_hooks, short_hash
-from overflow import ContextOverflow
-from redaction import Redactor, redact
-from replies import SummaryError, extract_summary
-from repeat_reads import repeat_read_stub, true_stubs
-from sandbox import Sandbox
-from session_log import TRANSCRIPT_DIR, open_session
-from undo import Undo, undo_hooks
-from summary_ahead import SummaryAhead
-from surrogates import well_formed
-from report import layer_line, show_tool_call, show_tool_result
-from terminal import Spinner, one_line, say, start_repl, terminal_confirm
-from tool_input import check_tool_input, park_oversized_inputs, refused_result, todo_problem
-from turns import add_prompt, park_oversized_request, record_interruption, report_command, show_status, turn_failed
-from workspace_io import (ToolError, discover_skills, edit_file, glob_files, holds_exactly, inside_workspace,
-                          output_names, own_folder, path_risk, read_lines, write_file)
+if not __package__:  # Run as a script, Python put this folder first on sys.path, where code.py would stand in
+    # for the standard library's `code` (pdb imports it): take it off, and load the folders beside as a package.
+    from importlib import util
+    HERE = Path(__file__).resolve().parent
+    sys.path[:] = [folder for folder in sys.path if Path(folder or ".").resolve() != HERE]
+    spec = util.spec_from_file_location("s08_context_compact", HERE / "__init__.py")
+    spec.loader.exec_module(sys.modules.setdefault(spec.name, util.module_from_spec(spec)))
+
+from s08_context_compact.basics import (
+    discover_skills, edit_file, glob_files, holds_exactly, inside_workspace, one_line, output_names,
+    own_folder, path_risk, read_lines, redact, Redactor, say, Spinner, start_repl, terminal_confirm,
+    ToolError, well_formed, write_file)
+from s08_context_compact.messages import (
+    OWN, append_message, blocks_of, check_tool_input, cut_long_texts, is_request_block,
+    is_tool_result_message, last_reply_text, own_text, park_oversized_inputs, paths_read,
+    refused_result, replace_history, replace_result, result_text, said_text, sendable, todo_problem,
+    tool_names, user_words, what_was_done, with_text)
+from s08_context_compact.endpoint import (
+    IDLE_TIMEOUT, RETRY_BASE_SECONDS, api_error_text, api_failures, ContextOverflow, count_tokens,
+    Endpoint, extract_summary, make_reply_sendable, model_reply, SummaryError)
+from s08_context_compact.compaction import (
+    Ledger, ledger_hooks, repeat_read_stub, short_hash, SummaryAhead, true_stubs)
+from s08_context_compact.safety import command_risks, run_command, Sandbox, Undo, undo_hooks
+from s08_context_compact.session import TRANSCRIPT_DIR, open_session
+from s08_context_compact.command_line import (
+    add_prompt, configure, layer_line, park_oversized_request, record_interruption, report_command,
+    run, say_what_start_up_found, show_status, show_tool_call, show_tool_result, turn_failed)
 
 
 # ==== PART 1: THE CHAPTER =========================================================================
 
 # ---- settings, derived from the window -----------------------------------------------------------
-# Sizes in tokens are derived from the context window (Settings.for_window); the numbers
-# here are the chapter's defaults and the ceilings the derived values never exceed.
-# the window and the threshold (the window itself comes from the endpoint: endpoint.py)
+# Sizes in tokens are derived from the context window (Settings.for_window, the window from the endpoint);
+# the numbers here are the chapter's defaults and the ceilings the derived values never exceed.
 MAX_OUTPUT_TOKENS = 8_192           # asked for on every call, so reserved out of the window
 AUTOCOMPACT_BUFFER_TOKENS = 13_000  # headroom for the estimate's error before the API's hard wall
 COUNT_TOKENS_MARGIN = 0.1           # this close to the threshold, ask the API for the exact count
@@ -1379,7 +1380,7 @@ def main(argv=None) -> int:
     if isinstance(config, int):
         return config
     if config.demo:
-        import demo  # a scripted model drives this very module: demo.py
+        from s08_context_compact.offline import demo  # a scripted model drives this very module: demo.py
         return demo.run(sys.modules[__name__], pause=config.pause)
     settings = replace(Settings.for_window(config.model, config.endpoint.window, config.compaction.get("compact_at", 0)),
                        idle_timeout=config.idle_timeout, cache_ttl=config.cache_ttl, **config.compaction)

@@ -41,10 +41,10 @@ from pathlib import Path
 
 import anthropic
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "s08_context_compact"))
-from fake_anthropic import FakeAnthropic, held, text, tool_uses  # noqa: E402
-from log_checks import Chain  # noqa: E402
-from summary_ahead import SummaryAhead  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the program, as a package
+from s08_context_compact.offline.fake_anthropic import FakeAnthropic, held, text, tool_uses  # noqa: E402
+from s08_context_compact.session.log_checks import Chain  # noqa: E402
+from s08_context_compact.compaction.summary_ahead import SummaryAhead  # noqa: E402
 
 CODE = Path(__file__).resolve().parent.parent / "s08_context_compact" / "code.py"
 CONFIGS = {"full pipeline": {}, "with idle gaps": {"gaps": True}, "cheap layers off": {"cheap_layers": False}}
@@ -56,11 +56,7 @@ CACHE_TARGETS = {200_000: {"full pipeline": (0.93, 0.17), "with idle gaps": (0.8
 
 
 def load_code():
-    spec = importlib.util.spec_from_file_location("s08_code", CODE)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while the file runs
-    spec.loader.exec_module(module)
-    return module
+    return importlib.import_module("s08_context_compact.code")
 
 
 # ---------------------------------------------------------------- sessions
@@ -585,7 +581,7 @@ def long_log(path, calls: int) -> None:
 
 def show_report() -> int:
     """How big the page of a 10,000-call session is, and how long it takes to write."""
-    import session_picture
+    from s08_context_compact.command_line import session_picture
     with tempfile.TemporaryDirectory() as tmp:
         log = Path(tmp) / ".transcripts" / "session-long.jsonl"
         log.parent.mkdir()
@@ -605,8 +601,8 @@ SANDBOX_TARGET_MS = 50              # added to a trivial command by bubblewrap, 
 
 def show_sandbox(runs: int = 41) -> int:
     """The median time of `true` through the bash tool's run_command, with and without bubblewrap."""
-    import commands
-    import sandbox
+    from s08_context_compact.safety import commands
+    from s08_context_compact.safety import sandbox
     confined = sandbox.find_sandbox()
     if not confined.on:
         print(f"Sandbox: {confined.why_not}; nothing to measure")
@@ -658,7 +654,7 @@ def state_home(folder: Path):
 def show_undo() -> int:
     """How long undo takes to record the workspace before a turn's first change: the first
     time (each file read, hashed and copied) and again, nothing changed (each file's stat)."""
-    import undo
+    from s08_context_compact.safety import undo
     with tempfile.TemporaryDirectory() as tmp, state_home(Path(tmp) / "state"):
         workspace = Path(tmp) / "ws"
         workspace.mkdir()

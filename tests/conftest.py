@@ -21,10 +21,12 @@ from pathlib import Path
 import anthropic
 import pytest
 
+# The program is imported as the package it is, from the folder above; the lesson's own folder
+# is never on sys.path, where code.py would stand in for the standard library's `code`.
 sys.path.insert(0, str(Path(__file__).parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "s08_context_compact"))  # the fake API
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import cli_runner  # noqa: E402
-from fake_anthropic import FakeAnthropic  # noqa: E402
+from s08_context_compact.offline.fake_anthropic import FakeAnthropic  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 CODE = ROOT / "s08_context_compact" / "code.py"
@@ -59,11 +61,7 @@ os.environ["XDG_STATE_HOME"] = os.environ["S08_TEST_STATE"]
 # ---------------------------------------------------------------- the module under test
 
 def load_code():
-    spec = importlib.util.spec_from_file_location("s08_code", CODE)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while the file runs
-    spec.loader.exec_module(module)
-    return module
+    return importlib.import_module("s08_context_compact.code")
 
 
 @pytest.fixture(scope="session")
@@ -75,7 +73,7 @@ def s08():
 def sandbox():
     """The sandbox the program under test finds here, as its own start-up does: bubblewrap
     where it is installed and works. `SANDBOX=off python -m pytest` runs the suite without."""
-    import sandbox as module
+    from s08_context_compact.safety import sandbox as module
     return module.find_sandbox(os.environ.get("SANDBOX", "on").strip().lower() != "off")
 
 

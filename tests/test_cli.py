@@ -13,14 +13,13 @@ import pytest
 
 from conftest import (CODE, LiveCLI, Terminal, assert_requests_valid, blocks, cli_env, plain, processes_with,
                       run_cli, wait_until)
-from fake_anthropic import FakeAnthropic, error, text, tool_use, tool_uses
+from s08_context_compact.offline.fake_anthropic import FakeAnthropic, error, text, tool_use, tool_uses
 
 
 def test_import_without_api_key(tmp_path):
-    script = ("import importlib.util, sys\n"
-              f"sys.path.insert(0, {str(CODE.parent)!r})\n"  # its sibling modules, as running it would
-              f"spec = importlib.util.spec_from_file_location('s08', {str(CODE)!r})\n"
-              "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)\n"
+    script = ("import importlib, sys\n"
+              f"sys.path.insert(0, {str(CODE.parent.parent)!r})\n"  # the program, as a package
+              "m = importlib.import_module('s08_context_compact.code')\n"
               "print(len(m.TOOLS), [t['name'] for t in m.TOOLS])")
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=tmp_path,
                           env={"PATH": "/usr/bin:/bin"}, timeout=30)

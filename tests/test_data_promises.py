@@ -12,8 +12,8 @@ import uuid
 import pytest
 
 from conftest import blocks, run_cli
-from fake_anthropic import text, tool_use, tool_uses
-import commands  # noqa: E402
+from s08_context_compact.offline.fake_anthropic import text, tool_use, tool_uses
+from s08_context_compact.safety import commands  # noqa: E402
 
 
 def run_tool_call(s08, make_agent, fake, name, args):

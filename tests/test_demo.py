@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from conftest import CODE
-from session_picture import COLOURS
+from s08_context_compact.command_line.session_picture import COLOURS
 
 CHAPTER_PICTURE = CODE.parent / "images" / "demo-session.svg"
 

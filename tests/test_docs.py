@@ -18,11 +18,12 @@ REFERENCE = FOLDER / "REFERENCE.md"
 REFERENCE_ZH = FOLDER / "REFERENCE.zh.md"
 TREE = ast.parse(CODE.read_text(encoding="utf-8"))
 CHAPTER_MAX_WORDS = 3_500
-# The machinery the chapter does not need, in sibling modules of code.py (STYLE.md, part 2).
-MACHINERY = ("endpoint", "overflow", "history", "session_log", "terminal", "report", "turns", "repeat_reads", "redaction",
-             "workspace_io", "command_risks", "shell_words", "ledger", "cli", "startup", "tool_input", "surrogates",
-             "replies", "commands", "log_checks", "log_repair",
-             "request_forms", "undo", "summary_ahead", "sandbox", "session_picture")
+# The machinery the chapter does not need, in the folders by role beside code.py (STYLE.md, part 2);
+# the demo and the fake API are not the program's machinery.
+OFFLINE = ("demo", "fake_anthropic")
+MODULE_PATHS = {path.stem: path for path in sorted(FOLDER.rglob("*.py"))
+                if path.name not in ("code.py", "__init__.py") and "__pycache__" not in path.parts}
+MACHINERY = tuple(name for name in MODULE_PATHS if name not in OFFLINE)
 # Names of the API, of LiteLLM, of settings read from the environment, and the layers' settings fields.
 KNOWN_ELSEWHERE = {"tool_use", "tool_result", "tool_choice", "max_tokens", "input_tokens", "cache_control",
                    "max_input_tokens", "invalid_request_error", "count_tokens", "read_file", "write_file",
@@ -58,8 +59,8 @@ def words_in_code(tree) -> set:
 def module_words(name: str) -> set:
     """The words of a sibling module of code.py, or of code.py itself while that module is
     not split off yet."""
-    path = FOLDER / f"{name}.py"
-    return words_in_code(ast.parse(path.read_text(encoding="utf-8"))) if path.exists() else WORDS
+    path = MODULE_PATHS.get(name)
+    return words_in_code(ast.parse(path.read_text(encoding="utf-8"))) if path else WORDS
 
 
 def defined_at(tree) -> dict:
@@ -96,7 +97,7 @@ def missing_names(text: str, words: set) -> list:
     for name in sorted(code_names(text) - KNOWN_ELSEWHERE):
         module, _, attribute = name.rpartition(".")
         if attribute == "py":
-            found = module in MACHINERY or (FOLDER / name).exists()
+            found = module in MODULE_PATHS or (FOLDER / name).exists()
         elif module in MACHINERY:
             found = attribute in module_words(module)
         else:
@@ -116,7 +117,7 @@ def test_every_code_name_in_the_chapter_exists(chapter):
 def test_every_code_name_in_the_reference_exists(reference):
     """The reference describes the machinery, so its names may live in any module of the folder."""
     words = set().union(*(words_in_code(ast.parse(path.read_text(encoding="utf-8")))
-                          for path in sorted(FOLDER.glob("*.py"))))
+                          for path in sorted(FOLDER.rglob("*.py"))))
     missing = missing_names(reference.read_text(encoding="utf-8"), words)
     assert not missing, f"{reference.name} names what no module has: {missing}"
 
@@ -192,9 +193,9 @@ def imports_of(path) -> set:
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
             found |= {alias.name.split(".")[0] for alias in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            found.add(node.module.split(".")[0])
-    return found
+        elif isinstance(node, ast.ImportFrom):  # every part of the path, and the names: a module may be either
+            found |= set((node.module or "").split(".")) | {alias.name for alias in node.names}
+    return found - {""}
 
 
 def test_code_py_is_the_lesson_and_main_comes_last():
@@ -202,13 +203,13 @@ def test_code_py_is_the_lesson_and_main_comes_last():
     which never import code.py (its name is also a standard-library module)."""
     functions = [node.name for node in TREE.body if isinstance(node, (ast.FunctionDef, ast.ClassDef))]
     assert functions[-1] == "main", f"code.py defines {functions[functions.index('main') + 1:]} after main"
-    assert not [n for n in MACHINERY if not (FOLDER / f"{n}.py").exists()], "machinery modules missing"
+    assert not [n for n in MACHINERY if not n in MODULE_PATHS], "machinery modules missing"
     moved = {"endpoint": ("Endpoint",), "overflow": ("context_overflow", "learned_window", "OVERFLOW_WORDINGS"),
              "ledger": ("Ledger", "ledger_hooks")}
     for module, names in moved.items():
         assert not [n for n in names if n in DEFINED_AT], f"code.py still defines what {module}.py holds"
-        assert all(n in defined_at(ast.parse((FOLDER / f"{module}.py").read_text(encoding="utf-8"))) for n in names)
-    assert not [n for n in MACHINERY if "code" in imports_of(FOLDER / f"{n}.py")]
+        assert all(n in defined_at(ast.parse(MODULE_PATHS[module].read_text(encoding="utf-8"))) for n in names)
+    assert not [n for n in MACHINERY if "code" in imports_of(MODULE_PATHS[n])]
 
 
 def test_each_file_stays_short_enough_to_read_and_the_imports_form_no_cycle():
@@ -216,10 +217,10 @@ def test_each_file_stays_short_enough_to_read_and_the_imports_form_no_cycle():
     says first that the chapter does not need it, and the imports between them never loop."""
     assert len(CODE.read_text(encoding="utf-8").splitlines()) <= 1_400
     for name in MACHINERY:
-        source = (FOLDER / f"{name}.py").read_text(encoding="utf-8")
+        source = MODULE_PATHS[name].read_text(encoding="utf-8")
         assert len(source.splitlines()) <= 600, f"{name}.py is over 600 lines"
         assert "chapter does not need" in " ".join((ast.get_docstring(ast.parse(source)) or "").split()), name
-    imports = {name: imports_of(FOLDER / f"{name}.py") & set(MACHINERY) for name in MACHINERY}
+    imports = {name: imports_of(MODULE_PATHS[name]) & set(MACHINERY) for name in MACHINERY}
 
     def reaches(start, goal, seen=()):
         return any(n == goal or (n not in seen and reaches(n, goal, (*seen, n))) for n in imports[start])

@@ -9,14 +9,14 @@ import anthropic
 import pytest
 
 from conftest import assert_valid, blocks, chat, user, wait_until, context_report
-from fake_anthropic import (OVERFLOWS, FakeAnthropic, broken_tool_json, count_tokens, drip, error_event, hang,
+from s08_context_compact.offline.fake_anthropic import (OVERFLOWS, FakeAnthropic, broken_tool_json, count_tokens, drip, error_event, hang,
                             error, malformed, pings_only, text, tool_use)
-import endpoint as endpoint_module
-import overflow as overflow_module
-import log_repair
-import session_log
-import terminal
-from turns import add_user_text  # noqa: E402
+from s08_context_compact.endpoint import endpoint as endpoint_module
+from s08_context_compact.endpoint import overflow as overflow_module
+from s08_context_compact.session import log_repair
+from s08_context_compact.session import session_log
+from s08_context_compact.basics import terminal
+from s08_context_compact.command_line.turns import add_user_text  # noqa: E402
 
 TOOLS = [{"name": "bash", "description": "run", "input_schema": {"type": "object", "properties": {}}}]
 

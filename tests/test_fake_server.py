@@ -9,7 +9,7 @@ from urllib.parse import urlparse
 import anthropic
 import pytest
 
-from fake_anthropic import (OVERFLOWS, FakeAnthropic, broken_tool_json, count_tokens, error_event, hang, malformed,
+from s08_context_compact.offline.fake_anthropic import (OVERFLOWS, FakeAnthropic, broken_tool_json, count_tokens, error_event, hang, malformed,
                             pings_only, sign_thinking, text, tool_use, tool_uses)
 
 TOOLS = [{"name": "bash", "description": "run", "input_schema": {"type": "object", "properties": {}}}]

@@ -10,8 +10,8 @@ import anthropic
 import pytest
 
 from conftest import assert_requests_valid, blocks, plain, run_cli
-from fake_anthropic import broken_tool_json, split_surrogates, text, tool_use, tool_uses
-import log_checks  # noqa: E402
+from s08_context_compact.offline.fake_anthropic import broken_tool_json, split_surrogates, text, tool_use, tool_uses
+from s08_context_compact.session import log_checks  # noqa: E402
 
 
 def log_of(workspace):

@@ -10,9 +10,9 @@ import anthropic
 import pytest
 
 from conftest import assert_requests_valid, blocks, chat, run_cli, user
-from fake_anthropic import PROVIDERS, FakeAnthropic, error, silent_failure, text, tool_use
-import endpoint as endpoint_module
-import replies
+from s08_context_compact.offline.fake_anthropic import PROVIDERS, FakeAnthropic, error, silent_failure, text, tool_use
+from s08_context_compact.endpoint import endpoint as endpoint_module
+from s08_context_compact.endpoint import replies
 
 LITELLM_LLAMACPP = PROVIDERS["litellm_llamacpp"]
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from conftest import Terminal, blocks, run_cli
-import session_log
-from fake_anthropic import text, tool_use
+from s08_context_compact.session import session_log
+from s08_context_compact.offline.fake_anthropic import text, tool_use
 
 STRIPE = "sk_live_51HxQ2eZvKYlo2C0a9"
 ENV = f"NODE_ENV=production\nSTRIPE_KEY={STRIPE}\nPORT=80\n"
@@ -508,7 +508,7 @@ def test_a_brace_with_nothing_to_expand_is_judged_as_it_is(s08, make_agent, fake
 def test_undo_never_removes_a_file_it_failed_to_copy(workspace, tmp_path):
     """A copy that fails for want of room (here: the store is not a folder, as a full disk
     would fail it) leaves the file recorded as there but not kept, never as absent."""
-    import undo as undo_module
+    from s08_context_compact.safety import undo as undo_module
     (workspace / "precious.dat").write_bytes(os.urandom(4096))
     (workspace / "notes.txt").write_text("notes\n")
     said = []

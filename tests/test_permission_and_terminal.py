@@ -11,7 +11,7 @@ import signal
 import cli_runner
 import pytest
 from conftest import Terminal, cli_env, processes_with, run_cli, wait_until
-from fake_anthropic import text, tool_use, tool_uses
+from s08_context_compact.offline.fake_anthropic import text, tool_use, tool_uses
 
 NO_ONE = "no one could confirm it (standard input is not a terminal)"
 

@@ -4,7 +4,7 @@ real SDK: what the benchmark's figures (and the chapter's) rest on."""
 import anthropic
 import pytest
 
-from fake_anthropic import CACHE_LOOKBACK_BLOCKS, FakeAnthropic
+from s08_context_compact.offline.fake_anthropic import CACHE_LOOKBACK_BLOCKS, FakeAnthropic
 
 MARK = {"type": "ephemeral"}
 TOOLS = [{"name": "bash", "description": "run " * 300, "input_schema": {"type": "object", "properties": {}}}]

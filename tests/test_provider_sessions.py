@@ -9,7 +9,7 @@ import re
 import pytest
 
 from conftest import blocks, run_cli, wait_until
-from fake_anthropic import (OVERFLOWS, PROVIDERS, FakeAnthropic, broken_tool_json, count_tokens, error_event, hang,
+from s08_context_compact.offline.fake_anthropic import (OVERFLOWS, PROVIDERS, FakeAnthropic, broken_tool_json, count_tokens, error_event, hang,
                             is_summary_request, malformed, pings_only, text, tool_use)
 
 STEPS = 60

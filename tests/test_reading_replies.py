@@ -7,7 +7,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from conftest import blocks, wait_until
-from fake_anthropic import text
+from s08_context_compact.offline.fake_anthropic import text
 
 START = {"type": "message_start", "message": {"id": "msg_1", "type": "message", "role": "assistant", "model": "m",
                                               "content": [], "stop_reason": None,

@@ -10,8 +10,8 @@ from pathlib import Path
 import cli_runner
 import pytest
 from conftest import CODE, Terminal, run_cli, context_report
-from fake_anthropic import FakeAnthropic, error, text, tool_use
-import terminal  # noqa: E402
+from s08_context_compact.offline.fake_anthropic import FakeAnthropic, error, text, tool_use
+from s08_context_compact.basics import terminal  # noqa: E402
 
 
 def imported_modules(workspace, *args, python_flags=()) -> tuple:

@@ -6,9 +6,9 @@ import socket
 import subprocess
 
 import pytest
-import sandbox as sandbox_module
+from s08_context_compact.safety import sandbox as sandbox_module
 from conftest import context_report, processes_with, run_cli, wait_until
-from fake_anthropic import text, tool_use, tool_uses
+from s08_context_compact.offline.fake_anthropic import text, tool_use, tool_uses
 
 FOUND = sandbox_module.find_sandbox()
 needs_bwrap = pytest.mark.skipif(not FOUND.on, reason=f"no sandbox here: {FOUND.why_not} (.ci/run installs "

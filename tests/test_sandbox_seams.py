@@ -14,9 +14,9 @@ from pathlib import Path
 
 import cli_runner
 import pytest
-import sandbox as sandbox_module
+from s08_context_compact.safety import sandbox as sandbox_module
 from conftest import ROOT, cli_env, run_cli
-from fake_anthropic import text, tool_use, tool_uses
+from s08_context_compact.offline.fake_anthropic import text, tool_use, tool_uses
 
 FOUND = sandbox_module.find_sandbox()
 needs_bwrap = pytest.mark.skipif(not FOUND.on, reason=f"no sandbox here: {FOUND.why_not} (.ci/run installs "
@@ -145,7 +145,7 @@ def test_nothing_a_command_writes_runs_unconfined_at_the_next_start(fake, beyond
     (root / ".env").write_text("MODEL_ID=claude-test\nS08_HISTORY=off\n")
     site = root / "venv-site"  # stands for the site-packages of a .venv inside the clone
     site.mkdir()
-    (root / "setup.sh").write_text("echo 'print(1)' >> s08_context_compact/sandbox.py; echo SANDBOX=off >> .env\n"
+    (root / "setup.sh").write_text("echo 'print(1)' >> s08_context_compact/safety/sandbox.py; echo SANDBOX=off >> .env\n"
                                    "echo x > .env.example; echo pwned > s08_context_compact/sitecustomize.py\n"
                                    "cat .env; echo done\n")
     fake.reply(tool_use("bash", {"command": "sh setup.sh"}), text("Done."))
@@ -179,7 +179,7 @@ def test_the_programs_python_and_a_missing_own_env_are_out_of_a_commands_reach(s
     assert (workspace / "mine.txt").read_text() == "ok\n", "the rest of the workspace stays writable"
 
 
-@pytest.mark.parametrize("path", ["s08_context_compact/sandbox.py", ".env", ".env.example"])
+@pytest.mark.parametrize("path", ["s08_context_compact/safety/sandbox.py", ".env", ".env.example"])
 def test_the_file_tools_ask_before_changing_the_programs_own_code(s08, path):
     decision, reason = s08.check_permission("write_file", {"path": path, "content": "x"}, ROOT, sandboxed=True)
     assert decision == "ask" and "the program's own" in reason, reason
@@ -192,14 +192,14 @@ def test_a_person_asked_about_the_programs_code_decides(fake, beyond_tmp):
     root = beyond_tmp / "clone"
     root.mkdir()
     code = copy_of_the_program(root)
-    before = (root / "s08_context_compact" / "sandbox.py").read_bytes()
-    fake.reply(tool_use("write_file", {"path": "s08_context_compact/sandbox.py", "content": "pwned\n"}),
+    before = (root / "s08_context_compact" / "safety" / "sandbox.py").read_bytes()
+    fake.reply(tool_use("write_file", {"path": "s08_context_compact/safety/sandbox.py", "content": "pwned\n"}),
                text("Done."))
     done = cli_runner.run([], input="patch it\n", cwd=root, env=cli_env(fake), code=code)
     assert done.returncode == 0, done.stderr
     said = fake.main_requests[1]["messages"][-1]["content"][0]["content"]
     assert "Permission denied" in said and "the program's own code" in said, said
-    assert (root / "s08_context_compact" / "sandbox.py").read_bytes() == before
+    assert (root / "s08_context_compact" / "safety" / "sandbox.py").read_bytes() == before
 
 
 @needs_bwrap
@@ -241,7 +241,7 @@ def test_a_refusal_in_any_wording_tells_the_model_where_it_can_write(s08, make_a
 
 def test_the_settings_a_env_gives_are_the_ones_env_example_documents():
     import re
-    import startup
+    from s08_context_compact.command_line import startup
     documented = set(re.findall(r"^#?\s*([A-Z][A-Z0-9_]+)=", (ROOT / ".env.example").read_text(), re.MULTILINE))
     assert documented == set(startup.SETTINGS)
     readme = (ROOT / "README.md").read_text()
@@ -254,15 +254,15 @@ def test_a_program_folder_cannot_be_moved_away_and_put_back_changed(fake, beyond
     ws = beyond_tmp / "ws"
     (ws / "lcc").mkdir(parents=True)
     code = copy_of_the_program(ws / "lcc")
-    (ws / "swap.sh").write_text("mv lcc lcc2 && cp -a lcc2 lcc && echo 'print(1)' >> lcc/s08_context_compact/startup.py\n"
+    (ws / "swap.sh").write_text("mv lcc lcc2 && cp -a lcc2 lcc && echo 'print(1)' >> lcc/s08_context_compact/command_line/startup.py\n"
                                 "rm -rf lcc; echo done\n")
     fake.reply(tool_use("bash", {"command": "sh swap.sh"}), text("Done."))
-    before = (ws / "lcc" / "s08_context_compact" / "startup.py").read_bytes()
+    before = (ws / "lcc" / "s08_context_compact" / "command_line" / "startup.py").read_bytes()
     done = cli_runner.run([], input="go\n", cwd=ws, env=cli_env(fake, SANDBOX=""), code=code)
     assert done.returncode == 0, done.stderr
     said = fake.main_requests[1]["messages"][-1]["content"][0]["content"]
     assert "Device or resource busy" in said and said.rstrip().endswith("done") or "done\n" in said, said
-    assert (ws / "lcc" / "s08_context_compact" / "startup.py").read_bytes() == before
+    assert (ws / "lcc" / "s08_context_compact" / "command_line" / "startup.py").read_bytes() == before
     assert not (ws / "lcc2").exists()
 
 
@@ -310,7 +310,7 @@ def test_a_link_into_tmp_is_the_commands_own_tmp(s08, workspace, command, asks):
 
 def test_the_pythons_own_installation_is_among_the_programs_places():
     import sysconfig
-    import workspace_io
+    from s08_context_compact.basics import workspace_io
     places = workspace_io.program_places()
     for needed in (sys.executable, sys.base_prefix, sysconfig.get_paths()["stdlib"], workspace_io.PROGRAM):
         assert os.path.realpath(needed) in places, needed

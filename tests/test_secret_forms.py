@@ -13,9 +13,9 @@ from functools import lru_cache
 import pytest
 
 from conftest import blocks, run_cli
-from fake_anthropic import text, tool_uses
-from redaction import REDACTED, Redactor
-import workspace_io
+from s08_context_compact.offline.fake_anthropic import text, tool_uses
+from s08_context_compact.basics.redaction import REDACTED, Redactor
+from s08_context_compact.basics import workspace_io
 
 QUOTED = 'Pa"ss\\w0rd-Xy9Q'             # a quote and a backslash: JSON escapes both
 TABBED = "tab\tsecret-Rk8vW2"            # a tab: JSON escapes it, the screen expands it
@@ -225,7 +225,7 @@ def test_a_preview_on_screen_is_redacted_even_where_it_is_cut(s08, make_agent):
 
 def test_the_history_file_keeps_no_form_of_a_secret(tmp_path):
     readline = pytest.importorskip("readline")
-    from terminal import save_history
+    from s08_context_compact.basics.terminal import save_history
     readline.clear_history()
     for secret in (QUOTED, TABBED, CHINESE, PLAIN):
         readline.add_history(f"remember {json.dumps(secret)} and {secret}")
@@ -237,8 +237,8 @@ def test_the_history_file_keeps_no_form_of_a_secret(tmp_path):
 
 
 def test_the_last_nets_catch_every_form_in_what_is_sent_logged_and_saved(s08, make_agent, fake, workspace):
-    from endpoint import count_tokens
-    from session_log import SessionLog
+    from s08_context_compact.endpoint.endpoint import count_tokens
+    from s08_context_compact.session.session_log import SessionLog
     said = " ".join(f"<{form}>" for secret in SHAPES.values() for form in forms_of(secret))
     history = [{"role": "user", "content": [{"type": "text", "text": said}]}]  # as an old, unredacted log had it
     agent = make_agent(secrets=REDACTOR)

@@ -5,10 +5,10 @@ import os
 import re
 from xml.etree import ElementTree
 
-import session_picture
+from s08_context_compact.command_line import session_picture
 from benchmark import long_log
 from conftest import run_cli
-from fake_anthropic import text, tool_use
+from s08_context_compact.offline.fake_anthropic import text, tool_use
 
 HOSTILE = ['<script>alert("x")</script>', '"><img src=x onerror=alert(1)>']
 

@@ -8,8 +8,8 @@ import tracemalloc
 import pytest
 
 from conftest import LiveCLI, assert_requests_valid, assert_valid, blocks, plain, run_cli, user
-from fake_anthropic import text, tool_use, tool_uses
-import session_log  # noqa: E402
+from s08_context_compact.offline.fake_anthropic import text, tool_use, tool_uses
+from s08_context_compact.session import session_log  # noqa: E402
 
 
 def logged_agent(s08, make_agent, workspace, **kw):

@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 from anthropic.resources.messages.messages import DEPRECATED_MODELS
 from conftest import Terminal, run_cli
-from fake_anthropic import FakeAnthropic, error, text, tool_use
+from s08_context_compact.offline.fake_anthropic import FakeAnthropic, error, text, tool_use
 from test_repl import ESCAPES, columns_of, screen_lines
 
 

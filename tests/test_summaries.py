@@ -3,8 +3,8 @@
 import json
 
 from conftest import assert_requests_valid, assert_valid, blocks, chat, plain, user
-from fake_anthropic import FakeAnthropic, text, tool_use, tool_uses
-from turns import add_user_text  # noqa: E402
+from s08_context_compact.offline.fake_anthropic import FakeAnthropic, text, tool_use, tool_uses
+from s08_context_compact.command_line.turns import add_user_text  # noqa: E402
 
 
 def first_texts(body):
@@ -216,6 +216,6 @@ def test_a_useless_summary_still_leaves_the_latest_failed_commands_error(s08, fa
 
 
 def test_the_ledger_checks_list_is_cut_between_names_and_says_how_many_more():
-    from ledger import listed
+    from s08_context_compact.compaction.ledger import listed
     assert listed("a.txt; b.txt; c.txt", 10) == "a.txt; and 2 more"
     assert listed("a.txt; b.txt", 100) == "a.txt; b.txt"

@@ -14,7 +14,7 @@ import pytest
 
 import cli_runner
 from conftest import Printed, Terminal, assert_valid, cli_env, context_report, run_cli, wait_until
-from fake_anthropic import count_tokens, error, held, server_error, text, tool_use
+from s08_context_compact.offline.fake_anthropic import count_tokens, error, held, server_error, text, tool_use
 
 WINDOW = 24_000              # threshold 15,600 tokens
 EARLY = (0.6, 0.6)           # the early mark held at 60% of the threshold, so the tests know when it comes
@@ -439,7 +439,7 @@ def test_a_snip_that_took_the_first_reply_after_the_snapshot_keeps_its_note(s08,
 def test_words_merged_into_the_snapshots_last_message_set_the_summary_aside(s08, fake, make_agent):
     """After a failed turn the next prompt joins the pending results, which the snapshot
     ended with: the summary never saw those words, so it is set aside and they stay."""
-    from turns import add_user_text
+    from s08_context_compact.command_line.turns import add_user_text
     agent = ahead_agent(make_agent)
     fake.summary(text(f"<summary>{SUMMARY}</summary>"), text("<summary>written at the threshold</summary>"))
     messages = notes_read(12)
@@ -456,7 +456,7 @@ def test_words_merged_into_the_snapshots_last_message_set_the_summary_aside(s08,
 def test_the_early_mark_leaves_a_summary_the_steps_it_takes(s08, make_agent):
     """The mark, from what the session measured: as many whole steps before the threshold
     as the recent summaries took (their upper median), each as big as a big step."""
-    from summary_ahead import SummaryAhead
+    from s08_context_compact.compaction.summary_ahead import SummaryAhead
     agent = ahead_agent(make_agent)
     threshold, shares = agent.settings.threshold, (0.5, 0.95)
     ahead = SummaryAhead()
@@ -482,7 +482,7 @@ def test_the_early_mark_leaves_a_summary_the_steps_it_takes(s08, make_agent):
 
 
 def test_a_summary_written_ahead_is_paid_for_in_the_sessions_picture(s08, fake, make_agent):
-    import session_picture
+    from s08_context_compact.command_line import session_picture
     agent = ahead_agent(make_agent)
     messages = s08.open_session(agent, None)
     fake.summary(text(f"<summary>{SUMMARY}</summary>"))
@@ -497,7 +497,7 @@ def test_a_summary_written_ahead_is_paid_for_in_the_sessions_picture(s08, fake, 
 
 
 def test_a_summary_set_aside_is_in_the_sessions_picture_with_why(s08, fake, make_agent):
-    import session_picture
+    from s08_context_compact.command_line import session_picture
     agent = ahead_agent(make_agent)
     messages = s08.open_session(agent, None)
     fake.summary(text(f"<summary>{SUMMARY}</summary>"))
@@ -516,7 +516,7 @@ def test_a_summary_set_aside_is_in_the_sessions_picture_with_why(s08, fake, make
 def test_words_put_in_place_of_withdrawn_ones_are_not_taken_for_the_snapshots(s08, fake, make_agent):
     """The snapshot ended with results and a prompt merged into them; that prompt was taken
     back and another typed: same kinds of block, other words. The summary is set aside."""
-    from turns import add_user_text
+    from s08_context_compact.command_line.turns import add_user_text
     agent = ahead_agent(make_agent)
     fake.summary(text(f"<summary>{SUMMARY}</summary>"), text("<summary>written at the threshold</summary>"))
     messages = notes_read(12)

@@ -9,7 +9,7 @@ import stat
 
 import cli_runner
 from conftest import blocks, cli_env, run_cli
-from fake_anthropic import text, tool_use
+from s08_context_compact.offline.fake_anthropic import text, tool_use
 from test_data_promises import fill, full_disk  # noqa: F401  (a fixture: a small, nearly full disk)
 
 SECRET = "TOP-SECRET-OUTSIDE-THE-WORKSPACE"

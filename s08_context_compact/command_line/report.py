@@ -10,9 +10,9 @@ import difflib
 import json
 import re
 
-from history import blocks_of
-from terminal import counted, format_tokens, one_line, terminal_columns
-from workspace_io import INSTRUCTIONS_TAG
+from ..messages import blocks_of
+from ..basics import counted, format_tokens, one_line, terminal_columns
+from ..basics import INSTRUCTIONS_TAG
 
 
 TOOL_MARK = "●"

@@ -14,12 +14,12 @@ import sys
 import time
 from dataclasses import dataclass, replace
 
-from history import fresh_id
-from overflow import EMPTY_REPLY_OVERFLOW, MIN_CONTEXT_WINDOW, ContextOverflow, context_overflow, learned_window
-from replies import USAGE_KEYS, BadReply, EmptyReply, ErrorEvent, reply_from_body, reply_from_events
-from request_forms import PLAIN_TEXT_NOTE, PLAIN_TEXT_PROOF, plain_text_request, redacted_request
-from terminal import Spinner, StreamedText, one_line
-from tool_input import input_problem
+from ..messages import fresh_id
+from .overflow import EMPTY_REPLY_OVERFLOW, MIN_CONTEXT_WINDOW, ContextOverflow, context_overflow, learned_window
+from .replies import USAGE_KEYS, BadReply, EmptyReply, ErrorEvent, reply_from_body, reply_from_events
+from .request_forms import PLAIN_TEXT_NOTE, PLAIN_TEXT_PROOF, plain_text_request, redacted_request
+from ..basics import Spinner, StreamedText, one_line
+from ..messages import input_problem
 
 
 def lazy_import(name: str):

@@ -17,7 +17,7 @@ input_problem of every reply, and the session log of every block it replays.
 import json
 import re
 
-from terminal import one_line
+from ..basics import one_line
 
 JSON_TYPES = {"string": str, "integer": int, "array": list, "object": dict, "boolean": bool}
 MAX_INPUT_DEPTH = 64                # no tool takes more than 3 levels; Python's recursion ends near 1,000

@@ -28,8 +28,8 @@ import weakref
 from collections import deque
 from dataclasses import dataclass, field, replace
 
-from history import OWN, blocks_of, is_request_block
-from terminal import Spinner
+from ..messages import OWN, blocks_of, is_request_block
+from ..basics import Spinner
 
 RECENT_PASSES = 16       # the steps the lead is measured on
 RECENT_SUMMARIES = 4     # the lead is their upper median: one slow summary does not move every mark after it

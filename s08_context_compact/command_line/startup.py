@@ -14,7 +14,7 @@ import stat
 from pathlib import Path
 from urllib.parse import urlsplit
 
-import endpoint
+from ..endpoint import endpoint
 
 DOTENV_MAX_BYTES = 1_000_000        # a .env is a few lines; this is only a bound on reading one
 TRIMMED = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "MODEL_ID", "ANTHROPIC_BASE_URL")

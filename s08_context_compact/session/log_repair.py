@@ -10,9 +10,9 @@ Machinery the chapter does not need: session_log.py repairs what --resume reads 
 import json
 from collections import Counter
 
-from history import OWN, PROGRAM_FIELDS, blocks_of, fresh_id
-from terminal import counted
-from tool_input import input_problem
+from ..messages import OWN, PROGRAM_FIELDS, blocks_of, fresh_id
+from ..basics import counted
+from ..messages import input_problem
 
 def unanswered(calls: list) -> list:
     return [{"type": "tool_result", "tool_use_id": c["id"], "is_error": True,

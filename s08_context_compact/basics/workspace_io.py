@@ -16,7 +16,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from redaction import REDACTED, Redactor, put_back, redact
+from .redaction import REDACTED, Redactor, put_back, redact
 
 READ_MAX_CHARS = 200_000            # one read_file call returns at most this much
 READ_MAX_LINE_CHARS = 2_000         # minified files: cut single lines, not whole reads
@@ -56,7 +56,7 @@ def inside_workspace(workdir: Path, path: str) -> Path | None:
 
 
 OWN_FOLDERS = (".transcripts", ".task_outputs")  # the program's: the model's tools do not write there
-PROGRAM = Path(__file__).resolve().parent  # the program's code: code.py and the modules beside it
+PROGRAM = Path(__file__).resolve().parent.parent  # the program's code: code.py and the folders beside it
 OWN_DOTENV = PROGRAM.parent / ".env"       # the program's own settings and key
 DOTENV_EXAMPLE = PROGRAM.parent / ".env.example"
 

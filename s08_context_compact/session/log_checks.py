@@ -25,7 +25,7 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-from workspace_io import file_kind
+from ..basics import file_kind
 
 try:
     import fcntl  # one program at a time makes the key anew

@@ -44,7 +44,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from log_checks import key_file
+from ..session import key_file
 
 try:
     import fcntl  # a reflink is asked for with an ioctl

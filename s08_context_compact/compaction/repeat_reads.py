@@ -6,7 +6,7 @@ Machinery the chapter does not need: the read_file tool asks repeat_read_stub() 
 reading, and the agent loop passes the history through true_stubs() before each call.
 """
 
-from history import OWN, blocks_of, replace_result
+from ..messages import OWN, blocks_of, replace_result
 
 
 def still_in_context(messages: list, tool_use_id: str) -> bool:

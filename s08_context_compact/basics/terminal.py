@@ -18,7 +18,7 @@ import unicodedata
 import warnings
 from pathlib import Path
 
-from redaction import redact
+from .redaction import redact
 
 
 SPINNER_FRAMES = "|/-\\"

@@ -20,10 +20,10 @@ from pathlib import Path
 
 import anthropic
 
-from fake_anthropic import FakeAnthropic, error, server_error, text, tool_use
-from report import TOOL_MARK
-from session_picture import report_line
-from terminal import STYLES, cut_to_width, format_tokens, printable, terminal_columns
+from .fake_anthropic import FakeAnthropic, error, server_error, text, tool_use
+from ..command_line import TOOL_MARK
+from ..command_line import report_line
+from ..basics import STYLES, cut_to_width, format_tokens, printable, terminal_columns
 
 WINDOW = 12_000
 SCRIPTED = "(scripted) "

@@ -14,9 +14,9 @@ import tempfile
 import threading
 from pathlib import Path
 
-from redaction import SECRET_NAME, Redactor
-from sandbox import Sandbox
-from workspace_io import output_names, own_folder
+from ..basics import SECRET_NAME, Redactor
+from .sandbox import Sandbox
+from ..basics import output_names, own_folder
 
 BASH_OUTPUT_HEAD = 200_000          # characters of command output kept in memory...
 BASH_OUTPUT_TAIL = 20_000           # ...plus the last ones, so errors at the end survive

@@ -13,7 +13,7 @@ what a layer decides stays in code.py.
 
 import re
 
-from terminal import one_line
+from ..basics import one_line
 
 OWN = "_s08"  # on a block the program wrote: its kind ("snip", "placeholder", ...)
 # The fields the program puts on the blocks it wrote, with their types; stripped before sending.

@@ -15,9 +15,9 @@ keeps what extract_summary finds, and raises SummaryError when there is none.
 import json
 import re
 
-from history import NO_REPLY, OWN, own_text
-from surrogates import HALF_ESCAPE, shown_so_far, well_formed, well_formed_deep
-from terminal import one_line
+from ..messages import NO_REPLY, OWN, own_text
+from ..basics import HALF_ESCAPE, shown_so_far, well_formed, well_formed_deep
+from ..basics import one_line
 
 
 class BadReply(Exception):

@@ -22,9 +22,9 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from log_checks import key_file
-from terminal import history_file
-from workspace_io import OWN_DOTENV, OWN_FOLDERS, own_folder, program_places
+from ..session import key_file
+from ..basics import history_file
+from ..basics import OWN_DOTENV, OWN_FOLDERS, own_folder, program_places
 
 # Under $HOME: where keys, tokens and passwords live, and the shells' histories (a typed
 # password, an exported token). Each is replaced by an empty folder or file inside.

@@ -11,7 +11,7 @@ import hashlib
 import re
 from pathlib import Path
 
-from workspace_io import inside_workspace
+from ..basics import inside_workspace
 
 MAX_WRITTEN_LISTED = 60              # paths in the line of files written
 FAILURE_TAIL_CHARS = 800            # the end of the latest failed command's output, put back after a summary

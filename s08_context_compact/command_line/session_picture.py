@@ -16,11 +16,11 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from log_checks import trusted_lines
-from report import LAYER_VERBS, billed_input
-from session_log import log_lines, records_of
-from terminal import format_tokens, printable
-from workspace_io import open_regular
+from ..session import trusted_lines
+from .report import LAYER_VERBS, billed_input
+from ..session import log_lines, records_of
+from ..basics import format_tokens, printable
+from ..basics import open_regular
 
 MAX_POINTS = 1_500          # calls drawn one by one; more are drawn in groups (the peak of each)
 MAX_TICKS = 400             # prompt ticks; more prompts share a tick

@@ -21,13 +21,13 @@ import uuid
 from collections import Counter
 from pathlib import Path
 
-from history import last_reply_text
-from log_checks import Chain, trusted_lines, without_check
-from log_repair import repair_history, what_was_repaired
-from redaction import Redactor
-from surrogates import HALF_ESCAPE, well_formed, well_formed_deep
-from terminal import counted, cut_to_width, display_width, one_line, printable
-from workspace_io import file_kind, open_log, open_regular
+from ..messages import last_reply_text
+from .log_checks import Chain, trusted_lines, without_check
+from .log_repair import repair_history, what_was_repaired
+from ..basics import Redactor
+from ..basics import HALF_ESCAPE, well_formed, well_formed_deep
+from ..basics import counted, cut_to_width, display_width, one_line, printable
+from ..basics import file_kind, open_log, open_regular
 
 try:
     import fcntl  # a lock on the log, so two programs never append to one session

@@ -7,7 +7,7 @@ Machinery the chapter does not need: endpoint.py's send_request puts every reque
 through redacted_request, and tries plain_text_request after an empty reply.
 """
 
-from history import result_text
+from ..messages import result_text
 
 SIGNED = ("thinking", "redacted_thinking")  # blocks the endpoint signed: they go back exactly as it sent them
 

@@ -1,0 +1,9 @@
+"""Start-up, the arguments, a turn's reports, the lines that report the work, a session's picture.
+
+What the rest of the program may use from this folder."""
+
+from .cli import configure, run, say_what_start_up_found
+from .report import TOOL_MARK, layer_line, show_tool_call, show_tool_result
+from .session_picture import report_line
+from .turns import (add_prompt, park_oversized_request, record_interruption, report_command,
+                    show_status, turn_failed)

@@ -1,0 +1,9 @@
+"""Talking to the endpoint: requests, retries, streaming, replies, and a prompt that did not fit.
+
+What the rest of the program may use from this folder."""
+
+from .endpoint import (CONNECT_TIMEOUT, DEFAULT_WINDOW_SOURCE, IDLE_TIMEOUT, RETRY_BASE_SECONDS,
+                       api_error_text, api_failures, count_tokens, discover_endpoint, Endpoint,
+                       explain_api_error, make_client, make_reply_sendable, model_reply)
+from .overflow import ContextOverflow
+from .replies import extract_summary, SummaryError

@@ -1,0 +1,7 @@
+"""The session log: its lines, their checks, and repairing a log to resume it.
+
+What the rest of the program may use from this folder."""
+
+from .log_checks import key_file, trusted_lines
+from .session_log import (TRANSCRIPT_DIR, find_session, list_sessions, log_lines, logged_endpoint,
+                          open_session, records_of, SessionRefused)
