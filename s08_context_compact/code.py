@@ -39,9 +39,9 @@ if not __package__:  # Run as a script, Python put this folder first on sys.path
     spec.loader.exec_module(sys.modules.setdefault(spec.name, util.module_from_spec(spec)))
 
 from s08_context_compact.basics import (
-    discover_skills, edit_file, glob_files, holds_exactly, inside_workspace, one_line, output_names,
-    own_folder, path_risk, read_lines, redact, Redactor, say, Spinner, start_repl, terminal_confirm,
-    ToolError, well_formed, write_file)
+    OWN_SKILLS, PROMPTS_DIR, TOOL_RESULTS_DIR, TRANSCRIPT_DIR, discover_skills, edit_file, glob_files,
+    holds_exactly, inside_workspace, one_line, output_names, own_folder, path_risk, read_lines, redact,
+    Redactor, say, Spinner, ToolError, well_formed, write_file)
 from s08_context_compact.messages import (
     OWN, append_message, blocks_of, check_tool_input, cut_long_texts, is_request_block,
     is_tool_result_message, last_reply_text, own_text, park_oversized_inputs, paths_read,
@@ -53,10 +53,11 @@ from s08_context_compact.endpoint import (
 from s08_context_compact.compaction import (
     Ledger, ledger_hooks, repeat_read_stub, short_hash, SummaryAhead, true_stubs)
 from s08_context_compact.safety import command_risks, run_command, Sandbox, Undo, undo_hooks
-from s08_context_compact.session import TRANSCRIPT_DIR, open_session
+from s08_context_compact.session import open_session
 from s08_context_compact.command_line import (
     add_prompt, configure, layer_line, park_oversized_request, record_interruption, report_command,
-    run, say_what_start_up_found, show_status, show_tool_call, show_tool_result, turn_failed)
+    run, say_what_start_up_found, show_status, show_tool_call, show_tool_result, start_repl,
+    terminal_confirm, turn_failed)
 
 
 # ==== PART 1: THE CHAPTER =========================================================================
@@ -102,7 +103,6 @@ LEDGER_TOKENS = 2_000               # the fact ledger re-injected after compacti
 MAX_REACTIVE_RETRIES = 1            # in a row: refused again at once, nothing learned: turn ends
 REACTIVE_TAIL_SHARE = 0.25          # reactive_compact keeps recent messages up to this share
 # what the layers write, and how the program marks its own blocks
-TOOL_RESULTS_DIR = ".task_outputs/tool-results"
 COMPACT_MARKER = "[Compacted"       # text our own messages start with, so they are
 SNIP_MARKER = "[Snipped"            # never mistaken for the user's request
 REACTIVE_MARKER = "[Reactive compact"
@@ -362,7 +362,7 @@ class Store:
                                            redact(text, self.secrets)))
 
     def save_prompt(self, text: str) -> Path:
-        return self.wrote(save_tool_output(own_folder(self.workdir, ".task_outputs/prompts"),
+        return self.wrote(save_tool_output(own_folder(self.workdir, PROMPTS_DIR),
                                            f"prompt-{uuid.uuid4().hex[:8]}", redact(text, self.secrets)))
 
     def save_messages(self, messages: list, kind: str, footer: dict | None = None) -> Path:
@@ -1384,7 +1384,7 @@ def main(argv=None) -> int:
         return demo.run(sys.modules[__name__], pause=config.pause)
     settings = replace(Settings.for_window(config.model, config.endpoint.window, config.compaction.get("compact_at", 0)),
                        idle_timeout=config.idle_timeout, cache_ttl=config.cache_ttl, **config.compaction)
-    skills = discover_skills([config.workdir / "skills", Path(__file__).resolve().parent / "skills"],
+    skills = discover_skills([config.workdir / "skills", OWN_SKILLS],
                              warn=config.notes.append)  # a skill skipped is said after the banner
     agent = Agent(client=config.client, settings=settings, workdir=config.workdir, skills=skills,
                   tools=config.sandbox.tools(TOOLS), sandbox=config.sandbox, endpoint=config.endpoint,

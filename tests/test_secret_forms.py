@@ -225,7 +225,7 @@ def test_a_preview_on_screen_is_redacted_even_where_it_is_cut(s08, make_agent):
 
 def test_the_history_file_keeps_no_form_of_a_secret(tmp_path):
     readline = pytest.importorskip("readline")
-    from s08_context_compact.basics.terminal import save_history
+    from s08_context_compact.command_line.repl import save_history
     readline.clear_history()
     for secret in (QUOTED, TABBED, CHINESE, PLAIN):
         readline.add_history(f"remember {json.dumps(secret)} and {secret}")

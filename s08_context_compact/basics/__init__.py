@@ -2,12 +2,14 @@
 
 What the rest of the program may use from this folder."""
 
+from .places import (DOTENV_EXAMPLE, OWN_DOTENV, OWN_FOLDERS, OWN_SKILLS, PROGRAM, PROMPTS_DIR,
+                     TASK_OUTPUTS_DIR,                      TOOL_RESULTS_DIR, TRANSCRIPT_DIR, history_file, key_file, state_folder,
+                     undo_folder)
 from .redaction import REDACTED, SECRET_NAME, redact, Redactor, secret_values
 from .surrogates import HALF_ESCAPE, shown_so_far, well_formed, well_formed_deep
-from .terminal import (HELP, STYLES, banner, counted, cut_to_width, display_width, format_tokens,
-                       history_file, one_line, printable, say, Spinner, start_repl, StreamedText,
-                       terminal_columns, terminal_confirm, WarningsOnce)
-from .workspace_io import (INSTRUCTIONS_TAG, OWN_DOTENV, OWN_FOLDERS, discover_skills, edit_file,
+from .terminal import (STYLES, counted, cut_to_width, display_width, format_tokens, one_line,
+                       printable, say, Spinner, StreamedText, terminal_columns, WarningsOnce, wrapped)
+from .workspace_io import (INSTRUCTIONS_TAG, discover_skills, edit_file,
                            file_kind, glob_files, holds_exactly, in_own_folder, inside_workspace,
                            open_log, open_regular, output_names, own_folder, path_risk,
                            program_places, project_instructions, read_lines, resolved, ToolError,

@@ -1,6 +1,6 @@
-"""The terminal: what the person sees and types. Lines fitted to the terminal's width,
-the spinner, the model's text wrapped as it streams, the REPL with its pastes and history
-file. (What the lines say about the work is report.py's.)
+"""The terminal: what the person sees. Lines fitted to the terminal's width, the spinner,
+the model's text wrapped as it streams. (What the lines say about the work is
+command_line/report.py's; the prompt the person types at is command_line/repl.py's.)
 
 Machinery the chapter does not need: code.py says what happened (agent.say) and this
 module decides how it looks. Nothing reaches the screen as it came: control characters in
@@ -8,17 +8,12 @@ file contents, command output, file names or the model's text are shown, not obe
 (printable).
 """
 
-import os
 import re
 import shutil
-import sys
 import threading
 import time
 import unicodedata
 import warnings
-from pathlib import Path
-
-from .redaction import redact
 
 
 SPINNER_FRAMES = "|/-\\"
@@ -190,20 +185,6 @@ def format_tokens(n: int) -> str:
     return f"{n / 1000:.1f}k" if abs(n) >= 1000 else str(n)
 
 
-HELP = """Commands:
-  /compact [focus]  summarize the conversation now; the focus text steers the summary
-  /context          what fills the context, and how close it is to auto-compact
-  /clear            start a new conversation (the session log keeps the old one)
-  /undo, /redo      put back the files your last request changed; /redo undoes that
-  /report           a picture of this session (an HTML page): the context, each layer, the cost
-  /help             this text
-  /exit, q          leave (so do /quit, exit, quit, Ctrl-D and Ctrl-C twice)
-Ctrl-C stops the model or a tool and returns here; the conversation is kept.
-A paste of several lines is one message; so is a block typed between two lines of \"\"\".
-Run with --list to see this folder's sessions, --resume [ID] to continue one,
---report [ID] to picture one."""
-
-
 def say(agent, text: str, style: str = "", cut: bool = False) -> None:
     """Tell the user something. On a terminal each line fits its width: cut to one line
     (a preview) when cut, else wrapped at word boundaries."""
@@ -276,176 +257,3 @@ class StreamedText:
     def text(self) -> str:
         """What was streamed, as far as it was shown."""
         return "".join(self.shown)
-
-
-def read_line(interactive: bool, prompt: str = "s08 >> ") -> str | None:
-    if interactive:
-        return input(prompt)
-    line = sys.stdin.readline()
-    return line.removesuffix("\n") if line else None
-
-
-def read_message(interactive: bool) -> str | None:
-    """One message: a line, or several. A paste arrives whole where the terminal marks
-    pastes (bracketed paste, start_repl turns it on). Elsewhere a line of three double
-    quotes starts a block that the next such line ends, and a line ending in a backslash
-    goes on to the next."""
-    readline = sys.modules.get("readline") if interactive else None
-    first = readline.get_current_history_length() if readline else 0
-    line = read_line(interactive)
-    if line is not None and line.strip() == '"""':
-        block = []
-        while (more := read_more(interactive)) is not None and more.strip() != '"""':
-            block.append(more)
-        line = "\n".join(block)
-    else:
-        while line is not None and line.endswith("\\"):
-            more = read_more(interactive)
-            line = line[:-1] + ("" if more is None else "\n" + more)
-            if more is None:
-                break
-    if readline and readline.get_current_history_length() > first + 1:  # one entry for the message, not a line each
-        for index in reversed(range(first, readline.get_current_history_length())):
-            readline.remove_history_item(index)
-        readline.add_history(line)
-    return line
-
-
-def read_more(interactive: bool) -> str | None:
-    """The next line of a message of several lines; None at the end of input (Ctrl-D ends the message)."""
-    try:
-        return read_line(interactive, "... ")
-    except EOFError:
-        return None
-
-
-def repl(agent, interactive: bool, messages: list, take_line) -> int:
-    """Read messages and hand each to take_line(agent, messages, line), which says whether it
-    went well; return the exit code. Piped input ends with 1 if a turn ended in an API
-    error, so a script can tell. Leaving on a terminal, by a word, Ctrl-D, Ctrl-C twice or
-    SIGTERM, says how to come back."""
-    try:
-        code = read_and_take(agent, interactive, messages, take_line)
-    except BaseException as leaving:  # SIGTERM or SIGHUP: cli.py says it, with this note
-        if interactive and not isinstance(leaving, KeyboardInterrupt) and agent.log and agent.log.resume_command():
-            note = f"To come back to this session later: {agent.log.resume_command()}"
-            leaving.__notes__ = [*getattr(leaving, "__notes__", []), note]  # add_note(), which Python 3.10 lacks
-        raise
-    if interactive and agent.log and agent.log.resume_command():
-        agent.say("To come back to this session later:", "dim")
-        agent.out(f"  {agent.log.resume_command()}")  # one line however narrow the terminal: copied whole
-    return code
-
-
-def read_and_take(agent, interactive: bool, messages: list, take_line) -> int:
-    interrupts, failed = 0, False
-    while True:
-        try:
-            line = read_message(interactive)
-        except EOFError:
-            line = None
-            if interactive and "readline" not in sys.modules:
-                agent.out("")  # end the prompt's line (readline does it itself), so the shell's prompt starts on its own
-        except KeyboardInterrupt:
-            interrupts += 1
-            if interrupts >= 2:
-                line = None
-                agent.out("")
-            else:
-                agent.say("\n(press Ctrl-C again, or type q, to quit)")
-                continue
-        if line is None or line.strip() in ("q", "exit", "quit") or line.split()[:1] in (["/exit"], ["/quit"]):
-            return 1 if failed and not interactive else 0
-        interrupts = 0
-        if line.strip() and not take_line(agent, messages, line.strip()):
-            failed = True
-
-
-def terminal_confirm(interactive: bool):
-    def confirm(question: str) -> tuple:
-        if not interactive:
-            return False, "no one could confirm it (standard input is not a terminal)"
-        # wrapped between words like every other line; input() shows the last one
-        *above, last = wrapped(f"{printable(question)} [y/N]", shutil.get_terminal_size().columns - 1)
-        try:  # Ctrl-C here cancels the turn, as anywhere else (use_tools answers the call as interrupted)
-            if above:
-                print("\n".join(above))
-            answer = answer_without_history(f"{last} ").strip().lower()
-        except EOFError:
-            answer = ""
-        return (True, "") if answer in ("y", "yes") else (False, "the user said no")
-    return confirm
-
-
-def answer_without_history(question: str) -> str:
-    """input() with the prompt history out of reach: the up arrow must never bring back an
-    earlier "y" to a question that may delete files, and the answer is no prompt to keep."""
-    readline = sys.modules.get("readline")  # loaded by start_repl on a terminal, if there is one
-    if readline is None:
-        return input(question)
-    kept = [readline.get_history_item(n) for n in range(1, readline.get_current_history_length() + 1)]
-    readline.clear_history()
-    try:
-        return input(question)
-    finally:
-        readline.clear_history()
-        for item in kept:
-            readline.add_history(item)
-
-
-def history_file() -> Path | None:
-    """Where the prompts typed are kept between runs (the up arrow finds them): ~/.s08_history,
-    or the file S08_HISTORY names; S08_HISTORY=off keeps none."""
-    setting = os.getenv("S08_HISTORY", "").strip()
-    if setting.lower() in ("off", "0", "no", "false"):
-        return None
-    try:
-        return Path(setting).expanduser() if setting else Path.home() / ".s08_history"
-    except RuntimeError:  # no home directory to expand: keep no history rather than fail
-        return None
-
-
-def start_repl(agent, interactive: bool, messages: list, take_line) -> int:
-    if not interactive:
-        return repl(agent, interactive, messages, take_line)
-    try:
-        import readline  # arrow keys, history and whole pastes at the prompt
-    except ImportError:  # Windows has no readline: a plain prompt
-        return repl(agent, interactive, messages, take_line)
-    readline.parse_and_bind("set enable-bracketed-paste on")  # a paste of many lines is one message
-    readline.parse_and_bind("set enable-active-region off")  # ...without showing it in reverse video
-    path = history_file()
-    try:
-        if path and path.is_file():
-            readline.read_history_file(path)
-    except OSError as err:
-        agent.say(f"[history] cannot read {path} ({err}); set S08_HISTORY=off to keep none.")
-    try:
-        return repl(agent, interactive, messages, take_line)
-    finally:
-        if path:
-            save_history(readline, path, agent.secrets)
-
-
-def banner(agent) -> None:
-    sandbox = ("on" if agent.sandbox.network else "on, no network") if agent.sandbox.on else "off"
-    agent.say(f"s08 context compact · {agent.settings.model} · window {agent.settings.window:,} tokens · "
-              f"workspace {agent.workdir} · sandbox {sandbox}\n"
-              "Type /help for commands, q to quit.")
-
-
-def save_history(readline, path: Path, secrets) -> None:
-    """Keep the last 1,000 one-line prompts, with any secret redacted and the file readable by its
-    owner only."""
-    for index in reversed(range(readline.get_current_history_length())):
-        item = readline.get_history_item(index + 1) or ""
-        if "\n" in item:  # the file holds a line an entry: a paste of several lines would come back in pieces
-            readline.remove_history_item(index)
-        elif (clean := redact(item, secrets)) != item:
-            readline.replace_history_item(index, clean)
-    readline.set_history_length(1000)
-    try:
-        readline.write_history_file(path)
-        path.chmod(0o600)
-    except OSError:
-        pass  # a read-only home: the session itself is saved in .transcripts/

@@ -16,6 +16,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from .places import DOTENV_EXAMPLE, OWN_DOTENV, OWN_FOLDERS, PROGRAM
 from .redaction import REDACTED, Redactor, put_back, redact
 
 READ_MAX_CHARS = 200_000            # one read_file call returns at most this much
@@ -42,9 +43,11 @@ def resolved(path: Path) -> Path | None:
     """The path with every link followed; None when that cannot be done: a loop of links
     (which a cloned repository may hold), a name too long, a NUL."""
     try:
-        return path.resolve()
+        real = path.resolve()
     except (RuntimeError, OSError, ValueError):  # RuntimeError: the loop, on Python before 3.13
         return None
+    # From Python 3.13 a loop is no error: the link that could not be followed stays in the path.
+    return None if any(os.path.islink(part) for part in (real, *real.parents)) else real
 
 
 def inside_workspace(workdir: Path, path: str) -> Path | None:
@@ -55,10 +58,6 @@ def inside_workspace(workdir: Path, path: str) -> Path | None:
     return target if target is not None and (target == root or target.is_relative_to(root)) else None
 
 
-OWN_FOLDERS = (".transcripts", ".task_outputs")  # the program's: the model's tools do not write there
-PROGRAM = Path(__file__).resolve().parent.parent  # the program's code: code.py and the folders beside it
-OWN_DOTENV = PROGRAM.parent / ".env"       # the program's own settings and key
-DOTENV_EXAMPLE = PROGRAM.parent / ".env.example"
 
 
 @functools.cache  # the same for the whole run: the permission check asks it at every write

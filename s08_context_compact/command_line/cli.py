@@ -21,14 +21,14 @@ if sys.version_info < (3, 10):  # before the modules below, which a Python this 
 
 from ..endpoint import (CONNECT_TIMEOUT, DEFAULT_WINDOW_SOURCE, IDLE_TIMEOUT, Endpoint, discover_endpoint,
                       make_client)
-from ..basics import Redactor, secret_values
+from ..basics import (OWN_DOTENV, PROGRAM, printable, project_instructions, Redactor,
+                      secret_values, WarningsOnce)
 from ..safety import Sandbox, find_sandbox, start_up_line
 from ..session import SessionRefused, find_session, list_sessions, logged_endpoint
 from .session_picture import report_line
 from .startup import (StartupError, base_url_setting, check_credentials, check_model, keep_keys_home,
                      load_dotenv_files, tidy_settings, trusted_own)
-from ..basics import WarningsOnce, banner, printable
-from ..basics import project_instructions
+from .repl import banner
 
 
 SETUP_HELP = """{problem}
@@ -48,7 +48,7 @@ MISSING_LINES = {"key": "    ANTHROPIC_API_KEY=<your key>   (or ANTHROPIC_AUTH_T
 
 
 def dotenv_paths() -> list:
-    return [Path.cwd() / ".env", Path(__file__).resolve().parents[2] / ".env"]
+    return [Path.cwd() / ".env", OWN_DOTENV]
 
 
 def missing_settings(dotenv_found: dict) -> str:
@@ -175,7 +175,7 @@ def configure(argv) -> Config | int:
     """The configuration, or an exit code once --list (or a mistake, explained) has been dealt with."""
     args = parse_arguments(argv)
     if (args.demo or not (args.list or args.report)) and (missing := missing_requirements()):
-        root = Path(__file__).resolve().parents[2]
+        root = PROGRAM.parent
         print(INSTALL_HELP.format(python=sys.executable, missing=" and ".join(missing), root=root,
                                   make_venv="" if (root / ".venv").is_dir() else "python3 -m venv .venv && "),
               file=sys.stderr)

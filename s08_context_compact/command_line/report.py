@@ -11,8 +11,7 @@ import json
 import re
 
 from ..messages import blocks_of
-from ..basics import counted, format_tokens, one_line, terminal_columns
-from ..basics import INSTRUCTIONS_TAG
+from ..basics import INSTRUCTIONS_TAG, counted, format_tokens, one_line, terminal_columns
 
 
 TOOL_MARK = "●"

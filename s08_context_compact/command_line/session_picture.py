@@ -16,11 +16,9 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..session import trusted_lines
+from ..session import log_lines, records_of, trusted_lines
 from .report import LAYER_VERBS, billed_input
-from ..session import log_lines, records_of
-from ..basics import format_tokens, printable
-from ..basics import open_regular
+from ..basics import format_tokens, open_regular, printable
 
 MAX_POINTS = 1_500          # calls drawn one by one; more are drawn in groups (the peak of each)
 MAX_TICKS = 400             # prompt ticks; more prompts share a tick

@@ -10,13 +10,13 @@ Machinery the chapter does not need: code.py's take_turn and handle_command call
 around the parts that teach (the hooks, the loop, /compact and /clear).
 """
 
-from ..endpoint import explain_api_error
-from ..messages import append_message, blocks_of, own_text, replace_history, with_text
-from ..endpoint import ContextOverflow
+from ..endpoint import ContextOverflow, explain_api_error
+from ..messages import (append_message, blocks_of, own_text, park_oversized_inputs,
+                        replace_history, with_text)
 from .report import context_report, status_line
 from .session_picture import report_line
-from ..basics import HELP, printable
-from ..messages import park_oversized_inputs
+from ..basics import printable
+from .repl import HELP
 
 
 def add_prompt(agent, messages: list, prompt: str, tokens: int) -> dict | None:

@@ -14,12 +14,11 @@ import sys
 import time
 from dataclasses import dataclass, replace
 
-from ..messages import fresh_id
+from ..messages import fresh_id, input_problem
 from .overflow import EMPTY_REPLY_OVERFLOW, MIN_CONTEXT_WINDOW, ContextOverflow, context_overflow, learned_window
 from .replies import USAGE_KEYS, BadReply, EmptyReply, ErrorEvent, reply_from_body, reply_from_events
 from .request_forms import PLAIN_TEXT_NOTE, PLAIN_TEXT_PROOF, plain_text_request, redacted_request
 from ..basics import Spinner, StreamedText, one_line
-from ..messages import input_problem
 
 
 def lazy_import(name: str):

@@ -16,8 +16,7 @@ import json
 import re
 
 from ..messages import NO_REPLY, OWN, own_text
-from ..basics import HALF_ESCAPE, shown_so_far, well_formed, well_formed_deep
-from ..basics import one_line
+from ..basics import HALF_ESCAPE, one_line, shown_so_far, well_formed, well_formed_deep
 
 
 class BadReply(Exception):

@@ -21,9 +21,8 @@ from pathlib import Path
 import anthropic
 
 from .fake_anthropic import FakeAnthropic, error, server_error, text, tool_use
-from ..command_line import TOOL_MARK
-from ..command_line import report_line
-from ..basics import STYLES, cut_to_width, format_tokens, printable, terminal_columns
+from ..command_line import TOOL_MARK, report_line
+from ..basics import OWN_FOLDERS, TASK_OUTPUTS_DIR, TRANSCRIPT_DIR, STYLES, cut_to_width, format_tokens, printable, terminal_columns
 
 WINDOW = 12_000
 SCRIPTED = "(scripted) "
@@ -172,7 +171,7 @@ def shape(unit: list) -> list:
 
 
 def files_under(workspace: Path) -> set:
-    return {p for d in (".transcripts", ".task_outputs") for p in (workspace / d).rglob("*") if p.is_file()}
+    return {p for d in OWN_FOLDERS for p in (workspace / d).rglob("*") if p.is_file()}
 
 
 def run(code, pause: bool) -> int:
@@ -204,10 +203,10 @@ def run(code, pause: bool) -> int:
             agent.out.flush()
             if pause and number < len(STEPS):
                 input("Press Enter for the next step... ")
-    outputs = list((workspace / ".task_outputs").rglob("*.txt"))
-    transcripts = list((workspace / ".transcripts").glob("*.jsonl"))
-    say(f"\nDone. The demo wrote {len(transcripts)} transcripts to {workspace / '.transcripts'} and "
-        f"{len(outputs)} saved tool outputs to {workspace / '.task_outputs'}.\n"
+    outputs = list((workspace / TASK_OUTPUTS_DIR).rglob("*.txt"))
+    transcripts = list((workspace / TRANSCRIPT_DIR).glob("*.jsonl"))
+    say(f"\nDone. The demo wrote {len(transcripts)} transcripts to {workspace / TRANSCRIPT_DIR} and "
+        f"{len(outputs)} saved tool outputs to {workspace / TASK_OUTPUTS_DIR}.\n"
         f"The session log is {agent.log.path}. Open them to see what each layer removed, and where it went.",
         "title")
     said, address = report_line(agent.log.path)

@@ -19,9 +19,8 @@ from pathlib import Path
 from .command_kinds import (DELETES, CHANGES, COPIES, COPY_VALUES, COPY_WALK_LIMIT, OUTPUT_OPTIONS, SHELLS,
                            CODE_FLAGS, INTERPRETER, LANGUAGE, RISKY_CODE, QUOTED_PATH, PATTERN_FIRST,
                            TEXT_ONLY, WRAPPERS, STDIN_NAMES, IN_PLACE_EDITORS, KEYWORDS)
-from ..basics import REDACTED
+from ..basics import REDACTED, in_own_folder, resolved
 from .shell_words import Lexer, Word, make_word, simple_commands
-from ..basics import in_own_folder, resolved
 
 # Refused outright, whatever anyone answers: these are never part of a coding task.
 DENY_PATTERNS = [r"\brm\s+-[a-zA-Z]*r[a-zA-Z]*f?\s+(/|~|\$HOME)(\s|$)", r"\bsudo\b", r"\bmkfs",

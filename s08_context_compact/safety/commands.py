@@ -14,9 +14,8 @@ import tempfile
 import threading
 from pathlib import Path
 
-from ..basics import SECRET_NAME, Redactor
+from ..basics import SECRET_NAME, output_names, own_folder, Redactor
 from .sandbox import Sandbox
-from ..basics import output_names, own_folder
 
 BASH_OUTPUT_HEAD = 200_000          # characters of command output kept in memory...
 BASH_OUTPUT_TAIL = 20_000           # ...plus the last ones, so errors at the end survive

@@ -22,9 +22,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..session import key_file
-from ..basics import history_file
-from ..basics import OWN_DOTENV, OWN_FOLDERS, own_folder, program_places
+from ..basics import OWN_DOTENV, OWN_FOLDERS, history_file, own_folder, program_places, state_folder
 
 # Under $HOME: where keys, tokens and passwords live, and the shells' histories (a typed
 # password, an exported token). Each is replaced by an empty folder or file inside.
@@ -164,7 +162,7 @@ class Sandbox:
         program's key, and none may write the settings the next start reads."""
         home = Path.home()
         files = [history_file(), os.getenv("HISTFILE")]  # named by settings: files only, never /usr
-        places = [home / name for name in CREDENTIALS] + [key_file().parent, *AGENTS, runtime_folder()] \
+        places = [home / name for name in CREDENTIALS] + [state_folder(), *AGENTS, runtime_folder()] \
             + [f for f in files if f and os.path.isfile(f)] + moved_credentials()
         found = {own_env_place(self.own_env, work)} - {None}
         for place in filter(None, places):

@@ -44,7 +44,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from ..session import key_file
+from ..basics import OWN_FOLDERS, undo_folder
 
 try:
     import fcntl  # a reflink is asked for with an ioctl
@@ -52,7 +52,7 @@ except ImportError:  # Windows: plain copies
     fcntl = None
 
 CHANGES_FILES = ("write_file", "edit_file", "bash", "task")
-SKIPPED = {".git", ".transcripts", ".task_outputs", "node_modules", ".venv", "venv", "__pycache__",
+SKIPPED = {".git", *OWN_FOLDERS, "node_modules", ".venv", "venv", "__pycache__",
            ".pytest_cache", ".mypy_cache", ".ruff_cache", ".tox", ".hypothesis"}
 MAX_FILE_BYTES = 20_000_000
 MAX_FILES = 50_000
@@ -193,7 +193,7 @@ class Undo:
     def folder(self) -> Path:
         """This run's folder of copies (made, readable by you only, with the first copy)."""
         if self.store is None:
-            base = key_file().parent / "undo"
+            base = undo_folder()
             base.mkdir(parents=True, exist_ok=True, mode=0o700)
             for old in base.iterdir():  # a run that was killed left its copies: a day later they go
                 stale = time.time() - old.stat().st_mtime > STALE_SECONDS

@@ -2,6 +2,6 @@
 
 What the rest of the program may use from this folder."""
 
-from .log_checks import key_file, trusted_lines
-from .session_log import (TRANSCRIPT_DIR, find_session, list_sessions, log_lines, logged_endpoint,
+from .log_checks import trusted_lines
+from .session_log import (find_session, list_sessions, log_lines, logged_endpoint,
                           open_session, records_of, SessionRefused)

@@ -25,7 +25,7 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-from ..basics import file_kind
+from ..basics import file_kind, key_file
 
 try:
     import fcntl  # one program at a time makes the key anew
@@ -40,12 +40,6 @@ KEY_BYTES = 32
 # bigger. Logs written before carry 128 bits, still verified as they were written.
 CHECK_CHARS = 16
 CHECK_LENGTHS = (CHECK_CHARS, 32)
-
-
-def key_file() -> Path:
-    """Where the key lives: $XDG_STATE_HOME/s08/log-key, else ~/.local/state/s08/log-key."""
-    state = os.environ.get("XDG_STATE_HOME") or os.path.join(Path.home(), ".local", "state")
-    return Path(state) / "s08" / "log-key"
 
 
 def log_key(create: bool) -> tuple:
@@ -106,7 +100,7 @@ def new_key(path: Path) -> bytes:
         except (FileNotFoundError, ValueError):
             pass  # still missing or damaged: this program makes it
         key = secrets.token_bytes(KEY_BYTES)
-        aside = path.with_name(f".log-key-{os.getpid()}-{secrets.token_hex(4)}")
+        aside = path.with_name(f".{path.name}-{os.getpid()}-{secrets.token_hex(4)}")
         fd = os.open(aside, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         try:
             with open(fd, "w") as f:
@@ -129,7 +123,7 @@ def key_lock(path: Path, wait: float = LOCK_SECONDS):
     if fcntl is None:
         yield
         return
-    fd = os.open(path.with_name(".log-key.lock"), os.O_WRONLY | os.O_CREAT, 0o600)
+    fd = os.open(path.with_name(f".{path.name}.lock"), os.O_WRONLY | os.O_CREAT, 0o600)
     try:
         deadline = time.monotonic() + wait
         while True:

@@ -10,9 +10,8 @@ Machinery the chapter does not need: session_log.py repairs what --resume reads 
 import json
 from collections import Counter
 
-from ..messages import OWN, PROGRAM_FIELDS, blocks_of, fresh_id
+from ..messages import OWN, PROGRAM_FIELDS, blocks_of, fresh_id, input_problem
 from ..basics import counted
-from ..messages import input_problem
 
 def unanswered(calls: list) -> list:
     return [{"type": "tool_result", "tool_use_id": c["id"], "is_error": True,

@@ -24,17 +24,15 @@ from pathlib import Path
 from ..messages import last_reply_text
 from .log_checks import Chain, trusted_lines, without_check
 from .log_repair import repair_history, what_was_repaired
-from ..basics import Redactor
-from ..basics import HALF_ESCAPE, well_formed, well_formed_deep
-from ..basics import counted, cut_to_width, display_width, one_line, printable
-from ..basics import file_kind, open_log, open_regular
+from ..basics import (HALF_ESCAPE, TRANSCRIPT_DIR, counted, cut_to_width, display_width, file_kind,
+                      one_line, open_log, open_regular, printable, Redactor, well_formed,
+                      well_formed_deep)
 
 try:
     import fcntl  # a lock on the log, so two programs never append to one session
 except ImportError:  # Windows: no lock
     fcntl = None
 
-TRANSCRIPT_DIR = ".transcripts"
 # A call record leaves out what most calls repeat, and records_of puts it back, so the log
 # grows with content: its limits, when the file's last call record gave the same, and
 # these fields at these values.

@@ -1,0 +1,126 @@
+"""The house: the lesson (code.py) at the top of its folder, the machinery in folders by role
+beside it. Each folder has a README with a line for each of its files and an __init__.py that
+names what the rest may use; imports between folders flow one way, go through those faces, and
+never reach code.py; one module names every place the program owns; and the lesson's folder is
+never on sys.path, where code.py would stand in for the standard library's `code`."""
+
+import ast
+import importlib.util
+import re
+import subprocess
+import sys
+
+from conftest import CODE
+
+PACKAGE = CODE.parent
+FOLDERS = sorted(p.parent.name for p in PACKAGE.glob("*/__init__.py"))
+OWNED = (".transcripts", ".task_outputs", ".task_outputs/tool-results", "log-key", ".s08_history", ".env.example")
+
+
+def modules(folder: str) -> list:
+    return sorted(p for p in (PACKAGE / folder).glob("*.py"))
+
+
+def imported(path) -> list:
+    """(folder, module or None, names) for each import of the package's own code in a file."""
+    found = []
+    own_folder = path.parent.name if path.parent != PACKAGE else None
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found += [("code", None, ()) for a in node.names if a.name.split(".")[-1] == "code"]
+        elif isinstance(node, ast.ImportFrom):
+            parts = (node.module or "").split(".")
+            if node.level == 0 and parts[0] != "s08_context_compact":
+                continue
+            if node.level == 0 or node.level == 2:
+                parts = parts[1:] if node.level == 0 else parts
+            elif node.level == 1:
+                parts = [own_folder] + parts
+            parts = [p for p in parts if p]
+            names = tuple(a.name for a in node.names)
+            if not parts:  # from .. import x: a folder, or code.py itself
+                found += [(name, None, ()) for name in names]
+            else:
+                found.append((parts[0], parts[1] if len(parts) > 1 else None, names))
+    return found
+
+
+def folder_imports() -> dict:
+    return {folder: {f for path in modules(folder) for f, _, _ in imported(path) if f != folder}
+            for folder in FOLDERS}
+
+
+def test_the_top_holds_the_lesson_its_pages_and_folders_by_role():
+    top = sorted(p.name for p in PACKAGE.iterdir() if p.name != "__pycache__")
+    assert top == sorted(["code.py", "__init__.py", "README.md", "README.zh.md", "REFERENCE.md", "REFERENCE.zh.md",
+                          "images", "skills", *FOLDERS])
+    assert {"safety", "session", "endpoint", "offline"} <= set(FOLDERS)
+
+
+def test_each_folder_has_a_readme_with_a_line_for_each_file_and_the_folders_it_imports():
+    imports = folder_imports()
+    for folder in FOLDERS:
+        readme = (PACKAGE / folder / "README.md").read_text(encoding="utf-8")
+        listed = re.findall(r"^\| `([^`]+\.py)` \| .+ \|$", readme, re.M)
+        files = [p.name for p in modules(folder) if p.name != "__init__.py"]
+        files += [p.name for p in (PACKAGE / folder).iterdir() if (p / "__init__.py").exists()]
+        assert sorted(listed) == sorted(files), f"{folder}/README.md lists {listed}, the folder holds {files}"
+        said = re.search(r"^Imports: (.*)\.$", readme, re.M)
+        assert said, f"{folder}/README.md says which folders it imports"
+        named = set(re.findall(r"\w+", said.group(1))) - {"none"}
+        assert named == imports[folder], f"{folder}/README.md says it imports {named}, it imports {imports[folder]}"
+
+
+def test_imports_flow_one_way_between_folders_through_their_faces_and_never_reach_code_py():
+    imports = folder_imports()
+
+    def reaches(start, goal, seen=()):
+        return any(n == goal or (n not in seen and reaches(n, goal, (*seen, n))) for n in imports.get(start, ()))
+    assert not [f for f in FOLDERS if reaches(f, f)], f"the folders import each other in a circle: {imports}"
+    for folder in FOLDERS:
+        for path in modules(folder):
+            for target, module, names in imported(path):
+                assert target != "code", f"{path.relative_to(PACKAGE)} imports code.py"
+                if target != folder and path.name != "__init__.py":
+                    assert module is None, (f"{path.relative_to(PACKAGE)} reaches into {target}/{module}.py; "
+                                            f"import {names} from {target}/__init__.py")
+    lesson = [(target, module) for target, module, _ in imported(CODE)]
+    assert not [t for t, m in lesson if m], "code.py imports each folder through its face"
+
+
+def test_no_folder_takes_the_name_of_a_standard_or_installed_module():
+    taken = [f for f in FOLDERS if f in sys.stdlib_module_names or importlib.util.find_spec(f) is not None]
+    assert not taken and "code" in sys.stdlib_module_names
+
+
+def test_one_module_names_every_place_the_program_owns():
+    """A path the program owns appears as a value in basics/places.py only (a message may name
+    it in prose); everything else imports it from there."""
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if path.name == "places.py" or "offline" in path.parts:
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                value = node.value.rstrip("/")
+                assert value not in OWNED and not value.startswith(tuple(o + "/" for o in OWNED)), \
+                    f"{path.relative_to(PACKAGE)}:{node.lineno} names {node.value!r}: import it from basics/places.py"
+
+
+def test_run_as_a_script_the_lesson_is_not_the_standard_librarys_code():
+    """What `python s08_context_compact/code.py` does, then what a learner's breakpoint() or
+    pdb does next: import the standard library's `code`."""
+    script = (f"import runpy, sys\n"
+              f"sys.path.insert(0, {str(PACKAGE)!r})\n"  # as Python does for a script
+              f"sys.argv = [{str(CODE)!r}, '--help']\n"
+              "try:\n"
+              f"    runpy.run_path({str(CODE)!r}, run_name='__main__')\n"
+              "except SystemExit:\n"
+              "    pass\n"
+              f"assert {str(PACKAGE)!r} not in sys.path, sys.path\n"
+              "import code, pdb\n"
+              "print(code.InteractiveConsole.__name__, code.__file__)\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    last = done.stdout.splitlines()[-1]
+    assert last.startswith("InteractiveConsole ") and str(PACKAGE) not in last
