@@ -890,7 +890,7 @@ def summarize_ahead(agent, messages: list, covered: int, tokens: int) -> None:
 # raises ContextOverflow. Here the loop learns from it, before reactive_compact runs.
 
 def adopt_overflow(agent, err: ContextOverflow) -> bool:
-    """Learn from an overflow what the endpoint's window really is (endpoint.py), and size
+    """Learn from an overflow what the endpoint's window really is (model_calls.py), and size
     every threshold to it; True when the window shrank."""
     before, learned = agent.endpoint.window, agent.endpoint.learn_from(err)
     if learned:
@@ -1124,7 +1124,7 @@ def agent_loop(agent, messages: list) -> str | None:
 
 
 # ---- one user turn -------------------------------------------------------------------------------
-# What the REPL (terminal.py) hands each line to. turns.py holds what a turn needs around
+# What the REPL (terminal.py) hands each line to. user_turns.py holds what a turn needs around
 # the lesson: a prompt too long to send, an API error that ends the turn, the reports.
 
 def take_line(agent, messages: list, line: str) -> bool:
@@ -1213,7 +1213,7 @@ TOOLS = [
 def use_tool(agent, block: dict) -> dict:
     """Run one tool call through the hooks; always returns a tool_result block."""
     name, args = block["name"], block["input"]
-    show_tool_call(agent, name, args)  # "● bash  wc -l *.py" (report.py)
+    show_tool_call(agent, name, args)  # "● bash  wc -l *.py" (work_lines.py)
     schema = next((t["input_schema"] for t in agent.tools if t["name"] == name), None)
     if schema is None:
         output, failed = (f"Error: unknown tool '{name}'. Available tools: "
@@ -1338,7 +1338,7 @@ def check_permission(name: str, args: dict, workdir: Path, sandboxed: bool = Fal
         deny, ask = command_risks(command, workdir, sandboxed)
         if deny or ask:
             return "deny" if deny else "ask", f"`{one_line(command, 2000)}` {'; '.join(deny or ask)}"  # whole, to judge
-    if name in FILE_TOOLS:  # outside the workspace, the program's own folders and code (workspace_io.py)
+    if name in FILE_TOOLS:  # outside the workspace, the program's own folders and code (workspace_files.py)
         return path_risk(workdir, str(args.get("path", ".")), writes=name in ("write_file", "edit_file"))
     return "allow", ""
 

@@ -601,7 +601,7 @@ SANDBOX_TARGET_MS = 50              # added to a trivial command by bubblewrap, 
 
 def show_sandbox(runs: int = 41) -> int:
     """The median time of `true` through the bash tool's run_command, with and without bubblewrap."""
-    from s08_context_compact.safety import commands
+    from s08_context_compact.safety import command_runner as commands
     from s08_context_compact.safety import sandbox
     confined = sandbox.find_sandbox()
     if not confined.on:

@@ -9,8 +9,8 @@ from conftest import chat as _chat
 def chat(turns, size):
     return _chat(turns, size, word="talk ")
 from s08_context_compact.offline.fake_anthropic import FakeAnthropic, count_tokens, text, tool_use, tool_uses
-from s08_context_compact.command_line import report  # noqa: E402
-from s08_context_compact.command_line.turns import add_user_text  # noqa: E402
+from s08_context_compact.command_line import work_lines as report  # noqa: E402
+from s08_context_compact.command_line.user_turns import add_user_text  # noqa: E402
 
 
 def marked_prefix(body):

@@ -8,7 +8,7 @@ import pytest
 from conftest import assert_requests_valid, assert_valid, blocks, plain, user
 from conftest import chat as chat_history
 from s08_context_compact.offline.fake_anthropic import FakeAnthropic, error, is_summary_request, server_error, text, tool_use, tool_uses
-from s08_context_compact.endpoint import endpoint  # noqa: E402
+from s08_context_compact.endpoint import model_calls as endpoint  # noqa: E402
 
 
 def first_text(body, index=0):

@@ -13,7 +13,7 @@ import pytest
 
 from conftest import blocks, run_cli
 from s08_context_compact.offline.fake_anthropic import text, tool_use, tool_uses
-from s08_context_compact.safety import commands  # noqa: E402
+from s08_context_compact.safety import command_runner as commands  # noqa: E402
 
 
 def run_tool_call(s08, make_agent, fake, name, args):

@@ -204,7 +204,7 @@ def test_code_py_is_the_lesson_and_main_comes_last():
     functions = [node.name for node in TREE.body if isinstance(node, (ast.FunctionDef, ast.ClassDef))]
     assert functions[-1] == "main", f"code.py defines {functions[functions.index('main') + 1:]} after main"
     assert not [n for n in MACHINERY if not n in MODULE_PATHS], "machinery modules missing"
-    moved = {"endpoint": ("Endpoint",), "overflow": ("context_overflow", "learned_window", "OVERFLOW_WORDINGS"),
+    moved = {"model_calls": ("Endpoint",), "overflow": ("context_overflow", "learned_window", "OVERFLOW_WORDINGS"),
              "ledger": ("Ledger", "ledger_hooks")}
     for module, names in moved.items():
         assert not [n for n in names if n in DEFINED_AT], f"code.py still defines what {module}.py holds"

@@ -11,12 +11,12 @@ import pytest
 from conftest import assert_valid, blocks, chat, user, wait_until, context_report
 from s08_context_compact.offline.fake_anthropic import (OVERFLOWS, FakeAnthropic, broken_tool_json, count_tokens, drip, error_event, hang,
                             error, malformed, pings_only, text, tool_use)
-from s08_context_compact.endpoint import endpoint as endpoint_module
+from s08_context_compact.endpoint import model_calls as endpoint_module
 from s08_context_compact.endpoint import overflow as overflow_module
 from s08_context_compact.session import log_repair
 from s08_context_compact.session import session_log
 from s08_context_compact.basics import terminal
-from s08_context_compact.command_line.turns import add_user_text  # noqa: E402
+from s08_context_compact.command_line.user_turns import add_user_text  # noqa: E402
 
 TOOLS = [{"name": "bash", "description": "run", "input_schema": {"type": "object", "properties": {}}}]
 

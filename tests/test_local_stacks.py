@@ -11,7 +11,7 @@ import pytest
 
 from conftest import assert_requests_valid, blocks, chat, run_cli, user
 from s08_context_compact.offline.fake_anthropic import PROVIDERS, FakeAnthropic, error, silent_failure, text, tool_use
-from s08_context_compact.endpoint import endpoint as endpoint_module
+from s08_context_compact.endpoint import model_calls as endpoint_module
 from s08_context_compact.endpoint import replies
 
 LITELLM_LLAMACPP = PROVIDERS["litellm_llamacpp"]

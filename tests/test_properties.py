@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from conftest import blocks, invariant_problems, load_code
-from s08_context_compact.command_line.turns import add_user_text  # noqa: E402
+from s08_context_compact.command_line.user_turns import add_user_text  # noqa: E402
 
 s08 = load_code()
 MAX_EXAMPLES = 50

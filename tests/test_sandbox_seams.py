@@ -310,7 +310,7 @@ def test_a_link_into_tmp_is_the_commands_own_tmp(s08, workspace, command, asks):
 
 def test_the_pythons_own_installation_is_among_the_programs_places():
     import sysconfig
-    from s08_context_compact.basics import workspace_io
-    places = workspace_io.program_places()
-    for needed in (sys.executable, sys.base_prefix, sysconfig.get_paths()["stdlib"], workspace_io.PROGRAM):
+    from s08_context_compact.basics import workspace_files as workspace_files
+    places = workspace_files.program_places()
+    for needed in (sys.executable, sys.base_prefix, sysconfig.get_paths()["stdlib"], workspace_files.PROGRAM):
         assert os.path.realpath(needed) in places, needed

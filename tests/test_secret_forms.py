@@ -15,7 +15,7 @@ import pytest
 from conftest import blocks, run_cli
 from s08_context_compact.offline.fake_anthropic import text, tool_uses
 from s08_context_compact.basics.redaction import REDACTED, Redactor
-from s08_context_compact.basics import workspace_io
+from s08_context_compact.basics import workspace_files as workspace_files
 
 QUOTED = 'Pa"ss\\w0rd-Xy9Q'             # a quote and a backslash: JSON escapes both
 TABBED = "tab\tsecret-Rk8vW2"            # a tab: JSON escapes it, the screen expands it
@@ -157,9 +157,9 @@ def test_a_match_inside_an_escape_sequence_is_not_a_secret():
 @pytest.mark.parametrize("shape", [s for s in SHAPES if "\n" not in SHAPES[s]])
 def test_read_file_cuts_a_long_line_only_after_redacting_it(shape, workspace):
     secret = SHAPES[shape]
-    lines = ["x" * (workspace_io.READ_MAX_LINE_CHARS - k) + secret + "y" * 20 for k in range(1, len(secret))]
+    lines = ["x" * (workspace_files.READ_MAX_LINE_CHARS - k) + secret + "y" * 20 for k in range(1, len(secret))]
     (workspace / "long.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    shown = workspace_io.read_lines(workspace / "long.txt", "long.txt", 1, 2000, REDACTOR)
+    shown = workspace_files.read_lines(workspace / "long.txt", "long.txt", 1, 2000, REDACTOR)
     assert shown.count("[line cut at") == len(lines)
     assert_no_piece(shown, secret)
 
@@ -169,7 +169,7 @@ def test_read_file_shows_no_line_of_a_key_whatever_the_offset_and_limit(workspac
     total = DOTENV.count("\n")
     for offset in range(1, total + 1):
         for limit in range(1, total + 2 - offset):
-            shown = workspace_io.read_lines(workspace / ".env", ".env", offset, limit, REDACTOR)
+            shown = workspace_files.read_lines(workspace / ".env", ".env", offset, limit, REDACTOR)
             assert_no_piece(shown)
             assert shown.count("\n") == limit - 1 + ("[more lines follow" in shown), "one line a line, numbers kept"
 
@@ -237,7 +237,7 @@ def test_the_history_file_keeps_no_form_of_a_secret(tmp_path):
 
 
 def test_the_last_nets_catch_every_form_in_what_is_sent_logged_and_saved(s08, make_agent, fake, workspace):
-    from s08_context_compact.endpoint.endpoint import count_tokens
+    from s08_context_compact.endpoint.model_calls import count_tokens
     from s08_context_compact.session.session_log import SessionLog
     said = " ".join(f"<{form}>" for secret in SHAPES.values() for form in forms_of(secret))
     history = [{"role": "user", "content": [{"type": "text", "text": said}]}]  # as an old, unredacted log had it

@@ -4,7 +4,7 @@ import json
 
 from conftest import assert_requests_valid, assert_valid, blocks, chat, plain, user
 from s08_context_compact.offline.fake_anthropic import FakeAnthropic, text, tool_use, tool_uses
-from s08_context_compact.command_line.turns import add_user_text  # noqa: E402
+from s08_context_compact.command_line.user_turns import add_user_text  # noqa: E402
 
 
 def first_texts(body):

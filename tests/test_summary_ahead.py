@@ -439,7 +439,7 @@ def test_a_snip_that_took_the_first_reply_after_the_snapshot_keeps_its_note(s08,
 def test_words_merged_into_the_snapshots_last_message_set_the_summary_aside(s08, fake, make_agent):
     """After a failed turn the next prompt joins the pending results, which the snapshot
     ended with: the summary never saw those words, so it is set aside and they stay."""
-    from s08_context_compact.command_line.turns import add_user_text
+    from s08_context_compact.command_line.user_turns import add_user_text
     agent = ahead_agent(make_agent)
     fake.summary(text(f"<summary>{SUMMARY}</summary>"), text("<summary>written at the threshold</summary>"))
     messages = notes_read(12)
@@ -516,7 +516,7 @@ def test_a_summary_set_aside_is_in_the_sessions_picture_with_why(s08, fake, make
 def test_words_put_in_place_of_withdrawn_ones_are_not_taken_for_the_snapshots(s08, fake, make_agent):
     """The snapshot ended with results and a prompt merged into them; that prompt was taken
     back and another typed: same kinds of block, other words. The summary is set aside."""
-    from s08_context_compact.command_line.turns import add_user_text
+    from s08_context_compact.command_line.user_turns import add_user_text
     agent = ahead_agent(make_agent)
     fake.summary(text(f"<summary>{SUMMARY}</summary>"), text("<summary>written at the threshold</summary>"))
     messages = notes_read(12)

@@ -3,7 +3,7 @@
 import time
 
 import pytest
-from s08_context_compact.safety import commands  # noqa: E402
+from s08_context_compact.safety import command_runner as commands  # noqa: E402
 from conftest import processes_with, wait_until
 
 

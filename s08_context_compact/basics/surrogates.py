@@ -4,7 +4,7 @@ delta of its own, and Python decodes each to a lone surrogate, which no UTF-8 fi
 terminal or request can take. A log edited by hand can hold a lone \\udXXX escape too.
 Here halves that belong together are joined, and one that is alone becomes U+FFFD.
 
-Machinery the chapter does not need: endpoint.py makes a reply well formed as it is
+Machinery the chapter does not need: model_calls.py makes a reply well formed as it is
 assembled, session_log.py a record as it is read back and a line as it is written, and
 code.py's save_transcript a line of a transcript.
 """

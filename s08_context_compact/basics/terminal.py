@@ -1,6 +1,6 @@
 """The terminal: what the person sees. Lines fitted to the terminal's width, the spinner,
 the model's text wrapped as it streams. (What the lines say about the work is
-command_line/report.py's; the prompt the person types at is command_line/repl.py's.)
+command_line/work_lines.py's; the prompt the person types at is command_line/repl.py's.)
 
 Machinery the chapter does not need: code.py says what happened (agent.say) and this
 module decides how it looks. Nothing reaches the screen as it came: control characters in
@@ -248,12 +248,12 @@ class StreamedText:
             if self.shown:
                 self.agent.out(rest)
             return
-        held, text = self.wrap.word, self.text
+        held, text = self.wrap.word, self.shown_text
         self.wrap.finish()
         if held and text.endswith(held):
             self.shown = [text[:-len(held)]]
 
     @property
-    def text(self) -> str:
+    def shown_text(self) -> str:
         """What was streamed, as far as it was shown."""
         return "".join(self.shown)

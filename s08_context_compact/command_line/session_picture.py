@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..session import log_lines, records_of, trusted_lines
-from .report import LAYER_VERBS, billed_input
+from .work_lines import LAYER_VERBS, billed_input
 from ..basics import format_tokens, open_regular, printable
 
 MAX_POINTS = 1_500          # calls drawn one by one; more are drawn in groups (the peak of each)
@@ -69,7 +69,7 @@ def read_session_log(path: Path) -> Session:
     return session
 
 
-def text(value) -> str:
+def escaped(value) -> str:
     """Text as it may stand in HTML and in XML (SVG): escaped, control characters shown, not kept."""
     return html.escape(printable(str(value)), quote=True)
 
@@ -111,7 +111,7 @@ def chart_svg(session: Session) -> str:
         path = " ".join(f"M{a},{y(v)} H{b}" for a, b, v in steps if isinstance(v, int) and v > 0)
         if path:
             parts.append(f'<path d="{path}" stroke="{colour}" stroke-dasharray="{dash}" class="limit">'
-                         f'<title>{text(LIMIT_NAMES[name])}</title></path>')
+                         f'<title>{escaped(LIMIT_NAMES[name])}</title></path>')
     line = " ".join(f"{x(i)},{y(p['context_tokens'])}" for i, p in enumerate(points))
     parts.append(f'<polyline points="{line}" class="context"/>')
     for i, p in enumerate(points):
@@ -123,14 +123,14 @@ def chart_svg(session: Session) -> str:
         peak = max(r["context_tokens"] for r in group)
         what = f"{len(group)} summary calls, the largest" if len(group) > 1 else "a summary call:"
         # a summary written ahead that never reached the history is logged with why (summary_ahead.py)
-        aside = "".join(f"; {text(r['what'])}" for r in group if str(r.get("what", "")).endswith(")"))
+        aside = "".join(f"; {escaped(r['what'])}" for r in group if str(r.get("what", "")).endswith(")"))
         parts.append(f'<rect x="{x(at - 0.5) - 3}" y="{y(peak) - 3}" width="6" height="6" '
                      f'class="summary"><title>{what} {peak:,} tokens in{aside}</title></rect>')
     parts += layer_marks(session, step, len(points), x, y(top), y(0))
     for at, group in grouped_events(session.prompts, step, len(points), -(-len(points) // MAX_TICKS)):
         more = f" (and {len(group) - 1} more)" if len(group) > 1 else ""
         parts.append(f'<path d="M{x(at - 0.5)},{y(0)} v8" class="prompt"><title>prompt{more}: '
-                     f'{text(" ".join(group[0].split())[:TITLE_CHARS])}</title></path>')
+                     f'{escaped(" ".join(group[0].split())[:TITLE_CHARS])}</title></path>')
     label = "model calls" + (f" (each point the peak of {step})" if step > 1 else "")
     parts.append(f'<text x="{LEFT + plot_w / 2}" y="{HEIGHT - 8}" class="axis" text-anchor="middle">'
                  f'{label}; ticks below: your prompts</text>')
@@ -163,7 +163,7 @@ def layer_marks(session: Session, step: int, count: int, x, top: float, bottom: 
         times = f" ×{n}" if n > 1 else ""
         marks.append(f'<line x1="{x(at - 0.5)}" y1="{top}" x2="{x(at - 0.5)}" y2="{bottom}" stroke="{COLOURS[name]}" '
                      f'class="layer"><title>{name}{times}: freed {saved:,} tokens '
-                     f'({text(LAYER_VERBS[name])})</title></line>')
+                     f'({escaped(LAYER_VERBS[name])})</title></line>')
     return marks
 
 
@@ -226,8 +226,8 @@ def link(path: str, page: Path) -> str:
         target = page.parent.parent / target  # the log's paths are relative to the workspace
     relative = os.path.relpath(target, page.parent)
     if not target.exists():
-        return f"{text(relative)} (not on disk)"
-    return f'<a href="{text(Path(relative).as_posix())}">{text(relative)}</a>'
+        return f"{escaped(relative)} (not on disk)"
+    return f'<a href="{escaped(Path(relative).as_posix())}">{escaped(relative)}</a>'
 
 
 def compaction_footer(path: str) -> dict:
@@ -248,7 +248,7 @@ def compaction_rows(session: Session, page: Path) -> str:
     for at, record in session.layers[:MAX_ROWS]:
         name, saved = record["layer"], int(record.get("tokens_saved") or 0)
         places = [p for p in record.get("saved_to") or [] if isinstance(p, str)]
-        cells = [f"before call {at + 1}", f'<span style="color:{COLOURS[name]}">■</span> {text(name)}',
+        cells = [f"before call {at + 1}", f'<span style="color:{COLOURS[name]}">■</span> {escaped(name)}',
                  f"{saved:,}", "<br>".join(link(p, page) for p in places)]
         details = ""
         transcript = next((p for p in places if p.endswith(".jsonl")), None)
@@ -259,8 +259,8 @@ def compaction_rows(session: Session, page: Path) -> str:
             check = f"ledger: {ledger.get('retained')} of {ledger.get('total')} facts in the summary" if ledger else ""
             summary = str(footer.get("summary", ""))
             cut = f"\n[… {len(summary) - shown:,} more characters in the transcript]" if len(summary) > shown else ""
-            details = (f"summary by {text(footer.get('summary_by', '?'))}{'; ' + text(check) if check else ''}"
-                       f"<details><summary>the summary</summary><pre>{text(summary[:shown] + cut)}</pre>"
+            details = (f"summary by {escaped(footer.get('summary_by', '?'))}{'; ' + escaped(check) if check else ''}"
+                       f"<details><summary>the summary</summary><pre>{escaped(summary[:shown] + cut)}</pre>"
                        "</details>") if footer else "transcript not readable"
         rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells + [details]) + "</tr>")
     more = len(session.layers) - MAX_ROWS
@@ -282,16 +282,16 @@ def totals_line(session: Session) -> str:
 def page_html(session: Session, page: Path, log: Path) -> str:
     head = session.header
     title = f"Session {head.get('id', log.stem)}"
-    warning = f'<p class="warn">{text(session.untrusted)}; those lines are not shown.</p>' if session.untrusted else ""
+    warning = f'<p class="warn">{escaped(session.untrusted)}; those lines are not shown.</p>' if session.untrusted else ""
     return f"""<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><title>{text(title)}</title>
+<html lang="en"><head><meta charset="utf-8"><title>{escaped(title)}</title>
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <style>body{{font:14px/1.45 sans-serif;margin:24px;color:#222;max-width:960px}}svg{{max-width:100%;height:auto}}
 table{{border-collapse:collapse;width:100%}}td,th{{border-bottom:1px solid #ddd;padding:4px 6px;text-align:left;
 vertical-align:top}}pre{{white-space:pre-wrap;background:#f6f6f6;padding:8px}}.note{{color:#555}}
 .warn{{color:#9b2226}}</style></head><body>
-<h1>{text(title)}</h1>
-<p>Model {text(head.get("model", "?"))}, a {int(head.get("window") or 0):,}-token window. Log:
+<h1>{escaped(title)}</h1>
+<p>Model {escaped(head.get("model", "?"))}, a {int(head.get("window") or 0):,}-token window. Log:
 {link(str(log), page)}.</p>{warning}
 <h2>The context at each model call</h2>
 <p class="note">The line climbs as the conversation grows; each coloured line is a layer that ran just before
@@ -299,7 +299,7 @@ the next call, and the drop after it is what it freed. Rest the pointer on a poi
 numbers. Squares are summary calls.</p>
 {chart_svg(session)}
 <h2>What each call was billed for</h2>
-<p>{text(totals_line(session))}.</p>
+<p>{escaped(totals_line(session))}.</p>
 {cost_svg(session)}
 <h2>What each layer removed, and where it went</h2>
 {compaction_rows(session, page)}

@@ -14,7 +14,7 @@ import stat
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from ..endpoint import endpoint
+from ..endpoint import anthropic, httpx2
 
 DOTENV_MAX_BYTES = 1_000_000        # a .env is a few lines; this is only a bound on reading one
 TRIMMED = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "MODEL_ID", "ANTHROPIC_BASE_URL")
@@ -186,8 +186,8 @@ def base_url_setting() -> str:
         raise StartupError(f"ANTHROPIC_BASE_URL={shown!r} is not a usable URL (it must start with https:// or "
                            f"http:// and name a host). {fix}")
     try:
-        endpoint.httpx2.URL(url)  # the HTTP library's own parser is stricter than urlsplit
-    except endpoint.httpx2.InvalidURL as err:
+        httpx2.URL(url)  # the HTTP library's own parser is stricter than urlsplit
+    except httpx2.InvalidURL as err:
         raise StartupError(f"ANTHROPIC_BASE_URL={shown!r} is not a usable URL ({err}). {fix}") from None
     trimmed = re.sub(r"/v1(/messages)?/*$", "", url)
     if trimmed == url:
@@ -204,7 +204,7 @@ def listed_models(client) -> tuple | None:
     try:
         page = client.with_options(max_retries=0, timeout=10).get("/v1/models", cast_to=object,
                                                                    options={"params": {"limit": 1000}})
-    except endpoint.anthropic.APIError:
+    except anthropic.APIError:
         return None
     data = page.get("data") if isinstance(page, dict) else None
     if not isinstance(data, list) or not data:

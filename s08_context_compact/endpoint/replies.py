@@ -7,7 +7,7 @@ inside the server arrives as a 200 with no content and no usage; one tool call s
 in pieces arrives as several tool_use blocks that share an id. Both are recognised here,
 where the reply is assembled.
 
-Machinery the chapter does not need: endpoint.py reads a reply with reply_from_events or
+Machinery the chapter does not need: model_calls.py reads a reply with reply_from_events or
 reply_from_body and code.py only ever sees the finished message; of a summary's reply, it
 keeps what extract_summary finds, and raises SummaryError when there is none.
 """

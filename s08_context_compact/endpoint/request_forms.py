@@ -3,7 +3,7 @@ thinking blocks the endpoint signed (they go back byte for byte), and, for a ser
 chat template takes only strings (llama.cpp's, relayed by LiteLLM), the same request as
 plain text.
 
-Machinery the chapter does not need: endpoint.py's send_request puts every request
+Machinery the chapter does not need: model_calls.py's send_request puts every request
 through redacted_request, and tries plain_text_request after an empty reply.
 """
 
@@ -47,7 +47,7 @@ def plain_text_request(request: dict) -> dict:
     message into one the template reads): a message of only text as one string; text beside
     tool results inside the last result; a call alone with a line naming it (LiteLLM sends
     such a message with no text, and the template fails on that); no cache marks."""
-    def plain(message: dict) -> dict:
+    def as_strings(message: dict) -> dict:
         content = message["content"]
         if isinstance(content, str):
             return message
@@ -69,4 +69,4 @@ def plain_text_request(request: dict) -> dict:
             blocks.insert(calls[0], {"type": "text", "text": f"(calling {names})"})
         return {**message, "content": blocks}
     tools = [{k: v for k, v in t.items() if k != "cache_control"} for t in request.get("tools") or []]
-    return {**request, "messages": [plain(m) for m in request["messages"]], **({"tools": tools} if tools else {})}
+    return {**request, "messages": [as_strings(m) for m in request["messages"]], **({"tools": tools} if tools else {})}

@@ -7,7 +7,7 @@ history: appending a message and putting a rewritten one in place, each recorded
 session log the same moment.
 
 Machinery the chapter does not need: code.py reads and changes the history through these
-functions (turns.py adds the user's prompt itself, with what --list needs to know), and
+functions (user_turns.py adds the user's prompt itself, with what --list needs to know), and
 what a layer decides stays in code.py.
 """
 

@@ -10,7 +10,7 @@ arguments; the long ones go to .task_outputs/tool-results/ and a pointer stays.
 
 Machinery the chapter does not need: code.py's use_tool calls check_tool_input (and
 run_todo_write todo_problem), use_tools answers a call whose input could not be read with
-refused_result, and the agent loop calls park_oversized_inputs; endpoint.py asks
+refused_result, and the agent loop calls park_oversized_inputs; model_calls.py asks
 input_problem of every reply, and the session log of every block it replays.
 """
 

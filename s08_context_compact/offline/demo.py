@@ -120,18 +120,18 @@ class FoldedReplies:
                 self.folded = True
 
     def line(self, text: str) -> None:
-        if self.call and plain(text).startswith(("  < ", "  ✗ ")):
+        if self.call and unstyled(text).startswith(("  < ", "  ✗ ")):
             self.take(self.call + [text])  # a call and its result: one unit
             self.call = None
             return
         if self.call:
             self.take(self.call)
-        self.call = [text] if plain(text).startswith(TOOL_MARK + " ") else None
+        self.call = [text] if unstyled(text).startswith(TOOL_MARK + " ") else None
         if not self.call:
             self.take([text])
 
     def take(self, unit: list) -> None:
-        foldable = plain(unit[0]).startswith((TOOL_MARK + " ", "[api] "))  # tool calls and retries; not what a layer did
+        foldable = unstyled(unit[0]).startswith((TOOL_MARK + " ", "[api] "))  # tool calls and retries; not what a layer did
         if foldable and self.run and shape(unit) == shape(self.run):
             self.last, self.count = unit, self.count + 1
             return
@@ -154,20 +154,20 @@ class FoldedReplies:
             for line in self.run:
                 print(line, flush=True)
             return
-        first, last = (" → ".join(plain(t).strip(" <✗") for t in unit) for unit in (self.run, self.last))
+        first, last = (" → ".join(unstyled(t).strip(" <✗") for t in unit) for unit in (self.run, self.last))
         text = f"[×{self.count}] {first}  ... the last: {last}"
         columns = terminal_columns(self.agent) if self.agent else None
         text = cut_to_width(text, columns - 1) if columns else text
         print(f"{STYLES['dim']}{text}\033[0m" if self.agent and self.agent.color else text, flush=True)
 
 
-def plain(text: str) -> str:
+def unstyled(text: str) -> str:
     return re.sub(r"\033\[[0-9;]*m", "", text)
 
 
 def shape(unit: list) -> list:
     """What lines look like with every number taken out: alike lines have the same shape."""
-    return [re.sub(r"\d+(\.\d+)?", "#", plain(text)) for text in unit]
+    return [re.sub(r"\d+(\.\d+)?", "#", unstyled(text)) for text in unit]
 
 
 def files_under(workspace: Path) -> set:

@@ -3,6 +3,6 @@
 What the rest of the program may use from this folder."""
 
 from .command_risks import command_risks
-from .commands import run_command
+from .command_runner import run_command
 from .sandbox import find_sandbox, Sandbox, start_up_line
 from .undo import Undo, undo_hooks

@@ -226,13 +226,13 @@ class Judge:
         head, args = words[0], words[1:]
         if head.expands:
             self.ask(f"runs a command known only when it runs ({head})")
-            return self.plain(args)
+            return self.check_operands(args)
         name = self.running = os.path.basename(head)
         if name in WRAPPERS:
             return self.wrapped(name, args, stdin, piped)
         if name in DELETES:
             self.ask(f"deletes or empties files ({name})")
-            return self.plain(args, verb="writes")
+            return self.check_operands(args, verb="writes")
         if name in CHANGES:
             self.ask(f"{CHANGES[name]} ({name})")
         if name == ".":
@@ -253,9 +253,9 @@ class Judge:
         if name in OUTPUT_OPTIONS:
             return self.output_option(name, args)
         if name not in TEXT_ONLY:
-            self.plain(args)
+            self.check_operands(args)
 
-    def plain(self, args: list, verb: str = "uses") -> None:
+    def check_operands(self, args: list, verb: str = "uses") -> None:
         """Arguments that may be files: each one outside the workspace asks."""
         for word in args:
             if word.startswith("-") and "=" in word:
@@ -283,7 +283,7 @@ class Judge:
         if name == "xargs" and stdin is not None:  # xargs cat <<< ../key: the input's words are arguments
             rest = rest + [make_word(w) for w in str(stdin).split()]
         if name == "flock":  # its lock file is made if missing
-            self.plain(args[k:k + operands], verb="writes")
+            self.check_operands(args[k:k + operands], verb="writes")
         if name == "flock" and rest[:1] in (["-c"], ["--command"]):
             return self.script(" ".join(rest[1:]))
         self.command(rest, stdin, piped)
@@ -301,7 +301,7 @@ class Judge:
                 k += 2
                 break
             if language == "python" and flag == "-m":  # a module runs: the rest are its arguments
-                return self.plain(args[k + 2:])
+                return self.check_operands(args[k + 2:])
             k += 2 if language == "python" and flag in ("-W", "-X") else 1
         rest = args[k:]
         if code is None and (not rest or rest[0] == "-"):
@@ -309,7 +309,7 @@ class Judge:
                 return self.ask(f"runs {language} code from its input, which cannot be checked")
             code = stdin
         if code is None:
-            return self.plain(rest)
+            return self.check_operands(rest)
         if code.expands:
             self.ask(f"runs {language} code known only when it runs")
         elif risky := RISKY_CODE.search(code):
@@ -318,7 +318,7 @@ class Judge:
             self.check_path(make_word(os.path.expanduser(path)))
         for name in re.findall(r"""['"]((?:\./)?\.env)['"]""", code):  # open('.env') in the code
             self.check_path(make_word(name), "reads")
-        self.plain(rest[1:] if rest and rest[0] == "-" else rest)
+        self.check_operands(rest[1:] if rest and rest[0] == "-" else rest)
 
     def shell(self, name: str, args: list, stdin, piped: bool) -> None:
         """bash -c 'script', or a script on standard input, is read like the command itself."""
@@ -336,7 +336,7 @@ class Judge:
         if k < len(args) and args[k].startswith(("/dev/fd/", "/proc/self/fd/")):
             return self.ask(f"runs a {name} script made when it runs ({args[k]}: a <(...) or a pipe)")
         if k < len(args):
-            return self.plain(args[k:])  # a script file: only where it is can be checked
+            return self.check_operands(args[k:])  # a script file: only where it is can be checked
         if stdin is not None:
             return self.script(stdin)
         if piped:
@@ -346,7 +346,7 @@ class Judge:
         """. file: the file runs in this shell; one made when it runs (<(...)) cannot be checked."""
         if args and (args[0] in STDIN_NAMES or args[0].startswith(("/dev/fd/", "/proc/self/fd/"))):
             return self.ask(f"runs a script made when it runs (. {args[0]})")
-        self.plain(args)
+        self.check_operands(args)
 
     def run_trap(self, args: list) -> None:
         """trap 'command' EXIT: the command runs later, in this shell."""
@@ -411,7 +411,7 @@ class Judge:
         if sub == "apply" and not flags & {"--check", "--stat", "--numstat", "--summary"}:
             self.ask("edits files in place (git apply)")
         values = {k + 1 for k, word in enumerate(rest) if word in ("-m", "--message")}
-        self.plain([word for k, word in enumerate(rest) if k not in values])
+        self.check_operands([word for k, word in enumerate(rest) if k not in values])
 
     def run_sed(self, args: list) -> None:
         if any(re.match(r"^-[a-zA-Z]*i", w) and not w.startswith("--") or w.startswith("--in-place") for w in args):
@@ -434,7 +434,7 @@ class Judge:
     def run_patch(self, args: list) -> None:
         if "--dry-run" not in args:
             self.ask("edits files in place (patch)")
-        self.plain(args)
+        self.check_operands(args)
 
     def pattern_first(self, name: str, args: list) -> None:
         """grep PATTERN FILE..., sed SCRIPT FILE..., awk PROGRAM FILE...: the first operand is
@@ -452,7 +452,7 @@ class Judge:
                 files += [word] if pattern_given else []
                 pattern_given = True
             k += 1
-        self.plain(files)
+        self.check_operands(files)
         if any(w in ("-R", "--dereference-recursive", "-L", "--follow") or re.match(r"^-[a-zA-Z]*R", w) for w in args):
             self.links_out(files or [make_word(".")], f"{name} follows links")
 
@@ -478,7 +478,7 @@ class Judge:
             elif word.startswith(flags[1] + "="):
                 self.check_write(make_word(word.split("=", 1)[1], word.expands), overwrite=True,
                                  how=f"{name} {flags[1]}")
-        self.plain([word for k, word in enumerate(args) if not (k and args[k - 1] in flags)])
+        self.check_operands([word for k, word in enumerate(args) if not (k and args[k - 1] in flags)])
 
     def copy(self, name: str, args: list) -> None:
         """cp, mv, install, ln and rsync write their last operand (or -t DIR): a file there
@@ -499,7 +499,7 @@ class Judge:
         if name == "rsync" and any(word.startswith(("--delete", "--remove-source")) for word in flags):
             self.ask("deletes files (rsync --delete)")
         if target_dir is None and len(operands) < 2:
-            return self.plain(operands)
+            return self.check_operands(operands)
         destination = target_dir if target_dir is not None else operands.pop()
         for source in operands:
             self.check_path(source, "moves" if name == "mv" else "reads")

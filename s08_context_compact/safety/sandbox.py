@@ -6,7 +6,7 @@ command starts ends with it. The permission check reads a command's text; this c
 what the command, and any script it runs, can do.
 
 Machinery the chapter does not need: cli.py finds the sandbox once at start-up (or says
-why there is none), commands.py runs each command through Sandbox.command, and the
+why there is none), command_runner.py runs each command through Sandbox.command, and the
 permission check stops asking about writes the sandbox refuses anyway. It is not a
 virtual machine: what is outside the workspace can still be read, minus the hidden
 places, and the network is on unless SANDBOX_NETWORK=off.

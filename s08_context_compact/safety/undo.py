@@ -30,7 +30,7 @@ compared by content: a person's edit of the same size, its mtime put back (cp -p
 touch -r, rsync -t), is left as it is.
 
 Machinery the chapter does not need: code.py installs undo_hooks beside the ledger's,
-and turns.py runs /undo and /redo.
+and user_turns.py runs /undo and /redo.
 """
 
 import atexit

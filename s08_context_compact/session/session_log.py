@@ -6,7 +6,7 @@ the API takes (log_repair.py). A session is open in one program at a time: the p
 that writes a log holds a lock on it.
 
 Machinery the chapter does not need: the history's changes reach it through history.py
-(append_message, replace_history) and turns.py (the user's prompt); code.py never sees a
+(append_message, replace_history) and user_turns.py (the user's prompt); code.py never sees a
 record's layout.
 """
 

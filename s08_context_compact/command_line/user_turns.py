@@ -13,7 +13,7 @@ around the parts that teach (the hooks, the loop, /compact and /clear).
 from ..endpoint import ContextOverflow, explain_api_error
 from ..messages import (append_message, blocks_of, own_text, park_oversized_inputs,
                         replace_history, with_text)
-from .report import context_report, status_line
+from .work_lines import context_report, status_line
 from .session_picture import report_line
 from ..basics import printable
 from .repl import HELP

@@ -261,7 +261,7 @@ def stream_reply(agent, request: dict, on_text=None) -> tuple:
 
 @dataclass(frozen=True)
 class Answer:
-    message: dict               # the assistant message, plain dicts
+    message: dict               # the assistant message, strings_only dicts
     stop_reason: str
     usage: dict
     prompt_tokens: int | None   # the prompt's size by usage, None when usage could not be trusted
@@ -326,10 +326,10 @@ def reply_in_a_form_it_takes(agent, request: dict, on_text, notes: list) -> tupl
     try:
         return stream_reply(agent, request, on_text)
     except EmptyReply:
-        plain = plain_text_request(request)
-        if endpoint.plain_text or plain == request:
+        strings_only = plain_text_request(request)
+        if endpoint.plain_text or strings_only == request:
             raise
-        answer = stream_reply(agent, plain, on_text)
+        answer = stream_reply(agent, strings_only, on_text)
         endpoint.plain_text_wins += 1
         if endpoint.plain_text_wins >= PLAIN_TEXT_PROOF:
             endpoint.plain_text = True
@@ -347,7 +347,7 @@ def model_reply(agent, request: dict, sent_tokens: int, show_text: bool, label: 
     except KeyboardInterrupt as stop:
         if shown:
             shown.finish(complete=False)
-            stop.partial = shown.text
+            stop.partial = shown.shown_text
         raise
     if shown:
         shown.finish()

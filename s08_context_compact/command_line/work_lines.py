@@ -3,7 +3,7 @@ edit with its -/+ lines), a line for what a compaction layer did, the /context r
 what fills the window, and the status line after a turn.
 
 Machinery the chapter does not need: code.py calls show_tool_call, show_tool_result and
-layer_line; turns.py calls context_report and status_line.
+layer_line; user_turns.py calls context_report and status_line.
 """
 
 import difflib
@@ -17,7 +17,7 @@ from ..basics import INSTRUCTIONS_TAG, counted, format_tokens, one_line, termina
 TOOL_MARK = "●"
 EDIT_DIFF_LINES = 6      # the −/+ lines shown of an edit; the rest is counted
 PREVIEW_SCAN = 2_000     # characters of a result a one-line preview looks at (a result can be 200 KB)
-NUMBERED_LINE = re.compile(r"^ *(\d+)\t(.*)$")  # how read_file numbers a line (workspace_io.numbered_lines)
+NUMBERED_LINE = re.compile(r"^ *(\d+)\t(.*)$")  # how read_file numbers a line (workspace_files.numbered_lines)
 MAIN_ARGUMENT = {"bash": "command", "read_file": "path", "edit_file": "path", "load_skill": "name", "compact": "focus"}
 
 

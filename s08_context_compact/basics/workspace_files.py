@@ -5,7 +5,7 @@ just cloned, so what it holds is not trusted: the program's own folders must be 
 folders (never a planted link), and skills are read only from regular files.
 
 Machinery the chapter does not need: the tools in code.py call these, and so do the
-session log, start-up (skills, AGENTS.md), the ledger and commands.py.
+session log, start-up (skills, AGENTS.md), the ledger and command_runner.py.
 """
 
 import functools

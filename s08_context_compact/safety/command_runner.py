@@ -55,7 +55,7 @@ def run_command(command: str, *, cwd: Path, timeout: int, outputs: Path, secrets
         tree.done.set()
     reader.join(timeout=0.5)  # a background child may keep the pipe open; do not wait for it
     saved = captured.finish(call_id)
-    shown = captured.text(saved and saved.relative_to(cwd)).strip("\n")
+    shown = captured.as_result(saved and saved.relative_to(cwd)).strip("\n")
     parts = [shown + sandbox.explain(shown, command, cwd)]
     if ended is not None:
         parts.append(f"[timed out after {timeout}s; the command {ended_what(ended)}]")
@@ -213,7 +213,7 @@ class CapturedOutput:
                 self.unsaved = err
                 return None
 
-    def text(self, saved: Path | None) -> str:
+    def as_result(self, saved: Path | None) -> str:
         head = self.head.decode("utf-8", "replace")
         if not self.tail:
             return head
