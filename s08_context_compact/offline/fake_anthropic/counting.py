@@ -57,7 +57,8 @@ def prompt_blocks(body: dict, chars_per_token: float = 3.5) -> list:
     blocks = []
     for n, (where, block) in enumerate(out):
         plain = {k: v for k, v in block.items() if k != "cache_control"}
-        tokens = _piece_tokens(plain, chars_per_token) + (3 if n == 0 else 0) + (4 if where in ("user", "assistant") else 0)
+        tokens = _piece_tokens(plain, chars_per_token) + (3 if n == 0 else 0) + \
+            (4 if where in ("user", "assistant") else 0)
         key = where + json.dumps(plain, sort_keys=True)
         marked = block.get("cache_control")
         blocks.append((key, tokens, (marked.get("ttl") or "5m") if isinstance(marked, dict) else None))
@@ -129,4 +130,5 @@ class PromptCache:
         short_written = max(0, written["5m"] - max(read, written["1h"]))
         return {"input_tokens": total - read - long_written - short_written, "cache_read_input_tokens": read,
                 "cache_creation_input_tokens": long_written + short_written,
-                "cache_creation": {"ephemeral_5m_input_tokens": short_written, "ephemeral_1h_input_tokens": long_written}}
+                "cache_creation": {"ephemeral_5m_input_tokens": short_written,
+                                   "ephemeral_1h_input_tokens": long_written}}

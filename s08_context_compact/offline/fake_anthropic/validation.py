@@ -57,7 +57,8 @@ def _check_tool_result_content(content, where: str) -> None:
         raise InvalidRequest(f"{where}.content: Input should be a valid string or list")
     for k, part in enumerate(content):
         if not isinstance(part, dict) or part.get("type") not in ("text", "image"):
-            raise InvalidRequest(f"{where}.content.{k}: Input tag does not match any of the expected tags: 'text', 'image'")
+            raise InvalidRequest(f"{where}.content.{k}: Input tag does not match any of the expected tags: "
+                                 "'text', 'image'")
         if part["type"] == "text" and not isinstance(part.get("text"), str):
             raise InvalidRequest(f"{where}.content.{k}.text: Field required")
 
@@ -84,7 +85,8 @@ def _check_block(block, role: str, where: str) -> None:
     elif kind in ("image", "document", "thinking", "redacted_thinking"):
         pass
     else:
-        raise InvalidRequest(f"{where}.type: Input tag '{kind}' found using 'type' does not match any of the expected tags")
+        raise InvalidRequest(f"{where}.type: Input tag '{kind}' found using 'type' does not match any of the "
+                             "expected tags")
     extra = set(block) - {"type", "text", "id", "name", "input", "tool_use_id", "content",
                           "is_error", "cache_control", "source", "thinking", "signature",
                           "data", "citations", "title", "context"}
@@ -221,7 +223,8 @@ def validate_request(body: dict, *, need_max_tokens: bool = True) -> None:
         raise InvalidRequest("tools: Tool names must be unique.")
     breakpoints = _count_cache_breakpoints(body)
     if breakpoints > MAX_CACHE_BREAKPOINTS:
-        raise InvalidRequest(f"A maximum of {MAX_CACHE_BREAKPOINTS} blocks with cache_control may be provided. Found {breakpoints}.")
+        raise InvalidRequest(f"A maximum of {MAX_CACHE_BREAKPOINTS} blocks with cache_control may be provided. "
+                             f"Found {breakpoints}.")
 
 
 def renders_as_strings(messages: list) -> bool:
