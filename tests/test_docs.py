@@ -19,10 +19,12 @@ REFERENCE_ZH = FOLDER / "REFERENCE.zh.md"
 TREE = ast.parse(CODE.read_text(encoding="utf-8"))
 CHAPTER_MAX_WORDS = 3_500
 # The machinery the chapter does not need, in the folders by role beside code.py (STYLE.md, part 2);
-# the demo and the fake API are not the program's machinery.
+# the demo and the fake API are not the program's machinery. The fake API is a package of its own
+# (offline/fake_anthropic/), whose files are not modules of the program.
 OFFLINE = ("demo", "fake_anthropic")
 MODULE_PATHS = {path.stem: path for path in sorted(FOLDER.rglob("*.py"))
-                if path.name not in ("code.py", "__init__.py") and "__pycache__" not in path.parts}
+                if path.name not in ("code.py", "__init__.py") and "__pycache__" not in path.parts
+                and FOLDER / "offline" / "fake_anthropic" not in path.parents}
 MACHINERY = tuple(name for name in MODULE_PATHS if name not in OFFLINE)
 # Names of the API, of LiteLLM, of settings read from the environment, and the layers' settings fields.
 KNOWN_ELSEWHERE = {"tool_use", "tool_result", "tool_choice", "max_tokens", "input_tokens", "cache_control",

@@ -1,13 +1,21 @@
 """The fake API rejects what the real one rejects; otherwise a clean run would prove nothing."""
 
+import ast
 import http.client
 import json
+import os
+import subprocess
+import sys
+import textwrap
 import threading
 import time
+from pathlib import Path
 from urllib.parse import urlparse
 
 import anthropic
 import pytest
+
+import s08_context_compact.offline.fake_anthropic as fake_package
 
 from s08_context_compact.offline.fake_anthropic import (OVERFLOWS, FakeAnthropic, broken_tool_json, count_tokens, error_event, hang, malformed,
                             pings_only, sign_thinking, text, tool_use, tool_uses)
@@ -469,3 +477,53 @@ def test_pings_only_sends_pings_until_the_client_hangs_up(fake):
     assert response.status == 200 and [line for line in seen if line.startswith("event:")] == [
         "event: message_start", "event: ping", "event: ping"]
     eventually(lambda: fake.stalls == ["client closed"])
+
+
+# With offline/ first on sys.path and not the project: the fake as readers use it, a library of its own.
+ON_ITS_OWN = textwrap.dedent("""
+    import json, sys
+    sys.path.insert(0, sys.argv[1])
+    import anthropic
+    import fake_anthropic
+    tools = [{"name": "bash", "description": "run", "input_schema": {"type": "object", "properties": {}}}]
+    with fake_anthropic.FakeAnthropic() as fake:
+        fake.reply(fake_anthropic.text("hello from the fake"))
+        client = anthropic.Anthropic(api_key="test", base_url=fake.url, max_retries=0)
+        reply = client.messages.create(model="m", max_tokens=100, tools=tools,
+                                       messages=[{"role": "user", "content": "hi"}])
+    print(json.dumps({"names": sorted(dir(fake_anthropic)), "file": fake_anthropic.__file__,
+                      "reply": reply.content[0].text, "requests": len(fake.valid_requests),
+                      "project": sorted(m for m in sys.modules if m.startswith("s08_context_compact"))}))
+""")
+
+
+def test_the_fake_imports_on_its_own_from_the_offline_folder(tmp_path):
+    """The package's files import one another only relatively, so `import fake_anthropic` with offline/
+    on sys.path gives the very names of the package path, and that fake answers the real SDK."""
+    folder = Path(fake_package.__file__).resolve().parent
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ANTHROPIC_") and "proxy" not in k.lower()}
+    env.pop("PYTHONPATH", None)
+    done = subprocess.run([sys.executable, "-c", ON_ITS_OWN, str(folder.parent)], capture_output=True, text=True,
+                          cwd=tmp_path, env=env, timeout=60)
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout)
+    assert Path(seen["file"]).resolve() == folder / "__init__.py" and seen["project"] == []
+    assert set(seen["names"]) == set(dir(fake_package))
+    assert seen["reply"] == "hello from the fake" and seen["requests"] == 1
+
+
+def test_the_package_exports_every_name_its_files_define():
+    """Every top-level function, class and constant of the package's files, private ones too, is
+    importable from the package, as it was from the single fake_anthropic.py."""
+    defined = set()
+    for path in Path(fake_package.__file__).parent.glob("*.py"):
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+                defined.add(node.name)
+            elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                defined |= {target.id for target in targets if isinstance(target, ast.Name)}
+    defined.discard("__all__")
+    assert defined == set(fake_package.__all__)
+    assert all(hasattr(fake_package, name) for name in fake_package.__all__)
+    assert "FakeAnthropic" in defined and "_Handler" in defined and len(defined) == 64

@@ -2,7 +2,7 @@
 
 A scripted model drives code.py's real agent loop and real compaction pipeline. It is not
 Claude: its replies are written below, in advance. It talks through the real anthropic
-SDK to the fake Messages API in fake_anthropic.py (beside this file), on 127.0.0.1, with a
+SDK to the fake Messages API in the package fake_anthropic (beside this file), on 127.0.0.1, with a
 12,000-token window. No API key and no network are needed. The steps make each layer
 fire in turn, in a temporary workspace of generated files that is kept afterwards, so
 you can read what every layer saved.
