@@ -14,6 +14,7 @@ from conftest import CODE
 
 PACKAGE = CODE.parent
 FOLDERS = sorted(p.parent.name for p in PACKAGE.glob("*/__init__.py"))
+NESTED = sorted(p.parent.relative_to(PACKAGE).as_posix() for p in PACKAGE.glob("*/*/__init__.py"))
 OWNED = (".transcripts", ".task_outputs", ".task_outputs/tool-results", "log-key", ".s08_history", ".env.example")
 
 
@@ -58,12 +59,12 @@ def test_the_top_holds_the_lesson_its_pages_and_folders_by_role():
 
 
 def test_each_folder_has_a_readme_with_a_line_for_each_file_and_the_folders_it_imports():
-    imports = folder_imports()
-    for folder in FOLDERS:
+    imports = {**folder_imports(), **{folder: set() for folder in NESTED}}
+    for folder in FOLDERS + NESTED:
         readme = (PACKAGE / folder / "README.md").read_text(encoding="utf-8")
-        listed = re.findall(r"^\| `([^`]+\.py)` \| .+ \|$", readme, re.M)
+        listed = re.findall(r"^\| `([^`]+(?:\.py|/))` \| .+ \|$", readme, re.M)
         files = [p.name for p in modules(folder) if p.name != "__init__.py"]
-        files += [p.name for p in (PACKAGE / folder).iterdir() if (p / "__init__.py").exists()]
+        files += [p.name + "/" for p in (PACKAGE / folder).iterdir() if (p / "__init__.py").exists()]
         assert sorted(listed) == sorted(files), f"{folder}/README.md lists {listed}, the folder holds {files}"
         said = re.search(r"^Imports: (.*)\.$", readme, re.M)
         assert said, f"{folder}/README.md says which folders it imports"
