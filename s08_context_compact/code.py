@@ -25,13 +25,13 @@ need lives in the folders beside it, one folder a role (each has a README).
 import json
 import sys
 import time
-import uuid
 from dataclasses import MISSING, dataclass, field, fields, replace
-from functools import cached_property
+from functools import cached_property, partial
 from pathlib import Path
 
-if not __package__:  # Run as a script, Python put this folder first on sys.path, where code.py would stand in
-    # for the standard library's `code` (pdb imports it): take it off, and load the folders beside as a package.
+if not __package__:  # Run as a script, Python put this folder first on sys.path, where code.py
+    # would stand in for the standard library's `code` (pdb imports it): take it off, and load
+    # the folders beside it as the package they are.
     from importlib import util
     HERE = Path(__file__).resolve().parent
     sys.path[:] = [folder for folder in sys.path if Path(folder or ".").resolve() != HERE]
@@ -39,19 +39,23 @@ if not __package__:  # Run as a script, Python put this folder first on sys.path
     spec.loader.exec_module(sys.modules.setdefault(spec.name, util.module_from_spec(spec)))
 
 from s08_context_compact.basics import (
-    OWN_SKILLS, PROMPTS_DIR, TOOL_RESULTS_DIR, TRANSCRIPT_DIR, discover_skills, edit_file, glob_files,
-    holds_exactly, inside_workspace, one_line, output_names, own_folder, path_risk, read_lines, redact,
-    Redactor, say, Spinner, ToolError, well_formed, write_file)
+    OWN_SKILLS, TOOL_RESULTS_DIR, discover_skills, edit_file, glob_files, inside_workspace,
+    one_line, path_risk, read_lines, redact, Redactor, say, Spinner, ToolError, write_file)
 from s08_context_compact.messages import (
-    OWN, append_message, blocks_of, check_tool_input, cut_long_texts, is_request_block,
-    is_tool_result_message, last_reply_text, own_text, park_oversized_inputs, paths_read,
-    refused_result, replace_history, replace_result, result_text, said_text, sendable, todo_problem,
-    tool_names, user_words, what_was_done, with_text)
+    CHARS_PER_TOKEN, COMPACT_MARKER, NOTE_MARKER, OWN, PERSISTED_TAG, PLACEHOLDER_PREFIX,
+    REACTIVE_MARKER, RESTORED_MARKER, SNIP_MARKER, append_message, blocks_of, check_tool_input,
+    current_request, estimate_text_tokens, estimate_tokens, group_starts, head_within,
+    is_tool_result_message, message_groups, newest_within, own_text, park_oversized_inputs,
+    paths_read, refused_result, replace_history, replace_result, result_text, said_text, sendable,
+    todo_problem, TokenCounter, tool_names, what_was_done, with_text)
 from s08_context_compact.endpoint import (
-    IDLE_TIMEOUT, RETRY_BASE_SECONDS, api_error_text, api_failures, ContextOverflow, count_tokens,
-    Endpoint, extract_summary, make_reply_sendable, model_reply, SummaryError)
+    CACHE_TTLS, IDLE_TIMEOUT, RETRY_BASE_SECONDS, api_error_text, api_failures, cache_mark,
+    ContextOverflow, count_tokens, Endpoint, extract_summary, make_reply_sendable, model_reply,
+    SummaryError, with_cache_breakpoints)
 from s08_context_compact.compaction import (
-    Ledger, ledger_hooks, repeat_read_stub, short_hash, SummaryAhead, true_stubs)
+    fallback_summary, fit_for_summary, hook_restores, Ledger, ledger_hooks, recent_user_messages,
+    render_todos, repeat_read_stub, restored_files, Store, summary_instructions, SummaryAhead,
+    true_stubs)
 from s08_context_compact.safety import command_risks, run_command, Sandbox, Undo, undo_hooks
 from s08_context_compact.session import open_session
 from s08_context_compact.command_line import (
@@ -60,64 +64,53 @@ from s08_context_compact.command_line import (
     terminal_confirm, turn_failed)
 
 
-# ==== PART 1: THE CHAPTER =========================================================================
+# ==== PART 1: THE CHAPTER ========================================================================
 
-# ---- settings, derived from the window -----------------------------------------------------------
-# Sizes in tokens are derived from the context window (Settings.for_window, the window from the endpoint);
-# the numbers here are the chapter's defaults and the ceilings the derived values never exceed.
+# ---- settings, derived from the window ----------------------------------------------------------
+# Sizes in tokens are derived from the context window (Settings.for_window; the window comes
+# from the endpoint). The numbers here are the chapter's defaults, and the ceilings the derived
+# values never exceed.
 MAX_OUTPUT_TOKENS = 8_192           # asked for on every call, so reserved out of the window
 AUTOCOMPACT_BUFFER_TOKENS = 13_000  # headroom for the estimate's error before the API's hard wall
 COUNT_TOKENS_MARGIN = 0.1           # this close to the threshold, ask the API for the exact count
 ESTIMATE_MARGIN = 0.85              # sizing by estimate alone, assume it may be 15% low
-CHARS_PER_TOKEN = 4                 # for ASCII text; other characters count one token each
 # tool_result_budget
 TOOL_RESULT_BUDGET_CHARS = 200_000  # chapter: tool output allowed in one message
-TOOL_RESULT_BUDGET_SHARE = 0.15     # ...and never more than this share of the usable context (a result
+TOOL_RESULT_BUDGET_SHARE = 0.15     # ...never more than this share of the usable context (a result
                                     # kept whole is soon cleared, and clearing rewrites the cache)
-PREVIEW_CHARS = 2_000               # what stays in context of a result that went to disk
+PREVIEW_CHARS = 2_000               # at most this much of a result sent to disk stays in context
 # snip_compact
 SNIP_KEEP_HEAD = 3                  # the first request and its setup stay visible
 SNIP_KEEP_TAIL = 47                 # current work; head + tail = 50 messages before snipping
 SNIP_AT_LEAST = 20                  # a snip rewrites the cache after the head: make it worth it...
-SNIP_FREES_AT_LEAST_SHARE = 0.25    # ...by cutting at least 20 messages and this share of the threshold
+SNIP_FREES_AT_LEAST_SHARE = 0.25    # ...cut at least 20 messages and this share of the threshold
 # micro_compact
 KEEP_RECENT_TOOL_RESULTS = 3        # micro_compact leaves the newest results alone
-MICRO_COMPACT_MIN_CHARS = 120       # a placeholder is no shorter than this, so skip smaller results
-MICRO_TRIGGER_SHARE = 0.7           # micro_compact acts only above this share of the threshold...
-CACHE_LIFETIME_SECONDS = 300       # the API's prompt cache forgets a prefix unread this long (CACHE_TTL=1h: an hour)...
-COLD_TRIGGER_SHARE = 0.5            # ...so after such a gap snip and micro act from this share, freely
-CLEAR_AT_LEAST_SHARE = 0.25          # ...and only if it frees at least this share (cache-aware)
+MICRO_COMPACT_MIN_CHARS = 120       # a placeholder is no shorter than this: skip smaller results
+MICRO_TRIGGER_SHARE = 0.7           # snip and micro act only above this share of the threshold...
+COLD_TRIGGER_SHARE = 0.5            # ...or this share of that after the cache expired (CACHE_TTLS)
+CLEAR_AT_LEAST_SHARE = 0.25         # ...and only if they free at least this share (cache-aware)
 PLACEHOLDER_TOKENS = 60             # a placeholder, long path included (over, not under)
 # compact_history: the summary, its breaker, and what comes back after it
 SUMMARY_MAX_TOKENS = 20_000         # ceiling for the summary's own output
 SUMMARY_ATTEMPTS = 4                # "too long" retries, each dropping more of the oldest messages
 MAX_CONSECUTIVE_SUMMARY_FAILURES = 3  # circuit breaker: stop paying for summaries that fail
-SUMMARY_AHEAD_SHARES = (0.6, 0.95)  # a summary starts in the background between these shares of the threshold
+SUMMARY_AHEAD_SHARES = (0.6, 0.95)  # a summary starts in the background between these shares
 POST_COMPACT_SHARE = 0.25           # the compacted context must come to less than this share
-POST_COMPACT_MAX_FILES = 5          # after compaction, re-read the most recently read files:
-POST_COMPACT_TOKENS_PER_FILE = 5_000  # at most this much of each...
+POST_COMPACT_TOKENS_PER_FILE = 5_000  # files read most recently come back: this much of each...
 POST_COMPACT_FILES_TOKENS = 50_000  # ...and this much in all
 POST_COMPACT_USER_TOKENS = 5_000    # recent user messages restored verbatim, newest first
 LEDGER_TOKENS = 2_000               # the fact ledger re-injected after compaction
 # reactive_compact
 MAX_REACTIVE_RETRIES = 1            # in a row: refused again at once, nothing learned: turn ends
 REACTIVE_TAIL_SHARE = 0.25          # reactive_compact keeps recent messages up to this share
-# what the layers write, and how the program marks its own blocks
-COMPACT_MARKER = "[Compacted"       # text our own messages start with, so they are
-SNIP_MARKER = "[Snipped"            # never mistaken for the user's request
-REACTIVE_MARKER = "[Reactive compact"
-RESTORED_MARKER = "[Restored after compaction"
-NOTE_MARKER = "[Program note"
-PERSISTED_TAG = "<persisted-output"
-PLACEHOLDER_PREFIX = "[Earlier tool result"
-# The program knows its own blocks by a field (OWN, history.py), never by their text: a user
-# may type any of the texts above. The field is stripped from every request.
-
 # the loop and the tools (earlier chapters)
 MAX_STEPS_PER_TURN = 100            # model calls in one user turn before we stop and ask
 SUBAGENT_MAX_STEPS = 30
 BASH_TIMEOUT = 120                  # seconds, unless the call asks for another (max 600)
 READ_DEFAULT_LINES = 2_000
+# The program marks its own blocks (COMPACT_MARKER, SNIP_MARKER, ...) with a field, OWN, never
+# by their text alone: a user may type any text. The field is stripped from every request.
 
 
 @dataclass(frozen=True)
@@ -144,17 +137,18 @@ class Settings:
     snip_at_least: int = SNIP_AT_LEAST
     micro_min_chars: int = MICRO_COMPACT_MIN_CHARS
     retry_base_seconds: float = RETRY_BASE_SECONDS
-    idle_timeout: float = IDLE_TIMEOUT  # seconds a stream may send nothing new before it is abandoned
-    cache_ttl: str = "5m"       # the prompt cache's life: "5m", or "1h" (writes cost 2× instead of 1.25×)
-    compact_at: float = 0.0     # COMPACT_AT: the threshold as a share of the window, if lower than derived
-    summary_ahead: tuple | None = SUMMARY_AHEAD_SHARES  # SUMMARY_AHEAD: the early mark's range, or None (off)
+    idle_timeout: float = IDLE_TIMEOUT  # seconds a stream may send nothing before it is abandoned
+    cache_ttl: str = "5m"       # the prompt cache's life: "5m", or "1h" (writes cost 2×, not 1.25×)
+    compact_at: float = 0.0     # COMPACT_AT: the threshold as a share of the window, if lower
+    summary_ahead: tuple | None = SUMMARY_AHEAD_SHARES  # SUMMARY_AHEAD: the early mark, or None
 
     @classmethod
     def for_window(cls, model: str, window: int, compact_at: float = 0.0) -> "Settings":
         max_output = min(MAX_OUTPUT_TOKENS, window // 4)
         buffer = min(AUTOCOMPACT_BUFFER_TOKENS, window // 10)
         threshold = min(window - max_output - buffer, int(window * compact_at) or window)
-        budget = min(TOOL_RESULT_BUDGET_CHARS, int(threshold * TOOL_RESULT_BUDGET_SHARE * CHARS_PER_TOKEN))
+        usable_chars = threshold * TOOL_RESULT_BUDGET_SHARE * CHARS_PER_TOKEN
+        budget = min(TOOL_RESULT_BUDGET_CHARS, int(usable_chars))
         return cls(model=model, window=window, max_output=max_output, threshold=threshold,
                    budget_chars=budget, preview_chars=min(PREVIEW_CHARS, budget // 8),
                    summary_max_tokens=min(SUMMARY_MAX_TOKENS, max_output),
@@ -174,125 +168,121 @@ class Settings:
         """The same settings for another window (one the endpoint revealed), overrides kept."""
         if window == self.window:
             return self
-        overrides = {f.name: getattr(self, f.name) for f in fields(self) if f.default is not MISSING}
+        set_here = [f.name for f in fields(self) if f.default is not MISSING]
+        overrides = {name: getattr(self, name) for name in set_here}
         return replace(Settings.for_window(self.model, window, self.compact_at), **overrides)
 
 
-# ---- the history, as plain dicts -----------------------------------------------------------------
-# History is a list of plain dicts in the API's wire format; history.py reads a message's
-# blocks and changes the history. What matters here is what the user asked, and where
-# the history may be cut.
+# ---- the agent, and what its loop learns ---------------------------------------------------------
+# Every function below reads what it needs from these two: the Agent (what the session runs
+# with) and its LoopState (what one loop learns). The history itself is a list of plain dicts
+# in the API's wire format (messages/history.py reads and changes it).
 
-def current_request(messages: list) -> dict | None:
-    """The newest text block the user typed (our own markers are not requests)."""
-    for message in reversed(messages):
-        if message["role"] == "user":
-            for block in reversed(blocks_of(message)):
-                if is_request_block(block):
-                    return {"type": "text", "text": block["text"]}
-    return None
-
-
-def group_starts(messages: list) -> list:
-    """Indexes where the history may be cut: each assistant message starts a group with its results."""
-    return [i for i, m in enumerate(messages) if m["role"] == "assistant"]
-
-
-def message_groups(messages: list) -> list:
-    """The history from its first assistant message on, as groups: a call and its results
-    (and any user words after them) travel together."""
-    starts = group_starts(messages)
-    return [messages[start:end] for start, end in zip(starts, starts[1:] + [len(messages)])]
+@dataclass
+class LoopState:
+    """What one agent loop learns while it runs. A subagent gets a new one, so it starts
+    with nothing of its parent's: no todos, no reads, no size anchor."""
+    history: list = field(default_factory=list)     # the running loop's messages, for read stubs
+    tokens: TokenCounter = field(default_factory=TokenCounter)
+    last_usage: dict = field(default_factory=dict)
+    todos: list = field(default_factory=list)
+    loaded_skills: list = field(default_factory=list)
+    read_state: dict = field(default_factory=dict)  # (path, offset, limit) -> (size, mtime, id)
+    read_stubs: dict = field(default_factory=dict)  # a stub's call id -> (result it shows, path)
+    current_call: str = ""                          # the tool_use id being run
+    last_reply_at: float | None = None              # now() at the last reply: is the cache warm?
+    pending_compact: str | None = None              # the compact tool's focus, until the batch ends
+    ahead: SummaryAhead = field(default_factory=SummaryAhead)  # the summary written ahead, if any
 
 
-# ---- counting tokens -----------------------------------------------------------------------------
-# Layers copy what they change and never edit a message in place: the TokenCounter
-# knows unchanged messages by identity, so only what is new is estimated.
+@dataclass
+class Agent:
+    """What an agent loop runs with: the client, the settings, the workspace, what the
+    session shares with subagents (endpoint, ledger, accounting), and the loop's state."""
+    client: object
+    settings: Settings
+    workdir: Path
+    system: str
+    tools: list
+    skills: dict = field(default_factory=dict)
+    hooks: dict = field(default_factory=dict)
+    confirm: object = None          # confirm(question) -> (allowed, reason)
+    out: object = print
+    label: str = ""
+    max_steps: int = MAX_STEPS_PER_TURN
+    show_status: bool = False       # a status line after each turn (terminals only)
+    color: bool = False             # ANSI colours: a terminal, and NO_COLOR unset
+    fit_width: bool = False         # output is a terminal: fit lines to its width
+    spinner_to: object = None       # a terminal stream for the waiting spinner
+    secrets: Redactor = field(default_factory=Redactor)  # never shown or written, in any form
+    log: object = None              # the SessionLog (none for subagents)
+    endpoint: Endpoint = None       # shared with subagents; made from settings if not given
+    ledger: Ledger = field(default_factory=Ledger)
+    undo: Undo = field(default_factory=Undo)          # what /undo puts back; shared with subagents
+    sandbox: Sandbox = field(default_factory=Sandbox)  # how bash commands are confined: not at all
+    summary_failures: int = 0
+    breaker_announced: bool = False
+    disk_warned: bool = False                         # a layer could not save: said once
+    stats: dict = field(default_factory=dict)         # layer -> {"runs": n, "saved": tokens}
+    usage_totals: dict = field(default_factory=dict)  # all calls of the session, summed
+    state: LoopState = field(default_factory=LoopState)
 
-def estimate_text_tokens(text: str) -> int:
-    ascii_chars = len(text.encode("ascii", "ignore"))
-    return ascii_chars // CHARS_PER_TOKEN + (len(text) - ascii_chars) + 1
+    def __post_init__(self):
+        self.secrets = Redactor.of(self.secrets)  # a list of the values will do
+        if self.endpoint is None:
+            self.endpoint = Endpoint(self.settings.window)
+
+    def say(self, text: str, style: str = "", cut: bool = False) -> None:
+        """Tell the user something (basics/terminal.py decides how it looks)."""
+        say(self, text, style, cut)
+
+    def subagent(self) -> "Agent":
+        tools = [t for t in self.tools if t["name"] != "task"]
+        return replace(self, tools=tools, label="task", max_steps=SUBAGENT_MAX_STEPS, log=None,
+                       state=LoopState())
+
+    @cached_property
+    def store(self) -> Store:
+        """Where the layers save what they remove (a subagent gets its own, same folders)."""
+        return Store(self.workdir, self.secrets)
+
+    @cached_property
+    def overhead(self) -> int:
+        """Tokens of the system prompt and tool definitions, sent with every request."""
+        return estimate_text_tokens(self.system + json.dumps(self.tools))
 
 
-def estimate_tokens(messages: list) -> int:
-    """A character-based estimate of what is sent: ASCII at 4 characters a token, anything
-    else one each."""
-    return sum(estimate_text_tokens(json.dumps(sendable(m), ensure_ascii=False)) for m in messages)
+HOOK_EVENTS = ("UserPromptSubmit", "PreToolUse", "PostToolUse", "Stop",
+               "PreCompact", "RestoreContext", "PostCompact")
 
 
-def newest_within(items: list, max_tokens: int, size) -> list:
-    """The newest items that together cost at most max_tokens, in their order. Used wherever
-    recent things are kept and older ones let go: recent groups, user messages, ledger lines."""
-    kept, used = [], 0
-    for item in reversed(items):
-        used += size(item)
-        if used > max_tokens:
-            break
-        kept.append(item)
-    return kept[::-1]
+def fire_hooks(agent, event: str, **payload) -> list:
+    """Run every hook for an event; return what they returned (None dropped). Part 2 installs
+    the permission check; the summary asks PreCompact, RestoreContext and PostCompact hooks."""
+    answers = [hook(payload) for hook in agent.hooks.get(event, [])]
+    return [answer for answer in answers if answer is not None]
 
 
-def head_within(text: str, max_tokens: int) -> str:
-    """The start of text that costs at most max_tokens: four characters a token in ASCII,
-    one in Chinese. Cut by a quarter at a time, so long texts need few measurements."""
-    head = text[:max_tokens * CHARS_PER_TOKEN]
-    while head and estimate_text_tokens(head) > max_tokens + 1:  # the estimate adds 1 to any text
-        head = head[:len(head) * 3 // 4]
-    return head
+# ---- the request, and counting its tokens --------------------------------------------------------
+# Layers copy what they change and never edit a message in place: the TokenCounter knows
+# unchanged messages by identity, so only what is new is estimated (messages/token_counts.py).
 
-
-class TokenCounter:
-    """The context's size, anchored to the API: the last response's usage is exact, and
-    only messages added or changed since are estimated."""
-
-    def __init__(self):
-        self.sizes = {}              # id(message) -> (message, estimate): each message measured once
-        self.anchor_tokens = None
-        self.anchor_messages = []
-
-    def size(self, message: dict) -> int:
-        entry = self.sizes.get(id(message))
-        if entry is None or entry[0] is not message:
-            entry = self.sizes[id(message)] = (message, estimate_tokens([message]))
-        return entry[1]
-
-    def estimate(self, messages: list) -> int:
-        return sum(self.size(m) for m in messages)
-
-    def anchor(self, tokens: int, messages: list) -> None:
-        self.anchor_tokens, self.anchor_messages = tokens, list(messages)
-        if len(self.sizes) > 4 * len(messages) + 100:  # forget messages no longer in history
-            self.sizes = {id(m): (m, self.size(m)) for m in messages}
-
-    def measures(self, messages: list) -> bool:
-        """Whether count() is the API's own figure: the history is the one it measured."""
-        return self.anchor_tokens is not None and messages == self.anchor_messages
-
-    def last_anchored(self) -> dict | None:
-        """The newest message the anchor measured (a reply, whose usage gave the count)."""
-        return self.anchor_messages[-1] if self.anchor_messages else None
-
-    def count(self, messages: list, overhead: int) -> int:
-        if self.anchor_tokens is None:
-            return overhead + self.estimate(messages)
-        same = len(self.anchor_messages)
-        # The usual cases, the anchored history as it was or with new messages after it, are
-        # decided by one list comparison: in C, identical items by identity, no message read.
-        if (messages if len(messages) == same else messages[:same]) != self.anchor_messages:
-            same = 0  # layers copy only what they change, so identity marks what is unchanged
-            for old, new in zip(self.anchor_messages, messages):
-                if old is not new:
-                    break
-                same += 1
-        before, after = self.anchor_messages[same:], messages[same:]
-        if before and after:  # something was rewritten: compare what is gone with what is new
-            now = {id(m) for m in after}
-            gone = [m for m in before if id(m) not in now]
-            if same == 0 and len(gone) == len(before):  # nothing in common (a summary): the anchor says nothing
-                return overhead + self.estimate(messages)
-            then = {id(m) for m in before}
-            before, after = gone, [m for m in after if id(m) not in then]
-        return self.anchor_tokens - self.estimate(before) + self.estimate(after)
+def build_request(agent, messages: list, extra_text: str | None = None) -> dict:
+    """The Messages API request for a history: tools and system first, cache marks added."""
+    s = agent.settings
+    sent = [sendable(m) for m in messages]
+    # The system prompt goes as a plain string (some servers take nothing else), so the fixed
+    # prefix's mark sits on the last tool; the marks on the messages cache the system prompt
+    # with them. endpoint/prompt_cache.py places those (four marks at most, the API's limit).
+    mark = cache_mark(s.cache_ttl)
+    tools = agent.tools[:-1] + [{**agent.tools[-1], "cache_control": mark}] if agent.tools else []
+    sent = with_cache_breakpoints(sent, s.keep_recent, mark)
+    if extra_text and sent and sent[-1]["role"] == "user":
+        sent[-1] = with_text(sent[-1], extra_text)
+    elif extra_text:
+        sent.append({"role": "user", "content": [{"type": "text", "text": extra_text}]})
+    return {"model": s.model, "max_tokens": s.max_output, "system": agent.system, "tools": tools,
+            "messages": sent}
 
 
 def context_tokens(agent, messages: list) -> int:
@@ -319,64 +309,9 @@ def over_threshold(agent, messages: list) -> bool:
     return tokens > s.threshold
 
 
-# ---- saving before removing ----------------------------------------------------------------------
-# The only writes the layers cause. Files are opened with "x" (create, never replace, never
-# through a link) under names that are new each time, so nothing is ever overwritten, in
-# folders own_folder checked are real: a cloned repository may plant a link there.
-
-def save_tool_output(folder: Path, tool_use_id: str, text: str) -> Path:
-    """Write one full tool result, byte for byte, and return its path."""
-    data = text.encode("utf-8", "surrogatepass")
-    for path in output_names(folder, tool_use_id):
-        if holds_exactly(path, data):
-            return path  # the same content saved before: point at it again
-        try:
-            with open(path, "xb") as f:
-                f.write(data)
-            return path
-        except FileExistsError:
-            continue
-    raise OSError(f"could not find a free file name for {tool_use_id} in {folder}")
-
-
-def save_transcript(folder: Path, messages: list, kind: str, footer: dict | None = None) -> Path:
-    """Write messages as JSON lines, one message a line (then the footer, if any), under a
-    name never used before, and return the path."""
-    path = folder / f"{kind}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:8]}.jsonl"
-    with open(path, "x", encoding="utf-8") as f:
-        for record in messages + ([footer] if footer else []):
-            f.write(well_formed(json.dumps(record, ensure_ascii=False)) + "\n")  # a lone emoji half cannot be written
-    return path
-
-
-class Store:
-    """Where the layers put what they remove, in the workspace: full tool outputs, and
-    removed messages as transcripts. The history is redacted where content enters it; this
-    is the last net before the disk. It keeps a list of what it wrote, for the reports."""
-
-    def __init__(self, workdir: Path, secrets=()):
-        self.workdir, self.secrets, self.written = workdir, Redactor.of(secrets), []
-
-    def save_output(self, tool_use_id: str, text: str) -> Path:
-        return self.wrote(save_tool_output(own_folder(self.workdir, TOOL_RESULTS_DIR), tool_use_id,
-                                           redact(text, self.secrets)))
-
-    def save_prompt(self, text: str) -> Path:
-        return self.wrote(save_tool_output(own_folder(self.workdir, PROMPTS_DIR),
-                                           f"prompt-{uuid.uuid4().hex[:8]}", redact(text, self.secrets)))
-
-    def save_messages(self, messages: list, kind: str, footer: dict | None = None) -> Path:
-        return self.wrote(save_transcript(own_folder(self.workdir, TRANSCRIPT_DIR), self.secrets.redact_json(messages),
-                                          kind, self.secrets.redact_json(footer)))
-
-    def wrote(self, path: Path) -> Path:
-        self.written.append(path.relative_to(self.workdir))
-        return self.written[-1]
-
-
-# ---- the compaction layers -----------------------------------------------------------------------
-# Each takes the history and returns it, changed or not; what it removes it first saves
-# through the store it is handed.
+# ---- the three cheap layers ----------------------------------------------------------------------
+# Each takes the history and returns it, changed or not. What it removes it first saves through
+# the store it is handed (compaction/store.py), under a name never used before.
 
 def persisted_preview(path: Path, text: str, preview_chars: int) -> str:
     # Fixed wording, so clearing the same content twice produces the same bytes.
@@ -388,10 +323,10 @@ def persisted_preview(path: Path, text: str, preview_chars: int) -> str:
 
 
 def fewer_tokens(new: str, old: str) -> bool:
-    """Whether a replacement costs fewer tokens than the text it replaces, measured as it
-    stands in a request (inside JSON). A layer replaces nothing otherwise: it must never grow."""
-    return estimate_text_tokens(json.dumps(new, ensure_ascii=False)) < \
-        estimate_text_tokens(json.dumps(old, ensure_ascii=False))
+    """Whether a replacement costs fewer tokens than the text it replaces, measured as it stands
+    in a request (inside JSON). A layer replaces nothing otherwise: it must never grow."""
+    new_tokens = estimate_text_tokens(json.dumps(new, ensure_ascii=False))
+    return new_tokens < estimate_text_tokens(json.dumps(old, ensure_ascii=False))
 
 
 def previewed(block: dict, preview_chars: int, store) -> dict:
@@ -406,8 +341,9 @@ def previewed(block: dict, preview_chars: int, store) -> dict:
 
 def preview_results(message: dict, preview_chars: int, store) -> dict:
     """Persist every result in a message that is longer than a preview, keeping the preview."""
-    return {**message, "content": [previewed(b, preview_chars, store) if b.get("type") == "tool_result"
-                                   else b for b in blocks_of(message)]}
+    blocks = [previewed(b, preview_chars, store) if b.get("type") == "tool_result" else b
+              for b in blocks_of(message)]
+    return {**message, "content": blocks}
 
 
 def tool_result_budget(messages: list, *, max_chars: int, preview_chars: int, store) -> list:
@@ -429,8 +365,8 @@ def tool_result_budget(messages: list, *, max_chars: int, preview_chars: int, st
     return messages[:-1] + [{**last, "content": blocks}]
 
 
-def snip_compact(messages: list, *, keep_head: int, keep_tail: int, at_least: int, min_tokens: int = 0,
-                 store, measure=estimate_tokens) -> list:
+def snip_compact(messages: list, *, keep_head: int, keep_tail: int, at_least: int,
+                 min_tokens: int = 0, store, measure=estimate_tokens) -> list:
     """Drop the middle of a long history, never splitting a tool_use from its tool_result."""
     if len(messages) <= keep_head + keep_tail:
         return messages
@@ -449,11 +385,13 @@ def snip_compact(messages: list, *, keep_head: int, keep_tail: int, at_least: in
         return messages  # too little to pay for rewriting the cache after the head
     path = store.save_messages(removed, "snip")
     head_last = messages[head_end - 1]
-    earlier = sum(b.get("snipped", 0) for b in blocks_of(head_last) if b.get(OWN) == "snip")  # one marker, folded
+    # one marker, folded: the count of every earlier snip goes into the new one
+    earlier = sum(b.get("snipped", 0) for b in blocks_of(head_last) if b.get(OWN) == "snip")
     kept_blocks = [b for b in blocks_of(head_last) if b.get(OWN) != "snip"]
     snipped = earlier + len(removed)
-    texts = [own_text("snip", f"{SNIP_MARKER} {snipped} messages from the middle of the conversation; "
-                              f"the latest ones are saved in {path}.{what_was_done(removed)}]", snipped=snipped)]
+    note = (f"{SNIP_MARKER} {snipped} messages from the middle of the conversation; "
+            f"the latest ones are saved in {path}.{what_was_done(removed)}]")
+    texts = [own_text("snip", note, snipped=snipped)]
     request = current_request(messages)
     if request and current_request(messages[:head_end] + messages[tail_start:]) != request:
         texts.append(request["text"])  # the user's current request stays visible verbatim
@@ -462,7 +400,8 @@ def snip_compact(messages: list, *, keep_head: int, keep_tail: int, at_least: in
     return result if measure(result) < measure(messages) else messages
 
 
-def micro_compact(messages: list, *, keep_recent: int, min_chars: int, clear_at_least: int, store) -> list:
+def micro_compact(messages: list, *, keep_recent: int, min_chars: int, clear_at_least: int,
+                  store) -> list:
     """Replace all but the newest tool results with a pointer to their saved copy."""
     positions = [(i, k) for i, m in enumerate(messages) if is_tool_result_message(m)
                  for k, b in enumerate(blocks_of(m)) if b.get("type") == "tool_result"]
@@ -475,7 +414,8 @@ def micro_compact(messages: list, *, keep_recent: int, min_chars: int, clear_at_
              and blocks_of(messages[i])[k].get(OWN) != "placeholder"]
     # Clearing rewrites the cache from the first cleared result on; below the minimum
     # the rewrite costs more than the tokens it frees, so clear nothing.
-    freed = sum(estimate_text_tokens(result_text(blocks_of(messages[i])[k])) - PLACEHOLDER_TOKENS for i, k in stale)
+    freed = sum(estimate_text_tokens(result_text(blocks_of(messages[i])[k])) - PLACEHOLDER_TOKENS
+                for i, k in stale)
     if not stale or freed < clear_at_least:
         return messages
     names = tool_names(messages)
@@ -483,336 +423,22 @@ def micro_compact(messages: list, *, keep_recent: int, min_chars: int, clear_at_
     for i, k in stale:
         block = blocks_of(changed.get(i, messages[i]))[k]
         text = result_text(block)
-        path = block.get("saved_at") if block.get(OWN) == "preview" else store.save_output(block["tool_use_id"], text)
-        placeholder = (f"{PLACEHOLDER_PREFIX} ({names.get(block['tool_use_id'], 'tool')}) cleared to save "
-                       f"context. Full output: {path}. Read that file if you need it again.]")
+        if block.get(OWN) == "preview":
+            path = block.get("saved_at")  # saved already, by tool_result_budget
+        else:
+            path = store.save_output(block["tool_use_id"], text)
+        tool = names.get(block["tool_use_id"], "tool")
+        placeholder = (f"{PLACEHOLDER_PREFIX} ({tool}) cleared to save context. "
+                       f"Full output: {path}. Read that file if you need it again.]")
         if not fewer_tokens(placeholder, text):
             continue  # a long path can make the pointer cost more than a short result
         blocks = list(blocks_of(changed.get(i, messages[i])))
         blocks[k] = replace_result(block, placeholder, "placeholder", path)
         changed[i] = {**messages[i], "content": blocks}
-    return [changed.get(i, m) for i, m in enumerate(messages)] if changed else messages
-
-
-def compact_history(messages: list, *, agent, focus: str = "") -> list:
-    """Replace the history with a summary, what the work needs back, and the request. One written ahead
-    replaces only its snapshot (kept_after: what stays); if still over the threshold, the rest is summarized next."""
-    ready = agent.state.ahead.take(agent, messages, focus)
-    swapped = ready and summarize_into(agent, messages, "compact", kept_after(agent, ready) or compact_tail(messages),
-                                       ready=ready.summary)
-    if not ready or swapped is messages:
-        return summarize_into(agent, messages, "compact", compact_tail(messages), focus)
-    if over_threshold(agent, swapped):
-        return summarize_into(agent, swapped, "compact", compact_tail(swapped))
-    return swapped
-
-
-def kept_after(agent, ready) -> list:
-    """What came after a summary written ahead, through the layers that cost no call (each saves
-    what it removes first) when kept whole it would leave the next summary too little room."""
-    s, kept = agent.settings, ready.suffix
-    if ready.room is None or estimate_tokens(kept) <= ready.room:
-        return kept
-    kept = apply_layer(agent, micro_compact, kept, keep_recent=s.keep_recent, min_chars=s.micro_min_chars,
-                       clear_at_least=0, store=agent.store)
-    newest = newest_within(message_groups(kept), ready.room, estimate_tokens)
-    return apply_layer(agent, snip_compact, kept, keep_head=1, keep_tail=max(2, sum(map(len, newest))), at_least=1,
-                       store=agent.store)
-
-
-def compact_tail(messages: list) -> list:
-    """In the middle of a turn the last call and its results stay, so the model carries on."""
-    return messages[-2:] if len(messages) >= 2 and is_tool_result_message(messages[-1]) else []
-
-
-def reactive_compact(messages: list, *, agent) -> list:
-    """After "prompt is too long": the same, keeping only the recent groups that fit in a
-    share of the threshold, smaller when the endpoint counted more than we estimated."""
-    tail_tokens = int(agent.settings.threshold * REACTIVE_TAIL_SHARE / agent.endpoint.undercount)
-    ready = agent.state.ahead.take(agent, messages, max_suffix=tail_tokens)  # a summary written ahead, if any
-    tail = ready.suffix if ready and ready.suffix else reactive_tail(messages, tail_tokens)
-    return summarize_into(agent, messages, "reactive", tail, ready=ready.summary if ready else ())
-
-
-def reactive_tail(messages: list, tail_tokens: int) -> list:
-    groups = message_groups(messages)
-    kept = newest_within(groups, tail_tokens, estimate_tokens) or groups[-1:]  # the newest group stays, whole
-    return [m for group in kept for m in group]
-
-
-def summarize_into(agent, messages: list, kind: str, tail: list, focus: str = "", ready: tuple = ()) -> list:
-    """Both summary layers: the hooks around the summary, what comes back after it, the
-    summary itself (unless one is ready), then the new history."""
-    focus = focus if ready else pre_compact_focus(agent, messages, focus)
-    tail_tokens = estimate_tokens(tail)
-    restored, limit = plan_restore(agent, messages, tail_tokens, shown=paths_read(tail))
-    if kind == "compact" and not ready and nothing_to_summarize(messages, restored, tail_tokens):
-        agent.say("[compact_history] nothing to compact: a summary would not make the context smaller")
+    if not changed:
         return messages
-    summary, source = ready or make_summary(agent, messages, focus, limit)
-    # PostCompact hooks check the summary (the ledger does); what they find is kept with it
-    answers = fire_hooks(agent, "PostCompact", summary=summary, source=source, kept=json.dumps(tail))
-    found = {key: value for answer in answers for key, value in answer.items() if key != "note"}
-    result = replace_with_summary(messages, kind, summary, tail, restored, preview_chars=agent.settings.preview_chars,
-                                  store=agent.store, footer={"type": "compaction", "summary_by": source,
-                                                             "summary": summary, **found})
-    if result is messages:
-        agent.say(f"[{kind}] the summary came out no smaller than the history; the history is kept "
-                  f"(transcript saved to {agent.store.written[-1]})")
-        return messages
-    agent.state.read_state.clear()  # what was read is no longer in context as it was
-    header = {**result[0]["content"][0], "summary_by": source, "checks": [a["note"] for a in answers if a.get("note")]}
-    return [{**result[0], "content": [header] + result[0]["content"][1:]}] + result[1:]
+    return [changed.get(i, m) for i, m in enumerate(messages)]
 
-
-def pre_compact_focus(agent, messages: list, focus: str = "") -> str:
-    """The focus, with what PreCompact hooks add to the summary's instructions."""
-    for extra in fire_hooks(agent, "PreCompact", messages=messages, focus=focus):
-        focus = " ".join(filter(None, [focus, extra.get("instructions", "")]))
-    return focus
-
-
-def replace_with_summary(messages: list, kind: str, summary: str, tail: list, restored: list, *,
-                         preview_chars: int, store, footer: dict | None = None) -> list:
-    """Save the whole history (the footer last), then one user message with the summary,
-    the restored context and, last, the request being worked on; then the tail, its big
-    results saved and previewed."""
-    path = store.save_messages(messages, kind, footer)
-    marker = REACTIVE_MARKER if kind == "reactive" else COMPACT_MARKER
-    header = (f"{marker}: the earlier conversation was summarized to free context. "
-              f"The full transcript is saved at {path}.]\n\n{summary}")
-    first = {"role": "user", "content": [own_text(kind, header)] + [own_text("restored", t) for t in restored]}
-    tail = [preview_results(m, preview_chars, store) if m["role"] == "user" else m for m in tail]
-    request = current_request(messages)
-    in_flight = messages and messages[-1]["role"] == "user"  # a finished turn has no pending request
-    if request and in_flight and current_request(tail) != request:
-        first["content"].append(request)
-    result = [first] + tail
-    # Every layer hands back a history no larger than it got (a short one would only gain a header)
-    return result if estimate_tokens(result) < estimate_tokens(messages) else messages
-
-
-# ---- the summary ---------------------------------------------------------------------------------
-# One model call, guarded at both ends; a breaker after repeated failures, and a summary
-# built without the model so compaction succeeds in every case.
-
-SUMMARY_INSTRUCTIONS = """TEXT ONLY, NO TOOLS. Do not call any tool in this answer: this turn only writes a
-summary, and a tool call here would be lost.
-
-The conversation above is about to be replaced by the summary you write now. The work will
-continue from your summary alone, so leave out nothing that matters and nothing vague.
-
-First think inside <analysis></analysis>: go through the conversation in order and note
-what the user asked each time, what was done, which files and code were involved, what
-went wrong and how it was fixed, and what was still open at the end.
-
-Then write the summary inside <summary></summary>, with these numbered sections:
-1. Primary request and intent: everything the user asked for, in detail.
-2. Key technical concepts: the technologies, libraries and conventions that matter.
-3. Files and code sections: each file read, changed or created, why it matters, and the
-   snippets that matter, verbatim.
-4. Errors and fixes: each error met, how it was fixed, and what the user said about it.
-5. Problem solving: what was solved, and what is still being worked out.
-6. All user messages: every message the user wrote (not tool results), verbatim where short.
-7. Pending tasks: what the user asked for that is not done yet.
-8. Current work: exactly what was being done just before this summary, with file names
-   and code.
-9. Next step: only if it follows from the latest request (quote it); leave it out if the
-   work was finished.
-{extra}Only the <summary> is kept; the <analysis> is thrown away.
-
-Reminder: answer with text only. Do not call any tools."""
-
-
-def summary_instructions(focus: str, limit_tokens: int) -> str:
-    extra = f"Focus especially on: {focus}\n" if focus else ""
-    extra += f"Keep the <summary> under {limit_tokens:,} tokens (about {limit_tokens * 3 // 4:,} words).\n"
-    return SUMMARY_INSTRUCTIONS.replace("{extra}", extra)
-
-
-def fit_for_summary(messages: list, max_tokens: int) -> list:
-    """The newest whole message groups that fit in max_tokens; tool pairs are never split."""
-    if estimate_tokens(messages) <= max_tokens:
-        return messages
-    note = {"role": "user", "content": [{"type": "text", "text": "[The oldest messages were left out of "
-                                         "this request to fit the window; they are in the transcript.]"}]}
-    groups = message_groups(messages)
-    kept = newest_within(groups, max_tokens - estimate_tokens([note]), estimate_tokens)
-    if kept:
-        return [note] + [m for group in kept for m in group]
-    if not groups:  # not even the newest group fits: keep it, cut short
-        return [cut_long_texts(messages[0], max_tokens)]
-    return [note] + [cut_long_texts(m, max_tokens) for m in groups[-1]]
-
-
-def summarize_with_model(agent, messages: list, focus: str, limit_tokens: int) -> str:
-    """One summary from the model (several calls only if it must drop old messages to fit).
-
-    The request continues the cached conversation when it fits: same system, tools and
-    messages, the instruction added at the end. tool_choice stays as the conversation has it
-    (unset): the prompt caching docs list a changed tool_choice among what invalidates the
-    cached messages, so the instruction alone forbids tools. When the endpoint once counted
-    more tokens than we estimate (undercount > 1), the estimates are scaled up by as much.
-    Raises SummaryError."""
-    s, undercount = agent.settings, agent.endpoint.undercount
-    instruction = summary_instructions(focus, limit_tokens)
-    fixed = estimate_text_tokens(instruction) + s.summary_max_tokens
-    budget = int((s.window - fixed - agent.overhead) / undercount * ESTIMATE_MARGIN)
-    needed = context_tokens(agent, messages) * undercount + fixed
-    if s.window * (1 - COUNT_TOKENS_MARGIN) < needed <= s.window:  # too close to call on an estimate
-        needed = exact_context_tokens(agent, messages) * undercount + fixed
-    fits = needed <= s.window
-    sent = messages if fits else fit_for_summary(messages, budget)
-    for _ in range(SUMMARY_ATTEMPTS):
-        request = build_request(agent, sent, extra_text=instruction)
-        request["max_tokens"] = s.summary_max_tokens
-        try:
-            answer = model_reply(agent, request, agent.overhead + estimate_tokens(sent), show_text=False,
-                                 label="writing the summary")
-        except ContextOverflow as err:
-            adopt_overflow(agent, err)
-            # the error may say by how much we were over: leave out that much more
-            over = err.overflow.prompt_tokens / err.overflow.window if err.overflow.window and \
-                err.overflow.prompt_tokens else 2.0
-            budget = int(min(budget, estimate_tokens(sent)) / max(over, 1.1) * 0.9)
-            sent = fit_for_summary(messages, budget)
-            continue
-        except api_failures() as err:
-            raise SummaryError(api_error_text(err)) from err
-        return extract_summary(said_text(answer.message))  # "(no reply)" is not a summary
-    raise SummaryError("too long to summarize even after leaving out the oldest messages")
-
-
-def fallback_summary(messages: list, todos: list, limit_tokens: int, why: str) -> str:
-    """A summary assembled without the model, so compaction succeeds in every case."""
-    said = user_words(messages)
-    paths = [b["input"]["path"] for m in messages if m["role"] == "assistant" for b in blocks_of(m)
-             if b.get("type") == "tool_use" and isinstance(b["input"].get("path"), str)]
-    last = last_reply_text(messages)
-    parts = [f"(Assembled without the model, because {why}: the user's messages, the files touched, "
-             "the todo list and the last reply. The transcript has the rest.)",
-             "User messages, oldest first:\n" + "\n".join(f"- {t[:500]}" for t in said[-20:]),
-             "Files touched: " + (", ".join(dict.fromkeys(paths)) or "none")]
-    if todos:
-        parts.append("Todo list:\n" + render_todos(todos))
-    if last:
-        parts.append(f"The assistant's last reply:\n{last[:1500]}")
-    return head_within("\n\n".join(parts), limit_tokens - 1)
-
-
-def breaker_open(agent) -> bool:
-    if agent.summary_failures < MAX_CONSECUTIVE_SUMMARY_FAILURES:
-        return False
-    if not agent.breaker_announced:
-        agent.say(f"[summary] {MAX_CONSECUTIVE_SUMMARY_FAILURES} summaries failed in a row; no more summary "
-                  "calls this session. Compaction goes on with summaries built without the model.")
-        agent.breaker_announced = True
-    return True
-
-
-def make_summary(agent, messages: list, focus: str, limit: int) -> tuple:
-    """(a summary of at most `limit` tokens, who wrote it), in every case: the model's, else one built without it."""
-    why = f"{MAX_CONSECUTIVE_SUMMARY_FAILURES} summary calls failed in a row, so no more are made"
-    if not breaker_open(agent):
-        try:
-            summary = summarize_with_model(agent, messages, focus, limit)
-            if not summary or estimate_text_tokens(summary) > limit:  # ask once more, for a shorter one
-                summary = summarize_with_model(agent, messages, f"{focus} Your last answer was too long, empty, or "
-                                               f"a tool call: write the summary as text, well under {limit:,} tokens."
-                                               .strip(), limit)
-            if not summary or estimate_text_tokens(summary) > limit:
-                raise SummaryError("empty" if not summary else
-                                   f"{estimate_text_tokens(summary):,} tokens, over the {limit:,} it must fit in")
-            agent.summary_failures = 0
-            return summary, "the model"
-        except SummaryError as err:
-            agent.summary_failures += 1
-            agent.say(f"[summary] failed ({agent.summary_failures}/{MAX_CONSECUTIVE_SUMMARY_FAILURES}): {err}; "
-                      "using one built without the model")
-            why = "the summary call failed"
-    return fallback_summary(messages, agent.state.todos, limit, why), "fallback"
-
-
-# ---- what comes back after a summary -------------------------------------------------------------
-# RestoreContext hooks put back what they keep (the fact ledger, ledger.py, does), then the
-# user's recent words, the files read most recently, the todo list and the skills loaded.
-
-def recent_user_messages(messages: list, max_tokens: int) -> str:
-    """The user's own words, newest first and verbatim, up to max_tokens. A request still
-    being worked on is left out: it comes last anyway (rebuild_after_summary)."""
-    said = user_words(messages)
-    in_flight = bool(messages) and messages[-1]["role"] == "user"
-    kept = newest_within(said[:-1] if in_flight else said, max_tokens, estimate_text_tokens)[::-1]
-    return f"{RESTORED_MARKER}: recent user messages, newest first]\n" + "\n".join(f"- {t}" for t in kept) \
-        if kept else ""
-
-
-def restored_files(agent, max_tokens: int, shown: set = frozenset()) -> list:
-    """The most recently read files not still shown, re-read from disk now; a changed or vanished file says so."""
-    blocks, used = [], 0
-    reads = [(path, read) for path, read in reversed(agent.ledger.reads.items()) if path not in shown]
-    for path, (_, _, digest) in reads[:POST_COMPACT_MAX_FILES]:
-        target = inside_workspace(agent.workdir, path)
-        if target is None or not target.is_file():
-            blocks.append(f"{RESTORED_MARKER}: {path}] This file was read earlier and has since vanished.")
-            continue
-        room = min(agent.settings.restore_file_tokens, max_tokens - used)
-        if room <= 50:
-            continue
-        with open(target, "rb") as f:
-            raw = f.read(room * CHARS_PER_TOKEN + agent.secrets.reach)  # a key across the cut is read whole
-        if b"\0" in raw[:8192]:
-            continue
-        text = head_within(redact(raw.decode("utf-8", "replace"), agent.secrets), room)  # a file may hold a key
-        state = "unchanged since it was read" if short_hash(target) == digest else \
-            "it CHANGED since it was last read; this is its content now"
-        cut = "" if len(text.encode()) >= target.stat().st_size else "\n[... cut here; read_file shows the rest]"
-        blocks.append(f"{RESTORED_MARKER}: {path}, re-read from disk, {state}]\n{text}{cut}")
-        used += estimate_text_tokens(blocks[-1])
-    return blocks
-
-
-def plan_restore(agent, messages: list, tail_tokens: int, shown: set = frozenset()) -> tuple:
-    """What comes back after a summary, and how many tokens that leaves the summary.
-
-    Everything together stays under compacted_max (a quarter of the window); at least a
-    third of that is kept for the summary itself."""
-    s = agent.settings
-    request = current_request(messages)
-    fixed = agent.overhead + tail_tokens + (estimate_text_tokens(request["text"]) if request else 0) + 100
-    room = max(s.compacted_max - fixed - s.compacted_max // 3, s.window // 40)  # a long tail still lets them back
-    parts = [hook_restores(r, min(s.ledger_tokens, max(room, 0))) for r in fire_hooks(agent, "RestoreContext")]
-    parts.append(recent_user_messages(messages, min(s.restore_user_tokens,
-                                                    room - sum(map(estimate_text_tokens, parts)))))
-    used = sum(estimate_text_tokens(p) for p in parts)
-    parts += restored_files(agent, min(s.restore_files_tokens, room - used), shown)
-    if agent.state.todos:
-        parts.append(f"{RESTORED_MARKER}: todo list]\n{render_todos(agent.state.todos)}")
-    if agent.state.loaded_skills:
-        parts.append(f"{RESTORED_MARKER}: skills loaded earlier] {', '.join(agent.state.loaded_skills)} "
-                     "(call load_skill again to see their instructions)")
-    restored = [p for p in parts if p]
-    limit = s.compacted_max - fixed - sum(estimate_text_tokens(p) for p in restored)
-    return restored, max(limit, s.window // 40)
-
-
-def hook_restores(answer: dict, max_tokens: int) -> str:
-    """What a RestoreContext hook keeps: its newest lines that fit, under its heading."""
-    lines = newest_within(answer["lines"], max_tokens, estimate_text_tokens)
-    return f"{RESTORED_MARKER}: {answer['what']}]\n" + "\n".join([answer["heading"]] + lines) if lines else ""
-
-
-def nothing_to_summarize(messages: list, restored: list, tail_tokens: int) -> bool:
-    """Whether the history holds little more than a summary cannot remove: what comes back
-    after it, and (about) the summary already there. Then a model call would be wasted."""
-    request = current_request(messages)
-    # an earlier summary, and what came back after it, would only be said again
-    summaries = [b["text"] for m in messages for b in blocks_of(m) if b.get(OWN) in ("compact", "reactive", "restored")]
-    floor = tail_tokens + sum(map(estimate_text_tokens, restored + summaries)) + PLACEHOLDER_TOKENS
-    return estimate_tokens(messages) <= floor + (estimate_text_tokens(request["text"]) if request else 0)
-
-
-# ---- the pipeline --------------------------------------------------------------------------------
 
 def apply_layer(agent, layer, messages: list, /, **settings) -> list:
     """Run one layer, and report what it did, once, by comparing the history before and after.
@@ -832,12 +458,271 @@ def apply_layer(agent, layer, messages: list, /, **settings) -> list:
     record["runs"] += 1
     record["saved"] += saved
     # The result layers may point at a copy saved earlier, so name the folder, not new files.
-    where = [str(p) for p in agent.store.written[first_new:] if p.suffix == ".jsonl"] or [TOOL_RESULTS_DIR + "/"]
+    written = [str(p) for p in agent.store.written[first_new:] if p.suffix == ".jsonl"]
+    where = written or [TOOL_RESULTS_DIR + "/"]
     agent.say(layer_line(name, messages, result, saved, where), "layer")
     if agent.log:
         agent.log.layer(name, where, saved)
     return result
 
+
+# ---- the summary: the model's, or one built without it -------------------------------------------
+# One model call, guarded at both ends; a breaker after repeated failures; and a summary built
+# without the model (compaction/summary.py), so compaction succeeds in every case.
+
+def summarize_with_model(agent, messages: list, focus: str, limit_tokens: int) -> str:
+    """One summary from the model (several calls only if it must drop old messages to fit).
+
+    The request continues the cached conversation when it fits: same system, tools and
+    messages, the instruction added at the end. tool_choice stays as the conversation has it
+    (unset): the prompt caching docs list a changed tool_choice among what invalidates the
+    cached messages, so the instruction alone forbids tools. When the endpoint once counted
+    more tokens than we estimate (undercount > 1), the estimates are scaled up by as much.
+    Raises SummaryError."""
+    s, undercount = agent.settings, agent.endpoint.undercount
+    instruction = summary_instructions(focus, limit_tokens)
+    fixed = estimate_text_tokens(instruction) + s.summary_max_tokens
+    budget = int((s.window - fixed - agent.overhead) / undercount * ESTIMATE_MARGIN)
+    needed = context_tokens(agent, messages) * undercount + fixed
+    if s.window * (1 - COUNT_TOKENS_MARGIN) < needed <= s.window:  # too close to call: count
+        needed = exact_context_tokens(agent, messages) * undercount + fixed
+    sent = messages if needed <= s.window else fit_for_summary(messages, budget)
+    for _ in range(SUMMARY_ATTEMPTS):
+        request = build_request(agent, sent, extra_text=instruction)
+        request["max_tokens"] = s.summary_max_tokens
+        try:
+            answer = model_reply(agent, request, agent.overhead + estimate_tokens(sent),
+                                 show_text=False, label="writing the summary")
+        except ContextOverflow as err:
+            adopt_overflow(agent, err)
+            # the error may say by how much we were over: leave out that much more
+            over = 2.0
+            if err.overflow.window and err.overflow.prompt_tokens:
+                over = err.overflow.prompt_tokens / err.overflow.window
+            budget = int(min(budget, estimate_tokens(sent)) / max(over, 1.1) * 0.9)
+            sent = fit_for_summary(messages, budget)
+            continue
+        except api_failures() as err:
+            raise SummaryError(api_error_text(err)) from err
+        return extract_summary(said_text(answer.message))  # "(no reply)" is not a summary
+    raise SummaryError("too long to summarize even after leaving out the oldest messages")
+
+
+def breaker_open(agent) -> bool:
+    if agent.summary_failures < MAX_CONSECUTIVE_SUMMARY_FAILURES:
+        return False
+    if not agent.breaker_announced:
+        agent.say(f"[summary] {MAX_CONSECUTIVE_SUMMARY_FAILURES} summaries failed in a row; "
+                  "no more summary calls this session. Compaction goes on with summaries built "
+                  "without the model.")
+        agent.breaker_announced = True
+    return True
+
+
+def make_summary(agent, messages: list, focus: str, limit: int) -> tuple:
+    """(a summary of at most `limit` tokens, who wrote it), in every case: the model's, else one
+    built without it."""
+    why = f"{MAX_CONSECUTIVE_SUMMARY_FAILURES} summary calls failed in a row, so no more are made"
+    if not breaker_open(agent):
+        try:
+            summary = summarize_with_model(agent, messages, focus, limit)
+            if not summary or estimate_text_tokens(summary) > limit:  # once more, shorter
+                shorter = (f"{focus} Your last answer was too long, empty, or a tool call: write "
+                           f"the summary as text, well under {limit:,} tokens.").strip()
+                summary = summarize_with_model(agent, messages, shorter, limit)
+            if not summary:
+                raise SummaryError("empty")
+            if estimate_text_tokens(summary) > limit:
+                raise SummaryError(f"{estimate_text_tokens(summary):,} tokens, "
+                                   f"over the {limit:,} it must fit in")
+            agent.summary_failures = 0
+            return summary, "the model"
+        except SummaryError as err:
+            agent.summary_failures += 1
+            agent.say(f"[summary] failed ({agent.summary_failures}/"
+                      f"{MAX_CONSECUTIVE_SUMMARY_FAILURES}): {err}; "
+                      "using one built without the model")
+            why = "the summary call failed"
+    return fallback_summary(messages, agent.state.todos, limit, why), "fallback"
+
+
+# ---- what comes back after a summary -------------------------------------------------------------
+# RestoreContext hooks put back what they keep (the fact ledger, compaction/ledger.py, does),
+# then the user's recent words, the files read most recently, the todo list and the skills.
+
+def plan_restore(agent, messages: list, tail_tokens: int, shown: set = frozenset()) -> tuple:
+    """What comes back after a summary, and how many tokens that leaves the summary.
+
+    Everything together stays under compacted_max (a quarter of the window); at least a
+    third of that is kept for the summary itself."""
+    s = agent.settings
+    request = current_request(messages)
+    request_tokens = estimate_text_tokens(request["text"]) if request else 0
+    fixed = agent.overhead + tail_tokens + request_tokens + 100
+    # a long tail still lets them back
+    room = max(s.compacted_max - fixed - s.compacted_max // 3, s.window // 40)
+    hooks = fire_hooks(agent, "RestoreContext")
+    parts = [hook_restores(answer, min(s.ledger_tokens, max(room, 0))) for answer in hooks]
+    user_room = min(s.restore_user_tokens, room - sum(map(estimate_text_tokens, parts)))
+    parts.append(recent_user_messages(messages, user_room))
+    files_room = min(s.restore_files_tokens, room - sum(map(estimate_text_tokens, parts)))
+    parts += restored_files(agent.ledger.reads, agent.workdir, agent.secrets, files_room,
+                            s.restore_file_tokens, shown)
+    if agent.state.todos:
+        parts.append(f"{RESTORED_MARKER}: todo list]\n{render_todos(agent.state.todos)}")
+    if agent.state.loaded_skills:
+        parts.append(f"{RESTORED_MARKER}: skills loaded earlier] "
+                     f"{', '.join(agent.state.loaded_skills)} "
+                     "(call load_skill again to see their instructions)")
+    restored = [p for p in parts if p]
+    limit = s.compacted_max - fixed - sum(estimate_text_tokens(p) for p in restored)
+    return restored, max(limit, s.window // 40)
+
+
+def pre_compact_focus(agent, messages: list, focus: str = "") -> str:
+    """The focus, with what PreCompact hooks add to the summary's instructions."""
+    for extra in fire_hooks(agent, "PreCompact", messages=messages, focus=focus):
+        focus = " ".join(filter(None, [focus, extra.get("instructions", "")]))
+    return focus
+
+
+def nothing_to_summarize(messages: list, restored: list, tail_tokens: int) -> bool:
+    """Whether the history holds little more than a summary cannot remove: what comes back
+    after it, and (about) the summary already there. Then a model call would be wasted."""
+    request = current_request(messages)
+    # an earlier summary, and what came back after it, would only be said again
+    summaries = [b["text"] for m in messages for b in blocks_of(m)
+                 if b.get(OWN) in ("compact", "reactive", "restored")]
+    kept = tail_tokens + sum(map(estimate_text_tokens, restored + summaries)) + PLACEHOLDER_TOKENS
+    request_tokens = estimate_text_tokens(request["text"]) if request else 0
+    return estimate_tokens(messages) <= kept + request_tokens
+
+
+def replace_with_summary(messages: list, kind: str, summary: str, tail: list, restored: list, *,
+                         preview_chars: int, store, footer: dict | None = None) -> list:
+    """Save the whole history (the footer last), then one user message with the summary,
+    the restored context and, last, the request being worked on; then the tail, its big
+    results saved and previewed."""
+    path = store.save_messages(messages, kind, footer)
+    marker = REACTIVE_MARKER if kind == "reactive" else COMPACT_MARKER
+    header = (f"{marker}: the earlier conversation was summarized to free context. "
+              f"The full transcript is saved at {path}.]\n\n{summary}")
+    content = [own_text(kind, header)] + [own_text("restored", t) for t in restored]
+    first = {"role": "user", "content": content}
+    tail = [preview_results(m, preview_chars, store) if m["role"] == "user" else m for m in tail]
+    request = current_request(messages)
+    in_flight = messages and messages[-1]["role"] == "user"  # a finished turn has no request
+    if request and in_flight and current_request(tail) != request:
+        first["content"].append(request)
+    result = [first] + tail
+    # Every layer hands back a history no larger than it got (a short one would only gain a header)
+    return result if estimate_tokens(result) < estimate_tokens(messages) else messages
+
+
+def summarize_into(agent, messages: list, tail: list, *, kind: str = "compact", focus: str = "",
+                   ready: tuple = ()) -> list:
+    """Both summary layers: the hooks around the summary, what comes back after it, the
+    summary itself (unless one is ready), then the new history."""
+    focus = focus if ready else pre_compact_focus(agent, messages, focus)
+    tail_tokens = estimate_tokens(tail)
+    restored, limit = plan_restore(agent, messages, tail_tokens, shown=paths_read(tail))
+    if kind == "compact" and not ready and nothing_to_summarize(messages, restored, tail_tokens):
+        agent.say("[compact_history] nothing to compact: a summary would not make the context "
+                  "smaller")
+        return messages
+    summary, source = ready or make_summary(agent, messages, focus, limit)
+    # PostCompact hooks check the summary (the ledger does); what they find is kept with it
+    answers = fire_hooks(agent, "PostCompact", summary=summary, source=source,
+                         kept=json.dumps(tail))
+    found = {key: value for answer in answers for key, value in answer.items() if key != "note"}
+    footer = {"type": "compaction", "summary_by": source, "summary": summary, **found}
+    result = replace_with_summary(messages, kind, summary, tail, restored, store=agent.store,
+                                  preview_chars=agent.settings.preview_chars, footer=footer)
+    if result is messages:
+        agent.say(f"[{kind}] the summary came out no smaller than the history; the history is "
+                  f"kept (transcript saved to {agent.store.written[-1]})")
+        return messages
+    agent.state.read_state.clear()  # what was read is no longer in context as it was
+    checks = [a["note"] for a in answers if a.get("note")]
+    header = {**result[0]["content"][0], "summary_by": source, "checks": checks}
+    return [{**result[0], "content": [header] + result[0]["content"][1:]}] + result[1:]
+
+
+# ---- the two summary layers ----------------------------------------------------------------------
+# They take the history and their inputs as the cheap layers do: `summarize` is summarize_into
+# bound to the agent (the model, the hooks, the store), `over_threshold` the threshold check,
+# and `ready` a summary written ahead that is done (compaction/summary_ahead.py), if any.
+
+def compact_tail(messages: list) -> list:
+    """In the middle of a turn the last call and its results stay, so the model carries on."""
+    if len(messages) >= 2 and is_tool_result_message(messages[-1]):
+        return messages[-2:]
+    return []
+
+
+def compact_history(messages: list, *, summarize, over_threshold, ready=None,
+                    focus: str = "") -> list:
+    """Replace the history with a summary, what the work needs back, and the request.
+    A summary written ahead replaces only the part it covers (what came after stays, as
+    ready.suffix); if the result is still over the threshold, it is summarized in turn."""
+    if ready:
+        swapped = summarize(messages, ready.suffix or compact_tail(messages), ready=ready.summary)
+        if swapped is not messages and over_threshold(swapped):
+            return summarize(swapped, compact_tail(swapped))
+        if swapped is not messages:
+            return swapped
+    return summarize(messages, compact_tail(messages), focus=focus)
+
+
+def reactive_tail(messages: list, tail_tokens: int) -> list:
+    groups = message_groups(messages)
+    kept = newest_within(groups, tail_tokens, estimate_tokens) or groups[-1:]  # the newest stays
+    return [m for group in kept for m in group]
+
+
+def reactive_compact(messages: list, *, summarize, tail_tokens: int, ready=None) -> list:
+    """After "prompt is too long": the same, keeping only the recent groups that fit in
+    tail_tokens (a share of the threshold, smaller when the endpoint counted more than we
+    estimated), or what came after a summary written ahead."""
+    if ready and ready.suffix:
+        return summarize(messages, ready.suffix, kind="reactive", ready=ready.summary)
+    tail = reactive_tail(messages, tail_tokens)
+    return summarize(messages, tail, kind="reactive", ready=ready.summary if ready else ())
+
+
+def kept_after(agent, ready) -> list:
+    """What came after a summary written ahead, through the layers that cost no call (each
+    saves what it removes first) when, kept whole, it would leave the next summary too
+    little room."""
+    s, kept = agent.settings, ready.suffix
+    if ready.room is None or estimate_tokens(kept) <= ready.room:
+        return kept
+    kept = apply_layer(agent, micro_compact, kept, keep_recent=s.keep_recent,
+                       min_chars=s.micro_min_chars, clear_at_least=0, store=agent.store)
+    newest = newest_within(message_groups(kept), ready.room, estimate_tokens)
+    keep_tail = max(2, sum(map(len, newest)))
+    return apply_layer(agent, snip_compact, kept, keep_head=1, keep_tail=keep_tail, at_least=1,
+                       store=agent.store)
+
+
+def run_compact_history(agent, messages: list, focus: str = "") -> list:
+    """compact_history through apply_layer, with a summary written ahead if one is done."""
+    ready = agent.state.ahead.take(agent, messages, focus)
+    if ready:
+        ready = replace(ready, suffix=kept_after(agent, ready))
+    return apply_layer(agent, compact_history, messages, summarize=partial(summarize_into, agent),
+                       over_threshold=partial(over_threshold, agent), ready=ready, focus=focus)
+
+
+def run_reactive_compact(agent, messages: list) -> list:
+    """reactive_compact through apply_layer: the tail's size from the threshold, as counted."""
+    tail_tokens = int(agent.settings.threshold * REACTIVE_TAIL_SHARE / agent.endpoint.undercount)
+    ready = agent.state.ahead.take(agent, messages, max_suffix=tail_tokens)
+    return apply_layer(agent, reactive_compact, messages, summarize=partial(summarize_into, agent),
+                       tail_tokens=tail_tokens, ready=ready)
+
+
+# ---- the pipeline --------------------------------------------------------------------------------
 
 def now() -> float:
     """The clock the cache's lifetime is measured on (the benchmark plays sessions on its own)."""
@@ -846,52 +731,59 @@ def now() -> float:
 
 def cache_is_cold(agent) -> bool:
     """Whether the last reply came so long ago that the endpoint's prompt cache has expired."""
-    idle = now() - agent.state.last_reply_at if agent.state.last_reply_at is not None else 0.0
-    return idle > CACHE_TTLS[agent.settings.cache_ttl]
-
-
-def compact_pipeline(agent, messages: list) -> list:
-    """The four layers in order: cheap ones first, the summary only when still over the threshold."""
-    s, store = agent.settings, agent.store
-    # Budget runs first: it saves big new results before anything else could shorten them.
-    messages = apply_layer(agent, tool_result_budget, messages, max_chars=s.budget_chars,
-                           preview_chars=s.preview_chars, store=store)
-    # snip and micro wait for a trigger: each rewrites the cached prompt after the point it changes.
-    # After an idle gap the cache has expired anyway, so a rewrite costs nothing extra; past the threshold,
-    # with a summary the steps outrun still being written, clearing every old result costs less than waiting.
-    cold = cache_is_cold(agent)
-    clear_all = cold or agent.state.ahead.outrun(agent) and over_threshold(agent, messages)
-    if context_tokens(agent, messages) > (s.micro_trigger * COLD_TRIGGER_SHARE if cold else s.micro_trigger):
-        messages = apply_layer(agent, snip_compact, messages, keep_head=s.snip_keep_head, keep_tail=s.snip_keep_tail,
-                               at_least=s.snip_at_least, min_tokens=0 if cold else s.snip_min_tokens,
-                               store=store, measure=agent.state.tokens.estimate)
-        messages = apply_layer(agent, micro_compact, messages, keep_recent=s.keep_recent,
-                               min_chars=s.micro_min_chars, clear_at_least=0 if clear_all else s.clear_at_least,
-                               store=store)
-    if over_threshold(agent, messages):
-        messages = apply_layer(agent, compact_history, messages, agent=agent)
-    if covered := agent.state.ahead.due(agent, messages, tokens := context_tokens(agent, messages)):
-        summarize_ahead(agent, messages, covered, tokens)  # past the early mark: the loop goes on meanwhile
-    return messages
+    if agent.state.last_reply_at is None:
+        return False
+    return now() - agent.state.last_reply_at > CACHE_TTLS[agent.settings.cache_ttl]
 
 
 def summarize_ahead(agent, messages: list, covered: int, tokens: int) -> None:
-    """Start in the background (summary_ahead.py) the summary of the first `covered` messages; what
-    follows until the threshold stays verbatim, so it leaves that room. The hooks run here, not there."""
+    """Start in the background (compaction/summary_ahead.py) the summary of the first `covered`
+    messages; what follows until the threshold stays verbatim, so it leaves that room. The
+    hooks run here, not there."""
     focus = pre_compact_focus(agent, messages[:covered])
     kept_tokens = estimate_tokens(messages[covered:]) + agent.settings.threshold - tokens
     _, limit = plan_restore(agent, messages, kept_tokens, shown=paths_read(messages[covered:]))
     agent.state.ahead.start(agent, messages, covered, make_summary, focus, limit)
 
 
+def compact_pipeline(agent, messages: list) -> list:
+    """The four layers in order: cheap ones first, the summary only when still over threshold."""
+    s, store = agent.settings, agent.store
+    # Budget runs first: it saves big new results before anything else could shorten them.
+    messages = apply_layer(agent, tool_result_budget, messages, max_chars=s.budget_chars,
+                           preview_chars=s.preview_chars, store=store)
+    # snip and micro wait for a trigger: each rewrites the cached prompt after the point it
+    # changes. After an idle gap the cache has expired anyway, so a rewrite costs nothing extra.
+    cold = cache_is_cold(agent)
+    trigger = s.micro_trigger * COLD_TRIGGER_SHARE if cold else s.micro_trigger
+    # Past the threshold, with a summary the steps outrun still being written, clearing every
+    # old result costs less than waiting for it.
+    outrun = not cold and agent.state.ahead.outrun(agent) and over_threshold(agent, messages)
+    if context_tokens(agent, messages) > trigger:
+        messages = apply_layer(agent, snip_compact, messages, keep_head=s.snip_keep_head,
+                               keep_tail=s.snip_keep_tail, at_least=s.snip_at_least,
+                               min_tokens=0 if cold else s.snip_min_tokens, store=store,
+                               measure=agent.state.tokens.estimate)
+        messages = apply_layer(agent, micro_compact, messages, keep_recent=s.keep_recent,
+                               min_chars=s.micro_min_chars, store=store,
+                               clear_at_least=0 if cold or outrun else s.clear_at_least)
+    if over_threshold(agent, messages):
+        messages = run_compact_history(agent, messages)
+    tokens = context_tokens(agent, messages)
+    covered = agent.state.ahead.due(agent, messages, tokens)
+    if covered:  # past the early mark: the loop goes on while the summary is written
+        summarize_ahead(agent, messages, covered, tokens)
+    return messages
+
+
 # ---- when the endpoint says the prompt did not fit -----------------------------------------------
 # Endpoints word it in many ways, and some answer 200 with stop_reason
-# "model_context_window_exceeded"; overflow.py's table decides them all and send_request
-# raises ContextOverflow. Here the loop learns from it, before reactive_compact runs.
+# "model_context_window_exceeded"; endpoint/overflow.py's table decides them all, and
+# model_reply raises ContextOverflow. Here the loop learns from it, before reactive_compact.
 
 def adopt_overflow(agent, err: ContextOverflow) -> bool:
-    """Learn from an overflow what the endpoint's window really is (model_calls.py), and size
-    every threshold to it; True when the window shrank."""
+    """Learn from an overflow what the endpoint's window really is, and size every threshold
+    to it; True when the window shrank."""
     before, learned = agent.endpoint.window, agent.endpoint.learn_from(err)
     if learned:
         agent.say(learned, "layer")
@@ -899,145 +791,7 @@ def adopt_overflow(agent, err: ContextOverflow) -> bool:
     return agent.endpoint.window < before
 
 
-# ---- the request and the prompt cache ------------------------------------------------------------
-
-# The API caches the prompt prefix up to each block marked with cache_control (tools,
-# then system, then messages). A cache read costs 0.1× an input token, a cache write 1.25×.
-# Marks go on copies: the history itself never holds them.
-EPHEMERAL = {"type": "ephemeral"}               # the 5-minute cache; CACHE_TTL=1h asks for an hour
-CACHE_TTLS = {"5m": CACHE_LIFETIME_SECONDS, "1h": 3600}  # seconds each lives after its last read
-
-
-def cache_mark(ttl: str) -> dict:
-    return EPHEMERAL if ttl == "5m" else {**EPHEMERAL, "ttl": ttl}
-
-
-def mark_last_block(message: dict, mark: dict = EPHEMERAL) -> dict:
-    content = blocks_of(message)
-    return {**message, "content": content[:-1] + [{**content[-1], "cache_control": mark}]}
-
-
-def clearing_point(messages: list, keep_recent: int) -> int | None:
-    """The last message before the oldest result micro_compact could clear: where its next
-    clearing will start to rewrite the cache."""
-    results = [i for i, m in enumerate(messages) if is_tool_result_message(m)
-               for b in blocks_of(m) if b.get("type") == "tool_result" and b.get(OWN) != "placeholder"]
-    clearable = results[:-keep_recent] if keep_recent else results
-    return clearable[0] - 1 if clearable and clearable[0] > 0 else None
-
-
-def with_cache_breakpoints(messages: list, keep_recent: int, mark: dict = EPHEMERAL) -> list:
-    """Mark the newest message, and the one the previous request ended on (two back), so
-    the next request reads everything up to here from the cache; and the clearing point,
-    so that after a clearing the unchanged prefix before it is still read. With the last
-    tool's mark that makes four, the API's limit."""
-    marked = list(messages)
-    for index in {len(messages) - 1, len(messages) - 3, clearing_point(messages, keep_recent)} - {-1, -2, -3, None}:
-        marked[index] = mark_last_block(marked[index], mark)
-    return marked
-
-
-def build_request(agent, messages: list, extra_text: str | None = None) -> dict:
-    """The Messages API request for a history: tools and system first, cache marks added."""
-    s = agent.settings
-    sent = [sendable(m) for m in messages]
-    # The system prompt goes as a plain string (some servers take nothing else), so the fixed
-    # prefix's mark sits on the last tool (it counts once the tools reach the API's minimum for a
-    # cached prefix); the marks on the messages cache the system prompt with them.
-    tools = agent.tools[:-1] + [{**agent.tools[-1], "cache_control": cache_mark(s.cache_ttl)}] if agent.tools else []
-    sent = with_cache_breakpoints(sent, s.keep_recent, cache_mark(s.cache_ttl))
-    if extra_text and sent and sent[-1]["role"] == "user":
-        sent[-1] = with_text(sent[-1], extra_text)
-    elif extra_text:
-        sent.append({"role": "user", "content": [{"type": "text", "text": extra_text}]})
-    return {"model": s.model, "max_tokens": s.max_output, "system": agent.system, "tools": tools, "messages": sent}
-
-
 # ---- the agent loop ------------------------------------------------------------------------------
-
-@dataclass
-class LoopState:
-    """What one agent loop learns while it runs. A subagent gets a new one, so it starts
-    with nothing of its parent's: no todos, no reads, no size anchor."""
-    history: list = field(default_factory=list)       # the messages of the running loop, for read stubs
-    tokens: TokenCounter = field(default_factory=TokenCounter)
-    last_usage: dict = field(default_factory=dict)
-    todos: list = field(default_factory=list)
-    loaded_skills: list = field(default_factory=list)
-    read_state: dict = field(default_factory=dict)    # (path, offset, limit) -> (size, mtime, call id)
-    read_stubs: dict = field(default_factory=dict)    # stub's call id -> (id of the result it points at, path)
-    current_call: str = ""                            # the tool_use id being run
-    last_reply_at: float | None = None                # now() when the last reply came: is the cache still warm?
-    pending_compact: str | None = None                # the compact tool's focus, until the batch is done
-    ahead: SummaryAhead = field(default_factory=SummaryAhead)  # the summary written in the background, if any
-
-
-@dataclass
-class Agent:
-    """What an agent loop runs with: the client, the settings, the workspace, what the
-    session shares with subagents (endpoint, ledger, accounting), and the loop's state."""
-    client: object
-    settings: Settings
-    workdir: Path
-    system: str
-    tools: list
-    skills: dict = field(default_factory=dict)
-    hooks: dict = field(default_factory=dict)
-    confirm: object = None          # confirm(question) -> (allowed, reason)
-    out: object = print
-    label: str = ""
-    max_steps: int = MAX_STEPS_PER_TURN
-    show_status: bool = False                         # a status line after each turn (terminals only)
-    color: bool = False                               # ANSI colours: a terminal, and NO_COLOR unset
-    fit_width: bool = False                           # output is a terminal: fit lines to its width
-    spinner_to: object = None                         # a terminal stream for the waiting spinner
-    secrets: Redactor = field(default_factory=Redactor)  # never shown to the model or written down, in any form
-    log: object = None                                # the SessionLog (none for subagents)
-    endpoint: Endpoint = None                         # shared with subagents; made from settings if not given
-    ledger: Ledger = field(default_factory=Ledger)
-    undo: Undo = field(default_factory=Undo)          # what /undo puts back (undo.py); shared with subagents
-    sandbox: Sandbox = field(default_factory=Sandbox)  # how bash commands are confined (sandbox.py): not at all
-    summary_failures: int = 0
-    breaker_announced: bool = False
-    disk_warned: bool = False                         # a layer could not save: said once
-    stats: dict = field(default_factory=dict)         # layer -> {"runs": n, "saved": tokens}
-    usage_totals: dict = field(default_factory=dict)  # all calls of the session, summed
-    state: LoopState = field(default_factory=LoopState)
-
-    def __post_init__(self):
-        self.secrets = Redactor.of(self.secrets)  # a list of the values will do
-        if self.endpoint is None:
-            self.endpoint = Endpoint(self.settings.window)
-
-    def say(self, text: str, style: str = "", cut: bool = False) -> None:
-        """Tell the user something (terminal.py decides how it looks)."""
-        say(self, text, style, cut)
-
-    def subagent(self) -> "Agent":
-        tools = [t for t in self.tools if t["name"] != "task"]
-        return replace(self, tools=tools, label="task", max_steps=SUBAGENT_MAX_STEPS, log=None, state=LoopState())
-
-    @cached_property
-    def store(self) -> "Store":
-        """Where the layers save what they remove (a subagent gets its own, same folders)."""
-        return Store(self.workdir, self.secrets)
-
-    @cached_property
-    def overhead(self) -> int:
-        """Tokens of the system prompt and tool definitions, sent with every request."""
-        return estimate_text_tokens(self.system + json.dumps(self.tools))
-
-
-def build_system_prompt(workdir: Path, skills: dict, instructions: str = "") -> str:
-    """Sent whole with every request: the project's instructions (AGENTS.md) survive every compaction."""
-    listed = "\n".join(f"- {name}: {s['description']}" for name, s in skills.items()) or "(none)"
-    return (f"You are a coding agent working in {workdir}. Use the tools to inspect and change files "
-            "and to run commands; keep going until the user's request is done, then answer briefly.\n"
-            "Long conversations are compacted: old tool results become pointers to files under "
-            f"{TOOL_RESULTS_DIR}/ and old messages are summarized. Read those files again when you "
-            "need the details. Call compact yourself when you finish a phase of work.\n"
-            f"Skills (load one with load_skill before using it):\n{listed}" + (instructions and f"\n\n{instructions}"))
-
 
 def call_model(agent, messages: list) -> tuple:
     """One model call: (assistant message, stop_reason). The main agent's text is shown as
@@ -1051,54 +805,39 @@ def call_model(agent, messages: list) -> tuple:
     return reply, answer.stop_reason
 
 
-def use_tools(agent, tool_uses: list, refused: dict) -> tuple:
-    """Run every call in order (a refused one is answered with why). On Ctrl-C the rest
-    are answered as interrupted."""
-    results = []
-    try:
-        for block in tool_uses:
-            if block["id"] in refused:
-                show_tool_result(agent, block["name"], {}, f"{block['name']}: {refused[block['id']]}", failed=True)
-                results.append(refused_result(block, refused[block["id"]]))
-            else:
-                results.append(use_tool(agent, block))
-        return results, False
-    except KeyboardInterrupt as stop:
-        if ended := getattr(stop, "__notes__", None):  # what run_command ended, as SIGTERM's exit says it
-            agent.say(" ".join(ended), "dim")
-        for block in tool_uses[len(results):]:
-            results.append({"type": "tool_result", "tool_use_id": block["id"], "is_error": True,
-                            "content": "Interrupted by the user before this finished."})
-        return results, True
-
-
 def agent_loop(agent, messages: list) -> str | None:
-    """One user turn: compact, call the model, run its tools, repeat until it stops calling tools."""
+    """One user turn: compact, call the model, run its tools (use_tools, part 2), repeat
+    until it stops calling tools."""
     reactive_retries = 0
     agent.state.history = messages  # the same list object: read_file checks it for repeat reads
     for _ in range(agent.max_steps):
-        agent.settings = agent.settings.resized(agent.endpoint.window)  # a subagent may have learned it
-        replace_history(agent, messages, park_oversized_inputs(agent, messages, estimate_text_tokens), "input parked")
+        # a subagent may have learned the window
+        agent.settings = agent.settings.resized(agent.endpoint.window)
+        parked = park_oversized_inputs(agent, messages, estimate_text_tokens)
+        replace_history(agent, messages, parked, "input parked")
         replace_history(agent, messages, compact_pipeline(agent, messages), "compaction")
-        replace_history(agent, messages, true_stubs(messages, agent.state.read_stubs), "read stubs re-pointed")
+        stubs = true_stubs(messages, agent.state.read_stubs)
+        replace_history(agent, messages, stubs, "read stubs re-pointed")
         try:
             reply, stop_reason = call_model(agent, messages)
             reactive_retries = 0  # answered: a later "too long" in this turn is compacted again
         except ContextOverflow as err:
-            shrank = adopt_overflow(agent, err)  # a smaller window: every threshold is recomputed first
+            shrank = adopt_overflow(agent, err)  # a smaller window: thresholds recomputed first
             if reactive_retries >= MAX_REACTIVE_RETRIES and not shrank:
                 raise  # compacted just now, nothing new learned: nothing more to free
-            replace_history(agent, messages, park_oversized_request(agent, messages, current_request(messages),
-                                                                estimate_text_tokens), "request parked")
+            request = current_request(messages)
+            parked = park_oversized_request(agent, messages, request, estimate_text_tokens)
+            replace_history(agent, messages, parked, "request parked")
             if shrank and context_tokens(agent, messages) <= agent.settings.threshold:
-                continue  # the history fits the window learned: only max_tokens was too big for it
+                continue  # the history fits the window learned: only max_tokens was too big
             reactive_retries += 1
-            replace_history(agent, messages, apply_layer(agent, reactive_compact, messages, agent=agent),
-                            "reactive_compact")
+            compacted = run_reactive_compact(agent, messages)
+            replace_history(agent, messages, compacted, "reactive_compact")
             if not shrank and context_tokens(agent, messages) >= err.sent_tokens:
                 raise  # nothing was freed: sent again, the request would be refused again
             continue
-        reply, note, refused = make_reply_sendable(reply, stop_reason, ids_used=set(tool_names(messages)),
+        reply, note, refused = make_reply_sendable(reply, stop_reason,
+                                                   ids_used=set(tool_names(messages)),
                                                    max_output=agent.settings.max_output)
         append_message(agent, messages, reply)
         tool_uses = [b for b in reply["content"] if b.get("type") == "tool_use"]
@@ -1117,34 +856,23 @@ def agent_loop(agent, messages: list) -> str | None:
             raise KeyboardInterrupt
         if agent.state.pending_compact is not None:
             focus, agent.state.pending_compact = agent.state.pending_compact, None
-            replace_history(agent, messages, apply_layer(agent, compact_history, messages, agent=agent, focus=focus),
-                            "compact tool")
-    agent.say(f"[stopped after {agent.max_steps} model calls in one turn; send a message to continue]")
+            compacted = run_compact_history(agent, messages, focus)
+            replace_history(agent, messages, compacted, "compact tool")
+    agent.say(f"[stopped after {agent.max_steps} model calls in one turn; "
+              "send a message to continue]")
     return None
 
 
 # ---- one user turn -------------------------------------------------------------------------------
-# What the REPL (terminal.py) hands each line to. user_turns.py holds what a turn needs around
-# the lesson: a prompt too long to send, an API error that ends the turn, the reports.
-
-def take_line(agent, messages: list, line: str) -> bool:
-    """A command or a prompt; False when it ended in an API error. After Ctrl-C the history
-    says so (a layer only replaces the history when done, so it is intact)."""
-    try:
-        if line.startswith("/"):
-            return handle_command(agent, messages, line)
-        return take_turn(agent, messages, line)
-    except KeyboardInterrupt as stop:
-        record_interruption(agent, messages, getattr(stop, "partial", ""))
-        agent.say("\n(interrupted; the conversation is kept, type your next message)")
-        return True
-
+# What the REPL (command_line/repl.py) hands each line to. command_line/user_turns.py holds what
+# a turn needs around the lesson: a prompt too long to send, an API error that ends the turn.
 
 def take_turn(agent, messages: list, prompt: str) -> bool:
     """One user turn: the hooks see the prompt, it joins the history, and the loop runs
     until the model answers. False when an API error ended it."""
     prompt = redact(prompt, agent.secrets)  # before any hook: the ledger quotes prompts verbatim
-    blocked = [r["block"] for r in fire_hooks(agent, "UserPromptSubmit", prompt=prompt) if "block" in r]
+    answers = fire_hooks(agent, "UserPromptSubmit", prompt=prompt)
+    blocked = [answer["block"] for answer in answers if "block" in answer]
     if blocked:
         agent.say(f"(prompt blocked by a hook: {blocked[0]})")
         return True
@@ -1164,13 +892,28 @@ def handle_command(agent, messages: list, line: str) -> bool:
     """/compact summarizes now, with an optional focus; /clear starts a new conversation."""
     command, _, focus = line.partition(" ")
     if command == "/compact" and messages:
-        compacted = apply_layer(agent, compact_history, messages, agent=agent, focus=focus.strip())
+        compacted = run_compact_history(agent, messages, focus.strip())
         replace_history(agent, messages, compacted, "/compact")
     elif command == "/clear":
         agent.state.ahead.drop(agent, "/clear")
         replace_history(agent, messages, [], "/clear")
-        agent.state, agent.ledger = LoopState(), Ledger()  # a new conversation: nothing read, no todos, no facts
-    return report_command(agent, messages, command, context_tokens(agent, messages), estimate_text_tokens)
+        # a new conversation: nothing read, no todos, no facts
+        agent.state, agent.ledger = LoopState(), Ledger()
+    tokens = context_tokens(agent, messages)
+    return report_command(agent, messages, command, tokens, estimate_text_tokens)
+
+
+def take_line(agent, messages: list, line: str) -> bool:
+    """A command or a prompt; False when it ended in an API error. After Ctrl-C the history
+    says so (a layer only replaces the history when done, so it is intact)."""
+    try:
+        if line.startswith("/"):
+            return handle_command(agent, messages, line)
+        return take_turn(agent, messages, line)
+    except KeyboardInterrupt as stop:
+        record_interruption(agent, messages, getattr(stop, "partial", ""))
+        agent.say("\n(interrupted; the conversation is kept, type your next message)")
+        return True
 
 
 # ==== PART 2: WHAT EARLIER CHAPTERS BUILT ========================================================
@@ -1179,66 +922,107 @@ def handle_command(agent, messages: list, line: str) -> bool:
 
 def tool(name: str, description: str, required: tuple, /, **properties) -> dict:
     """One tool definition as the API takes it: a name, what it does, a JSON Schema."""
-    return {"name": name, "description": description,
-            "input_schema": {"type": "object", "properties": properties, "required": list(required)}}
+    schema = {"type": "object", "properties": properties, "required": list(required)}
+    return {"name": name, "description": description, "input_schema": schema}
 
 
 TEXT, NUMBER = {"type": "string"}, {"type": "integer"}
 WORDS = {"type": "string", "pattern": r"\S"}  # a message of blank text is refused by the API
-TODO_ITEM_SCHEMA = {"type": "object", "required": ["content", "status"], "properties": {
-    "content": TEXT, "status": {"type": "string", "enum": ["pending", "in_progress", "completed"]}}}
+STATUS = {"type": "string", "enum": ["pending", "in_progress", "completed"]}
+TODO_ITEM_SCHEMA = {"type": "object", "required": ["content", "status"],
+                    "properties": {"content": TEXT, "status": STATUS}}
+TIMEOUT = {"type": "integer", "description": f"seconds, default {BASH_TIMEOUT}, max 600"}
 
 TOOLS = [
-    tool("bash", "Run a shell command in the workspace. Output is capped; redirect large output to a file and "
-         "read parts of it.", ("command",),
-         command=TEXT, timeout={"type": "integer", "description": f"seconds, default {BASH_TIMEOUT}, max 600"}),
-    tool("read_file", "Read a text file, with line numbers. offset is the first line (1-based), limit the "
-         f"number of lines (default {READ_DEFAULT_LINES}).", ("path",), path=TEXT, offset=NUMBER, limit=NUMBER),
+    tool("bash", "Run a shell command in the workspace. Output is capped; redirect large output "
+         "to a file and read parts of it.", ("command",), command=TEXT, timeout=TIMEOUT),
+    tool("read_file", "Read a text file, with line numbers. offset is the first line (1-based), "
+         f"limit the number of lines (default {READ_DEFAULT_LINES}).", ("path",),
+         path=TEXT, offset=NUMBER, limit=NUMBER),
     tool("write_file", "Create or overwrite a file with the given content.", ("path", "content"),
          path=TEXT, content=TEXT),
     tool("edit_file", "Replace old_text with new_text in a file. old_text must occur exactly once.",
          ("path", "old_text", "new_text"), path=TEXT, old_text=TEXT, new_text=TEXT),
-    tool("glob", "List files matching a pattern such as '**/*.py', relative to the workspace (or to path "
-         "inside it).", ("pattern",), pattern=TEXT, path=TEXT),
-    tool("todo_write", "Replace the todo list. Each item has content and a status: pending, in_progress or "
-         "completed; at most one item is in_progress.", ("items",), items={"type": "array", "items": TODO_ITEM_SCHEMA}),
-    tool("task", "Hand a self-contained job to a subagent with a fresh context. It has the same tools except "
-         "task, and returns its final answer.", ("prompt",), prompt=WORDS, description=TEXT),
-    tool("load_skill", "Load the full instructions of a skill listed in the system prompt.", ("name",), name=TEXT),
-    tool("compact", "Summarize the conversation so far to free context. Runs after the current tool calls; "
-         "focus says what the summary must keep.", (), focus=TEXT),
+    tool("glob", "List files matching a pattern such as '**/*.py', relative to the workspace (or "
+         "to path inside it).", ("pattern",), pattern=TEXT, path=TEXT),
+    tool("todo_write", "Replace the todo list. Each item has content and a status: pending, "
+         "in_progress or completed; at most one item is in_progress.", ("items",),
+         items={"type": "array", "items": TODO_ITEM_SCHEMA}),
+    tool("task", "Hand a self-contained job to a subagent with a fresh context. It has the same "
+         "tools except task, and returns its final answer.", ("prompt",),
+         prompt=WORDS, description=TEXT),
+    tool("load_skill", "Load the full instructions of a skill listed in the system prompt.",
+         ("name",), name=TEXT),
+    tool("compact", "Summarize the conversation so far to free context. Runs after the current "
+         "tool calls; focus says what the summary must keep.", (), focus=TEXT),
 ]
+
+
+def run_tool(agent, name: str, args: dict, schema: dict) -> tuple:
+    """(output, failed) of a call the hooks allowed; a tool's own error is its output."""
+    known = {key: value for key, value in args.items() if key in schema.get("properties", {})}
+    try:
+        with Spinner(agent.spinner_to if name != "task" else None, f"running {name}"):
+            output, failed = TOOL_HANDLERS[name](agent, **known), False
+    except ToolError as err:
+        output, failed = f"Error: {err}", True
+    except (OSError, ValueError, ContextOverflow, *api_failures()) as err:
+        output, failed = f"Error: {name} failed: {type(err).__name__}: {err}", True
+    ignored = sorted(set(args) - set(known))
+    if ignored:
+        output += f"\n(ignored argument(s) {name} does not take: {', '.join(ignored)})"
+    return output, failed
 
 
 def use_tool(agent, block: dict) -> dict:
     """Run one tool call through the hooks; always returns a tool_result block."""
     name, args = block["name"], block["input"]
-    show_tool_call(agent, name, args)  # "● bash  wc -l *.py" (work_lines.py)
+    show_tool_call(agent, name, args)  # "● bash  wc -l *.py" (command_line/work_lines.py)
     schema = next((t["input_schema"] for t in agent.tools if t["name"] == name), None)
+    problem = check_tool_input(schema, args) if schema else None
+    denied = []
+    if schema and not problem:
+        answers = fire_hooks(agent, "PreToolUse", name=name, input=args)
+        denied = [answer["deny"] for answer in answers if "deny" in answer]
     if schema is None:
-        output, failed = (f"Error: unknown tool '{name}'. Available tools: "
-                          f"{', '.join(t['name'] for t in agent.tools)}."), True
-    elif problem := check_tool_input(schema, args):
-        output, failed = f"Error: {name} was called wrongly: {problem}. Call it again with valid input.", True
-    elif denied := [r["deny"] for r in fire_hooks(agent, "PreToolUse", name=name, input=args) if "deny" in r]:
+        available = ", ".join(t["name"] for t in agent.tools)
+        output, failed = f"Error: unknown tool '{name}'. Available tools: {available}.", True
+    elif problem:
+        output = f"Error: {name} was called wrongly: {problem}. Call it again with valid input."
+        failed = True
+    elif denied:
         output, failed = denied[0], True
     else:
         agent.state.current_call = block["id"]
-        known = {key: value for key, value in args.items() if key in schema.get("properties", {})}
-        try:
-            with Spinner(agent.spinner_to if name != "task" else None, f"running {name}"):
-                output, failed = TOOL_HANDLERS[name](agent, **known), False
-        except ToolError as err:
-            output, failed = f"Error: {err}", True
-        except (OSError, ValueError, ContextOverflow, *api_failures()) as err:
-            output, failed = f"Error: {name} failed: {type(err).__name__}: {err}", True
-        if ignored := sorted(set(args) - set(known)):
-            output += f"\n(ignored argument(s) {name} does not take: {', '.join(ignored)})"
+        output, failed = run_tool(agent, name, args, schema)
         fire_hooks(agent, "PostToolUse", name=name, input=args, output=output, is_error=failed)
-    output = redact(output, agent.secrets)  # a secret printed by a tool never reaches the model or disk
+    output = redact(output, agent.secrets)  # a secret a tool printed never reaches model or disk
     show_tool_result(agent, name, args, output, failed)  # a preview; for an edit, its −/+ lines
     result = {"type": "tool_result", "tool_use_id": block["id"], "content": output}
     return {**result, "is_error": True} if failed else result
+
+
+def use_tools(agent, tool_uses: list, refused: dict) -> tuple:
+    """Run every call in order (a refused one is answered with why). On Ctrl-C the rest
+    are answered as interrupted."""
+    results = []
+    try:
+        for block in tool_uses:
+            if block["id"] in refused:
+                why = refused[block["id"]]
+                show_tool_result(agent, block["name"], {}, f"{block['name']}: {why}", failed=True)
+                results.append(refused_result(block, why))
+            else:
+                results.append(use_tool(agent, block))
+        return results, False
+    except KeyboardInterrupt as stop:
+        ended = getattr(stop, "__notes__", None)  # what run_command ended, as SIGTERM's exit says
+        if ended:
+            agent.say(" ".join(ended), "dim")
+        for block in tool_uses[len(results):]:
+            results.append({"type": "tool_result", "tool_use_id": block["id"], "is_error": True,
+                            "content": "Interrupted by the user before this finished."})
+        return results, True
 
 
 def workspace_path(agent, path: str) -> Path:
@@ -1249,9 +1033,9 @@ def workspace_path(agent, path: str) -> Path:
 
 
 def run_bash(agent, command: str, timeout: int = BASH_TIMEOUT) -> str:
-    return run_command(command, cwd=agent.workdir, timeout=max(1, min(timeout, 600)), sandbox=agent.sandbox,
-                       outputs=agent.workdir / TOOL_RESULTS_DIR, secrets=agent.secrets,
-                       call_id=agent.state.current_call or "bash")
+    return run_command(command, cwd=agent.workdir, timeout=max(1, min(timeout, 600)),
+                       sandbox=agent.sandbox, outputs=agent.workdir / TOOL_RESULTS_DIR,
+                       secrets=agent.secrets, call_id=agent.state.current_call or "bash")
 
 
 def run_read_file(agent, path: str, offset: int = 1, limit: int = READ_DEFAULT_LINES) -> str:
@@ -1260,8 +1044,8 @@ def run_read_file(agent, path: str, offset: int = 1, limit: int = READ_DEFAULT_L
         raise ToolError(f"{path} not found (or not a file). Call glob to list files.")
     offset, limit = max(offset, 1), max(limit, 1)
     # the same bytes already in the conversation are not sent twice: a stub points at them
-    return repeat_read_stub(agent.state, target, path, offset, limit) or \
-        read_lines(target, path, offset, limit, agent.secrets)
+    stub = repeat_read_stub(agent.state, target, path, offset, limit)
+    return stub or read_lines(target, path, offset, limit, agent.secrets)
 
 
 def run_write_file(agent, path: str, content: str) -> str:
@@ -1284,15 +1068,12 @@ def run_todo_write(agent, items: list) -> str:
     return render_todos(agent.state.todos)
 
 
-def render_todos(todos: list) -> str:
-    marks = {"pending": "[ ]", "in_progress": "[>]", "completed": "[x]"}
-    return "\n".join(f"{marks[t['status']]} {t['content']}" for t in todos) or "(todo list is empty)"
-
-
 def run_task(agent, prompt: str, description: str = "") -> str:
     """A subagent does the job in a fresh context. No session log records it: its work, every
-    call and result, is saved as a transcript however it ends (large outputs as the main agent's)."""
-    child, work = agent.subagent(), [{"role": "user", "content": [{"type": "text", "text": redact(prompt, agent.secrets)}]}]
+    call and result, is saved as a transcript however it ends (large outputs as the main
+    agent's)."""
+    child = agent.subagent()
+    work = [{"role": "user", "content": [{"type": "text", "text": redact(prompt, agent.secrets)}]}]
     agent.say(f"[task] subagent started: {description or prompt[:60]}")
     try:
         final = agent_loop(child, work) or "(the subagent stopped without a final answer)"
@@ -1308,7 +1089,8 @@ def run_task(agent, prompt: str, description: str = "") -> str:
 def run_load_skill(agent, name: str) -> str:
     skill = agent.skills.get(name)
     if skill is None:
-        raise ToolError(f"no skill named {name!r}. Available: {', '.join(agent.skills) or 'none'}.")
+        available = ", ".join(agent.skills) or "none"
+        raise ToolError(f"no skill named {name!r}. Available: {available}.")
     if name not in agent.state.loaded_skills:
         agent.state.loaded_skills.append(name)
     return f"<skill name=\"{name}\">\n{skill['body']}\n</skill>"
@@ -1316,7 +1098,8 @@ def run_load_skill(agent, name: str) -> str:
 
 def run_compact(agent, focus: str = "") -> str:
     agent.state.pending_compact = focus or ""
-    return "Compaction will run after this batch of tool calls; the conversation continues from the summary."
+    return ("Compaction will run after this batch of tool calls; the conversation continues "
+            "from the summary.")
 
 
 TOOL_HANDLERS = {"bash": run_bash, "read_file": run_read_file, "write_file": run_write_file,
@@ -1324,29 +1107,33 @@ TOOL_HANDLERS = {"bash": run_bash, "read_file": run_read_file, "write_file": run
                  "task": run_task, "load_skill": run_load_skill, "compact": run_compact}
 
 
-# ---- hooks and the permission check ---------------------------------------------------------------
+# ---- hooks and the permission check --------------------------------------------------------------
+# fire_hooks (part 1) runs them; these are the ones every session installs.
 
-HOOK_EVENTS = ("UserPromptSubmit", "PreToolUse", "PostToolUse", "Stop", "PreCompact", "RestoreContext", "PostCompact")
 FILE_TOOLS = ("read_file", "write_file", "edit_file", "glob")
 
 
 def check_permission(name: str, args: dict, workdir: Path, sandboxed: bool = False) -> tuple:
-    """Decide "allow", "deny" or "ask" for one tool call, with the reason (command_risks.py reads a bash
-    command: what deletes, overwrites or reaches outside the workspace asks, unless the sandbox refuses it)."""
+    """Decide "allow", "deny" or "ask" for one tool call, with the reason. A bash command is read
+    by safety/command_risks.py: what deletes, overwrites or reaches outside the workspace asks,
+    unless the sandbox refuses it anyway."""
     if name == "bash":
         command = str(args.get("command", ""))
         deny, ask = command_risks(command, workdir, sandboxed)
         if deny or ask:
-            return "deny" if deny else "ask", f"`{one_line(command, 2000)}` {'; '.join(deny or ask)}"  # whole, to judge
-    if name in FILE_TOOLS:  # outside the workspace, the program's own folders and code (workspace_files.py)
-        return path_risk(workdir, str(args.get("path", ".")), writes=name in ("write_file", "edit_file"))
+            shown = one_line(command, 2000)  # whole, to judge
+            return "deny" if deny else "ask", f"`{shown}` {'; '.join(deny or ask)}"
+    if name in FILE_TOOLS:  # outside the workspace, the program's own folders and code
+        writes = name in ("write_file", "edit_file")
+        return path_risk(workdir, str(args.get("path", ".")), writes=writes)
     return "allow", ""
 
 
 def permission_hook(agent):
     """The PreToolUse hook that asks check_permission and, for "ask", the person."""
     def hook(event: dict):
-        decision, reason = check_permission(event["name"], event["input"], agent.workdir, agent.sandbox.on)
+        decision, reason = check_permission(event["name"], event["input"], agent.workdir,
+                                            agent.sandbox.on)
         if decision == "allow":
             return None
         if decision == "ask":
@@ -1358,40 +1145,52 @@ def permission_hook(agent):
     return hook
 
 
-def fire_hooks(agent, event: str, **payload) -> list:
-    """Run every hook for an event; return what they returned (None dropped)."""
-    return [r for hook in agent.hooks.get(event, []) if (r := hook(payload)) is not None]
-
-
 def install_default_hooks(agent) -> None:
-    """Every hook event, with the permission check, the ledger's recorders and undo's record installed."""
+    """Every hook event, with the permission check, the ledger's recorders and undo's record."""
     agent.hooks = {event: [] for event in HOOK_EVENTS}
     agent.hooks["PreToolUse"].append(permission_hook(agent))
     for event, hook in [*ledger_hooks(agent).items(), *undo_hooks(agent).items()]:
         agent.hooks[event].append(hook)
 
 
+def build_system_prompt(workdir: Path, skills: dict, instructions: str = "") -> str:
+    """Sent whole with every request: the project's instructions (AGENTS.md) survive every
+    compaction."""
+    listed = "\n".join(f"- {name}: {s['description']}" for name, s in skills.items()) or "(none)"
+    return (f"You are a coding agent working in {workdir}. Use the tools to inspect and change "
+            "files and to run commands; keep going until the user's request is done, then answer "
+            "briefly.\n"
+            "Long conversations are compacted: old tool results become pointers to files under "
+            f"{TOOL_RESULTS_DIR}/ and old messages are summarized. Read those files again when you "
+            "need the details. Call compact yourself when you finish a phase of work.\n"
+            f"Skills (load one with load_skill before using it):\n{listed}"
+            + (instructions and f"\n\n{instructions}"))
+
+
 # ==== PART 3: MAIN ================================================================================
 
 def main(argv=None) -> int:
-    """cli.py reads the arguments and the configuration; this builds the agent from them,
-    opens the session and hands it to the REPL (terminal.py)."""
+    """command_line/cli.py reads the arguments and the configuration; this builds the agent from
+    them, opens the session and hands it to the REPL (command_line/repl.py)."""
     config = configure(argv)  # or the exit code, once --list or a mistake has been dealt with
     if isinstance(config, int):
         return config
     if config.demo:
-        from s08_context_compact.offline import demo  # a scripted model drives this very module: demo.py
+        from s08_context_compact.offline import demo  # a scripted model drives this very module
         return demo.run(sys.modules[__name__], pause=config.pause)
-    settings = replace(Settings.for_window(config.model, config.endpoint.window, config.compaction.get("compact_at", 0)),
-                       idle_timeout=config.idle_timeout, cache_ttl=config.cache_ttl, **config.compaction)
-    skills = discover_skills([config.workdir / "skills", OWN_SKILLS],
-                             warn=config.notes.append)  # a skill skipped is said after the banner
+    compact_at = config.compaction.get("compact_at", 0)
+    settings = replace(Settings.for_window(config.model, config.endpoint.window, compact_at),
+                       idle_timeout=config.idle_timeout, cache_ttl=config.cache_ttl,
+                       **config.compaction)
+    # a skill skipped is said after the banner
+    skills = discover_skills([config.workdir / "skills", OWN_SKILLS], warn=config.notes.append)
     agent = Agent(client=config.client, settings=settings, workdir=config.workdir, skills=skills,
-                  tools=config.sandbox.tools(TOOLS), sandbox=config.sandbox, endpoint=config.endpoint,
+                  tools=config.sandbox.tools(TOOLS), sandbox=config.sandbox,
+                  endpoint=config.endpoint, confirm=terminal_confirm(config.interactive),
                   system=build_system_prompt(config.workdir, skills, config.instructions),
-                  confirm=terminal_confirm(config.interactive), secrets=config.secrets, **config.screen)
+                  secrets=config.secrets, **config.screen)
     install_default_hooks(agent)
-    say_what_start_up_found(agent, config)  # the banner first, then what start-up found (cli.py)
+    say_what_start_up_found(agent, config)  # the banner first, then what start-up found
     messages = open_session(agent, config.resume)
     return start_repl(agent, config.interactive, messages, take_line)
 

@@ -181,7 +181,7 @@ def test_after_the_cache_has_expired_snip_and_micro_act_below_their_trigger(s08,
     assert s.micro_trigger * s08.COLD_TRIGGER_SHARE < size < s.micro_trigger, "between the cold and warm triggers"
     agent.state.last_reply_at = s08.now() - 60  # a minute ago: the cache is warm, clearing would cost
     assert s08.compact_pipeline(agent, history) is history
-    agent.state.last_reply_at = s08.now() - s08.CACHE_LIFETIME_SECONDS - 60  # past the cache's life
+    agent.state.last_reply_at = s08.now() - s08.CACHE_TTLS["5m"] - 60  # past the cache's life
     cleared = s08.compact_pipeline(agent, history)
     placeholders = [b for m in cleared for b in blocks(m) if b.get(s08.OWN) == "placeholder"]
     assert len(placeholders) == 8 - s.keep_recent, "everything clearable is cleared: the cache is cold anyway"
@@ -212,7 +212,7 @@ def test_the_summary_request_continues_the_cached_conversation(s08, make_agent, 
         fake.reply(tool_use("read_file", {"path": "spec.md"}), text("Read the spec."))
         s08.take_turn(agent, messages, "read the spec")
         fake.summary(text("<summary>Read the spec.</summary>"))
-        messages[:] = s08.compact_history(messages, agent=agent, focus="keep the requirements")
+        messages[:] = s08.run_compact_history(agent, messages, focus="keep the requirements")
         summary = fake.summary_requests[0]
         assert "tool_choice" not in summary and summary["tools"] == fake.main_requests[0]["tools"], \
             "a changed tool_choice would invalidate the cached messages"

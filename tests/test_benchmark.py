@@ -5,6 +5,7 @@ import re
 
 import benchmark
 from conftest import CODE
+from s08_context_compact.compaction.store import save_transcript
 
 REFERENCE = CODE.parent / "REFERENCE.md"  # the chapter's reference page holds the measured figures
 
@@ -24,7 +25,7 @@ def test_a_transcript_can_be_replayed(tmp_path, capsys, s08):
         {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "x = 1\n" * 500}]},
         {"role": "assistant", "content": [{"type": "text", "text": "It sets x."}]},
     ]
-    path = s08.save_transcript(tmp_path, history, "compact")
+    path = save_transcript(tmp_path, history, "compact")
     session = benchmark.replayed_session(path, s08)
     assert session.turns[0][0] == "read a.py" and len(session.turns[0][1]) == 2
     assert benchmark.main(["--replay", str(path), "--window", "30000", "--no-timing"]) == 0

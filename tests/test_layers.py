@@ -7,6 +7,8 @@ from pathlib import Path
 import pytest
 
 from conftest import assert_valid, blocks, user
+from s08_context_compact.compaction.store import save_tool_output, save_transcript
+from s08_context_compact.basics import own_folder
 
 
 def call(*ids, name="read_file"):
@@ -36,10 +38,10 @@ def savers(s08, tmp_path):
         transcripts = tmp_path / "transcripts"
 
         def save_output(self, tool_use_id, text):
-            return s08.save_tool_output(s08.own_folder(tmp_path, "tool-results"), tool_use_id, text)
+            return save_tool_output(own_folder(tmp_path, "tool-results"), tool_use_id, text)
 
         def save_messages(self, messages, kind, footer=None):
-            return s08.save_transcript(s08.own_folder(tmp_path, "transcripts"), messages, kind, footer)
+            return save_transcript(own_folder(tmp_path, "transcripts"), messages, kind, footer)
     return Savers()
 
 
@@ -260,20 +262,20 @@ def test_restored_context_sits_between_the_summary_and_the_request(s08, savers):
 # ---------------------------------------------------------------- saving
 
 def test_saved_outputs_never_overwrite_each_other(s08, tmp_path):
-    first = s08.save_tool_output(tmp_path, "toolu_1", "one")
-    again = s08.save_tool_output(tmp_path, "toolu_1", "one")
-    other = s08.save_tool_output(tmp_path, "toolu_1", "two")
+    first = save_tool_output(tmp_path, "toolu_1", "one")
+    again = save_tool_output(tmp_path, "toolu_1", "one")
+    other = save_tool_output(tmp_path, "toolu_1", "two")
     assert first == again and other != first
     assert first.read_text() == "one" and other.read_text() == "two"
-    weird = s08.save_tool_output(tmp_path, "../../etc/passwd", "x")
+    weird = save_tool_output(tmp_path, "../../etc/passwd", "x")
     assert weird.parent == tmp_path
 
 
 def test_transcript_round_trips_as_json(s08, tmp_path):
     history = [user("中文 request"), call("a"), results(("a", "line\nwith \"quotes\""))]
-    path = s08.save_transcript(tmp_path, history, "compact")
+    path = save_transcript(tmp_path, history, "compact")
     assert read_transcript(path) == history
-    assert s08.save_transcript(tmp_path, history, "compact") != path
+    assert save_transcript(tmp_path, history, "compact") != path
 
 
 def test_estimate_counts_cjk_as_one_token_per_character(s08):

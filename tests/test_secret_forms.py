@@ -184,7 +184,8 @@ def test_files_restored_after_a_summary_are_cut_only_after_redacting(s08, make_a
             (workspace / "f.txt").write_text(filler + (secret + " ") * 12, encoding="utf-8")
             agent.ledger.reads.clear()
             agent.ledger.note_read("f.txt", workspace / "f.txt")
-            restored = s08.restored_files(agent, room)
+            restored = s08.restored_files(agent.ledger.reads, agent.workdir, agent.secrets, room,
+                                           agent.settings.restore_file_tokens)
             assert len(restored) == 1 and "cut here" in restored[0]
             assert_no_piece(restored[0])
 

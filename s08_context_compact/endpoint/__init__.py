@@ -7,3 +7,4 @@ from .model_calls import (anthropic, httpx2, CONNECT_TIMEOUT, DEFAULT_WINDOW_SOU
                        explain_api_error, make_client, make_reply_sendable, model_reply)
 from .overflow import ContextOverflow
 from .replies import extract_summary, SummaryError
+from .prompt_cache import CACHE_TTLS, cache_mark, with_cache_breakpoints

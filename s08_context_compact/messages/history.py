@@ -18,6 +18,21 @@ from ..basics import one_line
 OWN = "_s08"  # on a block the program wrote: its kind ("snip", "placeholder", ...)
 # The fields the program puts on the blocks it wrote, with their types; stripped before sending.
 PROGRAM_FIELDS = {OWN: str, "snipped": int, "saved_at": str, "summary_by": str, "checks": list}
+# The texts the program's own blocks start with. A user may type any of them: the program knows
+# its own blocks by the OWN field, never by their text.
+COMPACT_MARKER = "[Compacted"       # text our own messages start with, so they are
+
+SNIP_MARKER = "[Snipped"            # never mistaken for the user's request
+
+REACTIVE_MARKER = "[Reactive compact"
+
+RESTORED_MARKER = "[Restored after compaction"
+
+NOTE_MARKER = "[Program note"
+
+PERSISTED_TAG = "<persisted-output"
+
+PLACEHOLDER_PREFIX = "[Earlier tool result"
 
 
 def blocks_of(message: dict) -> list:
@@ -164,3 +179,27 @@ def paths_read(messages: list) -> set:
              and OWN not in b and not result_text(b).startswith("(unchanged: ")}  # repeat_reads' stub
     return {b["input"].get("path") for m in messages for b in blocks_of(m)
             if b.get("name") == "read_file" and b.get("id") in whole}
+
+
+def current_request(messages: list) -> dict | None:
+    """The newest text block the user typed (our own markers are not requests)."""
+    for message in reversed(messages):
+        if message["role"] == "user":
+            for block in reversed(blocks_of(message)):
+                if is_request_block(block):
+                    return {"type": "text", "text": block["text"]}
+    return None
+
+
+
+def group_starts(messages: list) -> list:
+    """Indexes where the history may be cut: each assistant message starts a group with its results."""
+    return [i for i, m in enumerate(messages) if m["role"] == "assistant"]
+
+
+
+def message_groups(messages: list) -> list:
+    """The history from its first assistant message on, as groups: a call and its results
+    (and any user words after them) travel together."""
+    starts = group_starts(messages)
+    return [messages[start:end] for start, end in zip(starts, starts[1:] + [len(messages)])]

@@ -1,0 +1,68 @@
+"""Where the layers put what they remove before they remove it: full tool results in
+.task_outputs/tool-results/, removed messages as transcripts in .transcripts/. Files are opened
+with "x" (create, never replace, never through a link) under names that are new each time, so
+nothing is ever overwritten, in folders own_folder checked are real: a cloned repository may
+plant a link there.
+
+Machinery the chapter does not need: code.py's layers are handed a Store and call its three
+save methods; the Store keeps a list of what it wrote, for the reports.
+"""
+
+import json
+import time
+import uuid
+from pathlib import Path
+
+from ..basics import (PROMPTS_DIR, TOOL_RESULTS_DIR, TRANSCRIPT_DIR, holds_exactly, output_names, own_folder,
+                      redact, Redactor, well_formed)
+
+def save_tool_output(folder: Path, tool_use_id: str, text: str) -> Path:
+    """Write one full tool result, byte for byte, and return its path."""
+    data = text.encode("utf-8", "surrogatepass")
+    for path in output_names(folder, tool_use_id):
+        if holds_exactly(path, data):
+            return path  # the same content saved before: point at it again
+        try:
+            with open(path, "xb") as f:
+                f.write(data)
+            return path
+        except FileExistsError:
+            continue
+    raise OSError(f"could not find a free file name for {tool_use_id} in {folder}")
+
+
+
+def save_transcript(folder: Path, messages: list, kind: str, footer: dict | None = None) -> Path:
+    """Write messages as JSON lines, one message a line (then the footer, if any), under a
+    name never used before, and return the path."""
+    path = folder / f"{kind}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:8]}.jsonl"
+    with open(path, "x", encoding="utf-8") as f:
+        for record in messages + ([footer] if footer else []):
+            f.write(well_formed(json.dumps(record, ensure_ascii=False)) + "\n")  # a lone emoji half cannot be written
+    return path
+
+
+
+class Store:
+    """Where the layers put what they remove, in the workspace: full tool outputs, and
+    removed messages as transcripts. The history is redacted where content enters it; this
+    is the last net before the disk. It keeps a list of what it wrote, for the reports."""
+
+    def __init__(self, workdir: Path, secrets=()):
+        self.workdir, self.secrets, self.written = workdir, Redactor.of(secrets), []
+
+    def save_output(self, tool_use_id: str, text: str) -> Path:
+        return self.wrote(save_tool_output(own_folder(self.workdir, TOOL_RESULTS_DIR), tool_use_id,
+                                           redact(text, self.secrets)))
+
+    def save_prompt(self, text: str) -> Path:
+        return self.wrote(save_tool_output(own_folder(self.workdir, PROMPTS_DIR),
+                                           f"prompt-{uuid.uuid4().hex[:8]}", redact(text, self.secrets)))
+
+    def save_messages(self, messages: list, kind: str, footer: dict | None = None) -> Path:
+        return self.wrote(save_transcript(own_folder(self.workdir, TRANSCRIPT_DIR), self.secrets.redact_json(messages),
+                                          kind, self.secrets.redact_json(footer)))
+
+    def wrote(self, path: Path) -> Path:
+        self.written.append(path.relative_to(self.workdir))
+        return self.written[-1]

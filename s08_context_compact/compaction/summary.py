@@ -1,0 +1,135 @@
+"""What the summary layers need beyond code.py: the instruction that asks for a summary, the
+history cut to fit the window for it, a summary built without the model when the model cannot
+write one, and the pieces that come back after a summary (the user's recent words, the files
+read most recently, a hook's lines, the todo list).
+
+Machinery the chapter does not need: code.py's summarize_with_model, make_summary and
+plan_restore call these; what a summary replaces, and when, stays in code.py.
+"""
+
+from pathlib import Path
+
+from ..basics import inside_workspace, redact
+from ..messages import (CHARS_PER_TOKEN, RESTORED_MARKER, blocks_of, cut_long_texts, estimate_text_tokens, estimate_tokens,
+                        head_within, last_reply_text, message_groups, newest_within, user_words)
+from .ledger import short_hash
+
+POST_COMPACT_MAX_FILES = 5          # after compaction, re-read at most this many of the files read most recently
+SUMMARY_INSTRUCTIONS = """TEXT ONLY, NO TOOLS. Do not call any tool in this answer: this turn only writes a
+summary, and a tool call here would be lost.
+
+The conversation above is about to be replaced by the summary you write now. The work will
+continue from your summary alone, so leave out nothing that matters and nothing vague.
+
+First think inside <analysis></analysis>: go through the conversation in order and note
+what the user asked each time, what was done, which files and code were involved, what
+went wrong and how it was fixed, and what was still open at the end.
+
+Then write the summary inside <summary></summary>, with these numbered sections:
+1. Primary request and intent: everything the user asked for, in detail.
+2. Key technical concepts: the technologies, libraries and conventions that matter.
+3. Files and code sections: each file read, changed or created, why it matters, and the
+   snippets that matter, verbatim.
+4. Errors and fixes: each error met, how it was fixed, and what the user said about it.
+5. Problem solving: what was solved, and what is still being worked out.
+6. All user messages: every message the user wrote (not tool results), verbatim where short.
+7. Pending tasks: what the user asked for that is not done yet.
+8. Current work: exactly what was being done just before this summary, with file names
+   and code.
+9. Next step: only if it follows from the latest request (quote it); leave it out if the
+   work was finished.
+{extra}Only the <summary> is kept; the <analysis> is thrown away.
+
+Reminder: answer with text only. Do not call any tools."""
+
+
+
+def summary_instructions(focus: str, limit_tokens: int) -> str:
+    extra = f"Focus especially on: {focus}\n" if focus else ""
+    extra += f"Keep the <summary> under {limit_tokens:,} tokens (about {limit_tokens * 3 // 4:,} words).\n"
+    return SUMMARY_INSTRUCTIONS.replace("{extra}", extra)
+
+
+
+def fit_for_summary(messages: list, max_tokens: int) -> list:
+    """The newest whole message groups that fit in max_tokens; tool pairs are never split."""
+    if estimate_tokens(messages) <= max_tokens:
+        return messages
+    note = {"role": "user", "content": [{"type": "text", "text": "[The oldest messages were left out of "
+                                         "this request to fit the window; they are in the transcript.]"}]}
+    groups = message_groups(messages)
+    kept = newest_within(groups, max_tokens - estimate_tokens([note]), estimate_tokens)
+    if kept:
+        return [note] + [m for group in kept for m in group]
+    if not groups:  # not even the newest group fits: keep it, cut short
+        return [cut_long_texts(messages[0], max_tokens)]
+    return [note] + [cut_long_texts(m, max_tokens) for m in groups[-1]]
+
+
+
+def fallback_summary(messages: list, todos: list, limit_tokens: int, why: str) -> str:
+    """A summary assembled without the model, so compaction succeeds in every case."""
+    said = user_words(messages)
+    paths = [b["input"]["path"] for m in messages if m["role"] == "assistant" for b in blocks_of(m)
+             if b.get("type") == "tool_use" and isinstance(b["input"].get("path"), str)]
+    last = last_reply_text(messages)
+    parts = [f"(Assembled without the model, because {why}: the user's messages, the files touched, "
+             "the todo list and the last reply. The transcript has the rest.)",
+             "User messages, oldest first:\n" + "\n".join(f"- {t[:500]}" for t in said[-20:]),
+             "Files touched: " + (", ".join(dict.fromkeys(paths)) or "none")]
+    if todos:
+        parts.append("Todo list:\n" + render_todos(todos))
+    if last:
+        parts.append(f"The assistant's last reply:\n{last[:1500]}")
+    return head_within("\n\n".join(parts), limit_tokens - 1)
+
+
+
+def render_todos(todos: list) -> str:
+    marks = {"pending": "[ ]", "in_progress": "[>]", "completed": "[x]"}
+    return "\n".join(f"{marks[t['status']]} {t['content']}" for t in todos) or "(todo list is empty)"
+
+
+
+def recent_user_messages(messages: list, max_tokens: int) -> str:
+    """The user's own words, newest first and verbatim, up to max_tokens. A request still
+    being worked on is left out: it comes last anyway (rebuild_after_summary)."""
+    said = user_words(messages)
+    in_flight = bool(messages) and messages[-1]["role"] == "user"
+    kept = newest_within(said[:-1] if in_flight else said, max_tokens, estimate_text_tokens)[::-1]
+    return f"{RESTORED_MARKER}: recent user messages, newest first]\n" + "\n".join(f"- {t}" for t in kept) \
+        if kept else ""
+
+
+
+def restored_files(reads: dict, workdir: Path, secrets, max_tokens: int, per_file: int,
+                   shown: set = frozenset()) -> list:
+    """The most recently read files not still shown, re-read from disk now; a changed or vanished file says so."""
+    blocks, used = [], 0
+    reads = [(path, read) for path, read in reversed(reads.items()) if path not in shown]
+    for path, (_, _, digest) in reads[:POST_COMPACT_MAX_FILES]:
+        target = inside_workspace(workdir, path)
+        if target is None or not target.is_file():
+            blocks.append(f"{RESTORED_MARKER}: {path}] This file was read earlier and has since vanished.")
+            continue
+        room = min(per_file, max_tokens - used)
+        if room <= 50:
+            continue
+        with open(target, "rb") as f:
+            raw = f.read(room * CHARS_PER_TOKEN + secrets.reach)  # a key across the cut is read whole
+        if b"\0" in raw[:8192]:
+            continue
+        text = head_within(redact(raw.decode("utf-8", "replace"), secrets), room)  # a file may hold a key
+        state = "unchanged since it was read" if short_hash(target) == digest else \
+            "it CHANGED since it was last read; this is its content now"
+        cut = "" if len(text.encode()) >= target.stat().st_size else "\n[... cut here; read_file shows the rest]"
+        blocks.append(f"{RESTORED_MARKER}: {path}, re-read from disk, {state}]\n{text}{cut}")
+        used += estimate_text_tokens(blocks[-1])
+    return blocks
+
+
+
+def hook_restores(answer: dict, max_tokens: int) -> str:
+    """What a RestoreContext hook keeps: its newest lines that fit, under its heading."""
+    lines = newest_within(answer["lines"], max_tokens, estimate_text_tokens)
+    return f"{RESTORED_MARKER}: {answer['what']}]\n" + "\n".join([answer["heading"]] + lines) if lines else ""
