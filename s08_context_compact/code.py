@@ -41,7 +41,7 @@ if not __package__:  # Run as a script, Python put this folder first on sys.path
 from s08_context_compact.basics import (
     OWN_SKILLS, PROMPTS_DIR, TOOL_RESULTS_DIR, TRANSCRIPT_DIR, discover_skills, edit_file, glob_files,
     holds_exactly, inside_workspace, one_line, output_names, own_folder, path_risk, read_lines, redact,
-    Redactor, say, Spinner, ToolError, well_formed, write_file)
+    Redactor, say, Screen, Spinner, ToolError, well_formed, write_file)
 from s08_context_compact.messages import (
     OWN, append_message, blocks_of, check_tool_input, cut_long_texts, is_request_block,
     is_tool_result_message, last_reply_text, own_text, park_oversized_inputs, paths_read,
@@ -1006,25 +1006,25 @@ class Agent:
 
     def __post_init__(self):
         self.secrets = Redactor.of(self.secrets)  # a list of the values will do
-        if self.endpoint is None:
-            self.endpoint = Endpoint(self.settings.window)
+        self.endpoint = self.endpoint or Endpoint(self.settings.window)
 
-    def say(self, text: str, style: str = "", cut: bool = False) -> None:
-        """Tell the user something (terminal.py decides how it looks)."""
-        say(self, text, style, cut)
+    @property
+    def screen(self) -> Screen:  # what terminal.py needs to show a line, made anew: a field may have changed
+        return Screen(self.out, self.color, self.fit_width, self.spinner_to, self.label, self.secrets)
+
+    def say(self, text: str, style: str = "", cut: bool = False) -> None:  # terminal.py decides how it looks
+        say(self.screen, text, style, cut)
 
     def subagent(self) -> "Agent":
         tools = [t for t in self.tools if t["name"] != "task"]
         return replace(self, tools=tools, label="task", max_steps=SUBAGENT_MAX_STEPS, log=None, state=LoopState())
 
     @cached_property
-    def store(self) -> "Store":
-        """Where the layers save what they remove (a subagent gets its own, same folders)."""
+    def store(self) -> "Store":  # where the layers save what they remove (a subagent gets its own, same folders)
         return Store(self.workdir, self.secrets)
 
     @cached_property
-    def overhead(self) -> int:
-        """Tokens of the system prompt and tool definitions, sent with every request."""
+    def overhead(self) -> int:  # tokens of the system prompt and tool definitions, sent with every request
         return estimate_text_tokens(self.system + json.dumps(self.tools))
 
 

@@ -174,7 +174,7 @@ def context_report(agent, messages: list, total: int, measure) -> str:
             "reserved: output + buffer": max(s.window - max(total, s.threshold), 0)}
     lines = [f"Context: {counted(len(messages), 'message')}, {total:,} tokens of a {s.window:,}-token window "
              f"({100 * total / s.window:.0f}%; {how})"]
-    bar_width = min(20, (terminal_columns(agent) or 80) - 45)  # on a narrow terminal the bar gives way first
+    bar_width = min(20, (terminal_columns(agent.fit_width) or 80) - 45)  # on a narrow terminal the bar gives way first
     for name, n in rows.items():
         drawn = f"  {bar(n, s.window, bar_width)}" if bar_width >= 4 else ""
         lines.append(f"  {name:<26}{n:>9,}{drawn} {100 * n / s.window:>3.0f}%")

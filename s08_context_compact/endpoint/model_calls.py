@@ -341,7 +341,7 @@ def model_reply(agent, request: dict, sent_tokens: int, show_text: bool, label: 
     """send_request, with the reply's text shown as it streams when show_text. After
     Ctrl-C the text the user saw rides on the exception (stop.partial), so the history
     can keep it."""
-    shown = StreamedText(agent) if show_text else None
+    shown = StreamedText(agent.screen) if show_text else None
     try:
         answer = send_request(agent, request, sent_tokens, on_text=shown, label=label)
     except KeyboardInterrupt as stop:
