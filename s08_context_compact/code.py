@@ -44,7 +44,7 @@ from s08_context_compact.basics import (
     Redactor, say, Screen, Spinner, ToolError, well_formed, write_file)
 from s08_context_compact.messages import (
     OWN, append_message, blocks_of, check_tool_input, cut_long_texts, is_request_block,
-    is_tool_result_message, last_reply_text, own_text, park_oversized_inputs, paths_read,
+    is_tool_result_message, last_reply_text, own_text, paths_read,
     refused_result, replace_history, replace_result, result_text, said_text, sendable, todo_problem,
     tool_names, user_words, what_was_done, with_text)
 from s08_context_compact.endpoint import (
@@ -55,8 +55,8 @@ from s08_context_compact.compaction import (
 from s08_context_compact.safety import command_risks, run_command, Sandbox, Undo, undo_hooks
 from s08_context_compact.session import open_session
 from s08_context_compact.command_line import (
-    add_prompt, configure, layer_line, park_oversized_request, record_interruption, report_command,
-    run, say_what_start_up_found, show_status, show_tool_call, show_tool_result, start_repl,
+    add_prompt, configure, layer_line, park_long_inputs, park_oversized_request, record_interruption,
+    report_command, run, say_what_start_up_found, show_status, show_tool_call, show_tool_result, start_repl,
     terminal_confirm, turn_failed)
 
 
@@ -1078,9 +1078,9 @@ def agent_loop(agent, messages: list) -> str | None:
     agent.state.history = messages  # the same list object: read_file checks it for repeat reads
     for _ in range(agent.max_steps):
         agent.settings = agent.settings.resized(agent.endpoint.window)  # a subagent may have learned it
-        replace_history(agent, messages, park_oversized_inputs(agent, messages, estimate_text_tokens), "input parked")
-        replace_history(agent, messages, compact_pipeline(agent, messages), "compaction")
-        replace_history(agent, messages, true_stubs(messages, agent.state.read_stubs), "read stubs re-pointed")
+        replace_history(agent.log, messages, park_long_inputs(agent, messages, estimate_text_tokens), "input parked")
+        replace_history(agent.log, messages, compact_pipeline(agent, messages), "compaction")
+        replace_history(agent.log, messages, true_stubs(messages, agent.state.read_stubs), "read stubs re-pointed")
         try:
             reply, stop_reason = call_model(agent, messages)
             reactive_retries = 0  # answered: a later "too long" in this turn is compacted again
@@ -1088,37 +1088,37 @@ def agent_loop(agent, messages: list) -> str | None:
             shrank = adopt_overflow(agent, err)  # a smaller window: every threshold is recomputed first
             if reactive_retries >= MAX_REACTIVE_RETRIES and not shrank:
                 raise  # compacted just now, nothing new learned: nothing more to free
-            replace_history(agent, messages, park_oversized_request(agent, messages, current_request(messages),
+            replace_history(agent.log, messages, park_oversized_request(agent, messages, current_request(messages),
                                                                 estimate_text_tokens), "request parked")
             if shrank and context_tokens(agent, messages) <= agent.settings.threshold:
                 continue  # the history fits the window learned: only max_tokens was too big for it
             reactive_retries += 1
-            replace_history(agent, messages, apply_layer(agent, reactive_compact, messages, agent=agent),
+            replace_history(agent.log, messages, apply_layer(agent, reactive_compact, messages, agent=agent),
                             "reactive_compact")
             if not shrank and context_tokens(agent, messages) >= err.sent_tokens:
                 raise  # nothing was freed: sent again, the request would be refused again
             continue
         reply, note, refused = make_reply_sendable(reply, stop_reason, ids_used=set(tool_names(messages)),
                                                    max_output=agent.settings.max_output)
-        append_message(agent, messages, reply)
+        append_message(agent.log, agent.state.tokens, messages, reply)
         tool_uses = [b for b in reply["content"] if b.get("type") == "tool_use"]
         notes = [own_text("note", f"{NOTE_MARKER}: {note}]")] if note else []
         if not tool_uses and notes:  # cut short: tell the model and let it go on
-            append_message(agent, messages, {"role": "user", "content": notes})
+            append_message(agent.log, agent.state.tokens, messages, {"role": "user", "content": notes})
             continue
         if not tool_uses:
             final = "\n".join(b["text"] for b in reply["content"] if b.get("type") == "text")
             fire_hooks(agent, "Stop", messages=messages, final=final)
             return final
         results, interrupted = use_tools(agent, tool_uses, refused)
-        append_message(agent, messages, {"role": "user", "content": results + notes})
+        append_message(agent.log, agent.state.tokens, messages, {"role": "user", "content": results + notes})
         if interrupted:
             agent.state.pending_compact = None  # an interrupted batch leaves nothing to do later
             raise KeyboardInterrupt
         if agent.state.pending_compact is not None:
             focus, agent.state.pending_compact = agent.state.pending_compact, None
-            replace_history(agent, messages, apply_layer(agent, compact_history, messages, agent=agent, focus=focus),
-                            "compact tool")
+            replace_history(agent.log, messages, apply_layer(agent, compact_history, messages, agent=agent,
+                                                             focus=focus), "compact tool")
     agent.say(f"[stopped after {agent.max_steps} model calls in one turn; send a message to continue]")
     return None
 
@@ -1165,10 +1165,10 @@ def handle_command(agent, messages: list, line: str) -> bool:
     command, _, focus = line.partition(" ")
     if command == "/compact" and messages:
         compacted = apply_layer(agent, compact_history, messages, agent=agent, focus=focus.strip())
-        replace_history(agent, messages, compacted, "/compact")
+        replace_history(agent.log, messages, compacted, "/compact")
     elif command == "/clear":
         agent.state.ahead.drop(agent, "/clear")
-        replace_history(agent, messages, [], "/clear")
+        replace_history(agent.log, messages, [], "/clear")
         agent.state, agent.ledger = LoopState(), Ledger()  # a new conversation: nothing read, no todos, no facts
     return report_command(agent, messages, command, context_tokens(agent, messages), estimate_text_tokens)
 

@@ -6,5 +6,5 @@ from .cli import configure, run, say_what_start_up_found
 from .repl import start_repl, terminal_confirm
 from .work_lines import TOOL_MARK, layer_line, show_tool_call, show_tool_result
 from .session_picture import report_line
-from .user_turns import (add_prompt, park_oversized_request, record_interruption, report_command,
+from .user_turns import (add_prompt, park_long_inputs, park_oversized_request, record_interruption, report_command,
                     show_status, turn_failed)

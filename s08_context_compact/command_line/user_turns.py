@@ -11,7 +11,7 @@ around the parts that teach (the hooks, the loop, /compact and /clear).
 """
 
 from ..endpoint import ContextOverflow, explain_api_error
-from ..messages import (append_message, blocks_of, own_text, park_oversized_inputs,
+from ..messages import (Disk, append_message, blocks_of, own_text, park_oversized_inputs,
                         replace_history, with_text)
 from .work_lines import context_report, status_line
 from .session_picture import report_line
@@ -56,11 +56,19 @@ def park_long_prompt(agent, prompt: str, tokens: int) -> str | None:
             f"{path}: read it in parts with read_file and do what it asks.")
 
 
+def park_long_inputs(agent, messages: list, measure) -> list:
+    """The history with each tool call's input too big for the context parked on disk (tool_input.py)."""
+    messages, agent.disk_warned = park_oversized_inputs(messages, measure, agent.state.tokens, agent.overhead,
+                                                        agent.settings.threshold,
+                                                        Disk(agent.store, agent.say, agent.disk_warned))
+    return messages
+
+
 def park_oversized_request(agent, messages: list, request: dict | None, measure) -> list:
     """After the window shrank, the request being worked on, if too big for it now, is moved
     to a file (as a long prompt is from the start), so the retry is not refused for its size
     again; so is a tool call's input too big for it."""
-    messages = park_oversized_inputs(agent, messages, measure)
+    messages = park_long_inputs(agent, messages, measure)
     if not request or measure(request["text"]) <= agent.settings.threshold // 2:
         return messages
     pointer = park_long_prompt(agent, request["text"], measure(request["text"]))
@@ -82,7 +90,8 @@ def record_interruption(agent, messages: list, partial: str) -> None:
     if not messages or messages[-1]["role"] != "user":
         return
     said = f"{partial.rstrip()}\n\n{INTERRUPTED}" if partial.strip() else INTERRUPTED
-    append_message(agent, messages, {"role": "assistant", "content": [own_text("interrupted", said)]})
+    append_message(agent.log, agent.state.tokens, messages,
+                   {"role": "assistant", "content": [own_text("interrupted", said)]})
 
 
 def turn_failed(agent, messages: list, asked: dict, err: Exception) -> None:
@@ -103,7 +112,7 @@ def withdraw_unanswered_prompt(agent, messages: list, asked: dict) -> bool:
         return False
     rest = [block for block in blocks_of(messages[-1]) if block is not asked]
     new = messages[:-1] + ([{**messages[-1], "content": rest}] if rest else [])
-    replace_history(agent, messages, new, "prompt not answered (API error)")
+    replace_history(agent.log, messages, new, "prompt not answered (API error)")
     return True
 
 
@@ -137,9 +146,9 @@ def report_command(agent, messages: list, command: str, tokens: int, measure) ->
         agent.say(said)
         note = own_text("note", f"[Program note: the user ran {command}. {said}]")  # its files changed back
         if said.startswith("[") and messages and messages[-1]["role"] == "user":
-            replace_history(agent, messages, messages[:-1] + [with_text(messages[-1], note)], command)
+            replace_history(agent.log, messages, messages[:-1] + [with_text(messages[-1], note)], command)
         elif said.startswith("[") and messages:
-            append_message(agent, messages, {"role": "user", "content": [note]})
+            append_message(agent.log, agent.state.tokens, messages, {"role": "user", "content": [note]})
     else:
         agent.say(f"Unknown command {command}. Type /help for the list.")
     return True
