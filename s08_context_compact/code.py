@@ -1005,8 +1005,7 @@ class Agent:
     state: LoopState = field(default_factory=LoopState)
 
     def __post_init__(self):
-        self.secrets = Redactor.of(self.secrets)  # a list of the values will do
-        self.endpoint = self.endpoint or Endpoint(self.settings.window)
+        self.secrets, self.endpoint = Redactor.of(self.secrets), self.endpoint or Endpoint(self.settings.window)
 
     @property
     def screen(self) -> Screen:  # what terminal.py needs to show a line, made anew: a field may have changed
@@ -1367,7 +1366,8 @@ def install_default_hooks(agent) -> None:
     """Every hook event, with the permission check, the ledger's recorders and undo's record installed."""
     agent.hooks = {event: [] for event in HOOK_EVENTS}
     agent.hooks["PreToolUse"].append(permission_hook(agent))
-    for event, hook in [*ledger_hooks(agent).items(), *undo_hooks(agent).items()]:
+    for event, hook in [*ledger_hooks(lambda: (agent.workdir, agent.ledger, agent.secrets, agent.state.todos)).items(),
+                        *undo_hooks(lambda: (agent.undo, agent.workdir, agent.say, agent.state.history)).items()]:
         agent.hooks[event].append(hook)
 
 
