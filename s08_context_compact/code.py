@@ -53,11 +53,10 @@ from s08_context_compact.endpoint import (
 from s08_context_compact.compaction import (
     Ledger, ledger_hooks, repeat_read_stub, short_hash, SummaryAhead, true_stubs)
 from s08_context_compact.safety import command_risks, run_command, Sandbox, Undo, undo_hooks
-from s08_context_compact.session import open_session
 from s08_context_compact.command_line import (
-    add_prompt, configure, layer_line, park_long_inputs, park_oversized_request, record_interruption,
-    report_command, run, say_what_start_up_found, show_status, show_tool_call, show_tool_result, start_repl,
-    terminal_confirm, turn_failed)
+    add_prompt, configure, layer_line, open_session, park_long_inputs, park_oversized_request,
+    record_interruption, report_command, run, say_what_start_up_found, show_status, show_tool_call,
+    show_tool_result, start_repl, terminal_confirm, turn_failed)
 
 
 # ==== PART 1: THE CHAPTER =========================================================================

@@ -351,7 +351,8 @@ class SummaryAhead:
             agent.usage_totals[kind] = agent.usage_totals.get(kind, 0) + value
         if agent.log and any(usage.values()):  # paid, used or not: the session's picture shows it
             label = f"writing the summary ahead ({aside})" if aside else "writing the summary ahead"
-            agent.log.call(agent, job.tokens, False, usage, label)
+            s = agent.settings
+            agent.log.call(job.tokens, False, usage, label, s, self.mark(s.threshold, s.summary_ahead))
         agent.breaker_announced = agent.breaker_announced or worker.breaker_announced  # said above
         if job.ended_alone:  # a call cut short by calling it off is no failure of the endpoint
             count_outcome(agent, worker, job.failures, job.result)

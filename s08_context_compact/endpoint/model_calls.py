@@ -307,7 +307,9 @@ def send_request(agent, request: dict, sent_tokens: int, on_text=None, label: st
     prompt_tokens, usage = usage_prompt_tokens(agent.endpoint, usage, sent_tokens)
     record_usage(agent, usage)
     if agent.log:
-        agent.log.call(agent, prompt_tokens or sent_tokens, bool(prompt_tokens), usage, label)
+        s = agent.settings
+        agent.log.call(prompt_tokens or sent_tokens, bool(prompt_tokens), usage, label, s,
+                       agent.state.ahead.mark(s.threshold, s.summary_ahead) if s.summary_ahead else None)
     agent.endpoint.accepted(prompt_tokens or sent_tokens, max_tokens, measured=bool(prompt_tokens),
                             usage=usage)
     # A secret the model repeats in its text goes no further. Its tool inputs run as written (a
