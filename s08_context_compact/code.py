@@ -54,7 +54,7 @@ from s08_context_compact.compaction import (
     Ledger, ledger_hooks, repeat_read_stub, short_hash, SummaryAhead, true_stubs)
 from s08_context_compact.safety import command_risks, run_command, Sandbox, Undo, undo_hooks
 from s08_context_compact.command_line import (
-    add_prompt, configure, layer_line, open_session, park_long_inputs, park_oversized_request,
+    add_prompt, configure, layer_line, model_connection, open_session, park_long_inputs, park_oversized_request,
     record_interruption, report_command, run, say_what_start_up_found, show_status, show_tool_call,
     show_tool_result, start_repl, terminal_confirm, turn_failed)
 
@@ -302,7 +302,7 @@ def context_tokens(agent, messages: list) -> int:
 def exact_context_tokens(agent, messages: list) -> int:
     """Ask the endpoint's count_tokens when it offers one; otherwise the estimate stands."""
     estimate = context_tokens(agent, messages)
-    counted = count_tokens(agent, build_request(agent, messages), estimate)
+    counted = count_tokens(model_connection(agent), build_request(agent, messages), estimate)
     if counted is None:
         return estimate
     agent.state.tokens.anchor(counted, messages)
@@ -666,8 +666,8 @@ def summarize_with_model(agent, messages: list, focus: str, limit_tokens: int) -
         request = build_request(agent, sent, extra_text=instruction)
         request["max_tokens"] = s.summary_max_tokens
         try:
-            answer = model_reply(agent, request, agent.overhead + estimate_tokens(sent), show_text=False,
-                                 label="writing the summary")
+            answer = model_reply(model_connection(agent), request, agent.overhead + estimate_tokens(sent),
+                                 show_text=False, label="writing the summary")
         except ContextOverflow as err:
             adopt_overflow(agent, err)
             # the error may say by how much we were over: leave out that much more
@@ -1040,7 +1040,7 @@ def build_system_prompt(workdir: Path, skills: dict, instructions: str = "") -> 
 def call_model(agent, messages: list) -> tuple:
     """One model call: (assistant message, stop_reason). The main agent's text is shown as
     it arrives. Raises ContextOverflow when the prompt did not fit."""
-    answer = model_reply(agent, build_request(agent, messages), context_tokens(agent, messages),
+    answer = model_reply(model_connection(agent), build_request(agent, messages), context_tokens(agent, messages),
                          show_text=not agent.label)
     reply, agent.state.last_reply_at = answer.message, now()
     if answer.prompt_tokens:  # usage is exact: it anchors the size of history + reply

@@ -7,10 +7,11 @@ the model never answered (an API error) is taken back out, so that sending it ag
 not send it twice. /undo and /redo put files back (undo.py), and the model is told.
 
 Machinery the chapter does not need: code.py's take_turn and handle_command call these
-around the parts that teach (the hooks, the loop, /compact and /clear).
+around the parts that teach (the hooks, the loop, /compact and /clear), and its model calls
+take the Connection model_connection makes of the agent.
 """
 
-from ..endpoint import ContextOverflow, explain_api_error
+from ..endpoint import Connection, ContextOverflow, explain_api_error
 from ..messages import (Disk, append_message, blocks_of, own_text, park_oversized_inputs,
                         replace_history, with_text)
 from .work_lines import context_report, status_line
@@ -152,3 +153,15 @@ def report_command(agent, messages: list, command: str, tokens: int, measure) ->
     else:
         agent.say(f"Unknown command {command}. Type /help for the list.")
     return True
+
+
+def model_connection(agent) -> Connection:
+    """What a model call needs of the agent (model_calls.py); the usage each call reports is kept
+    here: the last call's, and the session's totals."""
+    def count(figures: dict) -> None:
+        agent.state.last_usage = figures
+        for key, value in figures.items():
+            agent.usage_totals[key] = agent.usage_totals.get(key, 0) + value
+    s, log = agent.settings, agent.log  # only a loop with a log has a summary ahead's mark to record
+    return Connection(agent.client, agent.endpoint, s, agent.screen, count, log,
+                      agent.state.ahead.mark(s.threshold, s.summary_ahead) if log and s.summary_ahead else None)
