@@ -54,9 +54,9 @@ from s08_context_compact.compaction import (
     Ledger, ledger_hooks, repeat_read_stub, short_hash, SummaryAhead, true_stubs)
 from s08_context_compact.safety import command_risks, run_command, Sandbox, Undo, undo_hooks
 from s08_context_compact.command_line import (
-    add_prompt, configure, layer_line, model_connection, open_session, park_long_inputs, park_oversized_request,
-    record_interruption, report_command, run, say_what_start_up_found, show_status, show_tool_call,
-    show_tool_result, start_repl, terminal_confirm, turn_failed)
+    add_prompt, ahead_loop, configure, layer_line, model_connection, open_session, park_long_inputs,
+    park_oversized_request, record_interruption, report_command, run, say_what_start_up_found, show_status,
+    show_tool_call, show_tool_result, start_repl, terminal_confirm, turn_failed)
 
 
 # ==== PART 1: THE CHAPTER =========================================================================
@@ -496,7 +496,7 @@ def micro_compact(messages: list, *, keep_recent: int, min_chars: int, clear_at_
 def compact_history(messages: list, *, agent, focus: str = "") -> list:
     """Replace the history with a summary, what the work needs back, and the request. One written ahead
     replaces only its snapshot (kept_after: what stays); if still over the threshold, the rest is summarized next."""
-    ready = agent.state.ahead.take(agent, messages, focus)
+    ready = agent.state.ahead.take(ahead_loop(agent), messages, focus)
     swapped = ready and summarize_into(agent, messages, "compact", kept_after(agent, ready) or compact_tail(messages),
                                        ready=ready.summary)
     if not ready or swapped is messages:
@@ -528,7 +528,7 @@ def reactive_compact(messages: list, *, agent) -> list:
     """After "prompt is too long": the same, keeping only the recent groups that fit in a
     share of the threshold, smaller when the endpoint counted more than we estimated."""
     tail_tokens = int(agent.settings.threshold * REACTIVE_TAIL_SHARE / agent.endpoint.undercount)
-    ready = agent.state.ahead.take(agent, messages, max_suffix=tail_tokens)  # a summary written ahead, if any
+    ready = agent.state.ahead.take(ahead_loop(agent), messages, max_suffix=tail_tokens)  # one written ahead, if any
     tail = ready.suffix if ready and ready.suffix else reactive_tail(messages, tail_tokens)
     return summarize_into(agent, messages, "reactive", tail, ready=ready.summary if ready else ())
 
@@ -859,7 +859,7 @@ def compact_pipeline(agent, messages: list) -> list:
     # After an idle gap the cache has expired anyway, so a rewrite costs nothing extra; past the threshold,
     # with a summary the steps outrun still being written, clearing every old result costs less than waiting.
     cold = cache_is_cold(agent)
-    clear_all = cold or agent.state.ahead.outrun(agent) and over_threshold(agent, messages)
+    clear_all = cold or agent.state.ahead.outrun(agent.settings) and over_threshold(agent, messages)
     if context_tokens(agent, messages) > (s.micro_trigger * COLD_TRIGGER_SHARE if cold else s.micro_trigger):
         messages = apply_layer(agent, snip_compact, messages, keep_head=s.snip_keep_head, keep_tail=s.snip_keep_tail,
                                at_least=s.snip_at_least, min_tokens=0 if cold else s.snip_min_tokens,
@@ -880,7 +880,7 @@ def summarize_ahead(agent, messages: list, covered: int, tokens: int) -> None:
     focus = pre_compact_focus(agent, messages[:covered])
     kept_tokens = estimate_tokens(messages[covered:]) + agent.settings.threshold - tokens
     _, limit = plan_restore(agent, messages, kept_tokens, shown=paths_read(messages[covered:]))
-    agent.state.ahead.start(agent, messages, covered, make_summary, focus, limit)
+    agent.state.ahead.start(ahead_loop(agent), messages, covered, make_summary, focus, limit)
 
 
 # ---- when the endpoint says the prompt did not fit -----------------------------------------------
@@ -1165,7 +1165,7 @@ def handle_command(agent, messages: list, line: str) -> bool:
         compacted = apply_layer(agent, compact_history, messages, agent=agent, focus=focus.strip())
         replace_history(agent.log, messages, compacted, "/compact")
     elif command == "/clear":
-        agent.state.ahead.drop(agent, "/clear")
+        agent.state.ahead.drop(ahead_loop(agent), "/clear")
         replace_history(agent.log, messages, [], "/clear")
         agent.state, agent.ledger = LoopState(), Ledger()  # a new conversation: nothing read, no todos, no facts
     return report_command(agent, messages, command, context_tokens(agent, messages), estimate_text_tokens)

@@ -461,7 +461,8 @@ def ahead_play(code, workdir: Path, window: int, ahead: bool, spread: float = 0.
                    "made": ahead.made, "used": ahead.used, "set aside": ahead.discarded,
                    "set aside billed": billed(ahead.discarded_usage), "model calls": len(fake.main_requests),
                    "tokens after a compaction": statistics.mean(after) if after else 0}
-        ahead.drop(agent, "the session ended")  # one in flight at the end is the session's end, not a waste
+        # one in flight at the end is the session's end, not a waste
+        ahead.drop(code.ahead_loop(agent), "the session ended")
         return {**figures, "billed input": sum(billed(u) for u in fake.usage_log)}
 
 

@@ -8,15 +8,20 @@ not send it twice. /undo and /redo put files back (undo.py), and the model is to
 
 Machinery the chapter does not need: code.py's take_turn and handle_command call these
 around the parts that teach (the hooks, the loop, /compact and /clear), and its model calls
-take the Connection model_connection makes of the agent.
+take the Connection model_connection makes of the agent, and its summary written ahead the
+AheadLoop ahead_loop makes.
 """
+
+import copy
+from dataclasses import dataclass, replace
+from functools import partial
 
 from ..endpoint import Connection, ContextOverflow, explain_api_error
 from ..messages import (Disk, append_message, blocks_of, own_text, park_oversized_inputs,
                         replace_history, with_text)
 from .work_lines import context_report, status_line
 from .session_picture import report_line
-from ..basics import printable
+from ..basics import Screen, printable, say
 from .repl import HELP
 
 
@@ -165,3 +170,43 @@ def model_connection(agent) -> Connection:
     s, log = agent.settings, agent.log  # only a loop with a log has a summary ahead's mark to record
     return Connection(agent.client, agent.endpoint, s, agent.screen, count, log,
                       agent.state.ahead.mark(s.threshold, s.summary_ahead) if log and s.summary_ahead else None)
+
+
+@dataclass(frozen=True)
+class AheadLoop:
+    """What the summary written ahead (compaction/summary_ahead.py) reads of the loop it writes
+    summaries for, and keep(Settled), which hands back what a job came to."""
+    settings: object
+    overhead: int             # tokens of the system prompt and tools
+    tokens: object            # the loop's token counter
+    screen: Screen            # what is said, and the spinner while the loop waits
+    log: object               # the session log, or None
+    failures: int             # summary failures in a row so far
+    worker: object            # worker(say): a copy of the agent for the worker, saying through say
+    keep: object              # keep(Settled): what a job was billed, and its summary call's outcome
+
+    def say(self, text: str, style: str = "") -> None:
+        say(self.screen, text, style)
+
+
+def ahead_loop(agent) -> AheadLoop:
+    """The agent's loop as the summary written ahead sees it; what a job settled is kept here:
+    its usage in the session's totals, the breaker said, one more failure in a row or none."""
+    def keep(settled) -> None:
+        for kind, value in settled.usage.items():
+            agent.usage_totals[kind] = agent.usage_totals.get(kind, 0) + value
+        agent.breaker_announced = agent.breaker_announced or settled.breaker_announced  # said by the worker
+        if settled.failed is not None:
+            agent.summary_failures = agent.summary_failures + 1 if settled.failed else 0
+    return AheadLoop(agent.settings, agent.overhead, agent.state.tokens, agent.screen, agent.log,
+                     agent.summary_failures, partial(worker_agent, agent), keep)
+
+
+def worker_agent(agent, say):
+    """A copy of the agent for the worker: its own counter, usage and endpoint facts, no hooks,
+    no log, nothing on screen (what it says goes to say). Its HTTP client the worker makes itself."""
+    tokens = copy.copy(agent.state.tokens)
+    tokens.sizes = dict(tokens.sizes)
+    return replace(agent, out=say, spinner_to=None, log=None, hooks={}, usage_totals={}, show_status=False,
+                   color=False, fit_width=False, confirm=None, endpoint=copy.copy(agent.endpoint),
+                   state=replace(agent.state, tokens=tokens, ahead=None))
