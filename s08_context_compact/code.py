@@ -40,26 +40,26 @@ if not __package__:  # Run as a script, Python put this folder first on sys.path
 
 from s08_context_compact.basics import (
     OWN_SKILLS, TOOL_RESULTS_DIR, discover_skills, edit_file, glob_files, inside_workspace,
-    one_line, path_risk, read_lines, redact, Redactor, say, Spinner, ToolError, write_file)
+    one_line, path_risk, read_lines, redact, Redactor, say, Screen, Spinner, ToolError, write_file)
 from s08_context_compact.messages import (
     CHARS_PER_TOKEN, COMPACT_MARKER, NOTE_MARKER, OWN, PERSISTED_TAG, PLACEHOLDER_PREFIX,
     REACTIVE_MARKER, RESTORED_MARKER, SNIP_MARKER, append_message, blocks_of, check_tool_input,
     current_request, estimate_text_tokens, estimate_tokens, group_starts, head_within,
-    is_tool_result_message, message_groups, newest_within, own_text, park_oversized_inputs,
-    paths_read, refused_result, replace_history, replace_result, result_text, said_text, sendable,
+    is_tool_result_message, message_groups, newest_within, own_text, paths_read,
+    refused_result, replace_history, replace_result, result_text, said_text, sendable,
     todo_problem, TokenCounter, tool_names, what_was_done, with_text)
 from s08_context_compact.endpoint import (
     CACHE_TTLS, IDLE_TIMEOUT, RETRY_BASE_SECONDS, api_error_text, api_failures, cache_mark,
     ContextOverflow, count_tokens, Endpoint, extract_summary, make_reply_sendable, model_reply,
     SummaryError, with_cache_breakpoints)
 from s08_context_compact.compaction import (
-    fallback_summary, fit_for_summary, hook_restores, Ledger, ledger_hooks, recent_user_messages,
-    render_todos, repeat_read_stub, restored_files, Store, summary_instructions, SummaryAhead,
-    true_stubs)
+    fallback_summary, fit_for_summary, hook_restores, Ledger, ledger_hooks, nothing_to_summarize,
+    recent_user_messages, render_todos, repeat_read_stub, restored_files, Store,
+    summary_instructions, SummaryAhead, true_stubs)
 from s08_context_compact.safety import command_risks, run_command, Sandbox, Undo, undo_hooks
-from s08_context_compact.session import open_session
 from s08_context_compact.command_line import (
-    add_prompt, configure, layer_line, park_oversized_request, record_interruption, report_command,
+    add_prompt, ahead_loop, build_system_prompt, configure, layer_line, model_connection,
+    open_session, park_long_inputs, park_oversized_request, record_interruption, report_command,
     run, say_what_start_up_found, show_status, show_tool_call, show_tool_result, start_repl,
     terminal_confirm, turn_failed)
 
@@ -232,9 +232,15 @@ class Agent:
         if self.endpoint is None:
             self.endpoint = Endpoint(self.settings.window)
 
+    @property
+    def screen(self) -> Screen:
+        """What basics/terminal.py needs to show a line; made anew, as a field may change."""
+        return Screen(self.out, self.color, self.fit_width, self.spinner_to, self.label,
+                      self.secrets)
+
     def say(self, text: str, style: str = "", cut: bool = False) -> None:
         """Tell the user something (basics/terminal.py decides how it looks)."""
-        say(self, text, style, cut)
+        say(self.screen, text, style, cut)
 
     def subagent(self) -> "Agent":
         tools = [t for t in self.tools if t["name"] != "task"]
@@ -293,7 +299,7 @@ def context_tokens(agent, messages: list) -> int:
 def exact_context_tokens(agent, messages: list) -> int:
     """Ask the endpoint's count_tokens when it offers one; otherwise the estimate stands."""
     estimate = context_tokens(agent, messages)
-    counted = count_tokens(agent, build_request(agent, messages), estimate)
+    counted = count_tokens(model_connection(agent), build_request(agent, messages), estimate)
     if counted is None:
         return estimate
     agent.state.tokens.anchor(counted, messages)
@@ -491,7 +497,8 @@ def summarize_with_model(agent, messages: list, focus: str, limit_tokens: int) -
         request = build_request(agent, sent, extra_text=instruction)
         request["max_tokens"] = s.summary_max_tokens
         try:
-            answer = model_reply(agent, request, agent.overhead + estimate_tokens(sent),
+            answer = model_reply(model_connection(agent), request,
+                                 agent.overhead + estimate_tokens(sent),
                                  show_text=False, label="writing the summary")
         except ContextOverflow as err:
             adopt_overflow(agent, err)
@@ -586,18 +593,6 @@ def pre_compact_focus(agent, messages: list, focus: str = "") -> str:
     return focus
 
 
-def nothing_to_summarize(messages: list, restored: list, tail_tokens: int) -> bool:
-    """Whether the history holds little more than a summary cannot remove: what comes back
-    after it, and (about) the summary already there. Then a model call would be wasted."""
-    request = current_request(messages)
-    # an earlier summary, and what came back after it, would only be said again
-    summaries = [b["text"] for m in messages for b in blocks_of(m)
-                 if b.get(OWN) in ("compact", "reactive", "restored")]
-    kept = tail_tokens + sum(map(estimate_text_tokens, restored + summaries)) + PLACEHOLDER_TOKENS
-    request_tokens = estimate_text_tokens(request["text"]) if request else 0
-    return estimate_tokens(messages) <= kept + request_tokens
-
-
 def replace_with_summary(messages: list, kind: str, summary: str, tail: list, restored: list, *,
                          preview_chars: int, store, footer: dict | None = None) -> list:
     """Save the whole history (the footer last), then one user message with the summary,
@@ -626,7 +621,9 @@ def summarize_into(agent, messages: list, tail: list, *, kind: str = "compact", 
     focus = focus if ready else pre_compact_focus(agent, messages, focus)
     tail_tokens = estimate_tokens(tail)
     restored, limit = plan_restore(agent, messages, tail_tokens, shown=paths_read(tail))
-    if kind == "compact" and not ready and nothing_to_summarize(messages, restored, tail_tokens):
+    # a placeholder's worth of slack: a summary no smaller than what it replaces is wasted
+    if kind == "compact" and not ready and nothing_to_summarize(messages, restored, tail_tokens,
+                                                                 slack=PLACEHOLDER_TOKENS):
         agent.say("[compact_history] nothing to compact: a summary would not make the context "
                   "smaller")
         return messages
@@ -707,7 +704,7 @@ def kept_after(agent, ready) -> list:
 
 def run_compact_history(agent, messages: list, focus: str = "") -> list:
     """compact_history through apply_layer, with a summary written ahead if one is done."""
-    ready = agent.state.ahead.take(agent, messages, focus)
+    ready = agent.state.ahead.take(ahead_loop(agent), messages, focus)
     if ready:
         ready = replace(ready, suffix=kept_after(agent, ready))
     return apply_layer(agent, compact_history, messages, summarize=partial(summarize_into, agent),
@@ -717,7 +714,7 @@ def run_compact_history(agent, messages: list, focus: str = "") -> list:
 def run_reactive_compact(agent, messages: list) -> list:
     """reactive_compact through apply_layer: the tail's size from the threshold, as counted."""
     tail_tokens = int(agent.settings.threshold * REACTIVE_TAIL_SHARE / agent.endpoint.undercount)
-    ready = agent.state.ahead.take(agent, messages, max_suffix=tail_tokens)
+    ready = agent.state.ahead.take(ahead_loop(agent), messages, max_suffix=tail_tokens)
     return apply_layer(agent, reactive_compact, messages, summarize=partial(summarize_into, agent),
                        tail_tokens=tail_tokens, ready=ready)
 
@@ -743,7 +740,7 @@ def summarize_ahead(agent, messages: list, covered: int, tokens: int) -> None:
     focus = pre_compact_focus(agent, messages[:covered])
     kept_tokens = estimate_tokens(messages[covered:]) + agent.settings.threshold - tokens
     _, limit = plan_restore(agent, messages, kept_tokens, shown=paths_read(messages[covered:]))
-    agent.state.ahead.start(agent, messages, covered, make_summary, focus, limit)
+    agent.state.ahead.start(ahead_loop(agent), messages, covered, make_summary, focus, limit)
 
 
 def compact_pipeline(agent, messages: list) -> list:
@@ -758,7 +755,7 @@ def compact_pipeline(agent, messages: list) -> list:
     trigger = s.micro_trigger * COLD_TRIGGER_SHARE if cold else s.micro_trigger
     # Past the threshold, with a summary the steps outrun still being written, clearing every
     # old result costs less than waiting for it.
-    outrun = not cold and agent.state.ahead.outrun(agent) and over_threshold(agent, messages)
+    outrun = not cold and agent.state.ahead.outrun(s) and over_threshold(agent, messages)
     if context_tokens(agent, messages) > trigger:
         messages = apply_layer(agent, snip_compact, messages, keep_head=s.snip_keep_head,
                                keep_tail=s.snip_keep_tail, at_least=s.snip_at_least,
@@ -770,7 +767,7 @@ def compact_pipeline(agent, messages: list) -> list:
     if over_threshold(agent, messages):
         messages = run_compact_history(agent, messages)
     tokens = context_tokens(agent, messages)
-    covered = agent.state.ahead.due(agent, messages, tokens)
+    covered = agent.state.ahead.due(ahead_loop(agent), messages, tokens)
     if covered:  # past the early mark: the loop goes on while the summary is written
         summarize_ahead(agent, messages, covered, tokens)
     return messages
@@ -796,8 +793,8 @@ def adopt_overflow(agent, err: ContextOverflow) -> bool:
 def call_model(agent, messages: list) -> tuple:
     """One model call: (assistant message, stop_reason). The main agent's text is shown as
     it arrives. Raises ContextOverflow when the prompt did not fit."""
-    answer = model_reply(agent, build_request(agent, messages), context_tokens(agent, messages),
-                         show_text=not agent.label)
+    answer = model_reply(model_connection(agent), build_request(agent, messages),
+                         context_tokens(agent, messages), show_text=not agent.label)
     reply, agent.state.last_reply_at = answer.message, now()
     if answer.prompt_tokens:  # usage is exact: it anchors the size of history + reply
         output = answer.usage.get("output_tokens") or agent.state.tokens.size(reply)
@@ -813,11 +810,11 @@ def agent_loop(agent, messages: list) -> str | None:
     for _ in range(agent.max_steps):
         # a subagent may have learned the window
         agent.settings = agent.settings.resized(agent.endpoint.window)
-        parked = park_oversized_inputs(agent, messages, estimate_text_tokens)
-        replace_history(agent, messages, parked, "input parked")
-        replace_history(agent, messages, compact_pipeline(agent, messages), "compaction")
+        parked = park_long_inputs(agent, messages, estimate_text_tokens)
+        replace_history(agent.log, messages, parked, "input parked")
+        replace_history(agent.log, messages, compact_pipeline(agent, messages), "compaction")
         stubs = true_stubs(messages, agent.state.read_stubs)
-        replace_history(agent, messages, stubs, "read stubs re-pointed")
+        replace_history(agent.log, messages, stubs, "read stubs re-pointed")
         try:
             reply, stop_reason = call_model(agent, messages)
             reactive_retries = 0  # answered: a later "too long" in this turn is compacted again
@@ -827,37 +824,39 @@ def agent_loop(agent, messages: list) -> str | None:
                 raise  # compacted just now, nothing new learned: nothing more to free
             request = current_request(messages)
             parked = park_oversized_request(agent, messages, request, estimate_text_tokens)
-            replace_history(agent, messages, parked, "request parked")
+            replace_history(agent.log, messages, parked, "request parked")
             if shrank and context_tokens(agent, messages) <= agent.settings.threshold:
                 continue  # the history fits the window learned: only max_tokens was too big
             reactive_retries += 1
             compacted = run_reactive_compact(agent, messages)
-            replace_history(agent, messages, compacted, "reactive_compact")
+            replace_history(agent.log, messages, compacted, "reactive_compact")
             if not shrank and context_tokens(agent, messages) >= err.sent_tokens:
                 raise  # nothing was freed: sent again, the request would be refused again
             continue
         reply, note, refused = make_reply_sendable(reply, stop_reason,
                                                    ids_used=set(tool_names(messages)),
                                                    max_output=agent.settings.max_output)
-        append_message(agent, messages, reply)
+        append_message(agent.log, agent.state.tokens, messages, reply)
         tool_uses = [b for b in reply["content"] if b.get("type") == "tool_use"]
         notes = [own_text("note", f"{NOTE_MARKER}: {note}]")] if note else []
         if not tool_uses and notes:  # cut short: tell the model and let it go on
-            append_message(agent, messages, {"role": "user", "content": notes})
+            append_message(agent.log, agent.state.tokens, messages,
+                           {"role": "user", "content": notes})
             continue
         if not tool_uses:
             final = "\n".join(b["text"] for b in reply["content"] if b.get("type") == "text")
             fire_hooks(agent, "Stop", messages=messages, final=final)
             return final
         results, interrupted = use_tools(agent, tool_uses, refused)
-        append_message(agent, messages, {"role": "user", "content": results + notes})
+        append_message(agent.log, agent.state.tokens, messages,
+                       {"role": "user", "content": results + notes})
         if interrupted:
             agent.state.pending_compact = None  # an interrupted batch leaves nothing to do later
             raise KeyboardInterrupt
         if agent.state.pending_compact is not None:
             focus, agent.state.pending_compact = agent.state.pending_compact, None
             compacted = run_compact_history(agent, messages, focus)
-            replace_history(agent, messages, compacted, "compact tool")
+            replace_history(agent.log, messages, compacted, "compact tool")
     agent.say(f"[stopped after {agent.max_steps} model calls in one turn; "
               "send a message to continue]")
     return None
@@ -893,10 +892,10 @@ def handle_command(agent, messages: list, line: str) -> bool:
     command, _, focus = line.partition(" ")
     if command == "/compact" and messages:
         compacted = run_compact_history(agent, messages, focus.strip())
-        replace_history(agent, messages, compacted, "/compact")
+        replace_history(agent.log, messages, compacted, "/compact")
     elif command == "/clear":
-        agent.state.ahead.drop(agent, "/clear")
-        replace_history(agent, messages, [], "/clear")
+        agent.state.ahead.drop(ahead_loop(agent), "/clear")
+        replace_history(agent.log, messages, [], "/clear")
         # a new conversation: nothing read, no todos, no facts
         agent.state, agent.ledger = LoopState(), Ledger()
     tokens = context_tokens(agent, messages)
@@ -1149,22 +1148,15 @@ def install_default_hooks(agent) -> None:
     """Every hook event, with the permission check, the ledger's recorders and undo's record."""
     agent.hooks = {event: [] for event in HOOK_EVENTS}
     agent.hooks["PreToolUse"].append(permission_hook(agent))
-    for event, hook in [*ledger_hooks(agent).items(), *undo_hooks(agent).items()]:
+
+    def ledger_reads():  # as they are when a hook runs: /clear puts in a new ledger and state
+        return agent.workdir, agent.ledger, agent.secrets, agent.state.todos
+
+    def undo_reads():
+        return agent.undo, agent.workdir, agent.say, agent.state.history
+
+    for event, hook in [*ledger_hooks(ledger_reads).items(), *undo_hooks(undo_reads).items()]:
         agent.hooks[event].append(hook)
-
-
-def build_system_prompt(workdir: Path, skills: dict, instructions: str = "") -> str:
-    """Sent whole with every request: the project's instructions (AGENTS.md) survive every
-    compaction."""
-    listed = "\n".join(f"- {name}: {s['description']}" for name, s in skills.items()) or "(none)"
-    return (f"You are a coding agent working in {workdir}. Use the tools to inspect and change "
-            "files and to run commands; keep going until the user's request is done, then answer "
-            "briefly.\n"
-            "Long conversations are compacted: old tool results become pointers to files under "
-            f"{TOOL_RESULTS_DIR}/ and old messages are summarized. Read those files again when you "
-            "need the details. Call compact yourself when you finish a phase of work.\n"
-            f"Skills (load one with load_skill before using it):\n{listed}"
-            + (instructions and f"\n\n{instructions}"))
 
 
 # ==== PART 3: MAIN ================================================================================

@@ -14,7 +14,6 @@ from s08_context_compact.offline.fake_anthropic import (OVERFLOWS, FakeAnthropic
 from s08_context_compact.endpoint import model_calls as endpoint_module
 from s08_context_compact.endpoint import overflow as overflow_module
 from s08_context_compact.session import log_repair
-from s08_context_compact.session import session_log
 from s08_context_compact.basics import terminal
 from s08_context_compact.command_line.user_turns import add_user_text  # noqa: E402
 
@@ -288,7 +287,7 @@ def test_thinking_that_holds_a_secret_goes_back_unchanged_and_is_kept_out_of_the
     secret = "hunter2-swordfish-77"
     with FakeAnthropic(thinking=True) as fake:
         agent = make_agent(server=fake, secrets=[secret])
-        session_log.open_session(agent, None)
+        s08.open_session(agent, None)
         thought = {"type": "thinking", "thinking": f"The .env says {secret}; I will not repeat it."}
         fake.reply({"content": [thought, *tool_use("read_file", {"path": "a.txt"})["content"]]}, text("done"),
                    text("and again"))

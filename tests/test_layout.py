@@ -108,6 +108,29 @@ def test_one_module_names_every_place_the_program_owns():
                     f"{path.relative_to(PACKAGE)}:{node.lineno} names {node.value!r}: import it from basics/places.py"
 
 
+BELOW_THE_COMMAND_LINE = ("basics", "messages", "endpoint", "compaction", "safety", "session")
+
+
+def test_below_the_command_line_no_function_takes_the_whole_agent():
+    """A function in the folders below command_line/ takes the values it uses (a say callable,
+    the log, the settings, the store, a Screen, a Connection...), never a parameter named agent."""
+    found = set()
+    for folder in BELOW_THE_COMMAND_LINE:
+        for path in (PACKAGE / folder).rglob("*.py"):
+            def visit(node, inside: str) -> None:
+                for child in ast.iter_child_nodes(node):
+                    name = f"{inside}.{child.name}" if inside and hasattr(child, "name") else getattr(child, "name", "")
+                    if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                        args = child.args
+                        if "agent" in [a.arg for a in args.posonlyargs + args.args + args.kwonlyargs] + \
+                                [a.arg for a in (args.vararg, args.kwarg) if a]:
+                            found.add(f"{path.relative_to(PACKAGE).as_posix()}:{name or 'lambda'}")
+                    visit(child, name if isinstance(child, (ast.ClassDef, ast.FunctionDef,
+                                                            ast.AsyncFunctionDef)) else inside)
+            visit(ast.parse(path.read_text(encoding="utf-8")), "")
+    assert not found, f"these take the agent: {sorted(found)}"
+
+
 def test_run_as_a_script_the_lesson_is_not_the_standard_librarys_code():
     """What `python s08_context_compact/code.py` does, then what a learner's breakpoint() or
     pdb does next: import the standard library's `code`."""

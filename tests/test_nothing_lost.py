@@ -196,7 +196,7 @@ def test_the_logs_key_is_outside_the_workspace_and_yours_alone(fake, workspace):
 
 def test_a_log_replaced_while_the_program_runs_is_written_again_and_the_stranger_kept(s08, make_agent, fake, workspace):
     agent = make_agent()
-    session_log.open_session(agent, None)
+    s08.open_session(agent, None)
     fake.reply(text("First answer."), text("Second answer."))
     messages = []
     assert s08.take_turn(agent, messages, "hello")

@@ -243,8 +243,8 @@ def test_the_last_nets_catch_every_form_in_what_is_sent_logged_and_saved(s08, ma
     said = " ".join(f"<{form}>" for secret in SHAPES.values() for form in forms_of(secret))
     history = [{"role": "user", "content": [{"type": "text", "text": said}]}]  # as an old, unredacted log had it
     agent = make_agent(secrets=REDACTOR)
-    s08.model_reply(agent, s08.build_request(agent, history), 1_000, show_text=False)
-    count_tokens(agent, s08.build_request(agent, history), 1_000)
+    s08.model_reply(s08.model_connection(agent), s08.build_request(agent, history), 1_000, show_text=False)
+    count_tokens(s08.model_connection(agent), s08.build_request(agent, history), 1_000)
     store = s08.Store(workspace, REDACTOR)
     saved = [store.save_messages(history, "snip", {"summary": said}), store.save_output("toolu_1", said)]
     SessionLog(workspace / "session.jsonl", REDACTOR).message(history[0], prompt=said)

@@ -313,7 +313,7 @@ def test_the_cheap_layers_shortening_the_snapshot_do_not_spoil_the_swap(s08, fak
     agent = ahead_agent(make_agent)
     fake.summary(text(f"<summary>{SUMMARY}</summary>"))
     messages = notes_read(40)
-    covered = agent.state.ahead.due(agent, messages, 10_000_000)
+    covered = agent.state.ahead.due(s08.ahead_loop(agent), messages, 10_000_000)
     assert covered == len(messages)  # all of it: it ends with a complete call and its results
     s08.summarize_ahead(agent, messages, covered, 10_000)
     wait_until(lambda: agent.state.ahead.job.done.is_set())
@@ -423,7 +423,7 @@ def test_a_snip_that_took_the_first_reply_after_the_snapshot_keeps_its_note(s08,
 
     for k in range(10):
         messages += read_pair(f"old{k}", "y" * 2_000)
-    covered = agent.state.ahead.due(agent, messages, 10_000_000)
+    covered = agent.state.ahead.due(s08.ahead_loop(agent), messages, 10_000_000)
     s08.summarize_ahead(agent, messages, covered, 10_000)
     wait_until(lambda: agent.state.ahead.job.done.is_set())
     for k in range(30):
@@ -443,7 +443,7 @@ def test_words_merged_into_the_snapshots_last_message_set_the_summary_aside(s08,
     agent = ahead_agent(make_agent)
     fake.summary(text(f"<summary>{SUMMARY}</summary>"), text("<summary>written at the threshold</summary>"))
     messages = notes_read(12)
-    s08.summarize_ahead(agent, messages, agent.state.ahead.due(agent, messages, 10_000_000), 10_000)
+    s08.summarize_ahead(agent, messages, agent.state.ahead.due(s08.ahead_loop(agent), messages, 10_000_000), 10_000)
     wait_until(lambda: agent.state.ahead.job.done.is_set())
     assert add_user_text(messages, "and then fix the typo in n3.md")  # joined the results the snapshot ended with
     result = s08.run_compact_history(agent, messages)
@@ -504,7 +504,7 @@ def test_a_summary_set_aside_is_in_the_sessions_picture_with_why(s08, fake, make
     fake.reply(text("Read."))
     assert s08.take_turn(agent, messages, "read the notes")
     messages += notes_read(12)[1:]
-    s08.summarize_ahead(agent, messages, agent.state.ahead.due(agent, messages, 10_000_000), 10_000)
+    s08.summarize_ahead(agent, messages, agent.state.ahead.due(s08.ahead_loop(agent), messages, 10_000_000), 10_000)
     ahead = agent.state.ahead  # /clear starts the loop's state anew
     wait_until(lambda: ahead.job.done.is_set())
     s08.take_line(agent, messages, "/clear")
@@ -521,7 +521,7 @@ def test_words_put_in_place_of_withdrawn_ones_are_not_taken_for_the_snapshots(s0
     fake.summary(text(f"<summary>{SUMMARY}</summary>"), text("<summary>written at the threshold</summary>"))
     messages = notes_read(12)
     add_user_text(messages, "P2: the words taken back")
-    s08.summarize_ahead(agent, messages, agent.state.ahead.due(agent, messages, 10_000_000), 10_000)
+    s08.summarize_ahead(agent, messages, agent.state.ahead.due(s08.ahead_loop(agent), messages, 10_000_000), 10_000)
     wait_until(lambda: agent.state.ahead.job.done.is_set())
     messages[-1] = {**messages[-1], "content": messages[-1]["content"][:-1]}  # withdrawn, as a failed turn does
     add_user_text(messages, "P3: rename frob to frob_v2")
@@ -542,7 +542,7 @@ def test_a_snip_past_the_snapshot_keeps_the_request_it_put_back(s08, fake, make_
 
     for k in range(3):
         messages += read_pair(f"old{k}", "y" * 2_000)
-    s08.summarize_ahead(agent, messages, agent.state.ahead.due(agent, messages, 10_000_000), 10_000)
+    s08.summarize_ahead(agent, messages, agent.state.ahead.due(s08.ahead_loop(agent), messages, 10_000_000), 10_000)
     wait_until(lambda: agent.state.ahead.job.done.is_set())
     messages += [{"role": "assistant", "content": [{"type": "text", "text": "Done reading."}]},
                  {"role": "user", "content": [{"type": "text", "text": "NEW REQUEST: port the parser to Rust."}]}]

@@ -3,9 +3,9 @@ the model's text wrapped as it streams. (What the lines say about the work is
 command_line/work_lines.py's; the prompt the person types at is command_line/repl.py's.)
 
 Machinery the chapter does not need: code.py says what happened (agent.say) and this
-module decides how it looks. Nothing reaches the screen as it came: control characters in
-file contents, command output, file names or the model's text are shown, not obeyed
-(printable).
+module decides how it looks, from a Screen: the few values the agent hands down. Nothing
+reaches the screen as it came: control characters in file contents, command output, file
+names or the model's text are shown, not obeyed (printable).
 """
 
 import re
@@ -14,12 +14,26 @@ import threading
 import time
 import unicodedata
 import warnings
+from dataclasses import dataclass, field
+
+from .redaction import Redactor
 
 
 SPINNER_FRAMES = "|/-\\"
 
 
 STYLES = {"layer": "\033[36m", "tool": "\033[2m", "error": "\033[31m", "dim": "\033[2m", "title": "\033[1m"}
+
+
+@dataclass(frozen=True)
+class Screen:
+    """What showing a line needs: where it goes, how it looks, and what never shows."""
+    out: object = print                  # out(text, end=..., flush=...)
+    color: bool = False                  # ANSI colours
+    fit_width: bool = False              # lines fitted to the terminal's width
+    spinner_to: object = None            # a terminal stream for the waiting spinner, or None
+    label: str = ""                      # a subagent's lines start with it
+    secrets: Redactor = field(default_factory=Redactor)
 
 
 class Spinner:
@@ -185,18 +199,18 @@ def format_tokens(n: int) -> str:
     return f"{n / 1000:.1f}k" if abs(n) >= 1000 else str(n)
 
 
-def say(agent, text: str, style: str = "", cut: bool = False) -> None:
+def say(screen: Screen, text: str, style: str = "", cut: bool = False) -> None:
     """Tell the user something. On a terminal each line fits its width: cut to one line
     (a preview) when cut, else wrapped at word boundaries."""
-    prefix = f"  [{agent.label}] " if agent.label else ""
+    prefix = f"  [{screen.label}] " if screen.label else ""
     # The last net before the screen: a line may end where a preview was cut, inside a secret;
     # and control characters from files, commands or the model are shown, never obeyed
-    lines = [prefix + agent.secrets.redact(line, cut_end=True).expandtabs() for line in printable(text).split("\n")]
-    if columns := terminal_columns(agent):
+    lines = [prefix + screen.secrets.redact(line, cut_end=True).expandtabs() for line in printable(text).split("\n")]
+    if columns := terminal_columns(screen.fit_width):
         lines = [part for line in lines for part in ([cut_to_width(line, columns - 1)] if cut else
                                                      wrapped(line, columns - 1))]
     text = "\n".join(lines)
-    agent.out(f"{STYLES[style]}{text}\033[0m" if agent.color and style else text)
+    screen.out(f"{STYLES[style]}{text}\033[0m" if screen.color and style else text)
 
 
 class WarningsOnce:
@@ -217,9 +231,9 @@ class WarningsOnce:
         print("\n".join(wrapped(text, columns - 1) if columns else [text]), file=self.stream, flush=True)
 
 
-def terminal_columns(agent) -> int | None:
+def terminal_columns(fit_width: bool) -> int | None:
     """The terminal's width now (it may have been resized); None when output is not a terminal."""
-    return shutil.get_terminal_size().columns if agent.fit_width else None
+    return shutil.get_terminal_size().columns if fit_width else None
 
 
 class StreamedText:
@@ -227,14 +241,14 @@ class StreamedText:
     [redacted] even when it arrives split over several chunks. What was shown is kept:
     after Ctrl-C it stays in the history (the interrupted reply the user saw)."""
 
-    def __init__(self, agent):
-        self.agent, self.wrap, self.shown = agent, WordWrap(terminal_columns(agent)), []
-        self.held = agent.secrets.stream()
+    def __init__(self, screen: Screen):
+        self.out, self.wrap, self.shown = screen.out, WordWrap(terminal_columns(screen.fit_width)), []
+        self.held = screen.secrets.stream()
 
     def __call__(self, chunk: str) -> None:
         chunk = self.held.feed(chunk)  # any secret in it replaced, even one split over chunks
         self.shown.append(chunk)  # first: a Ctrl-C while the chunk is being printed must not lose it
-        self.agent.out(self.wrap.feed(printable(chunk)), end="", flush=True)
+        self.out(self.wrap.feed(printable(chunk)), end="", flush=True)
 
     def finish(self, complete: bool = True) -> None:
         """End the streamed text: with a line break when the reply is complete. When it was
@@ -246,7 +260,7 @@ class StreamedText:
             self.shown += [held] if held else []
             rest = self.wrap.feed(held) + self.wrap.finish()
             if self.shown:
-                self.agent.out(rest)
+                self.out(rest)
             return
         held, text = self.wrap.word, self.shown_text
         self.wrap.finish()

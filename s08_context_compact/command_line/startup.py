@@ -3,7 +3,9 @@ types by hand (a key with a newline pasted in, a base URL with a typo or a trail
 and whether the endpoint knows the model. Each mistake is one line that names the
 setting and the fix, never a traceback, and never a retry blamed on the network.
 
-Machinery the chapter does not need: cli.py calls these while it builds the configuration.
+Machinery the chapter does not need: cli.py calls these while it builds the configuration,
+and code.py's main builds the system prompt (build_system_prompt) and opens the session's
+log (open_session) once the agent exists.
 """
 
 import difflib
@@ -14,7 +16,9 @@ import stat
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from ..basics import TOOL_RESULTS_DIR
 from ..endpoint import anthropic, httpx2
+from ..session import LogSetup, open_session_log
 
 DOTENV_MAX_BYTES = 1_000_000        # a .env is a few lines; this is only a bound on reading one
 TRIMMED = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "MODEL_ID", "ANTHROPIC_BASE_URL")
@@ -246,3 +250,24 @@ def trusted_own(own: Path, workdir: Path) -> tuple:
     return None, (f"[config] the program's own .env ({own}) is a link inside the working folder: a command could "
                   "put another file in its place, so it is read like a folder's .env (no SANDBOX, proxy or other "
                   "host for your key). Make it a file, or start the program in another folder.")
+
+
+def open_session(agent, resume: Path | None) -> list:
+    """The agent's session log, new or the one given continued (session_log.py); its history."""
+    setup = LogSetup(agent.workdir, agent.settings, agent.endpoint, agent.secrets, agent.say)
+    agent.log, history = open_session_log(setup, resume, agent.state.tokens)
+    return history
+
+
+def build_system_prompt(workdir: Path, skills: dict, instructions: str = "") -> str:
+    """Sent whole with every request: the project's instructions (AGENTS.md) survive every
+    compaction."""
+    listed = "\n".join(f"- {name}: {s['description']}" for name, s in skills.items()) or "(none)"
+    return (f"You are a coding agent working in {workdir}. Use the tools to inspect and change "
+            "files and to run commands; keep going until the user's request is done, then answer "
+            "briefly.\n"
+            "Long conversations are compacted: old tool results become pointers to files under "
+            f"{TOOL_RESULTS_DIR}/ and old messages are summarized. Read those files again when you "
+            "need the details. Call compact yourself when you finish a phase of work.\n"
+            f"Skills (load one with load_skill before using it):\n{listed}"
+            + (instructions and f"\n\n{instructions}"))

@@ -7,15 +7,21 @@ the model never answered (an API error) is taken back out, so that sending it ag
 not send it twice. /undo and /redo put files back (undo.py), and the model is told.
 
 Machinery the chapter does not need: code.py's take_turn and handle_command call these
-around the parts that teach (the hooks, the loop, /compact and /clear).
+around the parts that teach (the hooks, the loop, /compact and /clear), and its model calls
+take the Connection model_connection makes of the agent, and its summary written ahead the
+AheadLoop ahead_loop makes.
 """
 
-from ..endpoint import ContextOverflow, explain_api_error
-from ..messages import (append_message, blocks_of, own_text, park_oversized_inputs,
+import copy
+from dataclasses import dataclass, replace
+from functools import partial
+
+from ..endpoint import Connection, ContextOverflow, explain_api_error
+from ..messages import (Disk, append_message, blocks_of, own_text, park_oversized_inputs,
                         replace_history, with_text)
 from .work_lines import context_report, status_line
 from .session_picture import report_line
-from ..basics import printable
+from ..basics import Screen, printable, say
 from .repl import HELP
 
 
@@ -56,11 +62,19 @@ def park_long_prompt(agent, prompt: str, tokens: int) -> str | None:
             f"{path}: read it in parts with read_file and do what it asks.")
 
 
+def park_long_inputs(agent, messages: list, measure) -> list:
+    """The history with each tool call's input too big for the context parked on disk (tool_input.py)."""
+    messages, agent.disk_warned = park_oversized_inputs(messages, measure, agent.state.tokens, agent.overhead,
+                                                        agent.settings.threshold,
+                                                        Disk(agent.store, agent.say, agent.disk_warned))
+    return messages
+
+
 def park_oversized_request(agent, messages: list, request: dict | None, measure) -> list:
     """After the window shrank, the request being worked on, if too big for it now, is moved
     to a file (as a long prompt is from the start), so the retry is not refused for its size
     again; so is a tool call's input too big for it."""
-    messages = park_oversized_inputs(agent, messages, measure)
+    messages = park_long_inputs(agent, messages, measure)
     if not request or measure(request["text"]) <= agent.settings.threshold // 2:
         return messages
     pointer = park_long_prompt(agent, request["text"], measure(request["text"]))
@@ -82,7 +96,8 @@ def record_interruption(agent, messages: list, partial: str) -> None:
     if not messages or messages[-1]["role"] != "user":
         return
     said = f"{partial.rstrip()}\n\n{INTERRUPTED}" if partial.strip() else INTERRUPTED
-    append_message(agent, messages, {"role": "assistant", "content": [own_text("interrupted", said)]})
+    append_message(agent.log, agent.state.tokens, messages,
+                   {"role": "assistant", "content": [own_text("interrupted", said)]})
 
 
 def turn_failed(agent, messages: list, asked: dict, err: Exception) -> None:
@@ -103,7 +118,7 @@ def withdraw_unanswered_prompt(agent, messages: list, asked: dict) -> bool:
         return False
     rest = [block for block in blocks_of(messages[-1]) if block is not asked]
     new = messages[:-1] + ([{**messages[-1], "content": rest}] if rest else [])
-    replace_history(agent, messages, new, "prompt not answered (API error)")
+    replace_history(agent.log, messages, new, "prompt not answered (API error)")
     return True
 
 
@@ -137,9 +152,63 @@ def report_command(agent, messages: list, command: str, tokens: int, measure) ->
         agent.say(said)
         note = own_text("note", f"[Program note: the user ran {command}. {said}]")  # its files changed back
         if said.startswith("[") and messages and messages[-1]["role"] == "user":
-            replace_history(agent, messages, messages[:-1] + [with_text(messages[-1], note)], command)
+            replace_history(agent.log, messages, messages[:-1] + [with_text(messages[-1], note)], command)
         elif said.startswith("[") and messages:
-            append_message(agent, messages, {"role": "user", "content": [note]})
+            append_message(agent.log, agent.state.tokens, messages, {"role": "user", "content": [note]})
     else:
         agent.say(f"Unknown command {command}. Type /help for the list.")
     return True
+
+
+def model_connection(agent) -> Connection:
+    """What a model call needs of the agent (model_calls.py); the usage each call reports is kept
+    here: the last call's, and the session's totals."""
+    def count(figures: dict) -> None:
+        agent.state.last_usage = figures
+        for key, value in figures.items():
+            agent.usage_totals[key] = agent.usage_totals.get(key, 0) + value
+    s, log = agent.settings, agent.log  # only a loop with a log has a summary ahead's mark to record
+    return Connection(agent.client, agent.endpoint, s, agent.screen, count, log,
+                      agent.state.ahead.mark(s.threshold, s.summary_ahead) if log and s.summary_ahead else None)
+
+
+@dataclass(frozen=True)
+class AheadLoop:
+    """What the summary written ahead (compaction/summary_ahead.py) reads of the loop it writes
+    summaries for, and keep(Settled), which hands back what a job came to."""
+    settings: object
+    overhead: int             # tokens of the system prompt and tools
+    tokens: object            # the loop's token counter
+    screen: Screen            # what is said, and the spinner while the loop waits
+    log: object               # the session log, or None
+    failures: int             # summary failures in a row so far
+    main: bool                # the main agent, with a client: a subagent compacts as before
+    worker: object            # worker(say): a copy of the agent for the worker, saying through say
+    keep: object              # keep(Settled): what a job was billed, and its summary call's outcome
+
+    def say(self, text: str, style: str = "") -> None:
+        say(self.screen, text, style)
+
+
+def ahead_loop(agent) -> AheadLoop:
+    """The agent's loop as the summary written ahead sees it; what a job settled is kept here:
+    its usage in the session's totals, the breaker said, one more failure in a row or none."""
+    def keep(settled) -> None:
+        for kind, value in settled.usage.items():
+            agent.usage_totals[kind] = agent.usage_totals.get(kind, 0) + value
+        agent.breaker_announced = agent.breaker_announced or settled.breaker_announced  # said by the worker
+        if settled.failed is not None:
+            agent.summary_failures = agent.summary_failures + 1 if settled.failed else 0
+    return AheadLoop(agent.settings, agent.overhead, agent.state.tokens, agent.screen, agent.log,
+                     agent.summary_failures, not agent.label and agent.client is not None,
+                     partial(worker_agent, agent), keep)
+
+
+def worker_agent(agent, say):
+    """A copy of the agent for the worker: its own counter, usage and endpoint facts, no hooks,
+    no log, nothing on screen (what it says goes to say). Its HTTP client the worker makes itself."""
+    tokens = copy.copy(agent.state.tokens)
+    tokens.sizes = dict(tokens.sizes)
+    return replace(agent, out=say, spinner_to=None, log=None, hooks={}, usage_totals={}, show_status=False,
+                   color=False, fit_width=False, confirm=None, endpoint=copy.copy(agent.endpoint),
+                   state=replace(agent.state, tokens=tokens, ahead=None))

@@ -174,7 +174,7 @@ def context_report(agent, messages: list, total: int, measure) -> str:
             "reserved: output + buffer": max(s.window - max(total, s.threshold), 0)}
     lines = [f"Context: {counted(len(messages), 'message')}, {total:,} tokens of a {s.window:,}-token window "
              f"({100 * total / s.window:.0f}%; {how})"]
-    bar_width = min(20, (terminal_columns(agent) or 80) - 45)  # on a narrow terminal the bar gives way first
+    bar_width = min(20, (terminal_columns(agent.fit_width) or 80) - 45)  # on a narrow terminal the bar gives way first
     for name, n in rows.items():
         drawn = f"  {bar(n, s.window, bar_width)}" if bar_width >= 4 else ""
         lines.append(f"  {name:<26}{n:>9,}{drawn} {100 * n / s.window:>3.0f}%")
@@ -189,7 +189,7 @@ def context_report(agent, messages: list, total: int, measure) -> str:
         how = f"window − {format_tokens(s.max_output)} output − {format_tokens(s.window - s.max_output - s.threshold)} " \
               "buffer" + (f"; COMPACT_AT={s.compact_at:g} would come later, so it is held here" if s.compact_at else "")
     lines.append(f"Auto-compact above {format_tokens(s.threshold)} tokens ({how})")
-    said = agent.state.ahead.describe(agent)
+    said = agent.state.ahead.describe(agent.settings)
     lines.append(said[0].upper() + said[1:])
     lines.append(f"Cheap layers: tool results ≤ {s.budget_chars:,} chars a message; above "
                  f"{format_tokens(s.micro_trigger)} tokens, snip past {s.snip_keep_head + s.snip_keep_tail} messages "

@@ -107,35 +107,38 @@ def listed(keys: str, max_chars: int) -> str:
     return f"{shown}; and {keys.count('; ') - shown.count('; ')} more"
 
 
-def ledger_hooks(agent) -> dict:
+def ledger_hooks(now) -> dict:
     """The ledger as a plug-in on the hooks: it records after each tool call and each user
     prompt, puts itself back after a summary (RestoreContext), and checks what the summary
-    kept (PostCompact)."""
+    kept (PostCompact). now() gives what they read, as it is when they run (/clear puts in a
+    new ledger and todo list): (the workdir, the ledger, the secrets, the todo list)."""
     def after_tool(event: dict):
         name, args = event["name"], event["input"]
+        workdir, ledger, secrets, _ = now()
         if event["is_error"]:
             return None
         if name in ("read_file", "write_file", "edit_file"):
-            target = inside_workspace(agent.workdir, args["path"])
+            target = inside_workspace(workdir, args["path"])
             if target and target.is_file():
-                (agent.ledger.note_read if name == "read_file" else agent.ledger.note_write)(args["path"], target)
+                (ledger.note_read if name == "read_file" else ledger.note_write)(args["path"], target)
         elif name == "bash":
             # redacted whole, before its end is kept: no piece of a secret is left at the cut
-            agent.ledger.note_command(agent.secrets.redact(args["command"]), agent.secrets.redact(event["output"]))
+            ledger.note_command(secrets.redact(args["command"]), secrets.redact(event["output"]))
         return None
 
     def on_prompt(event: dict):
-        agent.ledger.note_prompt(event["prompt"])
+        now()[1].note_prompt(event["prompt"])
         return None
 
     def restore(event: dict):
         return {"what": "fact ledger", "heading": "Fact ledger (recorded from tool calls and the user's words, "
-                "not from the summary):", "lines": agent.ledger.lines()}
+                "not from the summary):", "lines": now()[1].lines()}
 
     def check(event: dict):
         # what the summary keeps, with the messages kept after it as they are (a fact there is not lost)
-        kept, total, lost = agent.ledger.check(event["summary"] + event.get("kept", ""), agent.state.todos)
-        lost_keys = agent.secrets.redact("; ".join(key for _, key in lost))  # a todo may quote a secret: before the cut
+        _, ledger, secrets, todos = now()
+        kept, total, lost = ledger.check(event["summary"] + event.get("kept", ""), todos)
+        lost_keys = secrets.redact("; ".join(key for _, key in lost))  # a todo may quote a secret: before the cut
         missing = f" (not in the summary: {listed(lost_keys, 200)})" if lost else ""
         facts = f"{total} fact{'' if total == 1 else 's'}"
         return {"note": f"ledger check: the summary mentions {kept} of {facts} the hooks recorded{missing}; "

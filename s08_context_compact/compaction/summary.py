@@ -3,15 +3,17 @@ history cut to fit the window for it, a summary built without the model when the
 write one, and the pieces that come back after a summary (the user's recent words, the files
 read most recently, a hook's lines, the todo list).
 
-Machinery the chapter does not need: code.py's summarize_with_model, make_summary and
-plan_restore call these; what a summary replaces, and when, stays in code.py.
+Machinery the chapter does not need: code.py's summarize_with_model, make_summary,
+plan_restore and summarize_into call these; what a summary replaces, and when, stays in
+code.py.
 """
 
 from pathlib import Path
 
 from ..basics import inside_workspace, redact
-from ..messages import (CHARS_PER_TOKEN, RESTORED_MARKER, blocks_of, cut_long_texts, estimate_text_tokens, estimate_tokens,
-                        head_within, last_reply_text, message_groups, newest_within, user_words)
+from ..messages import (CHARS_PER_TOKEN, OWN, RESTORED_MARKER, blocks_of, current_request, cut_long_texts,
+                        estimate_text_tokens, estimate_tokens, head_within, last_reply_text, message_groups,
+                        newest_within, user_words)
 from .ledger import short_hash
 
 POST_COMPACT_MAX_FILES = 5          # after compaction, re-read at most this many of the files read most recently
@@ -43,12 +45,10 @@ Then write the summary inside <summary></summary>, with these numbered sections:
 Reminder: answer with text only. Do not call any tools."""
 
 
-
 def summary_instructions(focus: str, limit_tokens: int) -> str:
     extra = f"Focus especially on: {focus}\n" if focus else ""
     extra += f"Keep the <summary> under {limit_tokens:,} tokens (about {limit_tokens * 3 // 4:,} words).\n"
     return SUMMARY_INSTRUCTIONS.replace("{extra}", extra)
-
 
 
 def fit_for_summary(messages: list, max_tokens: int) -> list:
@@ -64,7 +64,6 @@ def fit_for_summary(messages: list, max_tokens: int) -> list:
     if not groups:  # not even the newest group fits: keep it, cut short
         return [cut_long_texts(messages[0], max_tokens)]
     return [note] + [cut_long_texts(m, max_tokens) for m in groups[-1]]
-
 
 
 def fallback_summary(messages: list, todos: list, limit_tokens: int, why: str) -> str:
@@ -84,11 +83,9 @@ def fallback_summary(messages: list, todos: list, limit_tokens: int, why: str) -
     return head_within("\n\n".join(parts), limit_tokens - 1)
 
 
-
 def render_todos(todos: list) -> str:
     marks = {"pending": "[ ]", "in_progress": "[>]", "completed": "[x]"}
     return "\n".join(f"{marks[t['status']]} {t['content']}" for t in todos) or "(todo list is empty)"
-
 
 
 def recent_user_messages(messages: list, max_tokens: int) -> str:
@@ -99,7 +96,6 @@ def recent_user_messages(messages: list, max_tokens: int) -> str:
     kept = newest_within(said[:-1] if in_flight else said, max_tokens, estimate_text_tokens)[::-1]
     return f"{RESTORED_MARKER}: recent user messages, newest first]\n" + "\n".join(f"- {t}" for t in kept) \
         if kept else ""
-
 
 
 def restored_files(reads: dict, workdir: Path, secrets, max_tokens: int, per_file: int,
@@ -128,8 +124,20 @@ def restored_files(reads: dict, workdir: Path, secrets, max_tokens: int, per_fil
     return blocks
 
 
-
 def hook_restores(answer: dict, max_tokens: int) -> str:
     """What a RestoreContext hook keeps: its newest lines that fit, under its heading."""
     lines = newest_within(answer["lines"], max_tokens, estimate_text_tokens)
     return f"{RESTORED_MARKER}: {answer['what']}]\n" + "\n".join([answer["heading"]] + lines) if lines else ""
+
+
+def nothing_to_summarize(messages: list, restored: list, tail_tokens: int, slack: int) -> bool:
+    """Whether the history holds little more than a summary cannot remove: what comes back
+    after it, and (about) the summary already there, give or take slack tokens. Then a model
+    call would be wasted."""
+    request = current_request(messages)
+    # an earlier summary, and what came back after it, would only be said again
+    summaries = [b["text"] for m in messages for b in blocks_of(m)
+                 if b.get(OWN) in ("compact", "reactive", "restored")]
+    kept = tail_tokens + sum(map(estimate_text_tokens, restored + summaries)) + slack
+    request_tokens = estimate_text_tokens(request["text"]) if request else 0
+    return estimate_tokens(messages) <= kept + request_tokens

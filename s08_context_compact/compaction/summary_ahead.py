@@ -2,22 +2,26 @@
 background at an early mark, so the loop rarely waits for one at the threshold.
 
 Machinery the chapter does not need: code.py calls four verbs on the loop's SummaryAhead,
-on its own thread, and never meets the thread, the lock or the cancellation:
+on its own thread, and never meets the thread, the lock or the cancellation. Each takes a
+loop: the few values it reads of the loop (command_line's AheadLoop holds them: settings,
+overhead, tokens (the loop's counter), screen and say, log, failures (summary failures
+in a row), main (the main agent, with a client), worker(say) (a copy of the agent for the
+worker) and keep(Settled), which hands back to the loop what a job came to).
 
-    ahead.due(agent, messages, tokens)     how many messages to summarize now (the snapshot), or None
-    ahead.start(agent, messages, covered, write, *args)   write(a copy of the agent, messages[:covered], *args),
+    ahead.due(loop, messages, tokens)      how many messages to summarize now (the snapshot), or None
+    ahead.start(loop, messages, covered, write, *args)   write(loop.worker(say), messages[:covered], *args),
                                            in a thread
-    ahead.take(agent, messages, ...)       a Ready summary and the messages after its snapshot, or None
-    ahead.drop(agent, why)                 call it off (/clear, a focus, a second Ctrl-C, exit)
+    ahead.take(loop, messages, ...)        a Ready summary and the messages after its snapshot, or None
+    ahead.drop(loop, why)                  call it off (/clear, a focus, a second Ctrl-C, exit)
 
 The worker never touches the history or the agent the loop uses: it gets a snapshot (a list
 of the history's plain dicts, never changed by anyone) and a copy of the agent with its own
-HTTP connection, counter and usage, and hands back a value. The loop decides, at the
-threshold, whether and how to use it, and counts what the worker's call failed, once.
+HTTP connection, counter and usage (loop.worker makes it), and hands back a value. The loop
+decides, at the threshold, whether and how to use it, and counts what the worker's call
+failed, once.
 """
 
 import atexit
-import copy
 import functools
 import json
 import math
@@ -26,7 +30,7 @@ import threading
 import time
 import weakref
 from collections import deque
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from ..messages import OWN, blocks_of, is_request_block
 from ..basics import Spinner
@@ -47,6 +51,16 @@ class Ready:
     summary: tuple          # (summary text, who wrote it), as make_summary returns it
     suffix: list            # the history after the snapshot, kept verbatim
     room: int | None = None  # tokens the suffix may take for the next summary to be ready in time
+
+
+@dataclass(frozen=True)
+class Settled:
+    """What a job came to, handed back to the loop (Loop.keep): what it was billed, whether it
+    said the breaker opened, and its summary call's outcome: one more failure in a row (True),
+    a summary from the model, which ends the run (False), or neither (None)."""
+    usage: dict
+    breaker_announced: bool
+    failed: bool | None
 
 
 @dataclass(eq=False)  # a job is itself, not its fields
@@ -116,16 +130,6 @@ def call_off_all() -> None:
         job.cancel()
 
 
-def worker_agent(agent, job: Job):
-    """A copy of the agent for the worker: its own counter, usage and endpoint facts, no hooks,
-    no log, nothing on screen. Its HTTP client the worker makes itself (worker_client)."""
-    tokens = copy.copy(agent.state.tokens)
-    tokens.sizes = dict(tokens.sizes)
-    return replace(agent, out=job.say, spinner_to=None, log=None, hooks={}, usage_totals={}, show_status=False,
-                   color=False, fit_width=False, confirm=None, endpoint=copy.copy(agent.endpoint),
-                   state=replace(agent.state, tokens=tokens, ahead=None))
-
-
 def worker_client(worker, job: Job):
     """The worker's own HTTP client, so that its connection can be cut. Made on its thread,
     with the certificates the first worker loaded: loading them takes tens of milliseconds."""
@@ -192,20 +196,19 @@ class SummaryAhead:
         """Tokens at which a summary starts (placed)."""
         return self.placed(threshold, shares)[0]
 
-    def room_to_keep(self, agent, summary: str) -> int | None:
+    def room_to_keep(self, s, overhead: int, summary: str) -> int | None:
         """Tokens the part kept after a swap may take for the next summary to be ready in time:
         the threshold less its lead, the system prompt and tools, the summary (four characters a
         token) and what comes back after it (a fortieth of the window); None before one is timed.
         A pinned mark pins the lead too (the room from the mark to the threshold), so each run
         of the tests and the demo keeps the same part, however fast its steps came."""
-        s = agent.settings
         shares = s.summary_ahead
         lead = s.threshold - int(s.threshold * shares[0]) if shares and shares[0] == shares[1] else self.lead()
         if lead is None:
             return None
-        return max(s.threshold - lead, 0) - agent.overhead - len(summary) // 4 - s.window // 40
+        return max(s.threshold - lead, 0) - overhead - len(summary) // 4 - s.window // 40
 
-    def due(self, agent, messages: list, tokens: int) -> int | None:
+    def due(self, loop, messages: list, tokens: int) -> int | None:
         """After a pipeline pass (and its compaction, if any): how many messages to summarize
         now, or None. The snapshot is the whole history as the next request will send it, which ends
         with the user's words or a complete call and its results: a summary can cover nothing
@@ -213,33 +216,33 @@ class SummaryAhead:
         other reads."""
         within_a_turn = any(b.get("type") == "tool_result" for b in blocks_of(messages[-1])) if messages else False
         self.passes.append((time.monotonic(), tokens, within_a_turn))
-        shares = agent.settings.summary_ahead
-        if self.job or not shares or agent.label or agent.client is None:
+        shares = loop.settings.summary_ahead
+        if self.job or not shares or not loop.main:
             return None  # one at a time; off; a subagent compacts as before
-        if tokens < self.mark(agent.settings.threshold, shares):
+        if tokens < self.mark(loop.settings.threshold, shares):
             return None
         return len(messages) if len(messages) > 2 and messages[-1]["role"] == "user" else None
 
-    def outrun(self, agent) -> bool:
+    def outrun(self, settings) -> bool:
         """Whether the summary still being written is one the steps outrun: it takes longer than
         they take to fill the room above the earliest share (the mark was placed below it for
         that), or none has been timed yet. Never with a pinned mark: the tests and the demo pin
         it so each run goes the same way."""
-        shares, threshold = agent.settings.summary_ahead, agent.settings.threshold
+        shares, threshold = settings.summary_ahead, settings.threshold
         if self.job is None or self.job.done.is_set() or not shares or shares[0] == shares[1]:
             return False
         return self.lead() is None or self.placed(threshold, shares)[0] < int(threshold * shares[0])
 
     # ---- the worker --------------------------------------------------------------------------------
 
-    def start(self, agent, messages: list, covered: int, write, *args) -> None:
+    def start(self, loop, messages: list, covered: int, write, *args) -> None:
         """write(a worker agent, messages[:covered], *args) in a thread; it returns (summary,
         who wrote it). The snapshot is a new list of the same dicts, which no one changes."""
         snapshot = messages[:covered]
         job = Job(covered=covered, last=messages[covered - 1],
                   snipped=snip_count(snapshot), tokens=self.passes[-1][1] if self.passes else 0,
-                  started=time.monotonic(), failures=agent.summary_failures)
-        job.copy, http = worker_agent(agent, job), None
+                  started=time.monotonic(), failures=loop.failures)
+        job.copy, http = loop.worker(job.say), None
 
         def work():
             nonlocal http
@@ -261,12 +264,12 @@ class SummaryAhead:
         RUNNING.add(job)
         job.thread.start()  # before anything that Ctrl-C could interrupt: a job set is a job running
         self.job, self.made = job, self.made + 1
-        agent.say(f"[summary ahead] writing a summary of {len(snapshot)} messages in the background "
-                  f"({job.tokens:,} tokens in context); the work goes on", "layer")
+        loop.say(f"[summary ahead] writing a summary of {len(snapshot)} messages in the background "
+                 f"({job.tokens:,} tokens in context); the work goes on", "layer")
 
     # ---- at the threshold ------------------------------------------------------------------------
 
-    def take(self, agent, messages: list, focus: str = "", max_suffix: int | None = None) -> Ready | None:
+    def take(self, loop, messages: list, focus: str = "", max_suffix: int | None = None) -> Ready | None:
         """The summary written ahead, to replace the history up to its snapshot; the messages
         after that are handed back to be kept. Waits for one still in flight (it started earlier
         than a new one would, and what it leaves is shortened without a call). None when there
@@ -276,7 +279,7 @@ class SummaryAhead:
         if job is None:
             return None
         if focus:
-            self.drop(agent, "a summary with a focus was asked for")
+            self.drop(loop, "a summary with a focus was asked for")
             return None
         # The snapshot's last message: the very message, as layers copy only what they change;
         # or, copied, where it was less what snips removed (layers never add or move a message; a
@@ -291,23 +294,23 @@ class SummaryAhead:
         if start is None and removed > 0:  # a snip took that message: what it kept after its note is all newer
             start, snip_note, put_back = newer_snip(messages, job.snipped)
         if start is None or messages[start:start + 1] and messages[start]["role"] != "assistant":
-            self.drop(agent, "the history where its snapshot ended changed")
+            self.drop(loop, "the history where its snapshot ended changed")
             return None
         suffix = messages[start:]
-        if max_suffix is not None and agent.state.tokens.estimate(suffix) > max_suffix:
-            self.drop(agent, "more came after its snapshot than the tail that may stay")
+        if max_suffix is not None and loop.tokens.estimate(suffix) > max_suffix:
+            self.drop(loop, "more came after its snapshot than the tail that may stay")
             return None
-        waited = self.wait(agent, job)
+        waited = self.wait(loop, job)
         self.job = None
         if job.result is None:  # it failed outright: the summary is made here, as without one ahead
-            self.set_aside(agent, job, "set aside", "it failed; the summary is written now")
+            self.set_aside(loop, job, "set aside", "it failed; the summary is written now")
             return None
-        self.settle(agent, job)
+        self.settle(loop, job)
         self.used += 1
         self.waits.append(waited)
         kept = f"the {len(suffix)} after them are kept verbatim" if suffix else "nothing came after them"
-        agent.say(f"[summary ahead] swapped in: it covers the first {start} messages (written in "
-                  f"{job.seconds:.1f}s); {kept}; the work waited {waited:.1f}s", "layer")
+        loop.say(f"[summary ahead] swapped in: it covers the first {start} messages (written in "
+                 f"{job.seconds:.1f}s); {kept}; the work waited {waited:.1f}s", "layer")
         summary, source = job.result
         if snip_note:  # the messages after the snapshot that the snip cut: where they went, and what they did
             # and the request it put back, unless that is still the request being worked on,
@@ -315,9 +318,9 @@ class SummaryAhead:
             newer = any(is_request_block(b) for m in suffix if m["role"] == "user" for b in blocks_of(m))
             carried = put_back if newer or messages[-1]["role"] == "assistant" else []
             summary = "\n\n".join([summary, snip_note, *carried])
-        return Ready((summary, source), suffix, self.room_to_keep(agent, summary))
+        return Ready((summary, source), suffix, self.room_to_keep(loop.settings, loop.overhead, summary))
 
-    def wait(self, agent, job: Job) -> float:
+    def wait(self, loop, job: Job) -> float:
         """Seconds spent waiting for the job to finish. Ctrl-C stops the wait and leaves the job
         writing, to be swapped in at the threshold once ready; Ctrl-C in a later wait for the same
         job calls it off (as /clear does). Either way the turn ends as interrupted."""
@@ -326,39 +329,39 @@ class SummaryAhead:
         began = time.monotonic()
         try:
             stop = "Ctrl-C again calls it off" if job.interrupted else "Ctrl-C stops waiting"
-            agent.say(f"[summary ahead] waiting for the summary being written in the background ({stop})",
-                      "dim")
-            with Spinner(agent.spinner_to, "finishing the summary started in the background"):
+            loop.say(f"[summary ahead] waiting for the summary being written in the background ({stop})",
+                     "dim")
+            with Spinner(loop.screen.spinner_to, "finishing the summary started in the background"):
                 while not job.done.wait(WAIT_POLL_SECONDS) and job.thread.is_alive():
                     pass
         except KeyboardInterrupt:
             if job.interrupted:  # the second time: the person does not want to wait for this one
-                self.drop(agent, "Ctrl-C again while waiting for it")
+                self.drop(loop, "Ctrl-C again while waiting for it")
             else:
                 job.interrupted = True
-                agent.say("[summary ahead] it goes on in the background, to be swapped in when "
-                          "ready (Ctrl-C while waiting for it again calls it off)", "dim")
+                loop.say("[summary ahead] it goes on in the background, to be swapped in when "
+                         "ready (Ctrl-C while waiting for it again calls it off)", "dim")
             raise
         return time.monotonic() - began
 
-    def settle(self, agent, job: Job, aside: str = "") -> None:
-        """On the loop's thread, once a job is over: what it said, paid (and why that was set aside) and failed."""
+    def settle(self, loop, job: Job, aside: str = "") -> None:
+        """On the loop's thread, once a job is over: what it said, paid (and why that was set aside) and
+        failed; what it paid and failed goes back to the loop (loop.keep)."""
         RUNNING.discard(job)
         for line in job.heard:
-            agent.say(line, "dim")
+            loop.say(line, "dim")
         worker, usage = job.copy, dict(job.copy.usage_totals)  # a copy: a worker past its join may still add
-        for kind, value in usage.items():
-            agent.usage_totals[kind] = agent.usage_totals.get(kind, 0) + value
-        if agent.log and any(usage.values()):  # paid, used or not: the session's picture shows it
+        # the breaker: said above; a call cut short by calling it off is no failure of the endpoint
+        loop.keep(Settled(usage, worker.breaker_announced,
+                          outcome(worker.summary_failures, job.failures, job.result) if job.ended_alone else None))
+        if loop.log and any(usage.values()):  # paid, used or not: the session's picture shows it
             label = f"writing the summary ahead ({aside})" if aside else "writing the summary ahead"
-            agent.log.call(agent, job.tokens, False, usage, label)
-        agent.breaker_announced = agent.breaker_announced or worker.breaker_announced  # said above
-        if job.ended_alone:  # a call cut short by calling it off is no failure of the endpoint
-            count_outcome(agent, worker, job.failures, job.result)
+            s = loop.settings
+            loop.log.call(job.tokens, False, usage, label, s, self.mark(s.threshold, s.summary_ahead))
         if job.result is not None and job.done.is_set() and not job.cancelled.is_set():
             self.durations.append(job.seconds)
 
-    def drop(self, agent, why: str) -> None:
+    def drop(self, loop, why: str) -> None:
         """Call off the summary in flight, or set aside the one ready: it never reaches the history."""
         job, self.job = self.job, None
         if job is None:
@@ -366,25 +369,25 @@ class SummaryAhead:
         finished = job.done.is_set()
         job.cancel()
         job.heard = [line for line in job.heard if not line.startswith("[api]")]  # its retries no longer matter
-        self.set_aside(agent, job, "set aside" if finished else "called off", why)
+        self.set_aside(loop, job, "set aside" if finished else "called off", why)
 
-    def set_aside(self, agent, job: Job, what: str, why: str) -> None:
+    def set_aside(self, loop, job: Job, what: str, why: str) -> None:
         """Settle a job that never reaches the history: counted, and what it was billed logged with the reason."""
-        self.settle(agent, job, f"{what}: {why}")
+        self.settle(loop, job, f"{what}: {why}")
         self.discarded += 1
         for kind, value in dict(job.copy.usage_totals).items():
             self.discarded_usage[kind] = self.discarded_usage.get(kind, 0) + value
-        agent.say(f"[summary ahead] {what}: {why}", "dim")
+        loop.say(f"[summary ahead] {what}: {why}", "dim")
 
     # ---- what /context shows ------------------------------------------------------------------
 
-    def describe(self, agent) -> str:
-        shares = agent.settings.summary_ahead
+    def describe(self, settings) -> str:
+        shares = settings.summary_ahead
         if not shares:
             return "summary ahead: off (SUMMARY_AHEAD=off); summaries are written at the threshold"
         job = self.job
         if job is None:
-            mark, why = self.placed(agent.settings.threshold, shares)
+            mark, why = self.placed(settings.threshold, shares)
             state = f"none in flight; the next starts at {mark:,} tokens: {why}"
         elif job.done.is_set():
             state = f"one ready (of the first {job.covered} messages), to be swapped in at the threshold"
@@ -395,13 +398,15 @@ class SummaryAhead:
         return f"summary ahead: {state} ({self.made} made, {self.used} used, {self.discarded} called off or set aside{waited})"
 
 
-def count_outcome(agent, worker, failures: int, result) -> None:
-    """Count once, on the loop's thread, what the worker's summary call came to: one more failure
-    in a row (after any the loop counted meanwhile), or, from the model, an end to the run."""
-    if worker.summary_failures > failures:
-        agent.summary_failures += 1
-    elif worker.summary_failures == 0 and result is not None:
-        agent.summary_failures = 0
+def outcome(worker_failures: int, failures: int, result) -> bool | None:
+    """What the worker's summary call came to, to be counted once, on the loop's thread: one more
+    failure in a row (True; after any the loop counted meanwhile), or, from the model, an end to
+    the run (False); None when neither."""
+    if worker_failures > failures:
+        return True
+    if worker_failures == 0 and result is not None:
+        return False
+    return None
 
 
 def snip_count(messages: list) -> int:

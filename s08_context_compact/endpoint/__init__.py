@@ -3,7 +3,7 @@
 What the rest of the program may use from this folder."""
 
 from .model_calls import (anthropic, httpx2, CONNECT_TIMEOUT, DEFAULT_WINDOW_SOURCE, IDLE_TIMEOUT, RETRY_BASE_SECONDS,
-                       api_error_text, api_failures, count_tokens, discover_endpoint, Endpoint,
+                       api_error_text, api_failures, Connection, count_tokens, discover_endpoint, Endpoint,
                        explain_api_error, make_client, make_reply_sendable, model_reply)
 from .overflow import ContextOverflow
 from .replies import extract_summary, SummaryError

@@ -2,8 +2,8 @@
 the reply read as it streams, the usage figures as each provider reports them, and what
 the session knows about the endpoint (its window above all) and how it was found.
 
-Machinery the chapter does not need: code.py calls send_request(...) and gets an Answer,
-or a ContextOverflow when the prompt did not fit.
+Machinery the chapter does not need: code.py calls model_reply(...) with a Connection (the
+few values a call needs) and gets an Answer, or a ContextOverflow when the prompt did not fit.
 """
 
 import importlib.util
@@ -18,7 +18,7 @@ from ..messages import fresh_id, input_problem
 from .overflow import EMPTY_REPLY_OVERFLOW, MIN_CONTEXT_WINDOW, ContextOverflow, context_overflow, learned_window
 from .replies import USAGE_KEYS, BadReply, EmptyReply, ErrorEvent, reply_from_body, reply_from_events
 from .request_forms import PLAIN_TEXT_NOTE, PLAIN_TEXT_PROOF, plain_text_request, redacted_request
-from ..basics import Spinner, StreamedText, one_line
+from ..basics import Screen, Spinner, StreamedText, one_line, say
 
 
 def lazy_import(name: str):
@@ -157,7 +157,7 @@ def worth_retrying(err: Exception) -> bool:
                             anthropic.APIConnectionError, BadReply))
 
 
-def with_retries(agent, call):
+def with_retries(call, retry_base_seconds: float, say):
     """Make an API call; retry what may pass on its own a bounded number of times,
     saying so in one line each time."""
     for attempt in range(1, MAX_API_ATTEMPTS + 1):
@@ -168,13 +168,13 @@ def with_retries(agent, call):
             if attempt > retries or not worth_retrying(err):
                 raise
             response = getattr(err, "response", None)
-            delay = agent.settings.retry_base_seconds * 2 ** (attempt - 1) * random.uniform(0.8, 1.2)
+            delay = retry_base_seconds * 2 ** (attempt - 1) * random.uniform(0.8, 1.2)
             try:  # the API's advice, when it asks for longer: a "retry-after: 0" must not make three retries a burst
                 delay = max(delay, min(float(response.headers.get("retry-after")), 60.0))
             except (AttributeError, TypeError, ValueError):
                 pass
-            agent.say(f"[api] {api_error_text(err)}; retrying in {delay:.1f}s "
-                      f"(retry {attempt} of {retries})")
+            say(f"[api] {api_error_text(err)}; retrying in {delay:.1f}s "
+                f"(retry {attempt} of {retries})")
             time.sleep(delay)
 
 
@@ -245,10 +245,10 @@ class ReplyEvents:
                                f"the endpoint sent nothing but pings or comments for {self.idle_seconds:g}s")
 
 
-def stream_reply(agent, request: dict, on_text=None) -> tuple:
-    """One streamed request: (content, stop_reason, usage). Text goes to on_text as it arrives."""
-    idle = agent.settings.idle_timeout
-    with agent.client.messages.create(**request, stream=True) as stream:
+def stream_reply(client, idle: float, request: dict, on_text=None) -> tuple:
+    """One streamed request: (content, stop_reason, usage). Text goes to on_text as it arrives;
+    idle: the seconds a stream may stay silent."""
+    with client.messages.create(**request, stream=True) as stream:
         try:
             if "json" in stream.response.headers.get("content-type", ""):
                 return reply_from_body(stream.response.read(), on_text)
@@ -260,6 +260,25 @@ def stream_reply(agent, request: dict, on_text=None) -> tuple:
 
 
 @dataclass(frozen=True)
+class Connection:
+    """What a call to the model needs: the client; what the session knows of the endpoint
+    (shared with subagents, and learned into as calls go); the settings (the retry pause,
+    the idle timeout, the limits the log records); the screen (a retry said, the spinner, the
+    text as it streams, the secrets never shown or sent); the session log, if any, with the
+    early mark it records; and count(figures), which keeps the usage of each call."""
+    client: object
+    endpoint: "Endpoint"
+    settings: object
+    screen: Screen
+    count: object                 # count(usage figures): the caller keeps the last call's and the totals
+    log: object = None
+    mark: int | None = None       # where a summary written ahead starts, for the log's call records
+
+    def say(self, text: str, style: str = "") -> None:
+        say(self.screen, text, style)
+
+
+@dataclass(frozen=True)
 class Answer:
     message: dict               # the assistant message, strings_only dicts
     stop_reason: str
@@ -268,18 +287,19 @@ class Answer:
     note: str = ""              # what was learned of the endpoint on the way, said once the reply is shown
 
 
-def send_request(agent, request: dict, sent_tokens: int, on_text=None, label: str = "waiting for the model") -> Answer:
+def send_request(connection: Connection, request: dict, sent_tokens: int, on_text=None,
+                 label: str = "waiting for the model") -> Answer:
     """One request, retried on passing failures. Raises ContextOverflow when the endpoint
     says the prompt did not fit, however it words it; other failures as they come."""
     def attempt():
         shown = []
-        with Spinner(agent.spinner_to, label) as spinner:
+        with Spinner(connection.screen.spinner_to, label) as spinner:
             def show(chunk):
                 spinner.stop()  # the first token replaces the spinner
                 shown.append(chunk)
                 on_text(chunk)
             try:
-                return reply_in_a_form_it_takes(agent, request, show if on_text else None, notes)
+                return reply_in_a_form_it_takes(connection, request, show if on_text else None, notes)
             except KeyboardInterrupt:
                 raise  # model_reply ends the line: the word held back was never shown
             except BaseException:
@@ -287,13 +307,14 @@ def send_request(agent, request: dict, sent_tokens: int, on_text=None, label: st
                     on_text("\n")
                 raise
     max_tokens, notes = request["max_tokens"], []
-    request = redacted_request(agent.secrets, request)  # the last net: what is sent holds no secret, in any form
-    if agent.endpoint.plain_text:
+    secrets, endpoint = connection.screen.secrets, connection.endpoint
+    request = redacted_request(secrets, request)  # the last net: what is sent holds no secret, in any form
+    if endpoint.plain_text:
         request = plain_text_request(request)
     try:
-        content, stop_reason, usage = with_retries(agent, attempt)
+        content, stop_reason, usage = with_retries(attempt, connection.settings.retry_base_seconds, connection.say)
     except EmptyReply:  # empty every time: a prompt over the window, if it was large for what is known of it
-        if agent.endpoint.overflowed_silently(sent_tokens):
+        if endpoint.overflowed_silently(sent_tokens):
             raise ContextOverflow(EMPTY_REPLY_OVERFLOW, sent_tokens, max_tokens) from None
         raise
     except (anthropic.APIStatusError, ErrorEvent) as err:
@@ -304,32 +325,32 @@ def send_request(agent, request: dict, sent_tokens: int, on_text=None, label: st
     overflow = context_overflow(stop_reason=stop_reason)
     if overflow:
         raise ContextOverflow(overflow, sent_tokens, max_tokens)
-    prompt_tokens, usage = usage_prompt_tokens(agent.endpoint, usage, sent_tokens)
-    record_usage(agent, usage)
-    if agent.log:
-        agent.log.call(agent, prompt_tokens or sent_tokens, bool(prompt_tokens), usage, label)
-    agent.endpoint.accepted(prompt_tokens or sent_tokens, max_tokens, measured=bool(prompt_tokens),
-                            usage=usage)
+    prompt_tokens, usage = usage_prompt_tokens(endpoint, usage, sent_tokens)
+    connection.count(usage_figures(usage))
+    if connection.log:
+        connection.log.call(prompt_tokens or sent_tokens, bool(prompt_tokens), usage, label, connection.settings,
+                            connection.mark)
+    endpoint.accepted(prompt_tokens or sent_tokens, max_tokens, measured=bool(prompt_tokens), usage=usage)
     # A secret the model repeats in its text goes no further. Its tool inputs run as written (a
     # .env value may be an ordinary word it means); they are redacted wherever they are sent,
     # logged, saved or shown.
-    content = [agent.secrets.redact_deep(b) if b.get("type") == "text" else b for b in content]
+    content = [secrets.redact_deep(b) if b.get("type") == "text" else b for b in content]
     return Answer({"role": "assistant", "content": content}, stop_reason, usage, prompt_tokens, " ".join(notes))
 
 
-def reply_in_a_form_it_takes(agent, request: dict, on_text, notes: list) -> tuple:
+def reply_in_a_form_it_takes(connection: Connection, request: dict, on_text, notes: list) -> tuple:
     """stream_reply; after an empty reply, at once the same request as plain text, in case
     the server's chat template takes only strings. Plain text is kept for the session once
     it answered where the blocks got nothing on two requests: one passing failure is not
     enough to give up the prompt cache."""
-    endpoint = agent.endpoint
+    endpoint, client, idle = connection.endpoint, connection.client, connection.settings.idle_timeout
     try:
-        return stream_reply(agent, request, on_text)
+        return stream_reply(client, idle, request, on_text)
     except EmptyReply:
         strings_only = plain_text_request(request)
         if endpoint.plain_text or strings_only == request:
             raise
-        answer = stream_reply(agent, strings_only, on_text)
+        answer = stream_reply(client, idle, strings_only, on_text)
         endpoint.plain_text_wins += 1
         if endpoint.plain_text_wins >= PLAIN_TEXT_PROOF:
             endpoint.plain_text = True
@@ -337,13 +358,14 @@ def reply_in_a_form_it_takes(agent, request: dict, on_text, notes: list) -> tupl
         return answer
 
 
-def model_reply(agent, request: dict, sent_tokens: int, show_text: bool, label: str = "waiting for the model") -> Answer:
+def model_reply(connection: Connection, request: dict, sent_tokens: int, show_text: bool,
+                label: str = "waiting for the model") -> Answer:
     """send_request, with the reply's text shown as it streams when show_text. After
     Ctrl-C the text the user saw rides on the exception (stop.partial), so the history
     can keep it."""
-    shown = StreamedText(agent) if show_text else None
+    shown = StreamedText(connection.screen) if show_text else None
     try:
-        answer = send_request(agent, request, sent_tokens, on_text=shown, label=label)
+        answer = send_request(connection, request, sent_tokens, on_text=shown, label=label)
     except KeyboardInterrupt as stop:
         if shown:
             shown.finish(complete=False)
@@ -352,7 +374,7 @@ def model_reply(agent, request: dict, sent_tokens: int, show_text: bool, label: 
     if shown:
         shown.finish()
     if answer.note:
-        agent.say(answer.note, "dim")
+        connection.say(answer.note, "dim")
     return answer
 
 
@@ -420,13 +442,9 @@ def usage_prompt_tokens(endpoint, usage: dict, estimate: int) -> tuple:
     return size, counted
 
 
-def record_usage(agent, usage: dict) -> dict:
-    """Keep the last call's usage and the session's totals; return the usage as a dict."""
-    figures = {key: usage.get(key, 0) for key in USAGE_KEYS}
-    agent.state.last_usage = figures
-    for key, value in figures.items():
-        agent.usage_totals[key] = agent.usage_totals.get(key, 0) + value
-    return figures
+def usage_figures(usage: dict) -> dict:
+    """A call's usage as the figures the session keeps: every key of USAGE_KEYS, 0 if not given."""
+    return {key: usage.get(key, 0) for key in USAGE_KEYS}
 
 
 def explain_api_error(err: Exception, withdrawn: bool, terminal: bool) -> str:
@@ -548,15 +566,16 @@ def make_client(connect: float, idle: float):
     return anthropic.Anthropic(**credential, max_retries=0, timeout=anthropic.Timeout(idle, connect=connect))
 
 
-def count_tokens(agent, request: dict, estimate: int) -> int | None:
+def count_tokens(connection: Connection, request: dict, estimate: int) -> int | None:
     """The endpoint's own count of a request, or None. Where count_tokens is not offered
     (404, 405, 501), or answers far below what is sent, it is never asked again."""
-    endpoint = agent.endpoint
+    endpoint = connection.endpoint
     if not endpoint.can_count_tokens:
         return None
-    request = redacted_request(agent.secrets, {k: v for k, v in request.items() if k != "max_tokens"})  # last net
+    request = {k: v for k, v in request.items() if k != "max_tokens"}
+    request = redacted_request(connection.screen.secrets, request)  # the last net
     try:
-        counted = agent.client.messages.count_tokens(**request).input_tokens
+        counted = connection.client.messages.count_tokens(**request).input_tokens
     except anthropic.APIStatusError as err:
         endpoint.can_count_tokens = err.status_code not in (404, 405, 501)  # anything else: not this time
         return None

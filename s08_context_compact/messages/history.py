@@ -141,20 +141,20 @@ def what_was_done(removed: list) -> str:
     return " What they did:" + "".join(lines) if lines else ""
 
 
-def append_message(agent, messages: list, message: dict) -> None:
-    """Append a message to the history, and to the session log the same moment."""
+def append_message(log, tokens, messages: list, message: dict) -> None:
+    """Append a message to the history, and to the session log (if any) the same moment; the
+    loop's token counter says whether the message is the one the last usage measured."""
     messages.append(message)
-    if agent.log:
-        tokens = agent.state.tokens  # a reply's usage measures the history up to it: --resume starts exact
-        agent.log.message(message, tokens.anchor_tokens if message is tokens.last_anchored() else None)
+    if log:  # a reply's usage measures the history up to it: --resume starts exact
+        log.message(message, tokens.anchor_tokens if message is tokens.last_anchored() else None)
 
 
-def replace_history(agent, messages: list, new: list, reason: str) -> None:
-    """Put a rewritten history in place (same list object), and record what changed."""
+def replace_history(log, messages: list, new: list, reason: str) -> None:
+    """Put a rewritten history in place (same list object), and record what changed in the log, if any."""
     if new is messages:
         return
-    if agent.log:
-        agent.log.rewrite(messages, new, reason)
+    if log:
+        log.rewrite(messages, new, reason)
     messages[:] = new
 
 

@@ -16,6 +16,7 @@ input_problem of every reply, and the session log of every block it replays.
 
 import json
 import re
+from dataclasses import dataclass, replace
 
 from ..basics import one_line
 
@@ -91,51 +92,64 @@ def check_tool_input(schema: dict, args) -> str | None:
     return None
 
 
-def park_oversized_inputs(agent, messages: list, measure) -> list:
+@dataclass(frozen=True)
+class Disk:
+    """Where a long input is saved, and how a failure to save is said: once (warned: said already)."""
+    store: object
+    say: object
+    warned: bool = False
+
+
+def park_oversized_inputs(messages: list, measure, tokens, overhead: int, threshold: int, disk: Disk) -> tuple:
     """A call whose input makes its message bigger than half the threshold (the rule for a
     long prompt) has each long argument saved to disk and replaced by a pointer; the call
-    itself ran with the whole input. Without this the history would never fit again."""
-    limit = agent.settings.threshold // 2
-    if agent.state.tokens.count(messages, agent.overhead) <= limit:
-        return messages  # the whole context is smaller: no message in it can be over
+    itself ran with the whole input. Without this the history would never fit again.
+    (the history, whether a failure to save has been said); tokens is the loop's counter."""
+    limit = threshold // 2
+    if tokens.count(messages, overhead) <= limit:
+        return messages, disk.warned  # the whole context is smaller: no message in it can be over
     changed = {}
     for i, message in enumerate(messages):
         if message["role"] != "assistant" or not isinstance(message["content"], list) or \
-                agent.state.tokens.size(message) <= limit:
+                tokens.size(message) <= limit:
             continue
-        content = [parked(agent, block, measure) if block.get("type") == "tool_use" else block
-                   for block in message["content"]]
+        content = []
+        for block in message["content"]:
+            if block.get("type") == "tool_use":
+                block, warned = parked(block, measure, disk)
+                disk = replace(disk, warned=warned)
+            content.append(block)
         if any(new is not old for new, old in zip(content, message["content"])):
             changed[i] = {**message, "content": content}
-    return [changed.get(i, message) for i, message in enumerate(messages)] if changed else messages
+    return ([changed.get(i, message) for i, message in enumerate(messages)] if changed else messages), disk.warned
 
 
-def parked(agent, block: dict, measure) -> dict:
-    """A tool_use block with its long arguments on disk: still valid, still readable."""
+def parked(block: dict, measure, disk: Disk) -> tuple:
+    """(a tool_use block with its long arguments on disk: still valid, still readable, whether
+    a failure to save has been said)."""
     args, saved, kept = block["input"], [], {}
     if not isinstance(args, dict):
-        return block
+        return block, disk.warned
     for key, value in args.items():
         text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
         if len(text) <= PARK_ARGUMENT_CHARS:
             kept[key] = value
             continue
         try:
-            path = agent.store.save_output(f"{block['id']}-{key}", text)
+            path = disk.store.save_output(f"{block['id']}-{key}", text)
         except OSError as err:
-            if not agent.disk_warned:  # said once, as the layers say it
-                agent.say(f"[tool input] cannot save a long input of {block['name']} ({err}); it stays in context.")
-                agent.disk_warned = True
-            return block
+            if not disk.warned:  # said once, as the layers say it
+                disk.say(f"[tool input] cannot save a long input of {block['name']} ({err}); it stays in context.")
+            return block, True
         kept[key] = (f"[parked: {len(text):,} characters, too many for the context window; saved at {path}, "
                      "read_file shows it]")
         saved.append(str(path))
     if not saved:
-        return block
+        return block, disk.warned
     tokens = measure(json.dumps(args, ensure_ascii=False))
-    agent.say(f"[tool input] the input of a {block['name']} call (about {tokens:,} tokens) does not fit the context "
-              f"window; its long arguments were saved to {', '.join(saved)} and the history keeps a pointer.", "layer")
-    return {**block, "input": kept}
+    disk.say(f"[tool input] the input of a {block['name']} call (about {tokens:,} tokens) does not fit the context "
+             f"window; its long arguments were saved to {', '.join(saved)} and the history keeps a pointer.", "layer")
+    return {**block, "input": kept}, disk.warned
 
 
 def todo_problem(schema: dict, items: list) -> str | None:

@@ -156,7 +156,7 @@ class FoldedReplies:
             return
         first, last = (" → ".join(unstyled(t).strip(" <✗") for t in unit) for unit in (self.run, self.last))
         text = f"[×{self.count}] {first}  ... the last: {last}"
-        columns = terminal_columns(self.agent) if self.agent else None
+        columns = terminal_columns(self.agent.fit_width) if self.agent else None
         text = cut_to_width(text, columns - 1) if columns else text
         print(f"{STYLES['dim']}{text}\033[0m" if self.agent and self.agent.color else text, flush=True)
 

@@ -417,15 +417,18 @@ def running(pid: str) -> bool:
     return True
 
 
-def undo_hooks(agent) -> dict:
-    """The record taken before a turn's first change, as hooks beside the ledger's."""
+def undo_hooks(now) -> dict:
+    """The record taken before a turn's first change, as hooks beside the ledger's. now() gives
+    what they read, as it is when they run: (the Undo, the workdir, say, the main agent's history)."""
     def on_prompt(event: dict):
-        agent.undo.new_turn(event["prompt"])
+        now()[0].new_turn(event["prompt"])
 
     def before_tool(event: dict):
-        agent.undo.at(agent.workdir, agent.say).before_change(event["name"])
+        undo, workdir, say, _ = now()
+        undo.at(workdir, say).before_change(event["name"])
 
     def after_turn(event: dict):
-        if event["messages"] is agent.state.history:  # the main agent's turn, not a subagent's
-            agent.undo.end_turn()
+        undo, _, _, history = now()
+        if event["messages"] is history:  # the main agent's turn, not a subagent's
+            undo.end_turn()
     return {"UserPromptSubmit": on_prompt, "PreToolUse": before_tool, "Stop": after_turn}

@@ -3,5 +3,5 @@
 What the rest of the program may use from this folder."""
 
 from .log_checks import trusted_lines
-from .session_log import (find_session, list_sessions, log_lines, logged_endpoint,
-                          open_session, records_of, SessionRefused)
+from .session_log import (find_session, list_sessions, LogSetup, log_lines, logged_endpoint,
+                          open_session_log, records_of, SessionRefused)

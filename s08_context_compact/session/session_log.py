@@ -19,6 +19,7 @@ import sys
 import time
 import uuid
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..messages import last_reply_text
@@ -113,11 +114,10 @@ class SessionLog:
     def layer(self, name: str, saved_to: list, tokens_saved: int) -> None:
         self.write({"type": "layer", "layer": name, "saved_to": saved_to, "tokens_saved": tokens_saved})
 
-    def call(self, agent, size: int, exact: bool, usage: dict, label: str) -> None:
-        """One model call: the context it carried, the limits it was held to then, what it was
-        billed as. session_picture.py draws the session from these."""
-        s = agent.settings
-        mark = agent.state.ahead.mark(s.threshold, s.summary_ahead) if s.summary_ahead else None
+    def call(self, size: int, exact: bool, usage: dict, label: str, s, mark: int | None) -> None:
+        """One model call: the context it carried, the limits it was held to then (the settings,
+        and the early mark of a summary written ahead, if on), what it was billed as.
+        session_picture.py draws the session from these."""
         self.write({"type": "call", "context_tokens": size, "exact": exact, "usage": usage, "what": label,
                     "window": s.window, "threshold": s.threshold, "micro_trigger": s.micro_trigger, "mark": mark})
 
@@ -471,42 +471,55 @@ def last_prompt(path: Path) -> str | None:
     return prompts[-1] if prompts else None
 
 
-def open_session(agent, resume: Path | None) -> list:
-    """Start a new session log, or continue the one given; return its history."""
+@dataclass(frozen=True)
+class LogSetup:
+    """What a session log is opened with: the workspace it lives in, what its header records
+    (the model and window of the settings, the endpoint's facts, which it also watches), the
+    secrets that never go in it, and how a problem with it is said."""
+    workdir: Path
+    settings: object
+    endpoint: object
+    secrets: object
+    say: object
+
+
+def open_session_log(setup: LogSetup, resume: Path | None, tokens) -> tuple:
+    """(a new session log, or the one given continued; its history). A resumed history the
+    usage still measures anchors the loop's token counter (tokens)."""
+    say = setup.say
     if not resume:
         session = f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
-        agent.log = SessionLog(agent.workdir / TRANSCRIPT_DIR / f"session-{session}.jsonl", agent.secrets,
-                               agent.say, session_header(agent, session), agent.endpoint)
-        unsigned = agent.log.chain.problem
+        log = SessionLog(setup.workdir / TRANSCRIPT_DIR / f"session-{session}.jsonl", setup.secrets,
+                         say, session_header(setup, session), setup.endpoint)
+        unsigned = log.chain.problem
         if unsigned:  # said at start, not found out at --resume
-            agent.say(f"[session log] {unsigned}: this session's log is unsigned, "
-                      "and --resume will refuse it.")
-        return []
+            say(f"[session log] {unsigned}: this session's log is unsigned, "
+                "and --resume will refuse it.")
+        return log, []
     session, first, last = resume.stem.removeprefix("session-"), first_prompt(resume), last_prompt(resume)
-    header = {**session_header(agent, session), **({"prompt": first} if first else {})}  # if written again
-    agent.log = SessionLog(resume, agent.secrets, agent.say, header, agent.endpoint)
-    agent.log.open()  # before anything is written: a session another program has open is refused (SessionInUse)
+    header = {**session_header(setup, session), **({"prompt": first} if first else {})}  # if written again
+    log = SessionLog(resume, setup.secrets, say, header, setup.endpoint)
+    log.open()  # before anything is written: a session another program has open is refused (SessionInUse)
     cut = repair_torn_tail(resume)
     if cut:
-        agent.say(f"[session log] its last line was cut off when the program stopped; removed it ({cut} bytes)")
-    logged, found = read_session(resume, warn=agent.say, chain=agent.log.chain), Counter()
-    history, tokens = repair_history(logged, found), logged_context_tokens(resume)
+        say(f"[session log] its last line was cut off when the program stopped; removed it ({cut} bytes)")
+    logged, found = read_session(resume, warn=say, chain=log.chain), Counter()
+    history, counted_tokens = repair_history(logged, found), logged_context_tokens(resume)
     if found:  # a log edited by hand, written by an older version, or cut short
-        agent.say(f"[session log] repaired what the API would refuse: {what_was_repaired(found)}")
-    elif tokens:  # nothing was repaired: the usage still measures it
-        agent.state.tokens.anchor(tokens, history)  # so the first pass estimates nothing
-    agent.log.replace(history, "resumed", **({"context_tokens": agent.state.tokens.anchor_tokens}
-                                             if agent.state.tokens.anchor_tokens else {}),
-                      **({"prompt": last} if last else {}))
-    agent.say(f"Resumed session {session}: {counted(len(history), 'message')}.")
+        say(f"[session log] repaired what the API would refuse: {what_was_repaired(found)}")
+    elif counted_tokens:  # nothing was repaired: the usage still measures it
+        tokens.anchor(counted_tokens, history)  # so the first pass estimates nothing
+    log.replace(history, "resumed", **({"context_tokens": tokens.anchor_tokens} if tokens.anchor_tokens else {}),
+                **({"prompt": last} if last else {}))
+    say(f"Resumed session {session}: {counted(len(history), 'message')}.")
     for line in recap(last, last_reply_text(history)):  # where the conversation was
-        agent.say(line, "dim", cut=True)
-    return history
+        say(line, "dim", cut=True)
+    return log, history
 
 
-def session_header(agent, session: str) -> dict:
-    return {"type": "session", "id": session, "model": agent.settings.model, "window": agent.settings.window,
-            "workdir": str(agent.workdir), "endpoint": agent.endpoint.facts()}
+def session_header(setup: LogSetup, session: str) -> dict:
+    return {"type": "session", "id": session, "model": setup.settings.model, "window": setup.settings.window,
+            "workdir": str(setup.workdir), "endpoint": setup.endpoint.facts()}
 
 
 def recap(request: str | None, reply: str) -> list:
