@@ -43,7 +43,7 @@ from s08_context_compact.basics import (
     one_line, path_risk, read_lines, redact, Redactor, say, Screen, Spinner, ToolError, write_file)
 from s08_context_compact.messages import (
     CHARS_PER_TOKEN, COMPACT_MARKER, NOTE_MARKER, OWN, PERSISTED_TAG, PLACEHOLDER_PREFIX,
-    REACTIVE_MARKER, RESTORED_MARKER, SNIP_MARKER, append_message, blocks_of, check_tool_input,
+    REACTIVE_MARKER, SNIP_MARKER, append_message, blocks_of, check_tool_input,
     current_request, estimate_text_tokens, estimate_tokens, group_starts, head_within,
     is_tool_result_message, message_groups, newest_within, own_text, paths_read,
     refused_result, replace_history, replace_result, result_text, said_text, sendable,
@@ -53,9 +53,9 @@ from s08_context_compact.endpoint import (
     ContextOverflow, count_tokens, Endpoint, extract_summary, make_reply_sendable, model_reply,
     SummaryError, with_cache_breakpoints)
 from s08_context_compact.compaction import (
-    fallback_summary, fit_for_summary, hook_restores, Ledger, ledger_hooks, nothing_to_summarize,
-    recent_user_messages, render_todos, repeat_read_stub, restored_files, Store,
-    summary_instructions, SummaryAhead, true_stubs)
+    fallback_summary, fit_for_summary, Ledger, ledger_hooks, nothing_to_summarize, render_todos,
+    repeat_read_stub, Restorable, shorter, smaller_budget, Store, summary_instructions,
+    summary_problem, SummaryAhead, true_stubs, what_comes_back)
 from s08_context_compact.safety import command_risks, run_command, Sandbox, Undo, undo_hooks
 from s08_context_compact.command_line import (
     add_prompt, ahead_loop, build_system_prompt, configure, layer_line, model_connection,
@@ -502,11 +502,7 @@ def summarize_with_model(agent, messages: list, focus: str, limit_tokens: int) -
                                  show_text=False, label="writing the summary")
         except ContextOverflow as err:
             adopt_overflow(agent, err)
-            # the error may say by how much we were over: leave out that much more
-            over = 2.0
-            if err.overflow.window and err.overflow.prompt_tokens:
-                over = err.overflow.prompt_tokens / err.overflow.window
-            budget = int(min(budget, estimate_tokens(sent)) / max(over, 1.1) * 0.9)
+            budget = smaller_budget(budget, sent, err.overflow)  # as much less as it was over
             sent = fit_for_summary(messages, budget)
             continue
         except api_failures() as err:
@@ -533,15 +529,10 @@ def make_summary(agent, messages: list, focus: str, limit: int) -> tuple:
     if not breaker_open(agent):
         try:
             summary = summarize_with_model(agent, messages, focus, limit)
-            if not summary or estimate_text_tokens(summary) > limit:  # once more, shorter
-                shorter = (f"{focus} Your last answer was too long, empty, or a tool call: write "
-                           f"the summary as text, well under {limit:,} tokens.").strip()
-                summary = summarize_with_model(agent, messages, shorter, limit)
-            if not summary:
-                raise SummaryError("empty")
-            if estimate_text_tokens(summary) > limit:
-                raise SummaryError(f"{estimate_text_tokens(summary):,} tokens, "
-                                   f"over the {limit:,} it must fit in")
+            if summary_problem(summary, limit):  # ask once more, for a shorter one
+                summary = summarize_with_model(agent, messages, shorter(focus, limit), limit)
+            if summary_problem(summary, limit):
+                raise SummaryError(summary_problem(summary, limit))
             agent.summary_failures = 0
             return summary, "the model"
         except SummaryError as err:
@@ -558,32 +549,15 @@ def make_summary(agent, messages: list, focus: str, limit: int) -> tuple:
 # then the user's recent words, the files read most recently, the todo list and the skills.
 
 def plan_restore(agent, messages: list, tail_tokens: int, shown: set = frozenset()) -> tuple:
-    """What comes back after a summary, and how many tokens that leaves the summary.
-
-    Everything together stays under compacted_max (a quarter of the window); at least a
-    third of that is kept for the summary itself."""
-    s = agent.settings
-    request = current_request(messages)
-    request_tokens = estimate_text_tokens(request["text"]) if request else 0
-    fixed = agent.overhead + tail_tokens + request_tokens + 100
-    # a long tail still lets them back
-    room = max(s.compacted_max - fixed - s.compacted_max // 3, s.window // 40)
+    """What comes back after a summary, and how many tokens that leaves the summary. What
+    RestoreContext hooks keep (the ledger's facts) comes first, then the user's recent words,
+    the files read most recently, the todo list and the skills loaded; compaction/summary.py
+    sizes each part, all together under a quarter of the window."""
     hooks = fire_hooks(agent, "RestoreContext")
-    parts = [hook_restores(answer, min(s.ledger_tokens, max(room, 0))) for answer in hooks]
-    user_room = min(s.restore_user_tokens, room - sum(map(estimate_text_tokens, parts)))
-    parts.append(recent_user_messages(messages, user_room))
-    files_room = min(s.restore_files_tokens, room - sum(map(estimate_text_tokens, parts)))
-    parts += restored_files(agent.ledger.reads, agent.workdir, agent.secrets, files_room,
-                            s.restore_file_tokens, shown)
-    if agent.state.todos:
-        parts.append(f"{RESTORED_MARKER}: todo list]\n{render_todos(agent.state.todos)}")
-    if agent.state.loaded_skills:
-        parts.append(f"{RESTORED_MARKER}: skills loaded earlier] "
-                     f"{', '.join(agent.state.loaded_skills)} "
-                     "(call load_skill again to see their instructions)")
-    restored = [p for p in parts if p]
-    limit = s.compacted_max - fixed - sum(estimate_text_tokens(p) for p in restored)
-    return restored, max(limit, s.window // 40)
+    restorable = Restorable(hooks, agent.ledger.reads, agent.workdir, agent.secrets,
+                            agent.state.todos, agent.state.loaded_skills)
+    fixed = agent.overhead + tail_tokens  # sent with the summary, whatever it says
+    return what_comes_back(messages, restorable, agent.settings, fixed, shown)
 
 
 def pre_compact_focus(agent, messages: list, focus: str = "") -> str:

@@ -16,6 +16,7 @@ from conftest import blocks, run_cli
 from s08_context_compact.offline.fake_anthropic import text, tool_uses
 from s08_context_compact.basics.redaction import REDACTED, Redactor
 from s08_context_compact.basics import workspace_files as workspace_files
+from s08_context_compact.compaction.summary import restored_files
 
 QUOTED = 'Pa"ss\\w0rd-Xy9Q'             # a quote and a backslash: JSON escapes both
 TABBED = "tab\tsecret-Rk8vW2"            # a tab: JSON escapes it, the screen expands it
@@ -184,8 +185,8 @@ def test_files_restored_after_a_summary_are_cut_only_after_redacting(s08, make_a
             (workspace / "f.txt").write_text(filler + (secret + " ") * 12, encoding="utf-8")
             agent.ledger.reads.clear()
             agent.ledger.note_read("f.txt", workspace / "f.txt")
-            restored = s08.restored_files(agent.ledger.reads, agent.workdir, agent.secrets, room,
-                                           agent.settings.restore_file_tokens)
+            restored = restored_files(agent.ledger.reads, agent.workdir, agent.secrets, room,
+                                      agent.settings.restore_file_tokens)
             assert len(restored) == 1 and "cut here" in restored[0]
             assert_no_piece(restored[0])
 

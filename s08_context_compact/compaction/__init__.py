@@ -6,5 +6,5 @@ from .ledger import Ledger, ledger_hooks, short_hash
 from .repeat_reads import repeat_read_stub, true_stubs
 from .summary_ahead import SummaryAhead
 from .store import Store
-from .summary import (fallback_summary, fit_for_summary, hook_restores, nothing_to_summarize,
-                      recent_user_messages, render_todos, restored_files, summary_instructions)
+from .summary import (fallback_summary, fit_for_summary, nothing_to_summarize, render_todos, Restorable,
+                      shorter, smaller_budget, summary_instructions, summary_problem, what_comes_back)

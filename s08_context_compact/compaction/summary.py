@@ -5,9 +5,11 @@ read most recently, a hook's lines, the todo list).
 
 Machinery the chapter does not need: code.py's summarize_with_model, make_summary,
 plan_restore and summarize_into call these; what a summary replaces, and when, stays in
-code.py.
+code.py. Everything here takes values (the settings it reads, the files read, the hooks'
+answers), never the agent.
 """
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..basics import inside_workspace, redact
@@ -141,3 +143,65 @@ def nothing_to_summarize(messages: list, restored: list, tail_tokens: int, slack
     kept = tail_tokens + sum(map(estimate_text_tokens, restored + summaries)) + slack
     request_tokens = estimate_text_tokens(request["text"]) if request else 0
     return estimate_tokens(messages) <= kept + request_tokens
+
+
+def smaller_budget(budget: int, sent: list, overflow) -> int:
+    """The budget for the next try after a summary request did not fit: the endpoint may say
+    by how much it was over (overflow.prompt_tokens of overflow.window), and that much more
+    is left out; when it does not say, half."""
+    over = 2.0
+    if overflow.window and overflow.prompt_tokens:
+        over = overflow.prompt_tokens / overflow.window
+    return int(min(budget, estimate_tokens(sent)) / max(over, 1.1) * 0.9)
+
+
+def summary_problem(summary: str, limit: int) -> str:
+    """Why a summary cannot be used ("" when it can): empty (or a tool call), or too long."""
+    if not summary:
+        return "empty"
+    if estimate_text_tokens(summary) > limit:
+        return f"{estimate_text_tokens(summary):,} tokens, over the {limit:,} it must fit in"
+    return ""
+
+
+def shorter(focus: str, limit: int) -> str:
+    """The focus for a second try, after an answer that could not be used."""
+    return (f"{focus} Your last answer was too long, empty, or a tool call: write the summary as "
+            f"text, well under {limit:,} tokens.").strip()
+
+
+@dataclass(frozen=True)
+class Restorable:
+    """What can come back after a summary, as the loop has it now."""
+    hooks: list                 # what RestoreContext hooks answered: {what, heading, lines}
+    reads: dict                 # the files read (path -> (size, mtime, digest)), oldest first
+    workdir: Path
+    secrets: object             # a read file may hold a key
+    todos: list
+    skills: list                # the skills loaded
+
+
+def what_comes_back(messages: list, restorable: Restorable, s, fixed: int, shown: set) -> tuple:
+    """(the blocks that come back after a summary, the tokens left for the summary).
+
+    fixed tokens (the system prompt, tools and the tail) and the request come with the
+    summary whatever it says. Everything together stays under s.compacted_max (a quarter of
+    the window); at least a third of that is kept for the summary itself, and a long tail
+    still lets the pieces back (a fortieth of the window at least)."""
+    request = current_request(messages)
+    fixed += (estimate_text_tokens(request["text"]) if request else 0) + 100
+    room = max(s.compacted_max - fixed - s.compacted_max // 3, s.window // 40)
+    parts = [hook_restores(answer, min(s.ledger_tokens, max(room, 0))) for answer in restorable.hooks]
+    user_room = min(s.restore_user_tokens, room - sum(map(estimate_text_tokens, parts)))
+    parts.append(recent_user_messages(messages, user_room))
+    files_room = min(s.restore_files_tokens, room - sum(map(estimate_text_tokens, parts)))
+    parts += restored_files(restorable.reads, restorable.workdir, restorable.secrets, files_room,
+                            s.restore_file_tokens, shown)
+    if restorable.todos:
+        parts.append(f"{RESTORED_MARKER}: todo list]\n{render_todos(restorable.todos)}")
+    if restorable.skills:
+        parts.append(f"{RESTORED_MARKER}: skills loaded earlier] {', '.join(restorable.skills)} "
+                     "(call load_skill again to see their instructions)")
+    restored = [p for p in parts if p]
+    limit = s.compacted_max - fixed - sum(estimate_text_tokens(p) for p in restored)
+    return restored, max(limit, s.window // 40)
