@@ -25,7 +25,7 @@ need lives in the folders beside it, one folder a role (each has a README).
 import json
 import sys
 import time
-from dataclasses import MISSING, dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from functools import cached_property, partial
 from pathlib import Path
 
@@ -49,12 +49,11 @@ from s08_context_compact.messages import (
     refused_result, replace_history, replace_result, result_text, said_text, sendable,
     todo_problem, TokenCounter, tool_names, what_was_done, with_text)
 from s08_context_compact.endpoint import (
-    CACHE_TTLS, IDLE_TIMEOUT, RETRY_BASE_SECONDS, api_error_text, api_failures, cache_mark,
-    ContextOverflow, count_tokens, Endpoint, extract_summary, make_reply_sendable, model_reply,
-    SummaryError, with_cache_breakpoints)
+    CACHE_TTLS, api_error_text, api_failures, cache_mark, ContextOverflow, count_tokens, Endpoint,
+    extract_summary, make_reply_sendable, model_reply, SummaryError, with_cache_breakpoints)
 from s08_context_compact.compaction import (
     fallback_summary, fit_for_summary, Ledger, ledger_hooks, nothing_to_summarize, render_todos,
-    repeat_read_stub, Restorable, shorter, smaller_budget, Store, summary_instructions,
+    repeat_read_stub, Restorable, Settings, shorter, smaller_budget, Store, summary_instructions,
     summary_problem, SummaryAhead, true_stubs, what_comes_back)
 from s08_context_compact.safety import command_risks, run_command, Sandbox, Undo, undo_hooks
 from s08_context_compact.command_line import (
@@ -66,111 +65,25 @@ from s08_context_compact.command_line import (
 
 # ==== PART 1: THE CHAPTER ========================================================================
 
-# ---- settings, derived from the window ----------------------------------------------------------
-# Sizes in tokens are derived from the context window (Settings.for_window; the window comes
-# from the endpoint). The numbers here are the chapter's defaults, and the ceilings the derived
-# values never exceed.
-MAX_OUTPUT_TOKENS = 8_192           # asked for on every call, so reserved out of the window
-AUTOCOMPACT_BUFFER_TOKENS = 13_000  # headroom for the estimate's error before the API's hard wall
+# ---- the numbers the lesson uses ------------------------------------------------------------------
+# Every size in tokens comes from the context window: compaction/settings.py derives them all
+# (Settings.for_window, with the chapter's defaults as ceilings; the chapter's table gives each
+# rule). These are the other numbers the code below uses.
 COUNT_TOKENS_MARGIN = 0.1           # this close to the threshold, ask the API for the exact count
 ESTIMATE_MARGIN = 0.85              # sizing by estimate alone, assume it may be 15% low
-# tool_result_budget
-TOOL_RESULT_BUDGET_CHARS = 200_000  # chapter: tool output allowed in one message
-TOOL_RESULT_BUDGET_SHARE = 0.15     # ...never more than this share of the usable context (a result
-                                    # kept whole is soon cleared, and clearing rewrites the cache)
-PREVIEW_CHARS = 2_000               # at most this much of a result sent to disk stays in context
-# snip_compact
-SNIP_KEEP_HEAD = 3                  # the first request and its setup stay visible
-SNIP_KEEP_TAIL = 47                 # current work; head + tail = 50 messages before snipping
-SNIP_AT_LEAST = 20                  # a snip rewrites the cache after the head: make it worth it...
-SNIP_FREES_AT_LEAST_SHARE = 0.25    # ...cut at least 20 messages and this share of the threshold
-# micro_compact
-KEEP_RECENT_TOOL_RESULTS = 3        # micro_compact leaves the newest results alone
-MICRO_COMPACT_MIN_CHARS = 120       # a placeholder is no shorter than this: skip smaller results
-MICRO_TRIGGER_SHARE = 0.7           # snip and micro act only above this share of the threshold...
-COLD_TRIGGER_SHARE = 0.5            # ...or this share of that after the cache expired (CACHE_TTLS)
-CLEAR_AT_LEAST_SHARE = 0.25         # ...and only if they free at least this share (cache-aware)
+COLD_TRIGGER_SHARE = 0.5            # snip and micro trigger at this share of micro_trigger
+                                    # once the prompt cache has expired (CACHE_TTLS)
 PLACEHOLDER_TOKENS = 60             # a placeholder, long path included (over, not under)
-# compact_history: the summary, its breaker, and what comes back after it
-SUMMARY_MAX_TOKENS = 20_000         # ceiling for the summary's own output
 SUMMARY_ATTEMPTS = 4                # "too long" retries, each dropping more of the oldest messages
 MAX_CONSECUTIVE_SUMMARY_FAILURES = 3  # circuit breaker: stop paying for summaries that fail
-SUMMARY_AHEAD_SHARES = (0.6, 0.95)  # a summary starts in the background between these shares
-POST_COMPACT_SHARE = 0.25           # the compacted context must come to less than this share
-POST_COMPACT_TOKENS_PER_FILE = 5_000  # files read most recently come back: this much of each...
-POST_COMPACT_FILES_TOKENS = 50_000  # ...and this much in all
-POST_COMPACT_USER_TOKENS = 5_000    # recent user messages restored verbatim, newest first
-LEDGER_TOKENS = 2_000               # the fact ledger re-injected after compaction
-# reactive_compact
 MAX_REACTIVE_RETRIES = 1            # in a row: refused again at once, nothing learned: turn ends
 REACTIVE_TAIL_SHARE = 0.25          # reactive_compact keeps recent messages up to this share
-# the loop and the tools (earlier chapters)
 MAX_STEPS_PER_TURN = 100            # model calls in one user turn before we stop and ask
 SUBAGENT_MAX_STEPS = 30
 BASH_TIMEOUT = 120                  # seconds, unless the call asks for another (max 600)
 READ_DEFAULT_LINES = 2_000
 # The program marks its own blocks (COMPACT_MARKER, SNIP_MARKER, ...) with a field, OWN, never
 # by their text alone: a user may type any text. The field is stripped from every request.
-
-
-@dataclass(frozen=True)
-class Settings:
-    """Every "too big" threshold, derived from one number: the context window in tokens."""
-    model: str
-    window: int
-    max_output: int
-    threshold: int              # auto-compact above this: window − max output − buffer
-    budget_chars: int           # tool_result_budget per message
-    preview_chars: int
-    summary_max_tokens: int
-    micro_trigger: int          # micro_compact acts above this many tokens...
-    clear_at_least: int         # ...and frees at least this many, or does nothing
-    compacted_max: int          # tokens the compacted context must stay under
-    restore_file_tokens: int    # per re-read file after compaction
-    restore_files_tokens: int   # all re-read files together
-    restore_user_tokens: int    # recent user messages restored
-    ledger_tokens: int          # the fact ledger re-injected
-    snip_min_tokens: int        # snip_compact cuts only if it frees this many
-    keep_recent: int            # micro_compact leaves this many newest results alone
-    snip_keep_head: int = SNIP_KEEP_HEAD
-    snip_keep_tail: int = SNIP_KEEP_TAIL
-    snip_at_least: int = SNIP_AT_LEAST
-    micro_min_chars: int = MICRO_COMPACT_MIN_CHARS
-    retry_base_seconds: float = RETRY_BASE_SECONDS
-    idle_timeout: float = IDLE_TIMEOUT  # seconds a stream may send nothing before it is abandoned
-    cache_ttl: str = "5m"       # the prompt cache's life: "5m", or "1h" (writes cost 2×, not 1.25×)
-    compact_at: float = 0.0     # COMPACT_AT: the threshold as a share of the window, if lower
-    summary_ahead: tuple | None = SUMMARY_AHEAD_SHARES  # SUMMARY_AHEAD: the early mark, or None
-
-    @classmethod
-    def for_window(cls, model: str, window: int, compact_at: float = 0.0) -> "Settings":
-        max_output = min(MAX_OUTPUT_TOKENS, window // 4)
-        buffer = min(AUTOCOMPACT_BUFFER_TOKENS, window // 10)
-        threshold = min(window - max_output - buffer, int(window * compact_at) or window)
-        usable_chars = threshold * TOOL_RESULT_BUDGET_SHARE * CHARS_PER_TOKEN
-        budget = min(TOOL_RESULT_BUDGET_CHARS, int(usable_chars))
-        return cls(model=model, window=window, max_output=max_output, threshold=threshold,
-                   budget_chars=budget, preview_chars=min(PREVIEW_CHARS, budget // 8),
-                   summary_max_tokens=min(SUMMARY_MAX_TOKENS, max_output),
-                   micro_trigger=int(threshold * MICRO_TRIGGER_SHARE),
-                   clear_at_least=int(threshold * CLEAR_AT_LEAST_SHARE),
-                   snip_min_tokens=int(threshold * SNIP_FREES_AT_LEAST_SHARE),
-                   # at a small window a kept result is a big share, re-sent after every clearing
-                   keep_recent=max(1, min(KEEP_RECENT_TOOL_RESULTS, window // 50_000)),
-                   compacted_max=int(window * POST_COMPACT_SHARE),
-                   # what comes back after a summary shares that quarter of the window
-                   restore_file_tokens=min(POST_COMPACT_TOKENS_PER_FILE, window // 40),
-                   restore_files_tokens=min(POST_COMPACT_FILES_TOKENS, window // 8),
-                   restore_user_tokens=min(POST_COMPACT_USER_TOKENS, window // 40),
-                   ledger_tokens=min(LEDGER_TOKENS, window // 50))
-
-    def resized(self, window: int) -> "Settings":
-        """The same settings for another window (one the endpoint revealed), overrides kept."""
-        if window == self.window:
-            return self
-        set_here = [f.name for f in fields(self) if f.default is not MISSING]
-        overrides = {name: getattr(self, name) for name in set_here}
-        return replace(Settings.for_window(self.model, window, self.compact_at), **overrides)
 
 
 # ---- the agent, and what its loop learns ---------------------------------------------------------

@@ -10,6 +10,7 @@ import textwrap
 import pytest
 
 from conftest import CODE, ROOT
+from s08_context_compact.compaction import settings
 
 FOLDER = CODE.parent
 CHAPTER = FOLDER / "README.md"
@@ -30,6 +31,7 @@ MACHINERY = tuple(name for name in MODULE_PATHS if name not in OFFLINE)
 KNOWN_ELSEWHERE = {"tool_use", "tool_result", "tool_choice", "max_tokens", "input_tokens", "cache_control",
                    "max_input_tokens", "invalid_request_error", "count_tokens", "read_file", "write_file",
                    "edit_file", "todo_write", "load_skill", "clear_at_least", "budget_chars", "micro_trigger",
+                   "restore_files_tokens",
                    "NO_COLOR", "CONTEXT_WINDOW", "MODEL_ID", "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL",
                    "POST_COMPACT_", "SKILL", "cache_edits", "tool_use_id", "messages/count_tokens",
                    "redacted_thinking", "ContextWindowExceededError", "stop_reason", "message_delta",
@@ -135,7 +137,7 @@ def ceiling_window(s08) -> int:
     low, high = 4_000, 10_000_000
     while low < high:
         middle = (low + high) // 2
-        if s08.Settings.for_window("m", middle).budget_chars >= s08.TOOL_RESULT_BUDGET_CHARS:
+        if s08.Settings.for_window("m", middle).budget_chars >= settings.TOOL_RESULT_BUDGET_CHARS:
             high = middle
         else:
             low = middle + 1

@@ -5,6 +5,7 @@ What the rest of the program may use from this folder."""
 from .ledger import Ledger, ledger_hooks, short_hash
 from .repeat_reads import repeat_read_stub, true_stubs
 from .summary_ahead import SummaryAhead
+from .settings import Settings
 from .store import Store
 from .summary import (fallback_summary, fit_for_summary, nothing_to_summarize, render_todos, Restorable,
                       shorter, smaller_budget, summary_instructions, summary_problem, what_comes_back)
