@@ -57,10 +57,10 @@ from s08_context_compact.compaction import (
     summary_problem, SummaryAhead, true_stubs, what_comes_back)
 from s08_context_compact.safety import command_risks, run_command, Sandbox, Undo, undo_hooks
 from s08_context_compact.command_line import (
-    add_prompt, ahead_loop, build_system_prompt, configure, layer_line, model_connection,
-    open_session, park_long_inputs, park_oversized_request, record_interruption, report_command,
-    run, say_what_start_up_found, show_status, show_tool_call, show_tool_result, start_repl,
-    terminal_confirm, turn_failed)
+    add_prompt, ahead_loop, build_system_prompt, configure, layer_line, Lesson, model_connection,
+    open_session, park_long_inputs, park_oversized_request, run, say_what_start_up_found,
+    show_status, show_tool_call, show_tool_result, start_repl, take_line, terminal_confirm,
+    turn_failed)
 
 
 # ==== PART 1: THE CHAPTER ========================================================================
@@ -750,8 +750,8 @@ def agent_loop(agent, messages: list) -> str | None:
 
 
 # ---- one user turn -------------------------------------------------------------------------------
-# What the REPL (command_line/repl.py) hands each line to. command_line/user_turns.py holds what
-# a turn needs around the lesson: a prompt too long to send, an API error that ends the turn.
+# What command_line/user_turns.py's take_line hands a prompt to. That module holds what a turn
+# needs around the lesson too: a prompt too long to send, an API error that ends the turn.
 
 def take_turn(agent, messages: list, prompt: str) -> bool:
     """One user turn: the hooks see the prompt, it joins the history, and the loop runs
@@ -774,32 +774,10 @@ def take_turn(agent, messages: list, prompt: str) -> bool:
     return True
 
 
-def handle_command(agent, messages: list, line: str) -> bool:
-    """/compact summarizes now, with an optional focus; /clear starts a new conversation."""
-    command, _, focus = line.partition(" ")
-    if command == "/compact" and messages:
-        compacted = run_compact_history(agent, messages, focus.strip())
-        replace_history(agent.log, messages, compacted, "/compact")
-    elif command == "/clear":
-        agent.state.ahead.drop(ahead_loop(agent), "/clear")
-        replace_history(agent.log, messages, [], "/clear")
-        # a new conversation: nothing read, no todos, no facts
-        agent.state, agent.ledger = LoopState(), Ledger()
-    tokens = context_tokens(agent, messages)
-    return report_command(agent, messages, command, tokens, estimate_text_tokens)
-
-
-def take_line(agent, messages: list, line: str) -> bool:
-    """A command or a prompt; False when it ended in an API error. After Ctrl-C the history
-    says so (a layer only replaces the history when done, so it is intact)."""
-    try:
-        if line.startswith("/"):
-            return handle_command(agent, messages, line)
-        return take_turn(agent, messages, line)
-    except KeyboardInterrupt as stop:
-        record_interruption(agent, messages, getattr(stop, "partial", ""))
-        agent.say("\n(interrupted; the conversation is kept, type your next message)")
-        return True
+# What a line typed at the prompt reaches here: command_line/user_turns.py's take_line runs
+# a prompt as a turn, and the REPL's commands (/compact summarizes now, /clear starts anew).
+LESSON = Lesson(take_turn=take_turn, compact=run_compact_history, new_state=LoopState,
+                measure=context_tokens)
 
 
 # ==== PART 2: WHAT EARLIER CHAPTERS BUILT ========================================================
@@ -1071,7 +1049,7 @@ def main(argv=None) -> int:
     install_default_hooks(agent)
     say_what_start_up_found(agent, config)  # the banner first, then what start-up found
     messages = open_session(agent, config.resume)
-    return start_repl(agent, config.interactive, messages, take_line)
+    return start_repl(agent, config.interactive, messages, partial(take_line, lesson=LESSON))
 
 
 if __name__ == "__main__":

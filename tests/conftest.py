@@ -27,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import cli_runner  # noqa: E402
 from s08_context_compact.offline.fake_anthropic import FakeAnthropic  # noqa: E402
+from s08_context_compact.command_line import handle_command  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 CODE = ROOT / "s08_context_compact" / "code.py"
@@ -136,7 +137,7 @@ def make_agent(s08, fake, workspace, sandbox):
 def context_report(s08, agent, messages: list) -> str:
     """What /context prints for this history (the command itself, through the agent's output)."""
     before = len(agent.out)
-    s08.handle_command(agent, messages, "/context")
+    handle_command(agent, messages, "/context", s08.LESSON)
     return "".join(agent.out[before:])
 
 

@@ -14,6 +14,7 @@ import pytest
 from conftest import blocks, run_cli
 from s08_context_compact.offline.fake_anthropic import text, tool_use, tool_uses
 from s08_context_compact.safety import command_runner as commands  # noqa: E402
+from s08_context_compact.command_line import handle_command
 
 
 def run_tool_call(s08, make_agent, fake, name, args):
@@ -317,7 +318,7 @@ def test_an_api_error_after_a_compaction_withdraws_only_the_prompt(s08, make_age
     agent = make_agent()
     messages = []
     s08.take_turn(agent, messages, "first question")
-    s08.handle_command(agent, messages, "/compact")
+    handle_command(agent, messages, "/compact", s08.LESSON)
     summary = messages[0]["content"][0]["text"]
     s08.take_turn(agent, messages, "second question")
     assert "Your message was not answered and was taken back out" in agent.out.text

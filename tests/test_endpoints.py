@@ -16,6 +16,7 @@ from s08_context_compact.endpoint import overflow as overflow_module
 from s08_context_compact.session import log_repair
 from s08_context_compact.basics import terminal
 from s08_context_compact.command_line.user_turns import add_user_text  # noqa: E402
+from s08_context_compact.command_line import handle_command
 
 TOOLS = [{"name": "bash", "description": "run", "input_schema": {"type": "object", "properties": {}}}]
 
@@ -484,7 +485,7 @@ def test_after_a_summary_the_size_is_never_below_what_is_sent(s08, make_agent):
         messages = [user("tell me " + "about the parser " * 2_000)]
         fake.reply(text("a long answer " * 500))
         s08.agent_loop(agent, messages)
-        s08.handle_command(agent, messages, "/compact")
+        handle_command(agent, messages, "/compact", s08.LESSON)
         assert s08.context_tokens(agent, messages) >= agent.overhead + s08.estimate_tokens(messages) // 2
 
 
@@ -509,6 +510,6 @@ def test_a_summary_refusal_that_names_a_window_below_what_was_answered_does_not_
         assert answered > 8_000
         fake.summary(error(400, "invalid_request_error", "prompt is too long: 30000 tokens > 8000 maximum"),
                      text("<summary>Short.</summary>"))
-        s08.handle_command(agent, messages, "/compact")
+        handle_command(agent, messages, "/compact", s08.LESSON)
         assert agent.endpoint.window == 60_000 and not agent.endpoint.learned and agent.endpoint.undercount == 1.0
         assert f"the endpoint named a limit of 8,000 tokens, but it has answered {answered:,}" in agent.out.text

@@ -13,6 +13,7 @@ from conftest import assert_requests_valid, blocks, chat, run_cli, user
 from s08_context_compact.offline.fake_anthropic import PROVIDERS, FakeAnthropic, error, silent_failure, text, tool_use
 from s08_context_compact.endpoint import model_calls as endpoint_module
 from s08_context_compact.endpoint import replies
+from s08_context_compact.command_line import handle_command
 
 LITELLM_LLAMACPP = PROVIDERS["litellm_llamacpp"]
 
@@ -104,13 +105,13 @@ def test_an_empty_or_placeholder_summary_is_a_failed_summary(s08, make_agent, wo
         agent = make_agent(server=fake)
         messages = chat(3, 500) + [user("what now")]
         fake.summary(*[silent_failure()] * 4)
-        s08.handle_command(agent, messages, "/compact")
+        handle_command(agent, messages, "/compact", s08.LESSON)
         assert "[summary] failed (1/3)" in agent.out.text and "summary by the model" not in agent.out.text
         assert transcript_footers(workspace)[-1]["summary_by"] == "fallback"
     with FakeAnthropic() as fake:  # blanks with usage: "(no reply)" is no summary either
         agent = make_agent(server=fake)
         fake.summary(text("  "), text("\n"))
-        s08.handle_command(agent, messages, "/compact")
+        handle_command(agent, messages, "/compact", s08.LESSON)
         assert transcript_footers(workspace)[-1]["summary_by"] == "fallback"
         assert "(no reply)" not in transcript_footers(workspace)[-1]["summary"]
 

@@ -13,6 +13,7 @@ import pytest
 from conftest import Terminal, blocks, run_cli
 from s08_context_compact.session import session_log
 from s08_context_compact.offline.fake_anthropic import text, tool_use
+from s08_context_compact.command_line import handle_command
 
 STRIPE = "sk_live_51HxQ2eZvKYlo2C0a9"
 ENV = f"NODE_ENV=production\nSTRIPE_KEY={STRIPE}\nPORT=80\n"
@@ -244,7 +245,7 @@ def test_undo_puts_back_what_a_turn_did_by_every_tool_and_redo_reverses_it(s08, 
     assert s08.take_turn(agent, messages, "rework the project")
     after = tree(workspace)
     assert after != before and "lib/m0.py" not in after and after["notes.md"] == b"lose these notes\n"
-    s08.handle_command(agent, messages, "/undo")
+    handle_command(agent, messages, "/undo", s08.LESSON)
     assert tree(workspace) == before and not (workspace / "out").exists(), "every file back; what it made, gone"
     copies = {p.name: p.read_bytes() for p in agent.undo.store.iterdir()}
     assert b"x = 0\n" in copies.values(), "in git or not, every file's content is undo's own copy"
@@ -253,7 +254,7 @@ def test_undo_puts_back_what_a_turn_did_by_every_tool_and_redo_reverses_it(s08, 
     said = agent.out.text
     assert "[undo] files your request \"rework the project\" changed: 7 put back as they were (" in said
     assert all(name in said for name in ("app.py", "lib/m0.py", "new.py", "out/deep/f.txt", "notes.md"))
-    s08.handle_command(agent, messages, "/redo")
+    handle_command(agent, messages, "/redo", s08.LESSON)
     assert tree(workspace) == after
     fake.reply(text("Understood."))
     assert s08.take_turn(agent, messages, "what happened?")
@@ -267,7 +268,7 @@ def test_undo_with_nothing_to_undo_says_so_and_changes_nothing(s08, make_agent, 
     fake.reply(tool_use("read_file", {"path": "app.py"}), text("Read it."))
     messages = []
     assert s08.take_turn(agent, messages, "look")
-    s08.handle_command(agent, messages, "/undo")
+    handle_command(agent, messages, "/undo", s08.LESSON)
     assert "Nothing to undo" in agent.out.text and tree(workspace) == before
 
 
@@ -434,7 +435,7 @@ def undo_after(s08, make_agent, fake, workspace, command, between=None):
     if between:
         between()
     before = len(agent.out)
-    s08.handle_command(agent, messages, "/undo")
+    handle_command(agent, messages, "/undo", s08.LESSON)
     return "".join(agent.out[before:])
 
 
@@ -489,7 +490,7 @@ def test_a_turn_that_changed_nothing_is_not_what_undo_undoes(s08, make_agent, fa
                tool_use("bash", {"command": "ls"}), text("Listed."))
     messages = []
     assert s08.take_turn(agent, messages, "change it") and s08.take_turn(agent, messages, "list")
-    s08.handle_command(agent, messages, "/undo")
+    handle_command(agent, messages, "/undo", s08.LESSON)
     assert (workspace / "app.py").read_text() == "v1\n" and 'request "change it"' in agent.out.text
 
 

@@ -12,6 +12,7 @@ import pytest
 from conftest import CODE, Terminal, run_cli, context_report
 from s08_context_compact.offline.fake_anthropic import FakeAnthropic, error, text, tool_use
 from s08_context_compact.basics import terminal  # noqa: E402
+from s08_context_compact.command_line import handle_command
 
 
 def imported_modules(workspace, *args, python_flags=()) -> tuple:
@@ -299,7 +300,7 @@ def test_compact_is_followed_by_the_status_line_on_a_terminal(s08, make_agent, f
     s08.take_turn(agent, messages, "hi")
     assert re.search(r"^context [\d.]+k?/200\.0k tokens", agent.out.text, re.M), "after a reply: the endpoint's count"
     before = len(agent.out)
-    s08.handle_command(agent, messages, "/compact")
+    handle_command(agent, messages, "/compact", s08.LESSON)
     shown = "".join(agent.out[before:])
     assert "[compact_history] " in shown
     # a new history no reply has measured yet: our estimate, and marked as one

@@ -9,6 +9,7 @@ from s08_context_compact.command_line import session_picture
 from benchmark import long_log
 from conftest import run_cli
 from s08_context_compact.offline.fake_anthropic import text, tool_use
+from s08_context_compact.command_line import handle_command
 
 HOSTILE = ['<script>alert("x")</script>', '"><img src=x onerror=alert(1)>']
 
@@ -20,8 +21,8 @@ def test_text_from_a_file_a_prompt_and_a_summary_is_shown_as_text(s08, make_agen
     fake.reply(tool_use("read_file", {"path": "evil.md"}), text(f"It says {HOSTILE[1]}"))
     assert s08.take_turn(agent, messages, f"read evil.md {HOSTILE[0]} {HOSTILE[1]}")
     fake.summary(text(f"<summary>The user asked about evil.md. {HOSTILE[0]} {HOSTILE[1]}</summary>"))
-    s08.handle_command(agent, messages, "/compact")
-    s08.handle_command(agent, messages, "/report")
+    handle_command(agent, messages, "/compact", s08.LESSON)
+    handle_command(agent, messages, "/report", s08.LESSON)
     page = session_picture.write_report(agent.log.path)
     shown = page.read_text(encoding="utf-8") + page.with_suffix(".svg").read_text(encoding="utf-8")
     assert "<script" not in shown and "<img" not in shown and "onerror=alert(1)>" not in shown

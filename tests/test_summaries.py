@@ -5,6 +5,7 @@ import json
 from conftest import assert_requests_valid, assert_valid, blocks, chat, plain, user
 from s08_context_compact.offline.fake_anthropic import FakeAnthropic, text, tool_use, tool_uses
 from s08_context_compact.command_line.user_turns import add_user_text  # noqa: E402
+from s08_context_compact.command_line import handle_command
 
 
 def first_texts(body):
@@ -209,7 +210,7 @@ def test_a_useless_summary_still_leaves_the_latest_failed_commands_error(s08, fa
     fake.summary(text("<summary>Some work was done.</summary>"))
     messages = chat(4, 3_000)  # enough before it for a summary to be worth making
     assert s08.take_turn(agent, messages, "build it")
-    s08.handle_command(agent, messages, "/compact")
+    handle_command(agent, messages, "/compact", s08.LESSON)
     assert s08.take_turn(agent, messages, "why did it fail?")
     sent = json.dumps(fake.main_requests[-1]["messages"])
     assert "undefined symbol: frobnicate_v2" in sent and "(exit 2)" in sent

@@ -184,7 +184,7 @@ def called_off(fake, job) -> None:
 def test_clear_calls_off_the_summary_in_flight(s08, fake, make_agent):
     agent, messages, job = start_one_in_flight(s08, fake, make_agent)
     assert "one being written, of the first" in context_report(s08, agent, messages)
-    s08.take_line(agent, messages, "/clear")
+    s08.take_line(agent, messages, "/clear", s08.LESSON)
     called_off(fake, job)
     assert messages == [] and "[summary ahead] called off: /clear" in agent.out.text
     assert agent.ledger.lines() == [], "the facts of the old conversation do not come back in the new one"
@@ -196,7 +196,7 @@ def test_clear_calls_off_the_summary_in_flight(s08, fake, make_agent):
 def test_compact_with_a_focus_calls_it_off_and_summarizes_now(s08, fake, make_agent):
     agent, messages, job = start_one_in_flight(s08, fake, make_agent)
     fake.summary(text("<summary>FOCUSED summary of the writes.</summary>"))
-    s08.take_line(agent, messages, "/compact the files written")
+    s08.take_line(agent, messages, "/compact the files written", s08.LESSON)
     called_off(fake, job)
     assert "FOCUSED summary" in json.dumps(messages[0]) and SUMMARY not in json.dumps(messages)
     assert "Focus especially on: the files written" in json.dumps(fake.summary_requests[-1]["messages"][-1])
@@ -208,10 +208,10 @@ def test_a_second_ctrl_c_while_waiting_for_the_same_summary_calls_it_off(s08, fa
     fake.summary(held(text(f"<summary>{SUMMARY}</summary>")))  # never let go
     fake.reply(*[write(k) for k in range(20)], text("All written."))
     messages = []
-    assert s08.take_line(agent, messages, "write the files")
+    assert s08.take_line(agent, messages, "write the files", s08.LESSON)
     job = agent.state.ahead.job
     assert "it goes on in the background" in agent.out.text and job and job.thread.is_alive()
-    assert s08.take_line(agent, messages, "go on")  # at the threshold it is waited for again
+    assert s08.take_line(agent, messages, "go on", s08.LESSON)  # at the threshold it is waited for again
     assert "Ctrl-C again calls it off" in agent.out.text
     assert "called off: Ctrl-C again while waiting for it" in agent.out.text and agent.state.ahead.job is None
     called_off(fake, job)
@@ -387,7 +387,7 @@ def test_a_subagent_compacts_as_before_and_the_summary_in_flight_goes_on(s08, fa
     assert s08.take_turn(agent, messages, "ask a subagent to count the files")
     assert agent.state.ahead.job is job and job.thread.is_alive()  # untouched by the subagent's loop
     assert len(fake.summary_requests) == 1
-    s08.take_line(agent, messages, "/clear")
+    s08.take_line(agent, messages, "/clear", s08.LESSON)
     called_off(fake, job)
 
 
@@ -507,7 +507,7 @@ def test_a_summary_set_aside_is_in_the_sessions_picture_with_why(s08, fake, make
     s08.summarize_ahead(agent, messages, agent.state.ahead.due(s08.ahead_loop(agent), messages, 10_000_000), 10_000)
     ahead = agent.state.ahead  # /clear starts the loop's state anew
     wait_until(lambda: ahead.job.done.is_set())
-    s08.take_line(agent, messages, "/clear")
+    s08.take_line(agent, messages, "/clear", s08.LESSON)
     assert ahead.discarded == 1 and "[summary ahead] set aside: /clear" in agent.out.text
     shown = session_picture.write_report(agent.log.path).read_text(encoding="utf-8")
     assert "writing the summary ahead (set aside: /clear)" in shown

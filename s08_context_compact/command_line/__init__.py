@@ -7,6 +7,6 @@ from .repl import start_repl, terminal_confirm
 from .startup import build_system_prompt, open_session
 from .work_lines import TOOL_MARK, layer_line, show_tool_call, show_tool_result
 from .session_picture import report_line
-from .user_turns import (add_prompt, ahead_loop, model_connection, park_long_inputs,
-                         park_oversized_request, record_interruption, report_command, show_status,
-                         turn_failed)
+from .user_turns import (add_prompt, ahead_loop, handle_command, Lesson, model_connection,
+                         park_long_inputs, park_oversized_request, record_interruption, show_status,
+                         take_line, turn_failed)

@@ -2,7 +2,7 @@
 a question that asks for a yes, and the prompts kept between runs.
 
 Machinery the chapter does not need: code.py's main hands the session to start_repl, and each
-line typed goes back to code.py's take_line.
+line typed goes to user_turns.py's take_line.
 """
 
 import shutil

@@ -6,8 +6,10 @@ Ctrl-C the history says the work was cancelled. A prompt
 the model never answered (an API error) is taken back out, so that sending it again does
 not send it twice. /undo and /redo put files back (undo.py), and the model is told.
 
-Machinery the chapter does not need: code.py's take_turn and handle_command call these
-around the parts that teach (the hooks, the loop, /compact and /clear), and its model calls
+Machinery the chapter does not need: the REPL hands each line to take_line, which hands a
+prompt to code.py's take_turn (given in a Lesson, as nothing here imports code.py) and runs
+a command (handle_command: /compact calls code.py's run_compact_history). take_turn calls
+these around the parts that teach (the hooks, the loop), and its model calls
 take the Connection model_connection makes of the agent, and its summary written ahead the
 AheadLoop ahead_loop makes.
 """
@@ -16,9 +18,10 @@ import copy
 from dataclasses import dataclass, replace
 from functools import partial
 
+from ..compaction import Ledger
 from ..endpoint import Connection, ContextOverflow, explain_api_error
-from ..messages import (Disk, append_message, blocks_of, own_text, park_oversized_inputs,
-                        replace_history, with_text)
+from ..messages import (Disk, append_message, blocks_of, estimate_text_tokens, own_text,
+                        park_oversized_inputs, replace_history, with_text)
 from .work_lines import context_report, status_line
 from .session_picture import report_line
 from ..basics import Screen, printable, say
@@ -128,9 +131,46 @@ def show_status(agent, messages: list, tokens: int) -> None:
         agent.say(status_line(agent.settings, tokens, exact=agent.state.tokens.measures(messages)), "dim")
 
 
+@dataclass(frozen=True)
+class Lesson:
+    """What a line typed at the prompt reaches in code.py, which nothing here imports."""
+    take_turn: object   # take_turn(agent, messages, prompt): False when an API error ended it
+    compact: object     # run_compact_history(agent, messages, focus): the history, compacted
+    new_state: object   # LoopState: what a new conversation (/clear) starts from
+    measure: object     # context_tokens(agent, messages)
+
+
+def take_line(agent, messages: list, line: str, lesson: Lesson) -> bool:
+    """A command or a prompt; False when it ended in an API error. After Ctrl-C the history
+    says so (a layer only replaces the history when done, so it is intact)."""
+    try:
+        if line.startswith("/"):
+            return handle_command(agent, messages, line, lesson)
+        return lesson.take_turn(agent, messages, line)
+    except KeyboardInterrupt as stop:
+        record_interruption(agent, messages, getattr(stop, "partial", ""))
+        agent.say("\n(interrupted; the conversation is kept, type your next message)")
+        return True
+
+
+def handle_command(agent, messages: list, line: str, lesson: Lesson) -> bool:
+    """/compact summarizes now, with an optional focus; /clear starts a new conversation;
+    every command then says what it did (report_command)."""
+    command, _, focus = line.partition(" ")
+    if command == "/compact" and messages:
+        compacted = lesson.compact(agent, messages, focus.strip())
+        replace_history(agent.log, messages, compacted, "/compact")
+    elif command == "/clear":
+        agent.state.ahead.drop(ahead_loop(agent), "/clear")
+        replace_history(agent.log, messages, [], "/clear")
+        # a new conversation: nothing read, no todos, no facts
+        agent.state, agent.ledger = lesson.new_state(), Ledger()
+    tokens = lesson.measure(agent, messages)
+    return report_command(agent, messages, command, tokens, estimate_text_tokens)
+
+
 def report_command(agent, messages: list, command: str, tokens: int, measure) -> bool:
-    """What a command says once it has run (/compact and /clear act in code.py); True, for
-    a command is never an API error."""
+    """What a command says once it has run; True, for a command is never an API error."""
     if command == "/help":
         agent.say(HELP)
     elif command == "/context":

@@ -21,7 +21,7 @@ from pathlib import Path
 import anthropic
 
 from .fake_anthropic import FakeAnthropic, error, server_error, text, tool_use
-from ..command_line import TOOL_MARK, report_line
+from ..command_line import TOOL_MARK, handle_command, report_line
 from ..basics import OWN_FOLDERS, TASK_OUTPUTS_DIR, TRANSCRIPT_DIR, STYLES, cut_to_width, format_tokens, printable, terminal_columns
 
 WINDOW = 12_000
@@ -231,7 +231,7 @@ def play_step(code, agent, fake, messages, title, what, prompt, script, say) -> 
                 say(f"s08 >> {script['between']}")
                 code.take_turn(agent, messages, script["between"])
             say(f"s08 >> {prompt}")
-            code.handle_command(agent, messages, prompt)
+            handle_command(agent, messages, prompt, code.LESSON)
     else:
         for turn in range(script.get("turns", 1)):
             asked = prompt if turn == 0 else f"Go on with part {turn}"
