@@ -40,14 +40,14 @@ if not __package__:  # Run as a script, Python put this folder first on sys.path
 
 from s08_context_compact.basics import (
     OWN_SKILLS, TOOL_RESULTS_DIR, discover_skills, edit_file, glob_files, inside_workspace,
-    one_line, path_risk, read_lines, redact, Redactor, say, Screen, Spinner, ToolError, write_file)
+    one_line, path_risk, read_lines, redact, Redactor, say, Screen, ToolError, write_file)
 from s08_context_compact.messages import (
     CHARS_PER_TOKEN, COMPACT_MARKER, NOTE_MARKER, OWN, PERSISTED_TAG, PLACEHOLDER_PREFIX,
-    REACTIVE_MARKER, SNIP_MARKER, append_message, blocks_of, check_tool_input,
-    current_request, estimate_text_tokens, estimate_tokens, group_starts, head_within,
-    is_tool_result_message, message_groups, newest_within, own_text, paths_read,
-    refused_result, replace_history, replace_result, result_text, said_text, sendable,
-    todo_problem, TokenCounter, tool_names, what_was_done, with_text)
+    REACTIVE_MARKER, SNIP_MARKER, append_message, blocks_of, current_request,
+    estimate_text_tokens, estimate_tokens, group_starts, head_within, is_tool_result_message,
+    message_groups, newest_within, own_text, paths_read, replace_history, replace_result,
+    result_text, said_text, sendable, todo_problem, TokenCounter, tool_names, what_was_done,
+    with_text)
 from s08_context_compact.endpoint import (
     CACHE_TTLS, api_error_text, api_failures, cache_mark, ContextOverflow, count_tokens, Endpoint,
     extract_summary, make_reply_sendable, model_reply, SummaryError, with_cache_breakpoints)
@@ -55,7 +55,8 @@ from s08_context_compact.compaction import (
     fallback_summary, fit_for_summary, Ledger, ledger_hooks, nothing_to_summarize, render_todos,
     repeat_read_stub, Restorable, Settings, shorter, smaller_budget, Store, summary_instructions,
     summary_problem, SummaryAhead, true_stubs, what_comes_back)
-from s08_context_compact.safety import command_risks, run_command, Sandbox, Undo, undo_hooks
+from s08_context_compact.safety import (
+    command_risks, run_command, run_tool_calls, Sandbox, Toolbox, Undo, undo_hooks)
 from s08_context_compact.command_line import (
     add_prompt, ahead_loop, build_system_prompt, configure, layer_line, Lesson, model_connection,
     open_session, park_long_inputs, park_oversized_request, run, say_what_start_up_found,
@@ -822,71 +823,20 @@ TOOLS = [
 ]
 
 
-def run_tool(agent, name: str, args: dict, schema: dict) -> tuple:
-    """(output, failed) of a call the hooks allowed; a tool's own error is its output."""
-    known = {key: value for key, value in args.items() if key in schema.get("properties", {})}
-    try:
-        with Spinner(agent.spinner_to if name != "task" else None, f"running {name}"):
-            output, failed = TOOL_HANDLERS[name](agent, **known), False
-    except ToolError as err:
-        output, failed = f"Error: {err}", True
-    except (OSError, ValueError, ContextOverflow, *api_failures()) as err:
-        output, failed = f"Error: {name} failed: {type(err).__name__}: {err}", True
-    ignored = sorted(set(args) - set(known))
-    if ignored:
-        output += f"\n(ignored argument(s) {name} does not take: {', '.join(ignored)})"
-    return output, failed
-
-
-def use_tool(agent, block: dict) -> dict:
-    """Run one tool call through the hooks; always returns a tool_result block."""
-    name, args = block["name"], block["input"]
-    show_tool_call(agent, name, args)  # "● bash  wc -l *.py" (command_line/work_lines.py)
-    schema = next((t["input_schema"] for t in agent.tools if t["name"] == name), None)
-    problem = check_tool_input(schema, args) if schema else None
-    denied = []
-    if schema and not problem:
-        answers = fire_hooks(agent, "PreToolUse", name=name, input=args)
-        denied = [answer["deny"] for answer in answers if "deny" in answer]
-    if schema is None:
-        available = ", ".join(t["name"] for t in agent.tools)
-        output, failed = f"Error: unknown tool '{name}'. Available tools: {available}.", True
-    elif problem:
-        output = f"Error: {name} was called wrongly: {problem}. Call it again with valid input."
-        failed = True
-    elif denied:
-        output, failed = denied[0], True
-    else:
-        agent.state.current_call = block["id"]
-        output, failed = run_tool(agent, name, args, schema)
-        fire_hooks(agent, "PostToolUse", name=name, input=args, output=output, is_error=failed)
-    output = redact(output, agent.secrets)  # a secret a tool printed never reaches model or disk
-    show_tool_result(agent, name, args, output, failed)  # a preview; for an edit, its −/+ lines
-    result = {"type": "tool_result", "tool_use_id": block["id"], "content": output}
-    return {**result, "is_error": True} if failed else result
-
-
 def use_tools(agent, tool_uses: list, refused: dict) -> tuple:
-    """Run every call in order (a refused one is answered with why). On Ctrl-C the rest
-    are answered as interrupted."""
-    results = []
-    try:
-        for block in tool_uses:
-            if block["id"] in refused:
-                why = refused[block["id"]]
-                show_tool_result(agent, block["name"], {}, f"{block['name']}: {why}", failed=True)
-                results.append(refused_result(block, why))
-            else:
-                results.append(use_tool(agent, block))
-        return results, False
-    except KeyboardInterrupt as stop:
-        ended = getattr(stop, "__notes__", None)  # what run_command ended, as SIGTERM's exit says
-        if ended:
-            agent.say(" ".join(ended), "dim")
-        for block in tool_uses[len(results):]:
-            results.append({"type": "tool_result", "tool_use_id": block["id"], "is_error": True,
-                            "content": "Interrupted by the user before this finished."})
-        return results, True
+    """Run every call in order, each through the hooks (PreToolUse may deny it; PostToolUse
+    sees its output); a refused call is answered with why, and after Ctrl-C every call left
+    as interrupted (safety/tool_calls.py). Returns (results, interrupted)."""
+    box = Toolbox(agent.tools, partial(run_tool, agent), partial(fire_hooks, agent),
+                  partial(show_tool_call, agent), partial(show_tool_result, agent), agent.say,
+                  agent.spinner_to, agent.secrets)
+    return run_tool_calls(box, tool_uses, refused)
+
+
+def run_tool(agent, name: str, call_id: str, args: dict) -> str:
+    """A call the hooks allowed, by its tool's handler (below)."""
+    agent.state.current_call = call_id  # bash names the file of its output after the call
+    return TOOL_HANDLERS[name](agent, **args)
 
 
 def workspace_path(agent, path: str) -> Path:

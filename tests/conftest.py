@@ -134,6 +134,12 @@ def make_agent(s08, fake, workspace, sandbox):
     return build
 
 
+def use_tool(s08, agent, block: dict) -> dict:
+    """One tool call, run as the loop runs a batch of one: its tool_result."""
+    results, _ = s08.use_tools(agent, [block], {})
+    return results[0]
+
+
 def context_report(s08, agent, messages: list) -> str:
     """What /context prints for this history (the command itself, through the agent's output)."""
     before = len(agent.out)

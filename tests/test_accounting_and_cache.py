@@ -230,16 +230,17 @@ def test_piped_output_has_no_status_line_and_no_escape_codes(fake, workspace):
     assert "\r" not in done.stdout, "no spinner when the output is not a terminal"
 
 
-def test_the_spinner_shows_elapsed_seconds_and_erases_itself(s08):
+def test_the_spinner_shows_elapsed_seconds_and_erases_itself():
     import io
     from conftest import wait_until
+    from s08_context_compact.basics import Spinner
     quick = io.StringIO()
-    with s08.Spinner(quick, "running bash"):
+    with Spinner(quick, "running bash"):
         pass
     assert quick.getvalue() == "\r\033[K", "quick work draws nothing but the erase"
     slow = io.StringIO()
-    with s08.Spinner(slow, "waiting for the model"):
+    with Spinner(slow, "waiting for the model"):
         wait_until(lambda: "waiting for the model 0." in slow.getvalue())  # drawn after half a second
     assert slow.getvalue().endswith("\r\033[K")
-    with s08.Spinner(None, "off when not a terminal") as off:
+    with Spinner(None, "off when not a terminal") as off:
         assert off.thread is None, "no stream: nothing is started, so nothing can be drawn"

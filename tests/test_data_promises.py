@@ -11,7 +11,7 @@ import uuid
 
 import pytest
 
-from conftest import blocks, run_cli
+from conftest import blocks, run_cli, use_tool
 from s08_context_compact.offline.fake_anthropic import text, tool_use, tool_uses
 from s08_context_compact.safety import command_runner as commands  # noqa: E402
 from s08_context_compact.command_line import handle_command
@@ -186,7 +186,7 @@ def test_a_100mb_bash_output_is_on_disk_byte_for_byte_with_flat_memory(s08, make
     agent = make_agent()
     tracemalloc.start()
     try:
-        result = s08.use_tool(agent, {"type": "tool_use", "id": "toolu_big", "name": "bash",
+        result = use_tool(s08, agent, {"type": "tool_use", "id": "toolu_big", "name": "bash",
                                       "input": {"command": command}})
         peak = tracemalloc.get_traced_memory()[1]
     finally:
@@ -202,7 +202,7 @@ def test_a_100mb_bash_output_is_on_disk_byte_for_byte_with_flat_memory(s08, make
 
 def test_a_short_bash_output_leaves_no_file(s08, make_agent, workspace):
     agent = make_agent()
-    result = s08.use_tool(agent, {"type": "tool_use", "id": "toolu_small", "name": "bash",
+    result = use_tool(s08, agent, {"type": "tool_use", "id": "toolu_small", "name": "bash",
                                   "input": {"command": "echo small"}})
     assert result["content"] == "small"
     assert not (workspace / ".task_outputs").exists() or not list((workspace / ".task_outputs").rglob("*.*"))
@@ -214,7 +214,7 @@ def test_a_secret_across_chunks_and_the_head_boundary_never_leaks(s08, make_agen
     script = (f"import sys; sys.stdout.write('x' * {head - 10}); sys.stdout.flush(); "
               f"sys.stdout.write('{secret[:20]}'); sys.stdout.flush(); sys.stdout.write('{secret[20:]}' + 'y' * 300000)")
     agent = make_agent(secrets=[secret])
-    result = s08.use_tool(agent, {"type": "tool_use", "id": "toolu_s", "name": "bash",
+    result = use_tool(s08, agent, {"type": "tool_use", "id": "toolu_s", "name": "bash",
                                   "input": {"command": f"{sys.executable} -c \"{script}\""}})
     assert "sk-live" not in result["content"] and "QQQQ" not in result["content"]
     saved = (workspace / ".task_outputs" / "tool-results" / "toolu_s.txt").read_bytes()

@@ -7,7 +7,7 @@ import tracemalloc
 
 import pytest
 
-from conftest import LiveCLI, assert_requests_valid, assert_valid, blocks, plain, run_cli, user
+from conftest import LiveCLI, assert_requests_valid, assert_valid, blocks, plain, run_cli, user, use_tool
 from s08_context_compact.offline.fake_anthropic import text, tool_use, tool_uses
 from s08_context_compact.session import session_log  # noqa: E402
 
@@ -250,7 +250,7 @@ def test_duplicate_tool_use_ids_are_made_unique(s08, fake, make_agent):
 # ---------------------------------------------------------------- hostile and odd input
 
 def call(s08, agent, tool, **args):
-    result = s08.use_tool(agent, {"type": "tool_use", "id": "toolu_h", "name": tool, "input": args})
+    result = use_tool(s08, agent, {"type": "tool_use", "id": "toolu_h", "name": tool, "input": args})
     return result["content"], result.get("is_error", False)
 
 

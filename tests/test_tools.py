@@ -4,7 +4,7 @@ import time
 
 import pytest
 from s08_context_compact.safety import command_runner as commands  # noqa: E402
-from conftest import processes_with, wait_until
+from conftest import processes_with, wait_until, use_tool
 
 
 @pytest.fixture
@@ -13,7 +13,7 @@ def agent(make_agent):
 
 
 def call(s08, agent, tool, **args):
-    result = s08.use_tool(agent, {"type": "tool_use", "id": "toolu_t", "name": tool, "input": args})
+    result = use_tool(s08, agent, {"type": "tool_use", "id": "toolu_t", "name": tool, "input": args})
     return result["content"], result.get("is_error", False)
 
 
@@ -35,7 +35,7 @@ def test_wrong_arguments_are_reported_not_raised(s08, agent, args, expected):
 
 
 def test_input_that_is_not_an_object_is_reported(s08, agent):
-    result = s08.use_tool(agent, {"type": "tool_use", "id": "x", "name": "bash", "input": "ls"})
+    result = use_tool(s08, agent, {"type": "tool_use", "id": "x", "name": "bash", "input": "ls"})
     assert result["is_error"] and "JSON object" in result["content"]
 
 
@@ -209,6 +209,6 @@ def test_the_chapter_ships_a_real_skill(s08, agent):
 @pytest.mark.parametrize("prompt", ["", "   \n"])
 def test_a_task_with_a_blank_prompt_is_answered_with_what_to_do_and_sends_nothing(s08, make_agent, fake, prompt):
     agent = make_agent()
-    result = s08.use_tool(agent, {"type": "tool_use", "id": "toolu_t", "name": "task", "input": {"prompt": prompt}})
+    result = use_tool(s08, agent, {"type": "tool_use", "id": "toolu_t", "name": "task", "input": {"prompt": prompt}})
     assert result["content"] == "Error: task was called wrongly: argument 'prompt' must not be blank. Call it " \
         "again with valid input." and fake.requests == []

@@ -1,8 +1,9 @@
-"""What a command may do: shell words, command risks, the sandbox, running a command, undo.
+"""What a command or a tool call may do: shell words, command risks, the sandbox, running a command, running the model's tool calls, undo.
 
 What the rest of the program may use from this folder."""
 
 from .command_risks import command_risks
 from .command_runner import run_command
 from .sandbox import find_sandbox, Sandbox, start_up_line
+from .tool_calls import run_tool_calls, Toolbox
 from .undo import Undo, undo_hooks

@@ -1,0 +1,95 @@
+"""Running the model's tool calls: each is checked against its tool's schema, let through or
+refused by the PreToolUse hooks (code.py's permission check is one), run, its output
+redacted, then shown and answered with a tool_result. A batch cut short by Ctrl-C answers
+every call left, so no tool_use goes unanswered.
+
+Machinery the chapter does not need: code.py's use_tools hands a batch here with what it
+takes of the loop (a Toolbox), never the agent.
+"""
+
+from dataclasses import dataclass
+
+from ..basics import Spinner, ToolError, redact
+from ..endpoint import ContextOverflow, api_failures
+from ..messages import check_tool_input, refused_result
+
+
+@dataclass(frozen=True)
+class Toolbox:
+    """What running the model's tool calls takes of the loop."""
+    tools: list          # the definitions sent: a call is checked against its tool's schema
+    run: object          # run(name, call_id, input): the tool's output; raises ToolError
+    fire: object         # fire(event, **payload): the hooks' answers
+    show_call: object    # show_call(name, input): the line the person sees as a call starts
+    show_result: object  # show_result(name, input, output, failed)
+    say: object
+    spinner_to: object   # a terminal stream for the spinner while a tool runs, or None
+    secrets: object      # what no output may carry (a Redactor)
+
+
+def run_tool_calls(box: Toolbox, tool_uses: list, refused: dict) -> tuple:
+    """(a tool_result for every call, in order; whether Ctrl-C cut the batch short). A call
+    whose input could not be read (refused) is answered with why."""
+    results = []
+    try:
+        for block in tool_uses:
+            if block["id"] in refused:
+                why = refused[block["id"]]
+                box.show_result(block["name"], {}, f"{block['name']}: {why}", failed=True)
+                results.append(refused_result(block, why))
+            else:
+                results.append(answer_call(box, block))
+        return results, False
+    except KeyboardInterrupt as stop:
+        ended = getattr(stop, "__notes__", None)  # what run_command ended, as SIGTERM's exit says
+        if ended:
+            box.say(" ".join(ended), "dim")
+        for block in tool_uses[len(results):]:
+            results.append({"type": "tool_result", "tool_use_id": block["id"], "is_error": True,
+                            "content": "Interrupted by the user before this finished."})
+        return results, True
+
+
+def answer_call(box: Toolbox, block: dict) -> dict:
+    """Run one tool call through the hooks; always returns a tool_result block."""
+    name, args = block["name"], block["input"]
+    box.show_call(name, args)  # "● bash  wc -l *.py" (command_line/work_lines.py)
+    schema = next((t["input_schema"] for t in box.tools if t["name"] == name), None)
+    problem = check_tool_input(schema, args) if schema else None
+    denied = []
+    if schema and not problem:
+        answers = box.fire("PreToolUse", name=name, input=args)
+        denied = [answer["deny"] for answer in answers if "deny" in answer]
+    if schema is None:
+        available = ", ".join(t["name"] for t in box.tools)
+        output, failed = f"Error: unknown tool '{name}'. Available tools: {available}.", True
+    elif problem:
+        output = f"Error: {name} was called wrongly: {problem}. Call it again with valid input."
+        failed = True
+    elif denied:
+        output, failed = denied[0], True
+    else:
+        output, failed = call_handler(box, name, block["id"], args, schema)
+        box.fire("PostToolUse", name=name, input=args, output=output, is_error=failed)
+    output = redact(output, box.secrets)  # a secret a tool printed never reaches model or disk
+    box.show_result(name, args, output, failed)  # a preview; for an edit, its −/+ lines
+    result = {"type": "tool_result", "tool_use_id": block["id"], "content": output}
+    return {**result, "is_error": True} if failed else result
+
+
+def call_handler(box: Toolbox, name: str, call_id: str, args: dict, schema: dict) -> tuple:
+    """(output, failed) of a call the hooks allowed; a tool's own error is its output, and
+    arguments its schema does not list are left out, and named."""
+    known = {key: value for key, value in args.items() if key in schema.get("properties", {})}
+    spinner_to = box.spinner_to if name != "task" else None  # a subagent shows its own work
+    try:
+        with Spinner(spinner_to, f"running {name}"):
+            output, failed = box.run(name, call_id, known), False
+    except ToolError as err:
+        output, failed = f"Error: {err}", True
+    except (OSError, ValueError, ContextOverflow, *api_failures()) as err:
+        output, failed = f"Error: {name} failed: {type(err).__name__}: {err}", True
+    ignored = sorted(set(args) - set(known))
+    if ignored:
+        output += f"\n(ignored argument(s) {name} does not take: {', '.join(ignored)})"
+    return output, failed
