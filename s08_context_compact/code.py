@@ -42,26 +42,25 @@ from s08_context_compact.basics import (
     OWN_SKILLS, TOOL_RESULTS_DIR, discover_skills, edit_file, glob_files, inside_workspace,
     one_line, path_risk, read_lines, redact, Redactor, say, Screen, ToolError, write_file)
 from s08_context_compact.messages import (
-    CHARS_PER_TOKEN, COMPACT_MARKER, NOTE_MARKER, OWN, PERSISTED_TAG, PLACEHOLDER_PREFIX,
-    REACTIVE_MARKER, SNIP_MARKER, append_message, blocks_of, current_request,
-    estimate_text_tokens, estimate_tokens, group_starts, head_within, is_tool_result_message,
-    message_groups, newest_within, own_text, paths_read, replace_history, replace_result,
-    result_text, said_text, sendable, todo_problem, TokenCounter, tool_names, what_was_done,
-    with_text)
+    CHARS_PER_TOKEN, NOTE_MARKER, OWN, PERSISTED_TAG, PLACEHOLDER_PREFIX, SNIP_MARKER,
+    append_message, blocks_of, current_request, estimate_text_tokens, estimate_tokens,
+    group_starts, head_within, is_tool_result_message, message_groups, newest_within, own_text,
+    paths_read, replace_history, replace_result, result_text, said_text, sendable, todo_problem,
+    TokenCounter, tool_names, what_was_done, with_text)
 from s08_context_compact.endpoint import (
     CACHE_TTLS, api_error_text, api_failures, cache_mark, ContextOverflow, count_tokens, Endpoint,
     extract_summary, make_reply_sendable, model_reply, SummaryError, with_cache_breakpoints)
 from s08_context_compact.compaction import (
     fallback_summary, fit_for_summary, Ledger, ledger_hooks, nothing_to_summarize, render_todos,
-    repeat_read_stub, Restorable, Settings, shorter, smaller_budget, Store, summary_instructions,
-    summary_problem, SummaryAhead, true_stubs, what_comes_back)
+    repeat_read_stub, replace_with_summary, Restorable, Settings, shorter, smaller_budget, Store,
+    summary_instructions, summary_problem, SummaryAhead, true_stubs, what_comes_back)
 from s08_context_compact.safety import (
     command_risks, run_command, run_tool_calls, Sandbox, Toolbox, Undo, undo_hooks)
 from s08_context_compact.command_line import (
-    add_prompt, ahead_loop, build_system_prompt, configure, layer_line, Lesson, model_connection,
-    open_session, park_long_inputs, park_oversized_request, run, say_what_start_up_found,
-    show_status, show_tool_call, show_tool_result, start_repl, take_line, terminal_confirm,
-    turn_failed)
+    add_prompt, ahead_loop, build_system_prompt, configure, Lesson, model_connection,
+    open_session, park_long_inputs, park_oversized_request, report_layer, run,
+    say_what_start_up_found, show_status, show_tool_call, show_tool_result, start_repl,
+    take_line, terminal_confirm, turn_failed)
 
 
 # ==== PART 1: THE CHAPTER ========================================================================
@@ -374,15 +373,8 @@ def apply_layer(agent, layer, messages: list, /, **settings) -> list:
     if result is messages:
         return messages
     saved = agent.state.tokens.estimate(messages) - agent.state.tokens.estimate(result)
-    record = agent.stats.setdefault(name, {"runs": 0, "saved": 0})
-    record["runs"] += 1
-    record["saved"] += saved
-    # The result layers may point at a copy saved earlier, so name the folder, not new files.
-    written = [str(p) for p in agent.store.written[first_new:] if p.suffix == ".jsonl"]
-    where = written or [TOOL_RESULTS_DIR + "/"]
-    agent.say(layer_line(name, messages, result, saved, where), "layer")
-    if agent.log:
-        agent.log.layer(name, where, saved)
+    # counted for /context, said, and logged (command_line/work_lines.py)
+    report_layer(agent, name, messages, result, saved, agent.store.written[first_new:])
     return result
 
 
@@ -391,14 +383,9 @@ def apply_layer(agent, layer, messages: list, /, **settings) -> list:
 # without the model (compaction/summary.py), so compaction succeeds in every case.
 
 def summarize_with_model(agent, messages: list, focus: str, limit_tokens: int) -> str:
-    """One summary from the model (several calls only if it must drop old messages to fit).
-
-    The request continues the cached conversation when it fits: same system, tools and
-    messages, the instruction added at the end. tool_choice stays as the conversation has it
-    (unset): the prompt caching docs list a changed tool_choice among what invalidates the
-    cached messages, so the instruction alone forbids tools. When the endpoint once counted
-    more tokens than we estimate (undercount > 1), the estimates are scaled up by as much.
-    Raises SummaryError."""
+    """One summary from the model; raises SummaryError. The request continues the cached
+    conversation, the instruction added at the end (setting tool_choice would invalidate the
+    cache, so words alone forbid tools); estimates are scaled by the endpoint's undercount."""
     s, undercount = agent.settings, agent.endpoint.undercount
     instruction = summary_instructions(focus, limit_tokens)
     fixed = estimate_text_tokens(instruction) + s.summary_max_tokens
@@ -463,10 +450,8 @@ def make_summary(agent, messages: list, focus: str, limit: int) -> tuple:
 # then the user's recent words, the files read most recently, the todo list and the skills.
 
 def plan_restore(agent, messages: list, tail_tokens: int, shown: set = frozenset()) -> tuple:
-    """What comes back after a summary, and how many tokens that leaves the summary. What
-    RestoreContext hooks keep (the ledger's facts) comes first, then the user's recent words,
-    the files read most recently, the todo list and the skills loaded; compaction/summary.py
-    sizes each part, all together under a quarter of the window."""
+    """(what comes back, the tokens that leaves the summary): compaction/summary.py sizes
+    each part, all together under a quarter of the window."""
     hooks = fire_hooks(agent, "RestoreContext")
     restorable = Restorable(hooks, agent.ledger.reads, agent.workdir, agent.secrets,
                             agent.state.todos, agent.state.loaded_skills)
@@ -479,27 +464,6 @@ def pre_compact_focus(agent, messages: list, focus: str = "") -> str:
     for extra in fire_hooks(agent, "PreCompact", messages=messages, focus=focus):
         focus = " ".join(filter(None, [focus, extra.get("instructions", "")]))
     return focus
-
-
-def replace_with_summary(messages: list, kind: str, summary: str, tail: list, restored: list, *,
-                         preview_chars: int, store, footer: dict | None = None) -> list:
-    """Save the whole history (the footer last), then one user message with the summary,
-    the restored context and, last, the request being worked on; then the tail, its big
-    results saved and previewed."""
-    path = store.save_messages(messages, kind, footer)
-    marker = REACTIVE_MARKER if kind == "reactive" else COMPACT_MARKER
-    header = (f"{marker}: the earlier conversation was summarized to free context. "
-              f"The full transcript is saved at {path}.]\n\n{summary}")
-    content = [own_text(kind, header)] + [own_text("restored", t) for t in restored]
-    first = {"role": "user", "content": content}
-    tail = [preview_results(m, preview_chars, store) if m["role"] == "user" else m for m in tail]
-    request = current_request(messages)
-    in_flight = messages and messages[-1]["role"] == "user"  # a finished turn has no request
-    if request and in_flight and current_request(tail) != request:
-        first["content"].append(request)
-    result = [first] + tail
-    # Every layer hands back a history no larger than it got (a short one would only gain a header)
-    return result if estimate_tokens(result) < estimate_tokens(messages) else messages
 
 
 def summarize_into(agent, messages: list, tail: list, *, kind: str = "compact", focus: str = "",
@@ -521,8 +485,10 @@ def summarize_into(agent, messages: list, tail: list, *, kind: str = "compact", 
                          kept=json.dumps(tail))
     found = {key: value for answer in answers for key, value in answer.items() if key != "note"}
     footer = {"type": "compaction", "summary_by": source, "summary": summary, **found}
+    # the whole history saved, then the summary, what comes back and the request (summary.py)
+    preview = partial(preview_results, preview_chars=agent.settings.preview_chars, store=agent.store)
     result = replace_with_summary(messages, kind, summary, tail, restored, store=agent.store,
-                                  preview_chars=agent.settings.preview_chars, footer=footer)
+                                  preview=preview, footer=footer)
     if result is messages:
         agent.say(f"[{kind}] the summary came out no smaller than the history; the history is "
                   f"kept (transcript saved to {agent.store.written[-1]})")
@@ -575,6 +541,10 @@ def reactive_compact(messages: list, *, summarize, tail_tokens: int, ready=None)
     return summarize(messages, tail, kind="reactive", ready=ready.summary if ready else ())
 
 
+# ---- the pipeline --------------------------------------------------------------------------------
+# Each layer runs through apply_layer; the summary layers get a summary written ahead when one
+# is done (compaction/summary_ahead.py).
+
 def kept_after(agent, ready) -> list:
     """What came after a summary written ahead, through the layers that cost no call (each
     saves what it removes first) when, kept whole, it would leave the next summary too
@@ -606,8 +576,6 @@ def run_reactive_compact(agent, messages: list) -> list:
     return apply_layer(agent, reactive_compact, messages, summarize=partial(summarize_into, agent),
                        tail_tokens=tail_tokens, ready=ready)
 
-
-# ---- the pipeline --------------------------------------------------------------------------------
 
 def now() -> float:
     """The clock the cache's lifetime is measured on (the benchmark plays sessions on its own)."""

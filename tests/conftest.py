@@ -16,6 +16,7 @@ import sys
 import threading
 import time
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 
 import anthropic
@@ -28,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import cli_runner  # noqa: E402
 from s08_context_compact.offline.fake_anthropic import FakeAnthropic  # noqa: E402
 from s08_context_compact.command_line import handle_command  # noqa: E402
+from s08_context_compact.compaction import summary as summary_layer  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 CODE = ROOT / "s08_context_compact" / "code.py"
@@ -132,6 +134,13 @@ def make_agent(s08, fake, workspace, sandbox):
         s08.install_default_hooks(agent)
         return agent
     return build
+
+
+def replace_with_summary(s08, messages: list, kind: str, summary: str, tail: list, restored: list, *,
+                         store, preview_chars: int) -> list:
+    """compaction/summary.py's replace_with_summary, the tail previewed as code.py's layers preview it."""
+    preview = partial(s08.preview_results, preview_chars=preview_chars, store=store)
+    return summary_layer.replace_with_summary(messages, kind, summary, tail, restored, store=store, preview=preview)
 
 
 def use_tool(s08, agent, block: dict) -> dict:

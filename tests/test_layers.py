@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import assert_valid, blocks, user
+from conftest import assert_valid, blocks, user, replace_with_summary
 from s08_context_compact.compaction.store import save_tool_output, save_transcript
 from s08_context_compact.basics import own_folder
 
@@ -202,7 +202,7 @@ def test_micro_compact_is_stable_when_run_again(s08, savers):
 
 def test_compact_history_mid_turn_keeps_the_calls_in_flight_and_the_request(s08, savers):
     history = [user("old task"), answer(), user("fix the parser")] + pairs(4)
-    out = s08.replace_with_summary(history, "compact", "SUMMARY TEXT", s08.compact_tail(history), [], store=savers,
+    out = replace_with_summary(s08, history, "compact", "SUMMARY TEXT", s08.compact_tail(history), [], store=savers,
                                    preview_chars=2000)
     assert_valid(out, "fix the parser")
     assert out[0]["content"][0]["text"].startswith("[Compacted") and "SUMMARY TEXT" in out[0]["content"][0]["text"]
@@ -212,7 +212,7 @@ def test_compact_history_mid_turn_keeps_the_calls_in_flight_and_the_request(s08,
 
 def test_compact_history_at_turn_start_ends_with_the_request(s08, savers):
     history = [user("a")] + pairs(3) + [answer(), user("next: add tests")]
-    out = s08.replace_with_summary(history, "compact", "S", s08.compact_tail(history), [], store=savers,
+    out = replace_with_summary(s08, history, "compact", "S", s08.compact_tail(history), [], store=savers,
                                    preview_chars=2000)
     assert len(out) == 1
     assert out[0]["content"][-1] == {"type": "text", "text": "next: add tests"}
@@ -220,7 +220,7 @@ def test_compact_history_at_turn_start_ends_with_the_request(s08, savers):
 
 def test_compact_history_persists_big_unseen_results_before_shortening_them(s08, savers):
     history = [user("go"), call("a"), results(("a", "q" * 30_000))]
-    out = s08.replace_with_summary(history, "compact", "S", s08.compact_tail(history), [], store=savers,
+    out = replace_with_summary(s08, history, "compact", "S", s08.compact_tail(history), [], store=savers,
                                    preview_chars=500)
     assert result_contents(out)["a"].startswith("<persisted-output")
     assert (savers.outputs / "a.txt").read_text() == "q" * 30_000
@@ -230,7 +230,7 @@ def test_compact_history_persists_big_unseen_results_before_shortening_them(s08,
 def test_compact_history_never_returns_a_larger_history(s08, savers):
     history = [user("go"), answer("done")]
     restored = ["[Restored after compaction: a.py, re-read]\n" + "x = 1\n" * 200]
-    out = s08.replace_with_summary(history, "compact", "The user said go.", s08.compact_tail(history), restored,
+    out = replace_with_summary(s08, history, "compact", "The user said go.", s08.compact_tail(history), restored,
                                    store=savers, preview_chars=500)
     assert out is history, "a summary plus restored files would be larger than the two messages"
     assert read_transcript(next(savers.transcripts.iterdir())) == history, "the transcript is saved all the same"
@@ -240,7 +240,7 @@ def test_compact_history_never_returns_a_larger_history(s08, savers):
 
 def test_reactive_compact_keeps_only_recent_groups_that_fit(s08, savers):
     history = [user("refactor")] + pairs(30, size=4000)
-    out = s08.replace_with_summary(history, "reactive", "S", s08.reactive_tail(history, 3000), [], store=savers,
+    out = replace_with_summary(s08, history, "reactive", "S", s08.reactive_tail(history, 3000), [], store=savers,
                                    preview_chars=500)
     assert_valid(out, "refactor")
     assert s08.estimate_tokens(out) < s08.estimate_tokens(history) // 10
@@ -251,7 +251,7 @@ def test_reactive_compact_keeps_only_recent_groups_that_fit(s08, savers):
 def test_restored_context_sits_between_the_summary_and_the_request(s08, savers):
     history = [user("old"), answer(), user("now fix parser.py")] + pairs(2)
     restored = ["[Restored after compaction: todo list]\n[>] fix it", "[Restored after compaction: a.py, re-read]\nx"]
-    out = s08.replace_with_summary(history, "compact", "S", s08.compact_tail(history), restored, store=savers,
+    out = replace_with_summary(s08, history, "compact", "S", s08.compact_tail(history), restored, store=savers,
                                    preview_chars=2000)
     texts = [b["text"] for b in out[0]["content"]]
     assert texts[0].startswith("[Compacted") and texts[1:3] == restored and texts[3] == "now fix parser.py"

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from conftest import blocks, invariant_problems, load_code
+from conftest import blocks, invariant_problems, load_code, replace_with_summary
 from s08_context_compact.command_line.user_turns import add_user_text  # noqa: E402
 
 s08 = load_code()
@@ -270,7 +270,7 @@ def test_the_summary_layers_never_grow_and_reactive_fits_its_tail(name, history,
     restored = [text_of(Rolled(size), size) for size in restored_sizes]
     tail_tokens = config.threshold // (4 * undercount)
     tail = s08.compact_tail(history) if name == "compact_history" else s08.reactive_tail(history, tail_tokens)
-    after = s08.replace_with_summary(history, name.split("_")[0], summary, tail, restored, store=store,
+    after = replace_with_summary(s08, history, name.split("_")[0], summary, tail, restored, store=store,
                                      preview_chars=config.preview_chars)
     check_saved(history, after, store.texts, request_of(history))
     if name == "reactive_compact" and after is not history:

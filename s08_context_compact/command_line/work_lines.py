@@ -11,7 +11,7 @@ import json
 import re
 
 from ..messages import blocks_of
-from ..basics import INSTRUCTIONS_TAG, counted, format_tokens, one_line, terminal_columns
+from ..basics import INSTRUCTIONS_TAG, TOOL_RESULTS_DIR, counted, format_tokens, one_line, terminal_columns
 
 
 TOOL_MARK = "●"
@@ -114,6 +114,19 @@ def count_changes(name: str, before: list, after: list) -> int:
         if old is not new:  # layers copy only what they change
             changed += sum(x is not y for x, y in zip(blocks_of(old), blocks_of(new)))
     return changed
+
+
+def report_layer(agent, name: str, before: list, after: list, saved: int, written: list) -> None:
+    """What a layer did, counted (the session's stats: /context shows them), said and logged.
+    written is what the run saved; the result layers may point at a copy saved earlier, so
+    they name the folder, not new files."""
+    record = agent.stats.setdefault(name, {"runs": 0, "saved": 0})
+    record["runs"] += 1
+    record["saved"] += saved
+    where = [str(path) for path in written if path.suffix == ".jsonl"] or [TOOL_RESULTS_DIR + "/"]
+    agent.say(layer_line(name, before, after, saved, where), "layer")
+    if agent.log:
+        agent.log.layer(name, where, saved)
 
 
 def layer_line(name: str, before: list, after: list, saved: int, where: list) -> str:

@@ -8,4 +8,5 @@ from .summary_ahead import SummaryAhead
 from .settings import Settings
 from .store import Store
 from .summary import (fallback_summary, fit_for_summary, nothing_to_summarize, render_todos, Restorable,
-                      shorter, smaller_budget, summary_instructions, summary_problem, what_comes_back)
+                      replace_with_summary, shorter, smaller_budget, summary_instructions, summary_problem,
+                      what_comes_back)

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..basics import inside_workspace, redact
-from ..messages import (CHARS_PER_TOKEN, OWN, RESTORED_MARKER, blocks_of, current_request, cut_long_texts,
-                        estimate_text_tokens, estimate_tokens, head_within, last_reply_text, message_groups,
-                        newest_within, user_words)
+from ..messages import (CHARS_PER_TOKEN, COMPACT_MARKER, OWN, REACTIVE_MARKER, RESTORED_MARKER, blocks_of,
+                        current_request, cut_long_texts, estimate_text_tokens, estimate_tokens, head_within,
+                        last_reply_text, message_groups, newest_within, own_text, user_words)
 from .ledger import short_hash
 
 POST_COMPACT_MAX_FILES = 5          # after compaction, re-read at most this many of the files read most recently
@@ -205,3 +205,24 @@ def what_comes_back(messages: list, restorable: Restorable, s, fixed: int, shown
     restored = [p for p in parts if p]
     limit = s.compacted_max - fixed - sum(estimate_text_tokens(p) for p in restored)
     return restored, max(limit, s.window // 40)
+
+
+def replace_with_summary(messages: list, kind: str, summary: str, tail: list, restored: list, *,
+                         store, preview, footer: dict | None = None) -> list:
+    """Save the whole history (the footer last), then one user message with the summary,
+    the restored context and, last, the request being worked on; then the tail, its big
+    results saved and previewed (preview(message): code.py's preview_results)."""
+    path = store.save_messages(messages, kind, footer)
+    marker = REACTIVE_MARKER if kind == "reactive" else COMPACT_MARKER
+    header = (f"{marker}: the earlier conversation was summarized to free context. "
+              f"The full transcript is saved at {path}.]\n\n{summary}")
+    content = [own_text(kind, header)] + [own_text("restored", t) for t in restored]
+    first = {"role": "user", "content": content}
+    tail = [preview(m) if m["role"] == "user" else m for m in tail]
+    request = current_request(messages)
+    in_flight = messages and messages[-1]["role"] == "user"  # a finished turn has no request
+    if request and in_flight and current_request(tail) != request:
+        first["content"].append(request)
+    result = [first] + tail
+    # Every layer hands back a history no larger than it got (a short one would only gain a header)
+    return result if estimate_tokens(result) < estimate_tokens(messages) else messages
