@@ -6,7 +6,7 @@ Here halves that belong together are joined, and one that is alone becomes U+FFF
 
 Machinery the chapter does not need: model_calls.py makes a reply well formed as it is
 assembled, session_log.py a record as it is read back and a line as it is written, and
-code.py's save_transcript a line of a transcript.
+compaction/store.py's save_transcript a line of a transcript.
 """
 
 import re

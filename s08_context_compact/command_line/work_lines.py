@@ -28,7 +28,7 @@ def show_tool_call(agent, name: str, args: dict) -> None:
 
 def main_argument(name: str, args: dict) -> str:
     """What a call is about, in a few words: the command, the path, the pattern."""
-    if not isinstance(args, dict):  # refused by use_tool; shown as it came
+    if not isinstance(args, dict):  # refused (safety/tool_calls.py); shown as it came
         return one_line(json.dumps(args, ensure_ascii=False))
     path = str(args.get("path", ""))
     if name == "read_file" and ("offset" in args or "limit" in args):

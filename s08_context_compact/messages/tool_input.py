@@ -8,9 +8,9 @@ command, which the operating system cannot take. Each problem is said in words t
 can act on. Parked: a call whose input no longer fits the window keeps its short
 arguments; the long ones go to .task_outputs/tool-results/ and a pointer stays.
 
-Machinery the chapter does not need: code.py's use_tool calls check_tool_input (and
-run_todo_write todo_problem), use_tools answers a call whose input could not be read with
-refused_result, and the agent loop calls park_oversized_inputs; model_calls.py asks
+Machinery the chapter does not need: safety/tool_calls.py calls check_tool_input (and
+code.py's run_todo_write todo_problem) and answers a call whose input could not be read with
+refused_result, and command_line/user_turns.py calls park_oversized_inputs; model_calls.py asks
 input_problem of every reply, and the session log of every block it replays.
 """
 
@@ -67,8 +67,8 @@ def input_problem(value) -> str | None:
 
 def check_tool_input(schema: dict, args) -> str | None:
     """Return what is wrong with a tool call's input, or None when it fits the schema.
-    Arguments the schema does not list are not wrong (JSON Schema allows them); use_tool
-    leaves them out."""
+    Arguments the schema does not list are not wrong (JSON Schema allows them); the call is
+    run without them (safety/tool_calls.py)."""
     if not isinstance(args, dict):
         return "the input must be a JSON object"
     if nesting_depth(args) > MAX_INPUT_DEPTH:  # first: everything after may recurse
