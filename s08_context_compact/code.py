@@ -228,6 +228,22 @@ def over_threshold(agent, messages: list) -> bool:
     return tokens > s.threshold
 
 
+# ---- when the endpoint says the prompt did not fit -----------------------------------------------
+# Endpoints word it in many ways, and some answer 200 with stop_reason
+# "model_context_window_exceeded"; endpoint/overflow.py's table decides them all, and
+# model_reply raises ContextOverflow. Whoever called learns from it first (the loop, before
+# reactive_compact; the summary, before it tries with less): the window may be smaller.
+
+def adopt_overflow(agent, err: ContextOverflow) -> bool:
+    """Learn from an overflow what the endpoint's window really is, and size every threshold
+    to it; True when the window shrank."""
+    before, learned = agent.endpoint.window, agent.endpoint.learn_from(err)
+    if learned:
+        agent.say(learned, "layer")
+    agent.settings = agent.settings.resized(agent.endpoint.window)
+    return agent.endpoint.window < before
+
+
 # ---- the three cheap layers ----------------------------------------------------------------------
 # Each takes the history and returns it, changed or not. What it removes it first saves through
 # the store it is handed (compaction/store.py), under a name never used before.
@@ -346,8 +362,8 @@ def micro_compact(messages: list, *, keep_recent: int, min_chars: int, clear_at_
             path = block.get("saved_at")  # saved already, by tool_result_budget
         else:
             path = store.save_output(block["tool_use_id"], text)
-        tool = names.get(block["tool_use_id"], "tool")
-        placeholder = (f"{PLACEHOLDER_PREFIX} ({tool}) cleared to save context. "
+        tool_name = names.get(block["tool_use_id"], "tool")
+        placeholder = (f"{PLACEHOLDER_PREFIX} ({tool_name}) cleared to save context. "
                        f"Full output: {path}. Read that file if you need it again.]")
         if not fewer_tokens(placeholder, text):
             continue  # a long path can make the pointer cost more than a short result
@@ -627,21 +643,6 @@ def compact_pipeline(agent, messages: list) -> list:
     if covered:  # past the early mark: the loop goes on while the summary is written
         summarize_ahead(agent, messages, covered, tokens)
     return messages
-
-
-# ---- when the endpoint says the prompt did not fit -----------------------------------------------
-# Endpoints word it in many ways, and some answer 200 with stop_reason
-# "model_context_window_exceeded"; endpoint/overflow.py's table decides them all, and
-# model_reply raises ContextOverflow. Here the loop learns from it, before reactive_compact.
-
-def adopt_overflow(agent, err: ContextOverflow) -> bool:
-    """Learn from an overflow what the endpoint's window really is, and size every threshold
-    to it; True when the window shrank."""
-    before, learned = agent.endpoint.window, agent.endpoint.learn_from(err)
-    if learned:
-        agent.say(learned, "layer")
-    agent.settings = agent.settings.resized(agent.endpoint.window)
-    return agent.endpoint.window < before
 
 
 # ---- the agent loop ------------------------------------------------------------------------------

@@ -216,6 +216,26 @@ def test_code_py_is_the_lesson_and_main_comes_last():
     assert not [n for n in MACHINERY if "code" in imports_of(MODULE_PATHS[n])]
 
 
+def test_part_1_defines_a_name_before_it_uses_it():
+    """Read top to bottom, part 1 never sends the reader ahead: each name of code.py a
+    definition in part 1 uses is defined above it (part 2's tools are the one way out: the
+    loop runs them). One meaning per name: no local name hides one of code.py's own."""
+    lines = CODE.read_text(encoding="utf-8").splitlines()
+    part_2 = next(n for n, line in enumerate(lines, 1) if line.startswith("# ==== PART 2"))
+    ahead, hidden = [], []
+    for node in TREE.body:
+        if node.lineno > part_2 or not isinstance(node, (ast.FunctionDef, ast.ClassDef, ast.Assign)):
+            continue
+        for name in {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}:
+            if name in DEFINED_AT and node.lineno < DEFINED_AT[name] < part_2:
+                ahead.append(f"{getattr(node, 'name', 'line %d' % node.lineno)} uses {name}")
+        stored = {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+        hidden += [f"{getattr(node, 'name', node.lineno)}: {name}" for name in stored & set(DEFINED_AT)
+                   if not isinstance(node, ast.Assign)]
+    assert not ahead, ahead
+    assert not hidden, f"local names that hide code.py's own: {hidden}"
+
+
 SCREEN_LINES = 55  # an editor's window on a laptop
 
 
