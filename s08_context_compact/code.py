@@ -483,19 +483,20 @@ def pre_compact_focus(agent, messages: list, focus: str = "") -> str:
 
 
 def summarize_into(agent, messages: list, tail: list, *, kind: str = "compact", focus: str = "",
-                   ready: tuple = ()) -> list:
+                   written: tuple = ()) -> list:
     """Both summary layers: the hooks around the summary, what comes back after it, the
-    summary itself (unless one is ready), then the new history."""
-    focus = focus if ready else pre_compact_focus(agent, messages, focus)
+    summary itself (unless one was written ahead: written is its (text, who wrote it), and its
+    PreCompact hooks ran when it started), then the new history."""
+    focus = focus if written else pre_compact_focus(agent, messages, focus)
     tail_tokens = estimate_tokens(tail)
     restored, limit = plan_restore(agent, messages, tail_tokens, shown=paths_read(tail))
     # a placeholder's worth of slack: a summary no smaller than what it replaces is wasted
-    if kind == "compact" and not ready and nothing_to_summarize(messages, restored, tail_tokens,
+    if kind == "compact" and not written and nothing_to_summarize(messages, restored, tail_tokens,
                                                                  slack=PLACEHOLDER_TOKENS):
         agent.say("[compact_history] nothing to compact: a summary would not make the context "
                   "smaller")
         return messages
-    summary, source = ready or make_summary(agent, messages, focus, limit)
+    summary, source = written or make_summary(agent, messages, focus, limit)
     # PostCompact hooks check the summary (the ledger does); what they find is kept with it
     answers = fire_hooks(agent, "PostCompact", summary=summary, source=source,
                          kept=json.dumps(tail))
@@ -518,7 +519,8 @@ def summarize_into(agent, messages: list, tail: list, *, kind: str = "compact", 
 # ---- the two summary layers ----------------------------------------------------------------------
 # They take the history and their inputs as the cheap layers do: `summarize` is summarize_into
 # bound to the agent (the model, the hooks, the store), `over_threshold` the threshold check,
-# and `ready` a summary written ahead that is done (compaction/summary_ahead.py), if any.
+# and `ready` a summary written ahead that is done, if any (compaction/summary_ahead.py's Ready:
+# the summary, and the messages after the part it covers, its suffix).
 
 def compact_tail(messages: list) -> list:
     """In the middle of a turn the last call and its results stay, so the model carries on."""
@@ -533,7 +535,7 @@ def compact_history(messages: list, *, summarize, over_threshold, ready=None,
     A summary written ahead replaces only the part it covers (what came after stays, as
     ready.suffix); if the result is still over the threshold, it is summarized in turn."""
     if ready:
-        swapped = summarize(messages, ready.suffix or compact_tail(messages), ready=ready.summary)
+        swapped = summarize(messages, ready.suffix or compact_tail(messages), written=ready.summary)
         if swapped is not messages and over_threshold(swapped):
             return summarize(swapped, compact_tail(swapped))
         if swapped is not messages:
@@ -552,9 +554,9 @@ def reactive_compact(messages: list, *, summarize, tail_tokens: int, ready=None)
     tail_tokens (a share of the threshold, smaller when the endpoint counted more than we
     estimated), or what came after a summary written ahead."""
     if ready and ready.suffix:
-        return summarize(messages, ready.suffix, kind="reactive", ready=ready.summary)
+        return summarize(messages, ready.suffix, kind="reactive", written=ready.summary)
     tail = reactive_tail(messages, tail_tokens)
-    return summarize(messages, tail, kind="reactive", ready=ready.summary if ready else ())
+    return summarize(messages, tail, kind="reactive", written=ready.summary if ready else ())
 
 
 # ---- the pipeline --------------------------------------------------------------------------------
@@ -933,13 +935,14 @@ def install_default_hooks(agent) -> None:
     agent.hooks = {event: [] for event in HOOK_EVENTS}
     agent.hooks["PreToolUse"].append(permission_hook(agent))
 
-    def ledger_reads():  # as they are when a hook runs: /clear puts in a new ledger and state
+    # What each reads of the agent, as it is when a hook runs: /clear puts in a new ledger and state
+    def for_the_ledger():
         return agent.workdir, agent.ledger, agent.secrets, agent.state.todos
 
-    def undo_reads():
+    def for_undo():
         return agent.undo, agent.workdir, agent.say, agent.state.history
 
-    for event, hook in [*ledger_hooks(ledger_reads).items(), *undo_hooks(undo_reads).items()]:
+    for event, hook in [*ledger_hooks(for_the_ledger).items(), *undo_hooks(for_undo).items()]:
         agent.hooks[event].append(hook)
 
 

@@ -1,4 +1,5 @@
-"""What the layers lean on: the summary written ahead, repeated reads, the fact ledger.
+"""What the layers lean on: every size from the window, the store, the summary's pieces, the
+summary written ahead, repeated reads, the fact ledger.
 
 What the rest of the program may use from this folder."""
 

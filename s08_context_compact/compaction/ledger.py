@@ -107,14 +107,14 @@ def listed(keys: str, max_chars: int) -> str:
     return f"{shown}; and {keys.count('; ') - shown.count('; ')} more"
 
 
-def ledger_hooks(now) -> dict:
+def ledger_hooks(current) -> dict:
     """The ledger as a plug-in on the hooks: it records after each tool call and each user
     prompt, puts itself back after a summary (RestoreContext), and checks what the summary
-    kept (PostCompact). now() gives what they read, as it is when they run (/clear puts in a
+    kept (PostCompact). current() gives what they read, as it is when they run (/clear puts in a
     new ledger and todo list): (the workdir, the ledger, the secrets, the todo list)."""
     def after_tool(event: dict):
         name, args = event["name"], event["input"]
-        workdir, ledger, secrets, _ = now()
+        workdir, ledger, secrets, _ = current()
         if event["is_error"]:
             return None
         if name in ("read_file", "write_file", "edit_file"):
@@ -127,16 +127,16 @@ def ledger_hooks(now) -> dict:
         return None
 
     def on_prompt(event: dict):
-        now()[1].note_prompt(event["prompt"])
+        current()[1].note_prompt(event["prompt"])
         return None
 
     def restore(event: dict):
         return {"what": "fact ledger", "heading": "Fact ledger (recorded from tool calls and the user's words, "
-                "not from the summary):", "lines": now()[1].lines()}
+                "not from the summary):", "lines": current()[1].lines()}
 
     def check(event: dict):
         # what the summary keeps, with the messages kept after it as they are (a fact there is not lost)
-        _, ledger, secrets, todos = now()
+        _, ledger, secrets, todos = current()
         kept, total, lost = ledger.check(event["summary"] + event.get("kept", ""), todos)
         lost_keys = secrets.redact("; ".join(key for _, key in lost))  # a todo may quote a secret: before the cut
         missing = f" (not in the summary: {listed(lost_keys, 200)})" if lost else ""

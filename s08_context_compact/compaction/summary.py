@@ -92,7 +92,7 @@ def render_todos(todos: list) -> str:
 
 def recent_user_messages(messages: list, max_tokens: int) -> str:
     """The user's own words, newest first and verbatim, up to max_tokens. A request still
-    being worked on is left out: it comes last anyway (rebuild_after_summary)."""
+    being worked on is left out: it comes last anyway (replace_with_summary)."""
     said = user_words(messages)
     in_flight = bool(messages) and messages[-1]["role"] == "user"
     kept = newest_within(said[:-1] if in_flight else said, max_tokens, estimate_text_tokens)[::-1]

@@ -1,9 +1,9 @@
 """Summaries written ahead: the summary compact_history will need, started in the
 background at an early mark, so the loop rarely waits for one at the threshold.
 
-Machinery the chapter does not need: code.py calls four verbs on the loop's SummaryAhead,
-on its own thread, and never meets the thread, the lock or the cancellation. Each takes a
-loop: the few values it reads of the loop (command_line's AheadLoop holds them: settings,
+Machinery the chapter does not need: the loop calls these verbs on its SummaryAhead, on its
+own thread (code.py: due, start, take, outrun; command_line/user_turns.py: drop), and never
+meets the thread, the lock or the cancellation. Each but outrun takes a loop: the few values it reads of the loop (command_line's AheadLoop holds them: settings,
 overhead, tokens (the loop's counter), screen and say, log, failures (summary failures
 in a row), main (the main agent, with a client), worker(say) (a copy of the agent for the
 worker) and keep(Settled), which hands back to the loop what a job came to).
@@ -13,6 +13,7 @@ worker) and keep(Settled), which hands back to the loop what a job came to).
                                            in a thread
     ahead.take(loop, messages, ...)        a Ready summary and the messages after its snapshot, or None
     ahead.drop(loop, why)                  call it off (/clear, a focus, a second Ctrl-C, exit)
+    ahead.outrun(settings)                 whether the steps outrun the summary being written
 
 The worker never touches the history or the agent the loop uses: it gets a snapshot (a list
 of the history's plain dicts, never changed by anyone) and a copy of the agent with its own

@@ -94,8 +94,8 @@ class Endpoint:
 
     def learn_from(self, err: ContextOverflow) -> str:
         """Take the window an overflow reveals: the one it states, else one below the refused
-        size and no lower than the largest request answered. Says what was learned ("" if
-        the window did not shrink)."""
+        size and no lower than the largest request answered. Says what was learned, or why a
+        stated limit was not believed; "" when there is nothing to say."""
         overflow, reads = err.overflow, ""
         # Its own count of a prompt it answered, the cache reads counted once if they may have been
         # inside input_tokens: a limit below even that is one refusal's words against its count.

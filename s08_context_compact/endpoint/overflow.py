@@ -4,7 +4,8 @@ window from it.
 Anthropic-compatible endpoints say "the prompt did not fit" in many wordings, under
 different statuses, and some as a successful reply whose stop_reason is
 "model_context_window_exceeded". One table decides them all. Machinery the chapter does
-not need: code.py asks context_overflow(err) and learned_window(...) and reacts.
+not need: model_calls.py asks context_overflow(err) of every failed call (and raises
+ContextOverflow) and learned_window(...) when the loop learns from one (Endpoint.learn_from).
 """
 
 import json

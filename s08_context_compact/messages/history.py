@@ -18,11 +18,11 @@ from ..basics import one_line
 OWN = "_s08"  # on a block the program wrote: its kind ("snip", "placeholder", ...)
 # The fields the program puts on the blocks it wrote, with their types; stripped before sending.
 PROGRAM_FIELDS = {OWN: str, "snipped": int, "saved_at": str, "summary_by": str, "checks": list}
-# The texts the program's own blocks start with. A user may type any of them: the program knows
-# its own blocks by the OWN field, never by their text.
-COMPACT_MARKER = "[Compacted"       # text our own messages start with, so they are
+# The texts the program's own blocks start with, for the model to read. A user may type any
+# of them: the program knows its own blocks by the OWN field, never by their text.
+COMPACT_MARKER = "[Compacted"
 
-SNIP_MARKER = "[Snipped"            # never mistaken for the user's request
+SNIP_MARKER = "[Snipped"
 
 REACTIVE_MARKER = "[Reactive compact"
 

@@ -417,18 +417,18 @@ def running(pid: str) -> bool:
     return True
 
 
-def undo_hooks(now) -> dict:
-    """The record taken before a turn's first change, as hooks beside the ledger's. now() gives
+def undo_hooks(current) -> dict:
+    """The record taken before a turn's first change, as hooks beside the ledger's. current() gives
     what they read, as it is when they run: (the Undo, the workdir, say, the main agent's history)."""
     def on_prompt(event: dict):
-        now()[0].new_turn(event["prompt"])
+        current()[0].new_turn(event["prompt"])
 
     def before_tool(event: dict):
-        undo, workdir, say, _ = now()
+        undo, workdir, say, _ = current()
         undo.at(workdir, say).before_change(event["name"])
 
     def after_turn(event: dict):
-        undo, _, _, history = now()
+        undo, _, _, history = current()
         if event["messages"] is history:  # the main agent's turn, not a subagent's
             undo.end_turn()
     return {"UserPromptSubmit": on_prompt, "PreToolUse": before_tool, "Stop": after_turn}
