@@ -40,7 +40,7 @@ if not __package__:  # Run as a script, Python put this folder first on sys.path
 
 from s08_context_compact.basics import (
     OWN_SKILLS, TOOL_RESULTS_DIR, discover_skills, edit_file, glob_files, inside_workspace,
-    one_line, path_risk, read_lines, redact, Redactor, say, Screen, ToolError, write_file)
+    one_line, path_risk, read_lines, redact, Redactor, say_on, Screen, ToolError, write_file)
 from s08_context_compact.messages import (
     CHARS_PER_TOKEN, NOTE_MARKER, OWN, PERSISTED_TAG, PLACEHOLDER_PREFIX, SNIP_MARKER,
     append_message, blocks_of, current_request, estimate_text_tokens, estimate_tokens,
@@ -52,7 +52,7 @@ from s08_context_compact.endpoint import (
     extract_summary, make_reply_sendable, model_reply, SummaryError, with_cache_breakpoints)
 from s08_context_compact.compaction import (
     fallback_summary, fit_for_summary, Ledger, ledger_hooks, nothing_to_summarize, render_todos,
-    repeat_read_stub, replace_with_summary, Restorable, Settings, shorter, smaller_budget, Store,
+    RepeatReads, replace_with_summary, Restorable, Settings, shorter, smaller_budget, Store,
     summary_instructions, summary_problem, SummaryAhead, true_stubs, what_comes_back)
 from s08_context_compact.safety import (
     command_risks, run_command, run_tool_calls, Sandbox, Toolbox, Undo, undo_hooks)
@@ -96,12 +96,11 @@ class LoopState:
     """What one agent loop learns while it runs. A subagent gets a new one, so it starts
     with nothing of its parent's: no todos, no reads, no size anchor."""
     history: list = field(default_factory=list)     # the running loop's messages, for read stubs
-    tokens: TokenCounter = field(default_factory=TokenCounter)
+    counter: TokenCounter = field(default_factory=TokenCounter)
     last_usage: dict = field(default_factory=dict)
     todos: list = field(default_factory=list)
     loaded_skills: list = field(default_factory=list)
-    read_state: dict = field(default_factory=dict)  # (path, offset, limit) -> (size, mtime, id)
-    read_stubs: dict = field(default_factory=dict)  # a stub's call id -> (result it shows, path)
+    repeat_reads: RepeatReads = field(default_factory=RepeatReads)  # read twice: a stub
     current_call: str = ""                          # the tool_use id being run
     last_reply_at: float | None = None              # now() at the last reply: is the cache warm?
     pending_compact: str | None = None              # the compact tool's focus, until the batch ends
@@ -153,7 +152,7 @@ class Agent:
 
     def say(self, text: str, style: str = "", cut: bool = False) -> None:
         """Tell the user something (basics/terminal.py decides how it looks)."""
-        say(self.screen, text, style, cut)
+        say_on(self.screen, text, style, cut)
 
     def subagent(self) -> "Agent":
         tools = [t for t in self.tools if t["name"] != "task"]
@@ -206,7 +205,7 @@ def build_request(agent, messages: list, extra_text: str | None = None) -> dict:
 
 def context_tokens(agent, messages: list) -> int:
     """Tokens the next request will carry: exact up to the last response, estimated after."""
-    return agent.state.tokens.count(messages, agent.overhead)
+    return agent.state.counter.count(messages, agent.overhead)
 
 
 def exact_context_tokens(agent, messages: list) -> int:
@@ -215,7 +214,7 @@ def exact_context_tokens(agent, messages: list) -> int:
     counted = count_tokens(model_connection(agent), build_request(agent, messages), estimate)
     if counted is None:
         return estimate
-    agent.state.tokens.anchor(counted, messages)
+    agent.state.counter.anchor(counted, messages)
     return counted
 
 
@@ -388,7 +387,7 @@ def apply_layer(agent, layer, messages: list, /, **settings) -> list:
         return messages
     if result is messages:
         return messages
-    saved = agent.state.tokens.estimate(messages) - agent.state.tokens.estimate(result)
+    saved = agent.state.counter.estimate(messages) - agent.state.counter.estimate(result)
     # counted for /context, said, and logged (command_line/work_lines.py)
     report_layer(agent, name, messages, result, saved, agent.store.written[first_new:])
     return result
@@ -454,9 +453,8 @@ def make_summary(agent, messages: list, focus: str, limit: int) -> tuple:
             return summary, "the model"
         except SummaryError as err:
             agent.summary_failures += 1
-            agent.say(f"[summary] failed ({agent.summary_failures}/"
-                      f"{MAX_CONSECUTIVE_SUMMARY_FAILURES}): {err}; "
-                      "using one built without the model")
+            agent.say(f"[summary] failed ({agent.summary_failures}/{MAX_CONSECUTIVE_SUMMARY_FAILURES}):"
+                      f" {err}; using one built without the model")
             why = "the summary call failed"
     return fallback_summary(messages, agent.state.todos, limit, why), "fallback"
 
@@ -503,14 +501,15 @@ def summarize_into(agent, messages: list, tail: list, *, kind: str = "compact", 
     found = {key: value for answer in answers for key, value in answer.items() if key != "note"}
     footer = {"type": "compaction", "summary_by": source, "summary": summary, **found}
     # the whole history saved, then the summary, what comes back and the request (summary.py)
-    preview = partial(preview_results, preview_chars=agent.settings.preview_chars, store=agent.store)
+    with_previews = partial(preview_results, preview_chars=agent.settings.preview_chars,
+                            store=agent.store)
     result = replace_with_summary(messages, kind, summary, tail, restored, store=agent.store,
-                                  preview=preview, footer=footer)
+                                  with_previews=with_previews, footer=footer)
     if result is messages:
         agent.say(f"[{kind}] the summary came out no smaller than the history; the history is "
                   f"kept (transcript saved to {agent.store.written[-1]})")
         return messages
-    agent.state.read_state.clear()  # what was read is no longer in context as it was
+    agent.state.repeat_reads.forget()  # what was read is no longer in context as it was
     checks = [a["note"] for a in answers if a.get("note")]
     header = {**result[0]["content"][0], "summary_by": source, "checks": checks}
     return [{**result[0], "content": [header] + result[0]["content"][1:]}] + result[1:]
@@ -518,9 +517,8 @@ def summarize_into(agent, messages: list, tail: list, *, kind: str = "compact", 
 
 # ---- the two summary layers ----------------------------------------------------------------------
 # They take the history and their inputs as the cheap layers do: `summarize` is summarize_into
-# bound to the agent (the model, the hooks, the store), `over_threshold` the threshold check,
-# and `ready` a summary written ahead that is done, if any (compaction/summary_ahead.py's Ready:
-# the summary, and the messages after the part it covers, its suffix).
+# bound to the agent, `over_threshold` the threshold check, and `ready` a summary written ahead
+# that is done, if any (summary_ahead.py's Ready: it, and the messages after it, its suffix).
 
 def compact_tail(messages: list) -> list:
     """In the middle of a turn the last call and its results stay, so the model carries on."""
@@ -634,7 +632,7 @@ def compact_pipeline(agent, messages: list) -> list:
         messages = apply_layer(agent, snip_compact, messages, keep_head=s.snip_keep_head,
                                keep_tail=s.snip_keep_tail, at_least=s.snip_at_least,
                                min_tokens=0 if cold else s.snip_min_tokens, store=store,
-                               measure=agent.state.tokens.estimate)
+                               measure=agent.state.counter.estimate)
         messages = apply_layer(agent, micro_compact, messages, keep_recent=s.keep_recent,
                                min_chars=s.micro_min_chars, store=store,
                                clear_at_least=0 if cold or outrun else s.clear_at_least)
@@ -656,8 +654,8 @@ def call_model(agent, messages: list) -> tuple:
                          context_tokens(agent, messages), show_text=not agent.label)
     reply, agent.state.last_reply_at = answer.message, now()
     if answer.prompt_tokens:  # usage is exact: it anchors the size of history + reply
-        output = answer.usage.get("output_tokens") or agent.state.tokens.size(reply)
-        agent.state.tokens.anchor(answer.prompt_tokens + output, messages + [reply])
+        output = answer.usage.get("output_tokens") or agent.state.counter.size(reply)
+        agent.state.counter.anchor(answer.prompt_tokens + output, messages + [reply])
     return reply, answer.stop_reason
 
 
@@ -672,7 +670,7 @@ def agent_loop(agent, messages: list) -> str | None:
         parked = park_long_inputs(agent, messages, estimate_text_tokens)
         replace_history(agent.log, messages, parked, "input parked")
         replace_history(agent.log, messages, compact_pipeline(agent, messages), "compaction")
-        stubs = true_stubs(messages, agent.state.read_stubs)
+        stubs = true_stubs(messages, agent.state.repeat_reads.stubs)
         replace_history(agent.log, messages, stubs, "read stubs re-pointed")
         try:
             reply, stop_reason = call_model(agent, messages)
@@ -695,11 +693,11 @@ def agent_loop(agent, messages: list) -> str | None:
         reply, note, refused = make_reply_sendable(reply, stop_reason,
                                                    ids_used=set(tool_names(messages)),
                                                    max_output=agent.settings.max_output)
-        append_message(agent.log, agent.state.tokens, messages, reply)
+        append_message(agent.log, agent.state.counter, messages, reply)
         tool_uses = [b for b in reply["content"] if b.get("type") == "tool_use"]
         notes = [own_text("note", f"{NOTE_MARKER}: {note}]")] if note else []
         if not tool_uses and notes:  # cut short: tell the model and let it go on
-            append_message(agent.log, agent.state.tokens, messages,
+            append_message(agent.log, agent.state.counter, messages,
                            {"role": "user", "content": notes})
             continue
         if not tool_uses:
@@ -707,7 +705,7 @@ def agent_loop(agent, messages: list) -> str | None:
             fire_hooks(agent, "Stop", messages=messages, final=final)
             return final
         results, interrupted = use_tools(agent, tool_uses, refused)
-        append_message(agent.log, agent.state.tokens, messages,
+        append_message(agent.log, agent.state.counter, messages,
                        {"role": "user", "content": results + notes})
         if interrupted:
             agent.state.pending_compact = None  # an interrupted batch leaves nothing to do later
@@ -749,7 +747,7 @@ def take_turn(agent, messages: list, prompt: str) -> bool:
 # What a line typed at the prompt reaches here: command_line/user_turns.py's take_line runs
 # a prompt as a turn, and the REPL's commands (/compact summarizes now, /clear starts anew).
 LESSON = Lesson(take_turn=take_turn, compact=run_compact_history, new_state=LoopState,
-                measure=context_tokens)
+                context_tokens=context_tokens)
 
 
 # ==== PART 2: WHAT EARLIER CHAPTERS BUILT ========================================================
@@ -829,7 +827,8 @@ def run_read_file(agent, path: str, offset: int = 1, limit: int = READ_DEFAULT_L
         raise ToolError(f"{path} not found (or not a file). Call glob to list files.")
     offset, limit = max(offset, 1), max(limit, 1)
     # the same bytes already in the conversation are not sent twice: a stub points at them
-    stub = repeat_read_stub(agent.state, target, path, offset, limit)
+    stub = agent.state.repeat_reads.stub(agent.state.history, agent.state.current_call, target,
+                                         path, offset, limit)
     return stub or read_lines(target, path, offset, limit, agent.secrets)
 
 

@@ -324,7 +324,7 @@ def pipeline_time_at(code, workdir: Path, size: int, turns: int = 200, log: bool
                                                    "content": lorem(rng, rng.randint(50, 4_000))}]}]
     if log:
         agent.log.replace(messages, "benchmark")
-    agent.state.tokens.anchor(code.estimate_tokens(messages), messages)  # as after a response
+    agent.state.counter.anchor(code.estimate_tokens(messages), messages)  # as after a response
     times = []
     for _ in range(turns):
         n += 1
@@ -332,11 +332,11 @@ def pipeline_time_at(code, workdir: Path, size: int, turns: int = 200, log: bool
                                                    "input": {"command": "ls"}}]}
         result = {"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"t{n}", "content": "ok"}]}
         started = time.perf_counter()
-        code.append_message(agent.log, agent.state.tokens, messages, call)
-        code.append_message(agent.log, agent.state.tokens, messages, result)
+        code.append_message(agent.log, agent.state.counter, messages, call)
+        code.append_message(agent.log, agent.state.counter, messages, result)
         code.replace_history(agent.log, messages, code.compact_pipeline(agent, messages), "compaction")
         times.append((time.perf_counter() - started) * 1000)
-        agent.state.tokens.anchor(agent.state.tokens.count(messages, agent.overhead), messages)
+        agent.state.counter.anchor(agent.state.counter.count(messages, agent.overhead), messages)
     return statistics.median(times), max(times)
 
 
@@ -348,16 +348,16 @@ def resume_pass_time(code, workdir: Path, size: int = 5_000, repeats: int = 5) -
                        out=lambda *a, **k: None)
     messages = code.open_session(agent, None)
     rng = random.Random(size)
-    code.append_message(agent.log, agent.state.tokens, messages,
+    code.append_message(agent.log, agent.state.counter, messages,
                         {"role": "user", "content": [{"type": "text", "text": "start"}]})
     for n in range(size // 2):
-        code.append_message(agent.log, agent.state.tokens, messages, {"role": "assistant", "content": [
+        code.append_message(agent.log, agent.state.counter, messages, {"role": "assistant", "content": [
             {"type": "tool_use", "id": f"t{n}", "name": "bash", "input": {"command": "ls"}}]})
         reply = {"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"t{n}",
                                               "content": lorem(rng, rng.randint(50, 4_000))}]}
         if n == size // 2 - 1:  # the last message carries the endpoint's count, as a reply does
-            agent.state.tokens.anchor(code.estimate_tokens(messages + [reply]), messages + [reply])
-        code.append_message(agent.log, agent.state.tokens, messages, reply)
+            agent.state.counter.anchor(code.estimate_tokens(messages + [reply]), messages + [reply])
+        code.append_message(agent.log, agent.state.counter, messages, reply)
     agent.log.close()  # the session ends, so it can be resumed (a session open in a program cannot)
     times = []
     for _ in range(repeats):

@@ -139,8 +139,9 @@ def make_agent(s08, fake, workspace, sandbox):
 def replace_with_summary(s08, messages: list, kind: str, summary: str, tail: list, restored: list, *,
                          store, preview_chars: int) -> list:
     """compaction/summary.py's replace_with_summary, the tail previewed as code.py's layers preview it."""
-    preview = partial(s08.preview_results, preview_chars=preview_chars, store=store)
-    return summary_layer.replace_with_summary(messages, kind, summary, tail, restored, store=store, preview=preview)
+    with_previews = partial(s08.preview_results, preview_chars=preview_chars, store=store)
+    return summary_layer.replace_with_summary(messages, kind, summary, tail, restored, store=store,
+                                              with_previews=with_previews)
 
 
 def use_tool(s08, agent, block: dict) -> dict:

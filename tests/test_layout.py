@@ -131,6 +131,39 @@ def test_below_the_command_line_no_function_takes_the_whole_agent():
     assert not found, f"these take the agent: {sorted(found)}"
 
 
+def fields_of_classes(paths) -> set:
+    """The fields and methods the classes in these files define (dataclass fields, self.x = ...)."""
+    found = set()
+    for path in paths:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ClassDef):
+                for part in ast.walk(node):
+                    if isinstance(part, ast.AnnAssign) and isinstance(part.target, ast.Name):
+                        found.add(part.target.id)
+                    elif isinstance(part, ast.FunctionDef):
+                        found.add(part.name)
+                    elif isinstance(part, ast.Attribute) and isinstance(part.ctx, ast.Store) and \
+                            isinstance(part.value, ast.Name) and part.value.id == "self":
+                        found.add(part.attr)
+    return found
+
+
+def test_below_the_command_line_nothing_touches_what_only_the_agent_has():
+    """A copy of the agent passed down under another name is still the agent: below
+    command_line/, no attribute is read or set that only code.py's Agent has (its usage
+    totals, its summary failures, its loop state...). A value of the same shape is fine."""
+    agent_only = fields_of_classes([PACKAGE / "code.py"]) - fields_of_classes(
+        path for path in PACKAGE.rglob("*.py") if path.name != "code.py")
+    assert {"usage_totals", "summary_failures", "state", "stats"} <= agent_only
+    found = []
+    for folder in BELOW_THE_COMMAND_LINE:
+        for path in (PACKAGE / folder).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if isinstance(node, ast.Attribute) and node.attr in agent_only:
+                    found.append(f"{path.relative_to(PACKAGE).as_posix()}:{node.lineno} {ast.unparse(node)}")
+    assert not found, f"these reach into the agent: {found}"
+
+
 def test_run_as_a_script_the_lesson_is_not_the_standard_librarys_code():
     """What `python s08_context_compact/code.py` does, then what a learner's breakpoint() or
     pdb does next: import the standard library's `code`."""

@@ -44,7 +44,7 @@ def test_resume_starts_from_the_endpoints_count_and_estimates_nothing(s08, fake,
     messages = []
     s08.take_turn(agent, messages, "hello")
     s08.take_turn(agent, messages, "and again")
-    counted = agent.state.tokens.anchor_tokens
+    counted = agent.state.counter.anchor_tokens
     assert counted and counted == fake.usage_log[-1]["input_tokens"] + fake.usage_log[-1]["cache_read_input_tokens"] \
         + fake.usage_log[-1]["cache_creation_input_tokens"] + fake.usage_log[-1]["output_tokens"]
     agent.log.close()  # the session ends: its log is no longer held
@@ -53,7 +53,7 @@ def test_resume_starts_from_the_endpoints_count_and_estimates_nothing(s08, fake,
         history = s08.open_session(resumed, agent.log.path)
         assert history == messages
         assert s08.context_tokens(resumed, history) == counted
-        assert resumed.state.tokens.sizes == {}, "the first pass after --resume estimated no message"
+        assert resumed.state.counter.sizes == {}, "the first pass after --resume estimated no message"
         resumed.log.close()
 
 

@@ -8,7 +8,7 @@ from .places import (DOTENV_EXAMPLE, OWN_DOTENV, OWN_FOLDERS, OWN_SKILLS, PROGRA
 from .redaction import REDACTED, SECRET_NAME, redact, Redactor, secret_values
 from .surrogates import HALF_ESCAPE, shown_so_far, well_formed, well_formed_deep
 from .terminal import (STYLES, counted, cut_to_width, display_width, format_tokens, one_line,
-                       printable, say, Screen, Spinner, StreamedText, terminal_columns, WarningsOnce, wrapped)
+                       printable, say_on, Screen, Spinner, StreamedText, terminal_columns, WarningsOnce, wrapped)
 from .workspace_files import (INSTRUCTIONS_TAG, discover_skills, edit_file,
                            file_kind, glob_files, holds_exactly, in_own_folder, inside_workspace,
                            open_log, open_regular, output_names, own_folder, path_risk,

@@ -199,7 +199,7 @@ def format_tokens(n: int) -> str:
     return f"{n / 1000:.1f}k" if abs(n) >= 1000 else str(n)
 
 
-def say(screen: Screen, text: str, style: str = "", cut: bool = False) -> None:
+def say_on(screen: Screen, text: str, style: str = "", cut: bool = False) -> None:
     """Tell the user something. On a terminal each line fits its width: cut to one line
     (a preview) when cut, else wrapped at word boundaries."""
     prefix = f"  [{screen.label}] " if screen.label else ""

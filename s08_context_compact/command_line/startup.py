@@ -255,7 +255,7 @@ def trusted_own(own: Path, workdir: Path) -> tuple:
 def open_session(agent, resume: Path | None) -> list:
     """The agent's session log, new or the one given continued (session_log.py); its history."""
     setup = LogSetup(agent.workdir, agent.settings, agent.endpoint, agent.secrets, agent.say)
-    agent.log, history = open_session_log(setup, resume, agent.state.tokens)
+    agent.log, history = open_session_log(setup, resume, agent.state.counter)
     return history
 
 

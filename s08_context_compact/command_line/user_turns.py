@@ -16,7 +16,7 @@ AheadLoop ahead_loop makes.
 
 import copy
 from dataclasses import dataclass, replace
-from functools import partial
+from functools import cache, partial
 
 from ..compaction import Ledger
 from ..endpoint import Connection, ContextOverflow, explain_api_error
@@ -24,7 +24,7 @@ from ..messages import (Disk, append_message, blocks_of, estimate_text_tokens, o
                         park_oversized_inputs, replace_history, with_text)
 from .work_lines import context_report, status_line
 from .session_picture import report_line
-from ..basics import Screen, printable, say
+from ..basics import Screen, printable, say_on
 from .repl import HELP
 
 
@@ -67,7 +67,7 @@ def park_long_prompt(agent, prompt: str, tokens: int) -> str | None:
 
 def park_long_inputs(agent, messages: list, measure) -> list:
     """The history with each tool call's input too big for the context parked on disk (tool_input.py)."""
-    messages, agent.disk_warned = park_oversized_inputs(messages, measure, agent.state.tokens, agent.overhead,
+    messages, agent.disk_warned = park_oversized_inputs(messages, measure, agent.state.counter, agent.overhead,
                                                         agent.settings.threshold,
                                                         Disk(agent.store, agent.say, agent.disk_warned))
     return messages
@@ -92,14 +92,14 @@ def park_oversized_request(agent, messages: list, request: dict | None, measure)
 INTERRUPTED = "[Interrupted by the user: this request was cancelled. Do not resume it unless the user asks.]"
 
 
-def record_interruption(agent, messages: list, partial: str) -> None:
+def record_interruption(agent, messages: list, shown: str) -> None:
     """After Ctrl-C, the history says so: the reply the user saw stream (if any) is kept,
     marked interrupted, and the model is told the work was cancelled. The next prompt is
     then a message of its own, not merged into the cancelled one."""
     if not messages or messages[-1]["role"] != "user":
         return
-    said = f"{partial.rstrip()}\n\n{INTERRUPTED}" if partial.strip() else INTERRUPTED
-    append_message(agent.log, agent.state.tokens, messages,
+    said = f"{shown.rstrip()}\n\n{INTERRUPTED}" if shown.strip() else INTERRUPTED
+    append_message(agent.log, agent.state.counter, messages,
                    {"role": "assistant", "content": [own_text("interrupted", said)]})
 
 
@@ -128,7 +128,7 @@ def withdraw_unanswered_prompt(agent, messages: list, asked: dict) -> bool:
 def show_status(agent, messages: list, tokens: int) -> None:
     """After a turn on a terminal: how full the context is, and how far from auto-compact."""
     if agent.show_status:
-        agent.say(status_line(agent.settings, tokens, exact=agent.state.tokens.measures(messages)), "dim")
+        agent.say(status_line(agent.settings, tokens, exact=agent.state.counter.measures(messages)), "dim")
 
 
 @dataclass(frozen=True)
@@ -137,7 +137,7 @@ class Lesson:
     take_turn: object   # take_turn(agent, messages, prompt): False when an API error ended it
     compact: object     # run_compact_history(agent, messages, focus): the history, compacted
     new_state: object   # LoopState: what a new conversation (/clear) starts from
-    measure: object     # context_tokens(agent, messages)
+    context_tokens: object  # context_tokens(agent, messages): what the next request will carry
 
 
 def take_line(agent, messages: list, line: str, lesson: Lesson) -> bool:
@@ -165,7 +165,7 @@ def handle_command(agent, messages: list, line: str, lesson: Lesson) -> bool:
         replace_history(agent.log, messages, [], "/clear")
         # a new conversation: nothing read, no todos, no facts
         agent.state, agent.ledger = lesson.new_state(), Ledger()
-    tokens = lesson.measure(agent, messages)
+    tokens = lesson.context_tokens(agent, messages)
     return report_command(agent, messages, command, tokens, estimate_text_tokens)
 
 
@@ -194,7 +194,7 @@ def report_command(agent, messages: list, command: str, tokens: int, measure) ->
         if said.startswith("[") and messages and messages[-1]["role"] == "user":
             replace_history(agent.log, messages, messages[:-1] + [with_text(messages[-1], note)], command)
         elif said.startswith("[") and messages:
-            append_message(agent.log, agent.state.tokens, messages, {"role": "user", "content": [note]})
+            append_message(agent.log, agent.state.counter, messages, {"role": "user", "content": [note]})
     else:
         agent.say(f"Unknown command {command}. Type /help for the list.")
     return True
@@ -207,9 +207,10 @@ def model_connection(agent) -> Connection:
         agent.state.last_usage = figures
         for key, value in figures.items():
             agent.usage_totals[key] = agent.usage_totals.get(key, 0) + value
-    s, log = agent.settings, agent.log  # only a loop with a log has a summary ahead's mark to record
-    return Connection(agent.client, agent.endpoint, s, agent.screen, count, log,
-                      agent.state.ahead.mark(s.threshold, s.summary_ahead) if log and s.summary_ahead else None)
+    log = agent.log  # only a loop with a log has a summary ahead's mark to record
+    mark = agent.state.ahead.log_mark(agent.settings) if log else None
+    return Connection(agent.client, agent.endpoint, agent.settings, agent.screen, agent.secrets,
+                      count, log, mark)
 
 
 @dataclass(frozen=True)
@@ -218,16 +219,18 @@ class AheadLoop:
     summaries for, and keep(Settled), which hands back what a job came to."""
     settings: object
     overhead: int             # tokens of the system prompt and tools
-    tokens: object            # the loop's token counter
+    counter: object           # the loop's token counter
     screen: Screen            # what is said, and the spinner while the loop waits
     log: object               # the session log, or None
     failures: int             # summary failures in a row so far
-    main: bool                # the main agent, with a client: a subagent compacts as before
+    writes_ahead: bool        # the main agent, with a client: a subagent compacts as before
     worker: object            # worker(say): a copy of the agent for the worker, saying through say
+    connect: object           # connect(worker, on_request), on its thread: its own client; close()
+    billed: object            # billed(worker): (its usage, breaker said, summary failures in a row)
     keep: object              # keep(Settled): what a job was billed, and its summary call's outcome
 
     def say(self, text: str, style: str = "") -> None:
-        say(self.screen, text, style)
+        say_on(self.screen, text, style)
 
 
 def ahead_loop(agent) -> AheadLoop:
@@ -239,16 +242,38 @@ def ahead_loop(agent) -> AheadLoop:
         agent.breaker_announced = agent.breaker_announced or settled.breaker_announced  # said by the worker
         if settled.failed is not None:
             agent.summary_failures = agent.summary_failures + 1 if settled.failed else 0
-    return AheadLoop(agent.settings, agent.overhead, agent.state.tokens, agent.screen, agent.log,
+    return AheadLoop(agent.settings, agent.overhead, agent.state.counter, agent.screen, agent.log,
                      agent.summary_failures, not agent.label and agent.client is not None,
-                     partial(worker_agent, agent), keep)
+                     partial(worker_agent, agent), connect_worker, worker_billed, keep)
 
 
 def worker_agent(agent, say):
     """A copy of the agent for the worker: its own counter, usage and endpoint facts, no hooks,
     no log, nothing on screen (what it says goes to say). Its HTTP client the worker makes itself."""
-    tokens = copy.copy(agent.state.tokens)
-    tokens.sizes = dict(tokens.sizes)
+    counter = copy.copy(agent.state.counter)
+    counter.sizes = dict(counter.sizes)
     return replace(agent, out=say, spinner_to=None, log=None, hooks={}, usage_totals={}, show_status=False,
                    color=False, fit_width=False, confirm=None, endpoint=copy.copy(agent.endpoint),
-                   state=replace(agent.state, tokens=tokens, ahead=None))
+                   state=replace(agent.state, counter=counter, ahead=None))
+
+
+def connect_worker(worker, on_request):
+    """The worker's own HTTP client, so that its connection can be cut: every request goes
+    through on_request. Made on the worker's thread, with the certificates the first worker
+    loaded (loading them takes tens of milliseconds). Returns what closes it."""
+    import httpx2  # the SDK's HTTP library, loaded by now (a client made it)
+    http = httpx2.Client(verify=tls_context(), event_hooks={"request": [on_request]})
+    worker.client = worker.client.with_options(http_client=http)
+    return http.close
+
+
+@cache
+def tls_context():
+    import httpx2
+    return httpx2.create_ssl_context()  # as a client makes its own: the system's or SSL_CERT_FILE's
+
+
+def worker_billed(worker) -> tuple:
+    """What a worker was billed (a copy: a worker past its join may still add), whether it
+    said the breaker opened, and its summary failures in a row."""
+    return dict(worker.usage_totals), worker.breaker_announced, worker.summary_failures

@@ -182,7 +182,7 @@ def context_report(agent, messages: list, total: int, measure) -> str:
     """What /context prints: what fills the window, part by part (parts add up to total),
     so the rows add up to the window; then the thresholds, the cache and the savings."""
     s = agent.settings
-    how = "exact up to the last response, split by estimate" if agent.state.tokens.anchor_tokens else "estimated"
+    how = "exact up to the last response, split by estimate" if agent.state.counter.anchor_tokens else "estimated"
     rows = {**context_parts(agent, messages, total, measure), "free until auto-compact": max(s.threshold - total, 0),
             "reserved: output + buffer": max(s.window - max(total, s.threshold), 0)}
     lines = [f"Context: {counted(len(messages), 'message')}, {total:,} tokens of a {s.window:,}-token window "

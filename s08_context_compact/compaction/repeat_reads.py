@@ -2,9 +2,12 @@
 conversation in full is answered with a short stub that points at that result, instead of
 the same text twice; and every such stub stays true when a layer clears that result later.
 
-Machinery the chapter does not need: the read_file tool asks repeat_read_stub() before
-reading, and the agent loop passes the history through true_stubs() before each call.
+Machinery the chapter does not need: the loop keeps a RepeatReads; the read_file tool asks
+its stub() before reading, a summary makes it forget() what was read, and the agent loop
+passes the history through true_stubs() with its stubs before each call.
 """
+
+from dataclasses import dataclass, field
 
 from ..messages import OWN, blocks_of, replace_result
 
@@ -18,16 +21,26 @@ def still_in_context(messages: list, tool_use_id: str) -> bool:
     return False
 
 
-def repeat_read_stub(state, target, path: str, offset: int, limit: int) -> str | None:
-    """The stub for a read whose very bytes are already in the conversation, or None (and
-    the read is remembered). state is the loop's: its history, reads and current call."""
-    key, stat = (str(target), offset, limit), target.stat()
-    seen = state.read_state.get(key)
-    if seen and seen[:2] == (stat.st_size, stat.st_mtime_ns) and still_in_context(state.history, seen[2]):
-        state.read_stubs[state.current_call] = (seen[2], path)
-        return f"(unchanged: {path}, lines from {offset}, is exactly as in result {seen[2]} above)"
-    state.read_state[key] = (stat.st_size, stat.st_mtime_ns, state.current_call)
-    return None
+@dataclass
+class RepeatReads:
+    """What one loop remembers of its reads, to answer a repeat with a stub."""
+    seen: dict = field(default_factory=dict)   # (path, offset, limit) -> (size, mtime, call id)
+    stubs: dict = field(default_factory=dict)  # a stub's call id -> (the result it shows, path)
+
+    def stub(self, history: list, call_id: str, target, path: str, offset: int, limit: int) -> str | None:
+        """The stub for a read whose very bytes are already in the conversation (history), or
+        None, and the read is remembered as call_id's."""
+        key, stat = (str(target), offset, limit), target.stat()
+        seen = self.seen.get(key)
+        if seen and seen[:2] == (stat.st_size, stat.st_mtime_ns) and still_in_context(history, seen[2]):
+            self.stubs[call_id] = (seen[2], path)
+            return f"(unchanged: {path}, lines from {offset}, is exactly as in result {seen[2]} above)"
+        self.seen[key] = (stat.st_size, stat.st_mtime_ns, call_id)
+        return None
+
+    def forget(self) -> None:
+        """After a summary: what was read is no longer in the context as it was read."""
+        self.seen.clear()
 
 
 def true_stubs(messages: list, stubs: dict) -> list:

@@ -208,17 +208,17 @@ def what_comes_back(messages: list, restorable: Restorable, s, fixed: int, shown
 
 
 def replace_with_summary(messages: list, kind: str, summary: str, tail: list, restored: list, *,
-                         store, preview, footer: dict | None = None) -> list:
+                         store, with_previews, footer: dict | None = None) -> list:
     """Save the whole history (the footer last), then one user message with the summary,
     the restored context and, last, the request being worked on; then the tail, its big
-    results saved and previewed (preview(message): code.py's preview_results)."""
+    results saved and previewed (with_previews(message): code.py's preview_results)."""
     path = store.save_messages(messages, kind, footer)
     marker = REACTIVE_MARKER if kind == "reactive" else COMPACT_MARKER
     header = (f"{marker}: the earlier conversation was summarized to free context. "
               f"The full transcript is saved at {path}.]\n\n{summary}")
     content = [own_text(kind, header)] + [own_text("restored", t) for t in restored]
     first = {"role": "user", "content": content}
-    tail = [preview(m) if m["role"] == "user" else m for m in tail]
+    tail = [with_previews(m) if m["role"] == "user" else m for m in tail]
     request = current_request(messages)
     in_flight = messages and messages[-1]["role"] == "user"  # a finished turn has no request
     if request and in_flight and current_request(tail) != request:

@@ -4,9 +4,11 @@ background at an early mark, so the loop rarely waits for one at the threshold.
 Machinery the chapter does not need: the loop calls these verbs on its SummaryAhead, on its
 own thread (code.py: due, start, take, outrun; command_line/user_turns.py: drop), and never
 meets the thread, the lock or the cancellation. Each but outrun takes a loop: the few values it reads of the loop (command_line's AheadLoop holds them: settings,
-overhead, tokens (the loop's counter), screen and say, log, failures (summary failures
-in a row), main (the main agent, with a client), worker(say) (a copy of the agent for the
-worker) and keep(Settled), which hands back to the loop what a job came to).
+overhead, counter (the loop's token counter), screen and say, log, failures (summary
+failures in a row), writes_ahead (the main agent, with a client), and what it does for the
+worker: worker(say) makes what it writes with, connect(worker, on_request) gives it its own
+connection, billed(worker) tells what it was billed and failed, and keep(Settled) hands
+back to the loop what a job came to).
 
     ahead.due(loop, messages, tokens)      how many messages to summarize now (the snapshot), or None
     ahead.start(loop, messages, covered, write, *args)   write(loop.worker(say), messages[:covered], *args),
@@ -17,13 +19,13 @@ worker) and keep(Settled), which hands back to the loop what a job came to).
 
 The worker never touches the history or the agent the loop uses: it gets a snapshot (a list
 of the history's plain dicts, never changed by anyone) and a copy of the agent with its own
-HTTP connection, counter and usage (loop.worker makes it), and hands back a value. The loop
+HTTP connection, counter and usage (command_line makes it; nothing here reads it), and hands
+back a value. The loop
 decides, at the threshold, whether and how to use it, and counts what the worker's call
 failed, once.
 """
 
 import atexit
-import functools
 import json
 import math
 import socket
@@ -56,7 +58,7 @@ class Ready:
 
 @dataclass(frozen=True)
 class Settled:
-    """What a job came to, handed back to the loop (Loop.keep): what it was billed, whether it
+    """What a job came to, handed back to the loop (AheadLoop.keep): what it was billed, whether it
     said the breaker opened, and its summary call's outcome: one more failure in a row (True),
     a summary from the model, which ends the run (False), or neither (None)."""
     usage: dict
@@ -72,7 +74,7 @@ class Job:
     tokens: int                        # the context's size when it started
     snipped: int                       # messages snipped before its snapshot (the newest snip note's count)
     started: float
-    copy: object = None                # the agent the worker runs with
+    worker: object = None              # what the worker writes with (loop.worker made it): opaque here
     thread: threading.Thread = None
     done: threading.Event = field(default_factory=threading.Event)
     cancelled: threading.Event = field(default_factory=threading.Event)
@@ -131,21 +133,6 @@ def call_off_all() -> None:
         job.cancel()
 
 
-def worker_client(worker, job: Job):
-    """The worker's own HTTP client, so that its connection can be cut. Made on its thread,
-    with the certificates the first worker loaded: loading them takes tens of milliseconds."""
-    import httpx2  # the SDK's HTTP library, loaded by now (a client made it)
-    http = httpx2.Client(verify=tls_context(), event_hooks={"request": [job.on_request]})
-    worker.client = worker.client.with_options(http_client=http)
-    return http
-
-
-@functools.cache
-def tls_context():
-    import httpx2
-    return httpx2.create_ssl_context()  # as a client makes its own: the system's or SSL_CERT_FILE's certificates
-
-
 class SummaryAhead:
     """At most one summary in the background, and what the session measured of them."""
 
@@ -197,6 +184,10 @@ class SummaryAhead:
         """Tokens at which a summary starts (placed)."""
         return self.placed(threshold, shares)[0]
 
+    def log_mark(self, settings) -> int | None:
+        """The early mark as the session log records it with each call: None when off."""
+        return self.mark(settings.threshold, settings.summary_ahead) if settings.summary_ahead else None
+
     def room_to_keep(self, s, overhead: int, summary: str) -> int | None:
         """Tokens the part kept after a swap may take for the next summary to be ready in time:
         the threshold less its lead, the system prompt and tools, the summary (four characters a
@@ -218,7 +209,7 @@ class SummaryAhead:
         within_a_turn = any(b.get("type") == "tool_result" for b in blocks_of(messages[-1])) if messages else False
         self.passes.append((time.monotonic(), tokens, within_a_turn))
         shares = loop.settings.summary_ahead
-        if self.job or not shares or not loop.main:
+        if self.job or not shares or not loop.writes_ahead:
             return None  # one at a time; off; a subagent compacts as before
         if tokens < self.mark(loop.settings.threshold, shares):
             return None
@@ -243,13 +234,13 @@ class SummaryAhead:
         job = Job(covered=covered, last=messages[covered - 1],
                   snipped=snip_count(snapshot), tokens=self.passes[-1][1] if self.passes else 0,
                   started=time.monotonic(), failures=loop.failures)
-        job.copy, http = loop.worker(job.say), None
+        job.worker, close = loop.worker(job.say), None
 
         def work():
-            nonlocal http
+            nonlocal close
             try:
-                http = worker_client(job.copy, job)
-                job.result = write(job.copy, snapshot, *args)
+                close = loop.connect(job.worker, job.on_request)  # its own connection, to cut
+                job.result = write(job.worker, snapshot, *args)
             except Cancelled:
                 pass
             except Exception as err:  # a fault in the worker must not pass in silence: the loop says it
@@ -257,8 +248,8 @@ class SummaryAhead:
             finally:
                 job.seconds = time.monotonic() - job.started
                 job.ended_alone = not job.cancelled.is_set()  # else a failure may be the cut's
-                if http:
-                    http.close()
+                if close:
+                    close()
                 job.done.set()
 
         job.thread = threading.Thread(target=work, name="summary-ahead", daemon=True)
@@ -298,7 +289,7 @@ class SummaryAhead:
             self.drop(loop, "the history where its snapshot ended changed")
             return None
         suffix = messages[start:]
-        if max_suffix is not None and loop.tokens.estimate(suffix) > max_suffix:
+        if max_suffix is not None and loop.counter.estimate(suffix) > max_suffix:
             self.drop(loop, "more came after its snapshot than the tail that may stay")
             return None
         waited = self.wait(loop, job)
@@ -351,14 +342,13 @@ class SummaryAhead:
         RUNNING.discard(job)
         for line in job.heard:
             loop.say(line, "dim")
-        worker, usage = job.copy, dict(job.copy.usage_totals)  # a copy: a worker past its join may still add
+        usage, announced, failures = loop.billed(job.worker)
         # the breaker: said above; a call cut short by calling it off is no failure of the endpoint
-        loop.keep(Settled(usage, worker.breaker_announced,
-                          outcome(worker.summary_failures, job.failures, job.result) if job.ended_alone else None))
+        loop.keep(Settled(usage, announced,
+                          outcome(failures, job.failures, job.result) if job.ended_alone else None))
         if loop.log and any(usage.values()):  # paid, used or not: the session's picture shows it
             label = f"writing the summary ahead ({aside})" if aside else "writing the summary ahead"
-            s = loop.settings
-            loop.log.call(job.tokens, False, usage, label, s, self.mark(s.threshold, s.summary_ahead))
+            loop.log.call(job.tokens, False, usage, label, loop.settings, self.log_mark(loop.settings))
         if job.result is not None and job.done.is_set() and not job.cancelled.is_set():
             self.durations.append(job.seconds)
 
@@ -376,7 +366,7 @@ class SummaryAhead:
         """Settle a job that never reaches the history: counted, and what it was billed logged with the reason."""
         self.settle(loop, job, f"{what}: {why}")
         self.discarded += 1
-        for kind, value in dict(job.copy.usage_totals).items():
+        for kind, value in loop.billed(job.worker)[0].items():
             self.discarded_usage[kind] = self.discarded_usage.get(kind, 0) + value
         loop.say(f"[summary ahead] {what}: {why}", "dim")
 

@@ -18,7 +18,7 @@ from ..messages import fresh_id, input_problem
 from .overflow import EMPTY_REPLY_OVERFLOW, MIN_CONTEXT_WINDOW, ContextOverflow, context_overflow, learned_window
 from .replies import USAGE_KEYS, BadReply, EmptyReply, ErrorEvent, reply_from_body, reply_from_events
 from .request_forms import PLAIN_TEXT_NOTE, PLAIN_TEXT_PROOF, plain_text_request, redacted_request
-from ..basics import Screen, Spinner, StreamedText, one_line, say
+from ..basics import Screen, Spinner, StreamedText, one_line, say_on
 
 
 def lazy_import(name: str):
@@ -264,18 +264,19 @@ class Connection:
     """What a call to the model needs: the client; what the session knows of the endpoint
     (shared with subagents, and learned into as calls go); the settings (the retry pause,
     the idle timeout, the limits the log records); the screen (a retry said, the spinner, the
-    text as it streams, the secrets never shown or sent); the session log, if any, with the
-    early mark it records; and count(figures), which keeps the usage of each call."""
+    text as it streams); the secrets, never sent; the session log, if any, with the early
+    mark it records; and count(figures), which keeps the usage of each call."""
     client: object
     endpoint: "Endpoint"
     settings: object
     screen: Screen
+    secrets: object               # a Redactor: what no request may carry, given, never a default
     count: object                 # count(usage figures): the caller keeps the last call's and the totals
     log: object = None
     mark: int | None = None       # where a summary written ahead starts, for the log's call records
 
     def say(self, text: str, style: str = "") -> None:
-        say(self.screen, text, style)
+        say_on(self.screen, text, style)
 
 
 @dataclass(frozen=True)
@@ -307,7 +308,7 @@ def send_request(connection: Connection, request: dict, sent_tokens: int, on_tex
                     on_text("\n")
                 raise
     max_tokens, notes = request["max_tokens"], []
-    secrets, endpoint = connection.screen.secrets, connection.endpoint
+    secrets, endpoint = connection.secrets, connection.endpoint
     request = redacted_request(secrets, request)  # the last net: what is sent holds no secret, in any form
     if endpoint.plain_text:
         request = plain_text_request(request)
@@ -573,7 +574,7 @@ def count_tokens(connection: Connection, request: dict, estimate: int) -> int | 
     if not endpoint.can_count_tokens:
         return None
     request = {k: v for k, v in request.items() if k != "max_tokens"}
-    request = redacted_request(connection.screen.secrets, request)  # the last net
+    request = redacted_request(connection.secrets, request)  # the last net
     try:
         counted = connection.client.messages.count_tokens(**request).input_tokens
     except anthropic.APIStatusError as err:

@@ -141,12 +141,12 @@ def what_was_done(removed: list) -> str:
     return " What they did:" + "".join(lines) if lines else ""
 
 
-def append_message(log, tokens, messages: list, message: dict) -> None:
+def append_message(log, counter, messages: list, message: dict) -> None:
     """Append a message to the history, and to the session log (if any) the same moment; the
     loop's token counter says whether the message is the one the last usage measured."""
     messages.append(message)
     if log:  # a reply's usage measures the history up to it: --resume starts exact
-        log.message(message, tokens.anchor_tokens if message is tokens.last_anchored() else None)
+        log.message(message, counter.anchor_tokens if message is counter.last_anchored() else None)
 
 
 def replace_history(log, messages: list, new: list, reason: str) -> None:

@@ -100,18 +100,18 @@ class Disk:
     warned: bool = False
 
 
-def park_oversized_inputs(messages: list, measure, tokens, overhead: int, threshold: int, disk: Disk) -> tuple:
+def park_oversized_inputs(messages: list, measure, counter, overhead: int, threshold: int, disk: Disk) -> tuple:
     """A call whose input makes its message bigger than half the threshold (the rule for a
     long prompt) has each long argument saved to disk and replaced by a pointer; the call
     itself ran with the whole input. Without this the history would never fit again.
-    (the history, whether a failure to save has been said); tokens is the loop's counter."""
+    (the history, whether a failure to save has been said); counter is the loop's counter."""
     limit = threshold // 2
-    if tokens.count(messages, overhead) <= limit:
+    if counter.count(messages, overhead) <= limit:
         return messages, disk.warned  # the whole context is smaller: no message in it can be over
     changed = {}
     for i, message in enumerate(messages):
         if message["role"] != "assistant" or not isinstance(message["content"], list) or \
-                tokens.size(message) <= limit:
+                counter.size(message) <= limit:
             continue
         content = []
         for block in message["content"]:

@@ -35,7 +35,7 @@ class Lexer:
 
     def __init__(self, script: str, home: str):
         self.s, self.i, self.home = script, 0, home
-        self.tokens, self.inner, self.pending = [], [], []
+        self.parts, self.inner, self.pending = [], [], []
         self.heredoc_next = None          # "<<" or "<<-" just read: the next word is a delimiter
         self.start_word()
 
@@ -51,9 +51,9 @@ class Lexer:
             return
         word = make_word("".join(self.chars), self.expands, self.globs, self.quoted)
         if self.heredoc_next:
-            self.pending.append((len(self.tokens), word, self.heredoc_next == "<<-"))
+            self.pending.append((len(self.parts), word, self.heredoc_next == "<<-"))
             self.heredoc_next = None
-        self.tokens.append(word)
+        self.parts.append(word)
         self.start_word()
 
     def run(self) -> tuple:
@@ -65,7 +65,7 @@ class Lexer:
                 self.i += 1
             elif c == "\n":
                 self.end_word()
-                self.tokens.append(Op(";"))
+                self.parts.append(Op(";"))
                 self.i += 1
                 self.read_heredocs()
             elif c == "#" and not self.started:
@@ -102,14 +102,14 @@ class Lexer:
                 self.i += 1
         self.end_word()
         self.read_heredocs()
-        return self.tokens, self.inner
+        return self.parts, self.inner
 
     def operator(self, c: str) -> None:
         if c in "<>" and self.chars and "".join(self.chars).isdigit() and not self.quoted:
             self.start_word()  # 2> : the digits name a file descriptor, not a word
         self.end_word()
         op = next(o for o in OPERATORS if self.s.startswith(o, self.i))
-        self.tokens.append(Op(op))
+        self.parts.append(Op(op))
         self.i += len(op)
         if op in ("<<", "<<-"):
             self.heredoc_next = op
@@ -194,12 +194,12 @@ class Lexer:
                 lines.append(line)
             body = "\n".join(lines)
             if delimiter.quoted:  # <<'EOF': the text is taken as it is
-                self.tokens[index] = make_word(body)
+                self.parts[index] = make_word(body)
                 continue
             inside = Lexer(body, self.home)
             inside.double_quoted(None)
             self.inner += inside.inner
-            self.tokens[index] = make_word("".join(inside.chars), inside.expands)
+            self.parts[index] = make_word("".join(inside.chars), inside.expands)
         self.pending = []
 
 

@@ -114,12 +114,13 @@ class SessionLog:
     def layer(self, name: str, saved_to: list, tokens_saved: int) -> None:
         self.write({"type": "layer", "layer": name, "saved_to": saved_to, "tokens_saved": tokens_saved})
 
-    def call(self, size: int, exact: bool, usage: dict, label: str, s, mark: int | None) -> None:
+    def call(self, size: int, exact: bool, usage: dict, label: str, settings, mark: int | None) -> None:
         """One model call: the context it carried, the limits it was held to then (the settings,
         and the early mark of a summary written ahead, if on), what it was billed as.
         session_picture.py draws the session from these."""
         self.write({"type": "call", "context_tokens": size, "exact": exact, "usage": usage, "what": label,
-                    "window": s.window, "threshold": s.threshold, "micro_trigger": s.micro_trigger, "mark": mark})
+                    "window": settings.window, "threshold": settings.threshold,
+                    "micro_trigger": settings.micro_trigger, "mark": mark})
 
     def write(self, record: dict) -> None:
         if self.failed:
@@ -483,9 +484,9 @@ class LogSetup:
     say: object
 
 
-def open_session_log(setup: LogSetup, resume: Path | None, tokens) -> tuple:
+def open_session_log(setup: LogSetup, resume: Path | None, counter) -> tuple:
     """(a new session log, or the one given continued; its history). A resumed history the
-    usage still measures anchors the loop's token counter (tokens)."""
+    usage still measures anchors the loop's token counter (counter)."""
     say = setup.say
     if not resume:
         session = f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
@@ -508,8 +509,8 @@ def open_session_log(setup: LogSetup, resume: Path | None, tokens) -> tuple:
     if found:  # a log edited by hand, written by an older version, or cut short
         say(f"[session log] repaired what the API would refuse: {what_was_repaired(found)}")
     elif counted_tokens:  # nothing was repaired: the usage still measures it
-        tokens.anchor(counted_tokens, history)  # so the first pass estimates nothing
-    log.replace(history, "resumed", **({"context_tokens": tokens.anchor_tokens} if tokens.anchor_tokens else {}),
+        counter.anchor(counted_tokens, history)  # so the first pass estimates nothing
+    log.replace(history, "resumed", **({"context_tokens": counter.anchor_tokens} if counter.anchor_tokens else {}),
                 **({"prompt": last} if last else {}))
     say(f"Resumed session {session}: {counted(len(history), 'message')}.")
     for line in recap(last, last_reply_text(history)):  # where the conversation was
