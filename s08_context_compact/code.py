@@ -804,7 +804,7 @@ def use_tools(agent, tool_uses: list, refused: dict) -> tuple:
 
 def run_tool(agent, name: str, call_id: str, args: dict) -> str:
     """A call the hooks allowed, by its tool's handler (below)."""
-    agent.state.current_call = call_id  # bash names the file of its output after the call
+    agent.state.current_call = call_id  # bash names its saved output after it; a repeat read too
     return TOOL_HANDLERS[name](agent, **args)
 
 

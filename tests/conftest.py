@@ -146,7 +146,8 @@ def replace_with_summary(s08, messages: list, kind: str, summary: str, tail: lis
 
 def use_tool(s08, agent, block: dict) -> dict:
     """One tool call, run as the loop runs a batch of one: its tool_result."""
-    results, _ = s08.use_tools(agent, [block], {})
+    results, interrupted = s08.use_tools(agent, [block], {})
+    assert not interrupted, "Ctrl-C during the call"
     return results[0]
 
 

@@ -27,11 +27,10 @@ MODULE_PATHS = {path.stem: path for path in sorted(FOLDER.rglob("*.py"))
                 if path.name not in ("code.py", "__init__.py") and "__pycache__" not in path.parts
                 and FOLDER / "offline" / "fake_anthropic" not in path.parents}
 MACHINERY = tuple(name for name in MODULE_PATHS if name not in OFFLINE)
-# Names of the API, of LiteLLM, of settings read from the environment, and the layers' settings fields.
+# Names of the API, of LiteLLM, and of settings read from the environment.
 KNOWN_ELSEWHERE = {"tool_use", "tool_result", "tool_choice", "max_tokens", "input_tokens", "cache_control",
                    "max_input_tokens", "invalid_request_error", "count_tokens", "read_file", "write_file",
-                   "edit_file", "todo_write", "load_skill", "clear_at_least", "budget_chars", "micro_trigger",
-                   "restore_files_tokens",
+                   "edit_file", "todo_write", "load_skill",
                    "NO_COLOR", "CONTEXT_WINDOW", "MODEL_ID", "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL",
                    "POST_COMPACT_", "SKILL", "cache_edits", "tool_use_id", "messages/count_tokens",
                    "redacted_thinking", "ContextWindowExceededError", "stop_reason", "message_delta",
@@ -80,7 +79,12 @@ def defined_at(tree) -> dict:
     return found
 
 
-WORDS = words_in_code(TREE)
+# The layers' sizes, Settings' fields and defaults (compaction/settings.py), are named as code.py
+# reads them.
+SETTINGS_TREE = ast.parse(MODULE_PATHS["settings"].read_text(encoding="utf-8"))
+SETTINGS_NAMES = set(defined_at(SETTINGS_TREE)) | {node.target.id for node in ast.walk(SETTINGS_TREE)
+                                                    if isinstance(node, ast.AnnAssign)}
+WORDS = words_in_code(TREE) | SETTINGS_NAMES
 DEFINED_AT = defined_at(TREE)
 
 
@@ -209,7 +213,10 @@ def test_code_py_is_the_lesson_and_main_comes_last():
     assert functions[-1] == "main", f"code.py defines {functions[functions.index('main') + 1:]} after main"
     assert not [n for n in MACHINERY if not n in MODULE_PATHS], "machinery modules missing"
     moved = {"model_calls": ("Endpoint",), "overflow": ("context_overflow", "learned_window", "OVERFLOW_WORDINGS"),
-             "ledger": ("Ledger", "ledger_hooks")}
+             "ledger": ("Ledger", "ledger_hooks"), "settings": ("Settings", "TOOL_RESULT_BUDGET_CHARS"),
+             "summary": ("replace_with_summary", "what_comes_back", "nothing_to_summarize"),
+             "user_turns": ("take_line", "handle_command"), "startup": ("build_system_prompt",),
+             "tool_calls": ("run_tool_calls", "answer_call"), "repeat_reads": ("RepeatReads",)}
     for module, names in moved.items():
         assert not [n for n in names if n in DEFINED_AT], f"code.py still defines what {module}.py holds"
         assert all(n in defined_at(ast.parse(MODULE_PATHS[module].read_text(encoding="utf-8"))) for n in names)

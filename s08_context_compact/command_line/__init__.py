@@ -1,4 +1,5 @@
-"""Start-up, the arguments, a turn's reports, the lines that report the work, a session's picture.
+"""Start-up, the arguments, the REPL and its commands, the lines that report the work, a
+session's picture, and the agent turned into the values the folders below take.
 
 What the rest of the program may use from this folder."""
 
@@ -7,6 +8,6 @@ from .repl import start_repl, terminal_confirm
 from .startup import build_system_prompt, open_session
 from .work_lines import TOOL_MARK, report_layer, show_tool_call, show_tool_result
 from .session_picture import report_line
-from .user_turns import (add_prompt, ahead_loop, handle_command, Lesson, model_connection,
-                         park_long_inputs, park_oversized_request, record_interruption, show_status,
-                         take_line, turn_failed)
+from .user_turns import (add_prompt, handle_command, Lesson, park_oversized_request, record_interruption,
+                         show_status, take_line, turn_failed)
+from .agent_values import ahead_loop, model_connection, park_long_inputs

@@ -2,8 +2,9 @@
 edit with its -/+ lines), a line for what a compaction layer did, the /context report of
 what fills the window, and the status line after a turn.
 
-Machinery the chapter does not need: code.py calls show_tool_call, show_tool_result and
-layer_line; user_turns.py calls context_report and status_line.
+Machinery the chapter does not need: code.py hands show_tool_call and show_tool_result to
+the tool calls (safety/tool_calls.py) and calls report_layer after each layer; user_turns.py
+calls context_report and status_line.
 """
 
 import difflib

@@ -4,9 +4,9 @@ write one, and the pieces that come back after a summary (the user's recent word
 read most recently, a hook's lines, the todo list).
 
 Machinery the chapter does not need: code.py's summarize_with_model, make_summary,
-plan_restore and summarize_into call these; what a summary replaces, and when, stays in
-code.py. Everything here takes values (the settings it reads, the files read, the hooks'
-answers), never the agent.
+plan_restore and summarize_into call these, and replace_with_summary builds the new history
+for them; when a summary is made, and with what, stays in code.py. Everything here takes
+values (the settings it reads, the files read, the hooks' answers), never the agent.
 """
 
 from dataclasses import dataclass

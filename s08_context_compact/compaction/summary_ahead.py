@@ -3,26 +3,27 @@ background at an early mark, so the loop rarely waits for one at the threshold.
 
 Machinery the chapter does not need: the loop calls these verbs on its SummaryAhead, on its
 own thread (code.py: due, start, take, outrun; command_line/user_turns.py: drop), and never
-meets the thread, the lock or the cancellation. Each but outrun takes a loop: the few values it reads of the loop (command_line's AheadLoop holds them: settings,
-overhead, counter (the loop's token counter), screen and say, log, failures (summary
-failures in a row), writes_ahead (the main agent, with a client), and what it does for the
-worker: worker(say) makes what it writes with, connect(worker, on_request) gives it its own
-connection, billed(worker) tells what it was billed and failed, and keep(Settled) hands
-back to the loop what a job came to).
+meets the thread, the lock or the cancellation. Each but outrun takes a loop: the few values
+it reads of the loop (command_line's AheadLoop holds them: settings, overhead, counter (the
+loop's token counter), screen and say, log, failures (summary failures in a row),
+writes_ahead (the main agent, with a client), and what it does for the worker: worker(say)
+makes what it writes with, connect(worker, on_request) gives it its own connection,
+billed(worker) tells what it was billed and failed, and keep(Settled) hands back to the loop
+what a job came to).
 
-    ahead.due(loop, messages, tokens)      how many messages to summarize now (the snapshot), or None
-    ahead.start(loop, messages, covered, write, *args)   write(loop.worker(say), messages[:covered], *args),
-                                           in a thread
-    ahead.take(loop, messages, ...)        a Ready summary and the messages after its snapshot, or None
-    ahead.drop(loop, why)                  call it off (/clear, a focus, a second Ctrl-C, exit)
-    ahead.outrun(settings)                 whether the steps outrun the summary being written
+    ahead.due(loop, messages, tokens)     how many messages to summarize now, or None
+    ahead.start(loop, messages, covered, write, *args)
+                                          write(loop.worker(say), messages[:covered], *args),
+                                          in a thread
+    ahead.take(loop, messages, ...)       a Ready summary and the messages after it, or None
+    ahead.drop(loop, why)                 call it off (/clear, a focus, a second Ctrl-C, exit)
+    ahead.outrun(settings)                whether the steps outrun the summary being written
 
 The worker never touches the history or the agent the loop uses: it gets a snapshot (a list
 of the history's plain dicts, never changed by anyone) and a copy of the agent with its own
 HTTP connection, counter and usage (command_line makes it; nothing here reads it), and hands
-back a value. The loop
-decides, at the threshold, whether and how to use it, and counts what the worker's call
-failed, once.
+back a value. The loop decides, at the threshold, whether and how to use it, and counts what
+the worker's call failed, once.
 """
 
 import atexit
