@@ -61,6 +61,10 @@ def test_an_empty_dotenv_is_told_what_it_lacks_and_a_folder_named_dotenv_is_pass
     assert done.returncode == 2 and "Copy .env.example" not in done.stderr, done.stderr
     assert f"{workspace / '.env'} does not set them. Add to it:" in done.stderr
     assert "    ANTHROPIC_API_KEY=<your key>" in done.stderr and "    MODEL_ID=claude-sonnet-5-5" in done.stderr
+    assert "or export them in your shell" in done.stderr
+    done = run_cli(fake, workspace, "", ANTHROPIC_API_KEY="", MODEL_ID="claude-sonnet-5-5")
+    assert f"{workspace / '.env'} does not set it. Add to it:" in done.stderr, "one setting missing: it, not them"
+    assert "or export it in your shell" in done.stderr and "MODEL_ID=" not in done.stderr
     (workspace / ".env").unlink()
     (workspace / ".env").mkdir()  # a virtual environment is often called .env
     done = run_cli(fake, workspace, "hello\n")

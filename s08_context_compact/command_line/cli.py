@@ -40,7 +40,7 @@ endpoint; or export them in your shell. See README.md, section "Set up"."""
 DOTENV_HELP = """{problem}
 {path} does not set {them}. Add to it:
 {lines}
-or export them in your shell. .env.example has every setting, with the base URL
+or export {them} in your shell. .env.example has every setting, with the base URL
 and a model id for each compatible provider (README.md, section "Set up")."""
 
 MISSING_LINES = {"key": "    ANTHROPIC_API_KEY=<your key>   (or ANTHROPIC_AUTH_TOKEN=<token> for a proxy)",
