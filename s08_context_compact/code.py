@@ -29,9 +29,10 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property, partial
 from pathlib import Path
 
-if not __package__:  # Run as a script, Python put this folder first on sys.path, where code.py
-    # would stand in for the standard library's `code` (pdb imports it): take it off, and load
-    # the folders beside it as the package they are.
+# Run as a script, this folder comes first on sys.path. There code.py would stand in for the
+# standard library's `code`, which pdb imports. So the folder comes off sys.path, and the
+# folders beside this file are loaded as the package they are.
+if not __package__:
     from importlib import util
     HERE = Path(__file__).resolve().parent
     sys.path[:] = [folder for folder in sys.path if Path(folder or ".").resolve() != HERE]
@@ -73,10 +74,10 @@ COUNT_TOKENS_MARGIN = 0.1           # this close to the threshold, ask the API f
 ESTIMATE_MARGIN = 0.85              # sizing by estimate alone, assume it may be 15% low
 COLD_TRIGGER_SHARE = 0.5            # snip and micro trigger at this share of micro_trigger
                                     # once the prompt cache has expired (CACHE_TTLS)
-PLACEHOLDER_TOKENS = 60             # a placeholder, long path included (over, not under)
+PLACEHOLDER_TOKENS = 60             # a placeholder's size, long path included; rather too high
 SUMMARY_ATTEMPTS = 4                # "too long" retries, each dropping more of the oldest messages
 MAX_CONSECUTIVE_SUMMARY_FAILURES = 3  # circuit breaker: stop paying for summaries that fail
-MAX_REACTIVE_RETRIES = 1            # in a row: refused again at once, nothing learned: turn ends
+MAX_REACTIVE_RETRIES = 1            # refused again with nothing new learned: the turn ends
 REACTIVE_TAIL_SHARE = 0.25          # reactive_compact keeps recent messages up to this share
 MAX_STEPS_PER_TURN = 100            # model calls in one user turn before we stop and ask
 SUBAGENT_MAX_STEPS = 30
@@ -94,8 +95,8 @@ READ_DEFAULT_LINES = 2_000
 @dataclass
 class LoopState:
     """What one agent loop learns while it runs. A subagent gets a new one, so it starts
-    with nothing of its parent's: no todos, no reads, no size anchor."""
-    history: list = field(default_factory=list)     # the running loop's messages, for read stubs
+    with nothing of its parent's: no todos, no reads, no exact size of its context."""
+    history: list = field(default_factory=list)     # the running loop's messages
     counter: TokenCounter = field(default_factory=TokenCounter)
     last_usage: dict = field(default_factory=dict)
     todos: list = field(default_factory=list)
@@ -131,7 +132,7 @@ class Agent:
     endpoint: Endpoint = None       # shared with subagents; made from settings if not given
     ledger: Ledger = field(default_factory=Ledger)
     undo: Undo = field(default_factory=Undo)          # what /undo puts back; shared with subagents
-    sandbox: Sandbox = field(default_factory=Sandbox)  # how bash commands are confined: not at all
+    sandbox: Sandbox = field(default_factory=Sandbox)  # how bash is confined (default: it is not)
     summary_failures: int = 0
     breaker_announced: bool = False
     disk_warned: bool = False                         # a layer could not save: said once
@@ -586,7 +587,8 @@ def run_compact_history(agent, messages: list, focus: str = "") -> list:
 
 
 def run_reactive_compact(agent, messages: list) -> list:
-    """reactive_compact through apply_layer: the tail's size from the threshold, as counted."""
+    """reactive_compact through apply_layer: the tail's size is a share of the threshold,
+    smaller when the endpoint counts more tokens than we estimate."""
     tail_tokens = int(agent.settings.threshold * REACTIVE_TAIL_SHARE / agent.endpoint.undercount)
     ready = agent.state.ahead.take(ahead_loop(agent), messages, max_suffix=tail_tokens)
     return apply_layer(agent, reactive_compact, messages, summarize=partial(summarize_into, agent),
@@ -594,7 +596,7 @@ def run_reactive_compact(agent, messages: list) -> list:
 
 
 def now() -> float:
-    """The clock the cache's lifetime is measured on (the benchmark plays sessions on its own)."""
+    """The clock the cache's lifetime is measured on (tests/benchmark.py replaces it)."""
     return time.monotonic()
 
 
@@ -683,7 +685,7 @@ def agent_loop(agent, messages: list) -> str | None:
             parked = park_oversized_request(agent, messages, request, estimate_text_tokens)
             replace_history(agent.log, messages, parked, "request parked")
             if shrank and context_tokens(agent, messages) <= agent.settings.threshold:
-                continue  # the history fits the window learned: only max_tokens was too big
+                continue  # it fits the window learned: only the reply's room was too big
             reactive_retries += 1
             compacted = run_reactive_compact(agent, messages)
             replace_history(agent.log, messages, compacted, "reactive_compact")
