@@ -3,13 +3,13 @@
 
 Before every model call the history goes through a pipeline, cheapest layer first:
 
-    history ──▶ tool_result_budget   newest results too big?          → full text to disk, preview stays
-            ──▶ snip_compact         past 70% of the threshold and    → middle messages to a transcript
-                                     over 50 messages?
-            ──▶ micro_compact        past 70% of the threshold?       → old results become pointers
-            ──▶ compact_history      still over the threshold?        → a summary, then what the work needs
+    history ──▶ tool_result_budget  newest results too big?   → full text to disk, a preview stays
+            ──▶ snip_compact        past 70% of the threshold → the middle to a transcript
+                                    and over 50 messages?
+            ──▶ micro_compact       past 70% of the threshold → old results become pointers
+            ──▶ compact_history     still over the threshold? → a summary, what the work needs
             ──▶ model call ── "too long", in any endpoint's words ──▶ learn the window,
-                                                                      reactive_compact, retry
+                                                                  reactive_compact, retry
 
 Nothing is thrown away: every layer writes what it removes to .task_outputs/tool-results/
 or .transcripts/ before it removes it, and the session log keeps every message.
@@ -18,8 +18,8 @@ This file is the chapter, read top to bottom beside README.md: part 1 is new her
 is what earlier chapters built, part 3 a short main. The machinery the chapter does not
 need lives in the folders beside it, one folder a role (each has a README).
 
-    python s08_context_compact/code.py            # needs ANTHROPIC_API_KEY (or _AUTH_TOKEN) and MODEL_ID
-    python s08_context_compact/code.py --demo     # watch every layer fire, offline, no key
+    python s08_context_compact/code.py          # needs ANTHROPIC_API_KEY (or _AUTH_TOKEN), MODEL_ID
+    python s08_context_compact/code.py --demo   # watch every layer fire, offline, no key
 """
 
 import json
@@ -66,7 +66,7 @@ from s08_context_compact.command_line import (
 
 # ==== PART 1: THE CHAPTER ========================================================================
 
-# ---- the numbers the lesson uses ------------------------------------------------------------------
+# ---- the numbers the lesson uses -----------------------------------------------------------------
 # Every size in tokens comes from the context window: compaction/settings.py derives them all
 # (Settings.for_window, with the chapter's defaults as ceilings; the chapter's table gives each
 # rule). These are the other numbers the code below uses.
@@ -454,8 +454,8 @@ def make_summary(agent, messages: list, focus: str, limit: int) -> tuple:
             return summary, "the model"
         except SummaryError as err:
             agent.summary_failures += 1
-            agent.say(f"[summary] failed ({agent.summary_failures}/{MAX_CONSECUTIVE_SUMMARY_FAILURES}):"
-                      f" {err}; using one built without the model")
+            failures = f"{agent.summary_failures}/{MAX_CONSECUTIVE_SUMMARY_FAILURES}"
+            agent.say(f"[summary] failed ({failures}): {err}; using one built without the model")
             why = "the summary call failed"
     return fallback_summary(messages, agent.state.todos, limit, why), "fallback"
 
