@@ -482,20 +482,20 @@ def pre_compact_focus(agent, messages: list, focus: str = "") -> str:
 
 
 def summarize_into(agent, messages: list, tail: list, *, kind: str = "compact", focus: str = "",
-                   written: tuple = ()) -> list:
+                   prewritten: tuple = ()) -> list:
     """Both summary layers: the hooks around the summary, what comes back after it, the
-    summary itself (unless one was written ahead: written is its (text, who wrote it), and its
+    summary itself (unless one was written ahead: prewritten is its (text, who wrote it), and its
     PreCompact hooks ran when it started), then the new history."""
-    focus = focus if written else pre_compact_focus(agent, messages, focus)
+    focus = focus if prewritten else pre_compact_focus(agent, messages, focus)
     tail_tokens = estimate_tokens(tail)
     restored, limit = plan_restore(agent, messages, tail_tokens, shown=paths_read(tail))
     # a placeholder's worth of slack: a summary no smaller than what it replaces is wasted
-    if kind == "compact" and not written and nothing_to_summarize(messages, restored, tail_tokens,
+    if kind == "compact" and not prewritten and nothing_to_summarize(messages, restored, tail_tokens,
                                                                  slack=PLACEHOLDER_TOKENS):
         agent.say("[compact_history] nothing to compact: a summary would not make the context "
                   "smaller")
         return messages
-    summary, source = written or make_summary(agent, messages, focus, limit)
+    summary, source = prewritten or make_summary(agent, messages, focus, limit)
     # PostCompact hooks check the summary (the ledger does); what they find is kept with it
     answers = fire_hooks(agent, "PostCompact", summary=summary, source=source,
                          kept=json.dumps(tail))
@@ -534,7 +534,7 @@ def compact_history(messages: list, *, summarize, over_threshold, ready=None,
     A summary written ahead replaces only the part it covers (what came after stays, as
     ready.suffix); if the result is still over the threshold, it is summarized in turn."""
     if ready:
-        swapped = summarize(messages, ready.suffix or compact_tail(messages), written=ready.summary)
+        swapped = summarize(messages, ready.suffix or compact_tail(messages), prewritten=ready.summary)
         if swapped is not messages and over_threshold(swapped):
             return summarize(swapped, compact_tail(swapped))
         if swapped is not messages:
@@ -553,9 +553,9 @@ def reactive_compact(messages: list, *, summarize, tail_tokens: int, ready=None)
     tail_tokens (a share of the threshold, smaller when the endpoint counted more than we
     estimated), or what came after a summary written ahead."""
     if ready and ready.suffix:
-        return summarize(messages, ready.suffix, kind="reactive", written=ready.summary)
+        return summarize(messages, ready.suffix, kind="reactive", prewritten=ready.summary)
     tail = reactive_tail(messages, tail_tokens)
-    return summarize(messages, tail, kind="reactive", written=ready.summary if ready else ())
+    return summarize(messages, tail, kind="reactive", prewritten=ready.summary if ready else ())
 
 
 # ---- the pipeline --------------------------------------------------------------------------------

@@ -6,6 +6,7 @@ never on sys.path, where code.py would stand in for the standard library's `code
 
 import ast
 import importlib.util
+import json
 import re
 import subprocess
 import sys
@@ -149,9 +150,10 @@ def fields_of_classes(paths) -> set:
 
 
 def test_below_the_command_line_nothing_touches_what_only_the_agent_has():
-    """A copy of the agent passed down under another name is still the agent: below
-    command_line/, no attribute is read or set that only code.py's Agent has (its usage
-    totals, its summary failures, its loop state...). A value of the same shape is fine."""
+    """A copy of the agent kept and read under another name is still the agent: below
+    command_line/, no attribute is read or set that only code.py's classes have (the usage
+    totals, the summary failures, the loop state...). Names a value shares (settings, a
+    client, a say) are left to the test above, which watches what each call is handed."""
     agent_only = fields_of_classes([PACKAGE / "code.py"]) - fields_of_classes(
         path for path in PACKAGE.rglob("*.py") if path.name != "code.py")
     assert {"usage_totals", "summary_failures", "state", "stats"} <= agent_only
@@ -162,6 +164,48 @@ def test_below_the_command_line_nothing_touches_what_only_the_agent_has():
                 if isinstance(node, ast.Attribute) and node.attr in agent_only:
                     found.append(f"{path.relative_to(PACKAGE).as_posix()}:{node.lineno} {ast.unparse(node)}")
     assert not found, f"these reach into the agent: {found}"
+
+
+# Run inside the program: every call into a module below command_line/, on every thread, has
+# its arguments looked at as it starts.
+WATCH_THE_CALLS = """
+import json, os, sys, threading
+root = sys.argv[1]
+sys.path.insert(0, root)
+from s08_context_compact import code
+package = os.path.join(root, "s08_context_compact")
+below = tuple(os.path.join(package, folder) + os.sep for folder in sys.argv[2].split(","))
+found = set()
+
+def watch(frame, event, arg):
+    if event != "call" or not frame.f_code.co_filename.startswith(below):
+        return
+    for name, value in frame.f_locals.items():
+        values = value if isinstance(value, (tuple, list)) else (value,)
+        if any(isinstance(each, (code.Agent, code.LoopState)) for each in values):
+            where = os.path.relpath(frame.f_code.co_filename, package)
+            found.add(f"{where}:{frame.f_code.co_name}({name})")
+
+threading.setprofile(watch)
+sys.setprofile(watch)
+status = code.main(["--demo", "--no-pause"])
+sys.setprofile(None)
+threading.setprofile(None)
+print(json.dumps({"status": status, "found": sorted(found)}), file=sys.stderr)
+"""
+
+
+def test_below_the_command_line_no_call_is_handed_the_agent(tmp_path):
+    """Whatever a parameter is called: the demo plays every layer, a summary written ahead
+    and its worker, the compact tool and the breaker, and no function below command_line/ is
+    handed the Agent, a copy of it, or its LoopState."""
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "TMPDIR": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-c", WATCH_THE_CALLS, str(PACKAGE.parent),
+                           ",".join(BELOW_THE_COMMAND_LINE)], capture_output=True, text=True, env=env,
+                          cwd=tmp_path, timeout=60)
+    report = json.loads(done.stderr.strip().splitlines()[-1])
+    assert report["status"] == 0 and "[compact_history]" in done.stdout and "[summary ahead]" in done.stdout
+    assert report["found"] == [], f"handed the agent: {report['found']}"
 
 
 def test_run_as_a_script_the_lesson_is_not_the_standard_librarys_code():

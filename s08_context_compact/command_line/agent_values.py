@@ -2,9 +2,9 @@
 AheadLoop a summary written ahead reads (and the worker it writes with), a history with each
 tool input too big parked. What those calls hand back is kept here, on the agent.
 
-Machinery the chapter does not need: code.py calls model_connection, ahead_loop and
-park_long_inputs where a call below command_line/ needs the agent's values; nothing below
-command_line/ ever sees the agent.
+Machinery the chapter does not need: code.py (and user_turns.py) call model_connection,
+ahead_loop and park_long_inputs where a call below command_line/ needs the agent's values;
+nothing below command_line/ is ever handed the agent.
 """
 
 import copy
@@ -87,7 +87,11 @@ def connect_worker(worker, on_request):
     loaded (loading them takes tens of milliseconds). Returns what closes it."""
     import httpx2  # the SDK's HTTP library, loaded by now (a client made it)
     http = httpx2.Client(verify=tls_context(), event_hooks={"request": [on_request]})
-    worker.client = worker.client.with_options(http_client=http)
+    try:
+        worker.client = worker.client.with_options(http_client=http)
+    except BaseException:
+        http.close()  # the worker will not run: nothing may keep its connections open
+        raise
     return http.close
 
 

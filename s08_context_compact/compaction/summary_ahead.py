@@ -2,8 +2,9 @@
 background at an early mark, so the loop rarely waits for one at the threshold.
 
 Machinery the chapter does not need: the loop calls these verbs on its SummaryAhead, on its
-own thread (code.py: due, start, take, outrun; command_line/user_turns.py: drop), and never
-meets the thread, the lock or the cancellation. Each but outrun takes a loop: the few values
+own thread (code.py: due, start, take, outrun; command_line/: drop, and log_mark and describe
+for the log and /context), and never meets the thread, the lock or the cancellation. The
+first five but outrun take a loop: the few values
 it reads of the loop (command_line's AheadLoop holds them: settings, overhead, counter (the
 loop's token counter), screen and say, log, failures (summary failures in a row),
 writes_ahead (the main agent, with a client), and what it does for the worker: worker(say)
@@ -16,8 +17,10 @@ what a job came to).
                                           write(loop.worker(say), messages[:covered], *args),
                                           in a thread
     ahead.take(loop, messages, ...)       a Ready summary and the messages after it, or None
-    ahead.drop(loop, why)                 call it off (/clear, a focus, a second Ctrl-C, exit)
+    ahead.drop(loop, why)                 call it off (/clear, a focus, a second Ctrl-C)
     ahead.outrun(settings)                whether the steps outrun the summary being written
+
+Leaving the program cancels every worker still running (call_off_all, at exit).
 
 The worker never touches the history or the agent the loop uses: it gets a snapshot (a list
 of the history's plain dicts, never changed by anyone) and a copy of the agent with its own
@@ -229,8 +232,8 @@ class SummaryAhead:
     # ---- the worker --------------------------------------------------------------------------------
 
     def start(self, loop, messages: list, covered: int, write, *args) -> None:
-        """write(a worker agent, messages[:covered], *args) in a thread; it returns (summary,
-        who wrote it). The snapshot is a new list of the same dicts, which no one changes."""
+        """write(what loop.worker made, messages[:covered], *args) in a thread; it returns
+        (summary, who wrote it). The snapshot is a new list of the same dicts, which no one changes."""
         snapshot = messages[:covered]
         job = Job(covered=covered, last=messages[covered - 1],
                   snipped=snip_count(snapshot), tokens=self.passes[-1][1] if self.passes else 0,
@@ -337,9 +340,10 @@ class SummaryAhead:
             raise
         return time.monotonic() - began
 
-    def settle(self, loop, job: Job, aside: str = "") -> None:
-        """On the loop's thread, once a job is over: what it said, paid (and why that was set aside) and
-        failed; what it paid and failed goes back to the loop (loop.keep)."""
+    def settle(self, loop, job: Job, aside: str = "") -> dict:
+        """On the loop's thread, once a job is over: what it said, paid (and why that was set
+        aside) and failed; what it paid and failed goes back to the loop (loop.keep). Returns
+        what it paid, read once: a worker past its join may still add to its own count."""
         RUNNING.discard(job)
         for line in job.heard:
             loop.say(line, "dim")
@@ -352,6 +356,7 @@ class SummaryAhead:
             loop.log.call(job.tokens, False, usage, label, loop.settings, self.log_mark(loop.settings))
         if job.result is not None and job.done.is_set() and not job.cancelled.is_set():
             self.durations.append(job.seconds)
+        return usage
 
     def drop(self, loop, why: str) -> None:
         """Call off the summary in flight, or set aside the one ready: it never reaches the history."""
@@ -365,9 +370,9 @@ class SummaryAhead:
 
     def set_aside(self, loop, job: Job, what: str, why: str) -> None:
         """Settle a job that never reaches the history: counted, and what it was billed logged with the reason."""
-        self.settle(loop, job, f"{what}: {why}")
+        usage = self.settle(loop, job, f"{what}: {why}")
         self.discarded += 1
-        for kind, value in loop.billed(job.worker)[0].items():
+        for kind, value in usage.items():
             self.discarded_usage[kind] = self.discarded_usage.get(kind, 0) + value
         loop.say(f"[summary ahead] {what}: {why}", "dim")
 
@@ -429,11 +434,11 @@ def min_share(values: list, share: float) -> float:
     return ordered[min(len(ordered) - 1, int(share * len(ordered)))]
 
 
-def same_message(now: dict, then: dict) -> bool:
+def same_message(current: dict, then: dict) -> bool:
     """A copy of `then` that a layer only shortened: the same role and the same blocks, of
     which only a result's body (cleared) may differ. Words merged into it since (after a
     failed turn), or put in place of others, make it another message."""
     def shape(message):
         return [(b.get("type"), b.get("tool_use_id") or b.get("id"),
                  None if b.get("type") == "tool_result" else json.dumps(b, sort_keys=True)) for b in blocks_of(message)]
-    return now["role"] == then["role"] and shape(now) == shape(then)
+    return current["role"] == then["role"] and shape(current) == shape(then)

@@ -10,7 +10,7 @@ arguments; the long ones go to .task_outputs/tool-results/ and a pointer stays.
 
 Machinery the chapter does not need: safety/tool_calls.py calls check_tool_input (and
 code.py's run_todo_write todo_problem) and answers a call whose input could not be read with
-refused_result, and command_line/user_turns.py calls park_oversized_inputs; model_calls.py asks
+refused_result, and command_line/agent_values.py calls park_oversized_inputs; model_calls.py asks
 input_problem of every reply, and the session log of every block it replays.
 """
 

@@ -92,9 +92,9 @@ class Judge:
         if self.depth > MAX_DEPTH:
             return self.ask("nests scripts too deeply to check")
         self.depth += 1
-        tokens, inner = Lexer(text, self.home).run()
+        parts, inner = Lexer(text, self.home).run()
         printed = None  # what echo or printf put on the pipe, word by word: xargs makes arguments of it
-        for words, redirects, piped in simple_commands(tokens):
+        for words, redirects, piped in simple_commands(parts):
             stdin = self.redirections(redirects)
             words = self.drop_keywords(words)
             if piped and stdin is None and printed is not None:

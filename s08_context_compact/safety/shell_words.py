@@ -203,19 +203,19 @@ class Lexer:
         self.pending = []
 
 
-def simple_commands(tokens: list) -> list:
+def simple_commands(parts: list) -> list:
     """The simple commands of a script: (words, [(redirection, target word)], whether a pipe
     feeds its input)."""
     commands, words, redirects, piped = [], [], [], False
-    tokens = iter(tokens)
-    for token in tokens:
-        if isinstance(token, Op) and token in SEPARATORS:
+    parts = iter(parts)
+    for part in parts:
+        if isinstance(part, Op) and part in SEPARATORS:
             commands.append((words, redirects, piped))
-            words, redirects, piped = [], [], token in ("|", "|&")
-        elif isinstance(token, Op):
-            target = next(tokens, make_word(""))
-            redirects.append((token, target if isinstance(target, Word) else make_word("")))
+            words, redirects, piped = [], [], part in ("|", "|&")
+        elif isinstance(part, Op):
+            target = next(parts, make_word(""))
+            redirects.append((part, target if isinstance(target, Word) else make_word("")))
         else:
-            words.append(token)
+            words.append(part)
     commands.append((words, redirects, piped))
     return [command for command in commands if command[0] or command[1]]

@@ -249,15 +249,15 @@ class Undo:
         ended = self.record() if after is None else after  # a turn cut short left what is here now
         # What is here now is kept first, so nothing is lost; each path about to change is read
         # again, so what decides "changed since" is its content, never its size and times.
-        now = None if ended is None else self.record(fresh=frozenset(changed(before, ended)))
-        if now is None:
+        present = None if ended is None else self.record(fresh=frozenset(changed(before, ended)))
+        if present is None:
             records.append((label, before, after))
             return "The workspace is too big to record, so nothing was changed."
-        done, kept = self.apply(ended, before, now) if back else self.apply(before, ended, now)
+        done, kept = self.apply(ended, before, present) if back else self.apply(before, ended, present)
         (self.redo if back else self.undo).append((label, before, ended))
         return told(back, label, done, kept)
 
-    def apply(self, source: dict, target: dict, now: dict) -> tuple:
+    def apply(self, source: dict, target: dict, present: dict) -> tuple:
         """Each path that differs between the records goes from source's state to target's,
         where it is still as source has it. Removals first (deepest first), then writes
         (shallowest first), so a link or a file in the way of a folder goes before the folder
@@ -267,7 +267,7 @@ class Undo:
             return (not removed, -path.count("/") if removed else path.count("/"))
         done, kept = [], []
         for path in sorted(sorted(changed(source, target)), key=order):
-            if not movable(path, source, target, now):
+            if not movable(path, source, target, present):
                 kept.append(path)  # changed since, or a copy that was never kept: left as it is
                 continue
             try:
@@ -377,12 +377,12 @@ def changed(first: dict, second: dict) -> set:
     return {path for path in first.keys() | second.keys() if first.get(path) != second.get(path)}
 
 
-def movable(path: str, source: dict, target: dict, now: dict) -> bool:
+def movable(path: str, source: dict, target: dict, present: dict) -> bool:
     """Whether /undo (or /redo) may change path: it is still as source has it, by content,
     and what is there and what would replace it are both kept. A file not kept (too big,
     unreadable) is never overwritten or removed: its content cannot be compared, and /redo
     could not put it back."""
-    here, going = now.get(path), target.get(path)
+    here, going = present.get(path), target.get(path)
     if here != source.get(path):
         return False  # changed since the record
     if here is not None and here[0] is None:
