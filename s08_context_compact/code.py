@@ -489,9 +489,8 @@ def summarize_into(agent, messages: list, tail: list, *, kind: str = "compact", 
     focus = focus if prewritten else pre_compact_focus(agent, messages, focus)
     tail_tokens = estimate_tokens(tail)
     restored, limit = plan_restore(agent, messages, tail_tokens, shown=paths_read(tail))
-    # a placeholder's worth of slack: a summary no smaller than what it replaces is wasted
-    if kind == "compact" and not prewritten and nothing_to_summarize(messages, restored, tail_tokens,
-                                                                 slack=PLACEHOLDER_TOKENS):
+    little = nothing_to_summarize(messages, restored, tail_tokens, slack=PLACEHOLDER_TOKENS)
+    if kind == "compact" and not prewritten and little:  # a summary would not be smaller
         agent.say("[compact_history] nothing to compact: a summary would not make the context "
                   "smaller")
         return messages
@@ -534,7 +533,8 @@ def compact_history(messages: list, *, summarize, over_threshold, ready=None,
     A summary written ahead replaces only the part it covers (what came after stays, as
     ready.suffix); if the result is still over the threshold, it is summarized in turn."""
     if ready:
-        swapped = summarize(messages, ready.suffix or compact_tail(messages), prewritten=ready.summary)
+        tail = ready.suffix or compact_tail(messages)
+        swapped = summarize(messages, tail, prewritten=ready.summary)
         if swapped is not messages and over_threshold(swapped):
             return summarize(swapped, compact_tail(swapped))
         if swapped is not messages:
