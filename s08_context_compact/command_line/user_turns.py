@@ -155,15 +155,15 @@ def handle_command(agent, messages: list, line: str, lesson: Lesson) -> bool:
         # a new conversation: nothing read, no todos, no facts
         agent.state, agent.ledger = lesson.new_state(), Ledger()
     tokens = lesson.context_tokens(agent, messages)
-    return report_command(agent, messages, command, tokens, estimate_text_tokens)
+    return report_command(agent, messages, command, tokens)
 
 
-def report_command(agent, messages: list, command: str, tokens: int, measure) -> bool:
+def report_command(agent, messages: list, command: str, tokens: int) -> bool:
     """What a command says once it has run; True, for a command is never an API error."""
     if command == "/help":
         agent.say(HELP)
     elif command == "/context":
-        agent.say(context_report(agent, messages, tokens, measure=measure))
+        agent.say(context_report(agent, messages, tokens, measure=estimate_text_tokens))
     elif command == "/compact":
         if not messages:
             agent.say("Nothing to compact yet.")
