@@ -161,8 +161,7 @@ def test_window_sources_in_order_and_the_404_remembered(s08, fake, monkeypatch):
     assert fake.model_lookups == ["deepseek-chat"], "a 404 remembered is not asked again"
     fake.max_input_tokens = 150_000
     assert endpoint_module.discover_endpoint(client, "deepseek-chat").window == 150_000, "the Models API comes before the table"
-    monkeypatch.setenv("CONTEXT_WINDOW", "50000")
-    assert endpoint_module.discover_endpoint(client, "deepseek-chat").window_source == "CONTEXT_WINDOW"
+    assert endpoint_module.discover_endpoint(client, "deepseek-chat", configured=50_000).window_source == "CONTEXT_WINDOW"
 
 
 def test_an_overflow_teaches_the_window_and_the_session_is_not_refused_again(s08, make_agent, workspace):

@@ -9,6 +9,7 @@ to build the agent, and runs; SIGTERM and SIGHUP end it cleanly (Stop).
 import argparse
 import importlib.util
 import os
+import re
 import shutil
 import signal
 import sys
@@ -19,8 +20,8 @@ if sys.version_info < (3, 10):  # before the modules below, which a Python this 
     sys.exit(f"This program needs Python 3.10 or newer; this is Python {sys.version.split()[0]}. Make the "
              "virtual environment with a newer python3 (README.md, section \"Set up\").")
 
-from ..endpoint import (CONNECT_TIMEOUT, DEFAULT_WINDOW_SOURCE, IDLE_TIMEOUT, Endpoint, discover_endpoint,
-                      make_client)
+from ..endpoint import (CONNECT_TIMEOUT, DEFAULT_WINDOW_SOURCE, IDLE_TIMEOUT, MAX_CONTEXT_WINDOW, MIN_CONTEXT_WINDOW,
+                        Endpoint, discover_endpoint, make_client)
 from ..basics import (OWN_DOTENV, PROGRAM, printable, project_instructions, Redactor,
                       secret_values, WarningsOnce)
 from ..safety import Sandbox, find_sandbox, start_up_line
@@ -65,30 +66,57 @@ def missing_settings(dotenv_found: dict) -> str:
                               lines="\n".join(MISSING_LINES[m] for m in missing))
 
 
+SHOWN_VALUE_CHARS = 40               # a setting's value quoted in an error: a pasted page stays one line
+# A number in a setting: plain digits with a decimal point at most. float() would take inf,
+# nan, 1e999, 1_000 and full-width digits, and int() 4,000 digits of a window too big to use.
+DECIMAL = re.compile(r"[0-9]{1,12}(\.[0-9]{0,12})?|\.[0-9]{1,12}")
+MIN_SECONDS, MAX_SECONDS = 1, 3600  # a timeout under a second fails every call; over an hour is no timeout
+
+
+def shown_value(name: str, value: str) -> str:
+    """NAME='value' for an error line, a value too long for one line cut short."""
+    cut = value if len(value) <= SHOWN_VALUE_CHARS else value[:SHOWN_VALUE_CHARS] + "…"
+    return f"{name}={cut!r}"
+
+
+def decimal(text: str) -> float | None:
+    """The number a setting holds, written as plain digits (120, 0.7, .5); None otherwise."""
+    return float(text) if DECIMAL.fullmatch(text) else None
+
+
 def seconds_setting(name: str, default: float) -> float:
     value = os.getenv(name, "").strip()
-    try:
-        seconds = float(value) if value else default
-    except ValueError:
-        seconds = -1
-    if not 0 < seconds <= 3600:
-        raise ValueError(f"{name}={value!r} must be a number of seconds between 0 and 3600.")
+    seconds = decimal(value) if value else default
+    if seconds is None or not MIN_SECONDS <= seconds <= MAX_SECONDS:
+        raise ValueError(f"{shown_value(name, value)} must be a number of seconds between {MIN_SECONDS} and "
+                         f"{MAX_SECONDS}, such as 120.")
     return seconds
+
+
+def window_setting() -> int | None:
+    """CONTEXT_WINDOW, in tokens; None when it is not set."""
+    value = os.getenv("CONTEXT_WINDOW", "").strip()
+    if not value:
+        return None
+    if not re.fullmatch(r"[0-9]{1,12}", value) or not MIN_CONTEXT_WINDOW <= int(value) <= MAX_CONTEXT_WINDOW:
+        raise ValueError(f"{shown_value('CONTEXT_WINDOW', value)} must be a whole number of tokens between "
+                         f"{MIN_CONTEXT_WINDOW} and {MAX_CONTEXT_WINDOW}, such as 200000.")
+    return int(value)
 
 
 def ttl_setting() -> str:
     ttl = os.getenv("CACHE_TTL", "5m").strip() or "5m"
     if ttl not in ("5m", "1h"):  # the prompt cache lives five minutes, or an hour
-        raise ValueError(f"CACHE_TTL={ttl!r} must be 5m or 1h.")
+        raise ValueError(f"{shown_value('CACHE_TTL', ttl)} must be 5m or 1h.")
     return ttl
 
 
 def share(text: str) -> float:
     """A share written 0.8 or 80%; -1 when it is neither."""
-    try:
-        return float(text.rstrip("%")) / (100 if text.endswith("%") else 1)
-    except ValueError:
+    number = decimal(text.removesuffix("%"))
+    if number is None:
         return -1
+    return number / (100 if text.endswith("%") else 1)
 
 
 def compaction_settings() -> dict:
@@ -97,13 +125,13 @@ def compaction_settings() -> dict:
     if value := os.getenv("COMPACT_AT", "").strip():
         found["compact_at"] = share(value)
         if not 0.1 <= found["compact_at"] <= 1:
-            raise ValueError(f"COMPACT_AT={value!r} must be a share of the context window between 0.1 and 1 "
-                             "(for example 0.7, or 70%).")
+            raise ValueError(f"{shown_value('COMPACT_AT', value)} must be a share of the context window "
+                             "between 0.1 and 1 (for example 0.7, or 70%).")
     if value := os.getenv("SUMMARY_AHEAD", "").strip().lower():
         shares = None if value == "off" else tuple(share(v.strip()) for v in value.split("-"))
         if shares is not None and not (len(shares) == 2 and 0.1 <= shares[0] <= shares[1] <= 1):
-            raise ValueError(f"SUMMARY_AHEAD={value!r} must be off, or the earliest and the latest share of the "
-                             "threshold at which a summary starts in the background, such as 0.6-0.95.")
+            raise ValueError(f"{shown_value('SUMMARY_AHEAD', value)} must be off, or the earliest and the latest "
+                             "share of the threshold at which a summary starts in the background, such as 0.6-0.95.")
         found["summary_ahead"] = shares
     return found
 
@@ -112,7 +140,7 @@ def switch_setting(name: str) -> bool:
     """A setting that is on (the default) or off."""
     value = os.getenv(name, "").strip().lower() or "on"
     if value not in ("on", "off"):
-        raise ValueError(f"{name}={value!r} must be on or off.")
+        raise ValueError(f"{shown_value(name, value)} must be on or off.")
     return value == "on"
 
 
@@ -224,7 +252,7 @@ def configure_session(args) -> Config | int:
     idle = seconds_setting("API_IDLE_TIMEOUT", IDLE_TIMEOUT)
     client = make_client(seconds_setting("API_CONNECT_TIMEOUT", CONNECT_TIMEOUT), idle)
     logged = logged_endpoint(resume, model) if resume else None
-    endpoint = discover_endpoint(client, model, logged)
+    endpoint = discover_endpoint(client, model, logged, configured=window_setting())
     if not endpoint.models_api and (logged or {}).get("models_api", True) is not False:  # a 404 just now
         notes.append(check_model(client, model))
     ttl = ttl_setting()

@@ -15,7 +15,8 @@ import time
 from dataclasses import dataclass, replace
 
 from ..messages import fresh_id, input_problem
-from .overflow import EMPTY_REPLY_OVERFLOW, MIN_CONTEXT_WINDOW, ContextOverflow, context_overflow, learned_window
+from .overflow import (EMPTY_REPLY_OVERFLOW, MIN_CONTEXT_WINDOW, ContextOverflow, context_overflow, learned_window,
+                       is_token_count)
 from .replies import USAGE_KEYS, BadReply, EmptyReply, ErrorEvent, reply_from_body, reply_from_events
 from .request_forms import PLAIN_TEXT_NOTE, PLAIN_TEXT_PROOF, plain_text_request, redacted_request
 from ..basics import Screen, Spinner, StreamedText, one_line, say_on
@@ -520,30 +521,27 @@ def models_api_window(client, model: str, endpoint: Endpoint) -> int | None:
             endpoint.startup_problem = f"{api_error_text(err).rstrip('.')}. {what_to_do(err)}"
         return None
     window = getattr(info, "max_input_tokens", None)
-    return window if isinstance(window, int) and window >= MIN_CONTEXT_WINDOW else None
+    return window if is_token_count(window) and window >= MIN_CONTEXT_WINDOW else None
 
 
 
 
-def discover_endpoint(client, model: str, logged: dict | None = None) -> Endpoint:
-    """The window, from CONTEXT_WINDOW, else the Models API, else the table of well-known
-    models, else 200,000. A window a resumed session learned from an overflow caps the
-    last three. The Models API is asked even when CONTEXT_WINDOW is set: the answer also
-    says whether the key, the URL and the model are right (unless a resumed session
-    already learned that the endpoint has no Models API)."""
+def discover_endpoint(client, model: str, logged: dict | None = None, *,
+                      configured: int | None = None) -> Endpoint:
+    """The window, from CONTEXT_WINDOW (configured: cli.py checked it), else the Models API,
+    else the table of well-known models, else 200,000. A window a resumed session learned
+    from an overflow caps the last three. The Models API is asked even when CONTEXT_WINDOW
+    is set: the answer also says whether the key, the URL and the model are right (unless a
+    resumed session already learned that the endpoint has no Models API)."""
     logged = logged or {}
     endpoint = Endpoint(DEFAULT_CONTEXT_WINDOW, DEFAULT_WINDOW_SOURCE, model=model,
                         counts_output=bool(logged.get("counts_output")),
                         can_count_tokens=logged.get("count_tokens", True) is not False,
                         models_api=logged.get("models_api", True) is not False,
                         plain_text=logged.get("plain_text") is True)
-    configured = os.getenv("CONTEXT_WINDOW", "").strip()
-    if configured and (not re.fullmatch(r"[0-9]+", configured) or int(configured) < MIN_CONTEXT_WINDOW):
-        raise ValueError(f"CONTEXT_WINDOW={configured!r} must be a whole number of tokens, at least "
-                         f"{MIN_CONTEXT_WINDOW}, such as 200000.")  # [0-9]: "²" passes isdigit() but not int()
     window = models_api_window(client, model, endpoint)
     if configured:
-        endpoint.window, endpoint.window_source = int(configured), "CONTEXT_WINDOW"
+        endpoint.window, endpoint.window_source = configured, "CONTEXT_WINDOW"
     elif window:
         endpoint.window, endpoint.window_source = window, MODELS_API_SOURCE
     elif row := known_window(model):
@@ -582,7 +580,7 @@ def count_tokens(connection: Connection, request: dict, estimate: int) -> int | 
         return None
     except anthropic.APIError:
         return None
-    if isinstance(counted, int) and counted >= estimate / 2:
+    if is_token_count(counted) and counted >= estimate / 2:
         return counted
     endpoint.can_count_tokens = False  # a count far below what is sent is not a count of it
     return None

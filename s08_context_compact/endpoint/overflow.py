@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass
 
 MIN_CONTEXT_WINDOW = 4_000          # below this the system prompt and tools alone fill the window
+MAX_CONTEXT_WINDOW = 100_000_000    # ten times the largest window offered; a count above it is no count
 NO_NUMBERS_SHRINK = 0.8             # an overflow that names no limit: assume this share of the rejected size
 
 # Named groups: n = the prompt's tokens, m = max_tokens, t = n + m, w = the window. The
@@ -36,6 +37,16 @@ OVERFLOW_WORDINGS = [
     (r"context_length_exceeded|ContextWindowExceeded|request_too_large"
      r"|exceeds? (the )?(model'?s? )?context (window|length)", False),                 # codes, LiteLLM, proxies
 ]
+
+
+def is_token_count(value) -> bool:
+    """Whether a number the endpoint sent can be a count of tokens: a whole number, digits
+    or int, from 0 to MAX_CONTEXT_WINDOW. A bigger one (401 digits, say) would overflow
+    the float arithmetic that sizes the window, and no prompt is that long."""
+    if isinstance(value, str):
+        return value.isascii() and value.isdigit() and len(value) <= len(str(MAX_CONTEXT_WINDOW)) and \
+            int(value) <= MAX_CONTEXT_WINDOW
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_CONTEXT_WINDOW
 
 
 @dataclass(frozen=True)
@@ -75,8 +86,9 @@ def context_overflow(err: Exception | None = None, *, stop_reason: str | None = 
     for pattern, counts_output in OVERFLOW_WORDINGS:
         found = re.search(pattern, words, re.IGNORECASE)
         if found:
-            sizes = {key: int(value) for key, value in found.groupdict().items() if value}
+            sizes = {key: int(value) for key, value in found.groupdict().items() if value and is_token_count(value)}
             prompt = sizes.get("n") or (sizes["t"] - max_tokens if "t" in sizes else None)
+            prompt = prompt if prompt and prompt > 0 else None
             if counts_output is None:
                 counts_output = bool(prompt and "w" in sizes and prompt <= sizes["w"])
             return Overflow(found.group(0)[:100], prompt, sizes.get("w"), counts_output)

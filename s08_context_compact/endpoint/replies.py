@@ -16,6 +16,7 @@ import json
 import re
 
 from ..messages import NO_REPLY, OWN, own_text
+from .overflow import is_token_count
 from ..basics import HALF_ESCAPE, one_line, shown_so_far, well_formed, well_formed_deep
 
 
@@ -47,10 +48,11 @@ USAGE_KEYS = ("input_tokens", "cache_read_input_tokens", "cache_creation_input_t
 
 
 def add_usage(usage: dict, figures) -> None:
-    """Fold one event's usage in: a missing or null figure never lowers one already seen."""
+    """Fold one event's usage in: a missing or null figure never lowers one already seen, and
+    one that cannot be a count of tokens (a string, a float, negative, 401 digits) is missing."""
     for key in USAGE_KEYS:
         value = figures.get(key) if isinstance(figures, dict) else None
-        if isinstance(value, int) and value > usage.get(key, 0):
+        if isinstance(value, int) and is_token_count(value) and value > usage.get(key, 0):
             usage[key] = value
 
 
