@@ -703,9 +703,7 @@ def agent_loop(agent, messages: list) -> str | None:
                            {"role": "user", "content": notes})
             continue
         if not tool_uses:
-            final = "\n".join(b["text"] for b in reply["content"] if b.get("type") == "text")
-            fire_hooks(agent, "Stop", messages=messages, final=final)
-            return final
+            return "\n".join(b["text"] for b in reply["content"] if b.get("type") == "text")
         results, interrupted = use_tools(agent, tool_uses, refused)
         append_message(agent.log, agent.state.counter, messages,
                        {"role": "user", "content": results + notes})
@@ -727,7 +725,8 @@ def agent_loop(agent, messages: list) -> str | None:
 
 def take_turn(agent, messages: list, prompt: str) -> bool:
     """One user turn: the hooks see the prompt, it joins the history, and the loop runs
-    until the model answers. False when an API error ended it."""
+    until the model answers; the Stop hooks see its end, however it came. False when an
+    API error ended it."""
     prompt = redact(prompt, agent.secrets)  # before any hook: the ledger quotes prompts verbatim
     answers = fire_hooks(agent, "UserPromptSubmit", prompt=prompt)
     blocked = [answer["block"] for answer in answers if "block" in answer]
@@ -737,11 +736,14 @@ def take_turn(agent, messages: list, prompt: str) -> bool:
     asked = add_prompt(agent, messages, prompt, estimate_text_tokens(prompt))
     if asked is None:
         return True
+    final = None  # the model's last words, if it stopped on its own
     try:
-        agent_loop(agent, messages)
+        final = agent_loop(agent, messages)
     except (ContextOverflow, *api_failures()) as err:
         turn_failed(agent, messages, asked, err)
         return False
+    finally:  # an answer, an API error, Ctrl-C, the step limit: undo records what the turn left
+        fire_hooks(agent, "Stop", messages=messages, final=final)
     show_status(agent, messages, context_tokens(agent, messages))
     return True
 
@@ -941,7 +943,7 @@ def install_default_hooks(agent) -> None:
         return agent.workdir, agent.ledger, agent.secrets, agent.state.todos
 
     def for_undo():
-        return agent.undo, agent.workdir, agent.say, agent.state.history
+        return agent.undo, agent.workdir, agent.say
 
     for event, hook in [*ledger_hooks(for_the_ledger).items(), *undo_hooks(for_undo).items()]:
         agent.hooks[event].append(hook)
@@ -971,6 +973,7 @@ def main(argv=None) -> int:
                   secrets=config.secrets, **config.screen)
     install_default_hooks(agent)
     say_what_start_up_found(agent, config)  # the banner first, then what start-up found
+    agent.undo.at(config.workdir, agent.say).check_store()  # before a request could lose a file
     messages = open_session(agent, config.resume)
     return start_repl(agent, config.interactive, messages, partial(take_line, lesson=LESSON))
 

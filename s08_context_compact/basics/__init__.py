@@ -9,8 +9,8 @@ from .redaction import REDACTED, SECRET_NAME, redact, Redactor, secret_values
 from .surrogates import HALF_ESCAPE, shown_so_far, well_formed, well_formed_deep
 from .terminal import (STYLES, counted, cut_to_width, display_width, format_tokens, one_line,
                        printable, say_on, Screen, Spinner, StreamedText, terminal_columns, WarningsOnce, wrapped)
-from .workspace_files import (INSTRUCTIONS_TAG, discover_skills, edit_file,
+from .workspace_files import (FOLDER, INSTRUCTIONS_TAG, discover_skills, edit_file,
                            file_kind, glob_files, holds_exactly, in_own_folder, inside_workspace,
                            open_log, open_regular, output_names, own_folder, path_risk,
                            program_places, project_instructions, read_lines, resolved, ToolError,
-                           write_file)
+                           walk_tree, write_file)

@@ -5,9 +5,11 @@ just cloned, so what it holds is not trusted: the program's own folders must be 
 folders (never a planted link), and skills are read only from regular files.
 
 Machinery the chapter does not need: the tools in code.py call these, and so do the
-session log, start-up (skills, AGENTS.md), the ledger and command_runner.py.
+session log, start-up (skills, AGENTS.md), the ledger and command_runner.py; undo.py and
+command_risks.py walk the workspace with walk_tree, which never recurses.
 """
 
+import fnmatch
 import functools
 import os
 import re
@@ -23,6 +25,7 @@ READ_MAX_CHARS = 200_000            # one read_file call returns at most this mu
 READ_MAX_LINE_CHARS = 2_000         # minified files: cut single lines, not whole reads
 EDIT_MAX_BYTES = 10_000_000         # edit_file loads the whole file: refuse bigger ones
 GLOB_MAX_RESULTS = 200
+GLOB_MAX_PARTS = 64               # a pattern of more folders than this is refused: no tree is that deep
 SKILL_MAX_BYTES = 100_000           # a SKILL.md bigger than this is skipped, not read
 INSTRUCTION_FILES = ("AGENTS.md", "CLAUDE.md")  # the project's instructions for agents: the first one there
 INSTRUCTIONS_MAX_CHARS = 20_000     # about 5,000 tokens, sent with every request; a longer file is cut
@@ -374,18 +377,105 @@ def edit_file(target: Path, path: str, old_text: str, new_text: str, secrets: Re
 
 
 def glob_files(workdir: Path, base: Path, pattern: str, path: str) -> str:
-    """The files under base matching pattern, relative to the workspace; never outside it, never .git."""
-    if Path(pattern).is_absolute() or ".." in Path(pattern).parts:
+    """The files under base matching pattern, relative to the workspace; never outside it, never .git.
+    A folder that could not be listed is named after the matches."""
+    parts = Path(pattern).parts
+    if Path(pattern).is_absolute() or ".." in parts:
         raise ToolError("glob patterns are relative to the workspace: drop the leading / and any '..'.")
+    if not parts or len(parts) > GLOB_MAX_PARTS:
+        raise ToolError(f"a glob pattern names 1 to {GLOB_MAX_PARTS} levels of folders, such as '**/*.py'.")
     root = workdir.resolve()
-    matches = sorted(utf8_name(str(p.relative_to(root))) for p in base.glob(pattern)
-                     if (real := resolved(p)) and real.is_relative_to(root) and ".git" not in p.relative_to(root).parts)
-    if not matches:
-        return f"No files match {pattern!r} under {path}."
-    shown = "\n".join(matches[:GLOB_MAX_RESULTS])
+    depth = None if "**" in parts else len(parts)  # without **, nothing deeper can match
+    matches, unlisted = [], []
+    places = {str(base): past_stars({0}, parts)}  # a folder's places in the pattern, for its entries
+    for found, what in walk_tree(str(base), skip=frozenset({".git"}), depth=depth):
+        if isinstance(what, OSError):
+            unlisted.append(utf8_name(os.path.relpath(found, root)))
+            continue
+        folder, name = os.path.split(found)
+        here = advance(places[folder], name, parts)
+        if what == FOLDER:
+            places[found] = here
+        if len(parts) in here and inside(root, found):
+            matches.append(utf8_name(os.path.relpath(found, root)))
+    matches.sort()
+    shown = "\n".join(matches[:GLOB_MAX_RESULTS]) or f"No files match {pattern!r} under {path}."
     if len(matches) > GLOB_MAX_RESULTS:
         shown += f"\n[showing {GLOB_MAX_RESULTS} of {len(matches)} matches; use a narrower pattern]"
+    if unlisted:
+        shown += f"\n[{len(unlisted)} folder(s) could not be listed, so not searched: {', '.join(sorted(unlisted)[:10])}]"
     return shown
+
+
+def inside(root: Path, found: str) -> bool:
+    """Whether a path the walk found stays in the workspace: only a link can lead out (or in a
+    loop), as the walk never goes through one; and never .git, wherever base was."""
+    if ".git" in Path(os.path.relpath(found, root)).parts:
+        return False
+    if not os.path.islink(found):
+        return True
+    real = resolved(Path(found))
+    return real is not None and real.is_relative_to(root)
+
+
+def advance(places: set, name: str, parts: tuple) -> set:
+    """The places in a pattern's parts a path reaches by one more name, from the places its
+    folder reached; a path matches when the place past the last part is among them. ** stands
+    for any number of folders, none included. No backtracking, no recursion, however many **
+    the pattern holds."""
+    moved = set()
+    for at in places:
+        if at < len(parts) and parts[at] == "**":
+            moved.add(at)
+        elif at < len(parts) and fnmatch.fnmatch(name, parts[at]):
+            moved.add(at + 1)
+    return past_stars(moved, parts)
+
+
+def past_stars(places: set, parts: tuple) -> set:
+    """The places, and the place after each ** among them (a ** may stand for no folder)."""
+    more = set(places)
+    for at in range(min(places, default=len(parts)), len(parts)):
+        if at in more and parts[at] == "**":
+            more.add(at + 1)
+    return more
+
+
+FOLDER, OTHER = "folder", "other"
+
+
+def walk_tree(top: str, skip: frozenset = frozenset(), depth: int | None = None):
+    """(path, what) for everything under the folder top, what being FOLDER, OTHER (a file, a
+    link, a pipe: all that is not a folder), or the OSError that kept a folder from being
+    listed. A link is never followed; a folder named in skip is neither given nor entered, nor
+    one depth levels down. Folders wait on a stack, not in a recursion: os.walk and pathlib's
+    ** recurse before Python 3.12, and a tree nested 1,000 deep ends them in a RecursionError."""
+    stack = [(top, 1)]
+    while stack:
+        folder, level = stack.pop()
+        try:
+            with os.scandir(folder) as listing:
+                entries = list(listing)
+        except (FileNotFoundError, NotADirectoryError):
+            continue  # gone, or a file now: nothing under it to give
+        except OSError as err:
+            yield folder, err
+            continue
+        for entry in entries:
+            if not real_folder(entry):
+                yield entry.path, OTHER
+            elif entry.name not in skip:
+                yield entry.path, FOLDER
+                if depth is None or level < depth:
+                    stack.append((entry.path, level + 1))
+
+
+def real_folder(entry: os.DirEntry) -> bool:
+    """A folder itself, not a link to one (a folder that cannot be looked at is walked as a file)."""
+    try:
+        return entry.is_dir(follow_symlinks=False)
+    except OSError:
+        return False
 
 
 def discover_skills(folders: list, warn=print) -> dict:

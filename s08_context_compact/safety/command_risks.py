@@ -19,7 +19,7 @@ from pathlib import Path
 from .command_kinds import (DELETES, CHANGES, COPIES, COPY_VALUES, COPY_WALK_LIMIT, OUTPUT_OPTIONS, SHELLS,
                            CODE_FLAGS, INTERPRETER, LANGUAGE, RISKY_CODE, QUOTED_PATH, PATTERN_FIRST,
                            TEXT_ONLY, WRAPPERS, STDIN_NAMES, IN_PLACE_EDITORS, KEYWORDS)
-from ..basics import REDACTED, in_own_folder, resolved
+from ..basics import FOLDER, REDACTED, in_own_folder, resolved, walk_tree
 from .shell_words import Lexer, Word, make_word, simple_commands
 
 # Refused outright, whatever anyone answers: these are never part of a coding task.
@@ -460,14 +460,15 @@ class Judge:
         """A recursive read that follows links: a link in the tree that leads outside asks."""
         seen = 0
         for folder in [self.path(w) for w in folders if not w.expands]:
-            for top, dirs, files in os.walk(folder):
-                for entry in dirs + files:
-                    seen += 1
-                    path = Path(top) / entry
-                    if seen > COPY_WALK_LIMIT:
-                        return
-                    if path.is_symlink() and self.outside(make_word(str(path))):
-                        return self.ask(f"reads {os.path.relpath(path, self.top)}, a link out of the workspace ({how})")
+            for path, what in walk_tree(str(folder)):  # no recursion: a tree may nest 1,000 deep
+                seen += 1
+                if seen > COPY_WALK_LIMIT:
+                    return
+                if isinstance(what, OSError):  # what it holds is unknown: said, not passed over
+                    return self.ask(f"reads {os.path.relpath(path, self.top)}, a folder that could not be "
+                                    f"looked into for links out of the workspace ({how})")
+                if what != FOLDER and os.path.islink(path) and self.outside(make_word(path)):
+                    return self.ask(f"reads {os.path.relpath(path, self.top)}, a link out of the workspace ({how})")
 
     def output_option(self, name: str, args: list) -> None:
         """sort -o FILE, curl -o FILE, wget -O FILE write FILE."""
@@ -540,14 +541,18 @@ class Judge:
         if own := self.own_folder(target):
             return self.ask(f"writes into {own}/, the program's own folder (its session logs and saved outputs)")
         seen = 0
-        for folder, _, files in os.walk(source):
-            for file in files:
-                seen += 1
-                there = target / os.path.relpath(os.path.join(folder, file), source)
-                if seen > COPY_WALK_LIMIT:
-                    return self.ask(f"copies a folder of over {COPY_WALK_LIMIT:,} files over {target} ({name})")
-                if os.path.lexists(there) and not os.path.isdir(there):
-                    return self.ask(f"overwrites {os.path.relpath(there, self.top)} ({name})")
+        for path, what in walk_tree(str(source)):  # no recursion: a tree may nest 1,000 deep
+            if what == FOLDER:
+                continue
+            seen += 1
+            if seen > COPY_WALK_LIMIT:
+                return self.ask(f"copies a folder of over {COPY_WALK_LIMIT:,} files over {target} ({name})")
+            if isinstance(what, OSError):  # what it would copy is unknown: said, not passed over
+                return self.ask(f"copies {os.path.relpath(path, self.top)}, a folder that could not be looked "
+                                f"into, over {target} ({name})")
+            there = target / os.path.relpath(path, source)
+            if os.path.lexists(there) and not os.path.isdir(there):
+                return self.ask(f"overwrites {os.path.relpath(there, self.top)} ({name})")
 
     def copy_targets(self, name: str, sources: list, destination: Word, overwrite: bool) -> None:
         """A folder as the destination receives each source under its own name."""

@@ -43,8 +43,9 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import NamedTuple
 
-from ..basics import OWN_FOLDERS, undo_folder
+from ..basics import FOLDER, OWN_FOLDERS, undo_folder, walk_tree
 
 try:
     import fcntl  # a reflink is asked for with an ioctl
@@ -67,17 +68,34 @@ FICLONE = getattr(fcntl, "FICLONE", 0x40049409)  # (on Linux; never asked elsewh
 # being read could change again, same size, within the same tick. Its stat key is not
 # trusted, so the next record reads it again.
 RACY_NS = 2 * 10**9
+# A path's entry when what is there could not be seen: a folder that could not be listed, a
+# path under one. Like a file not kept, it is never overwritten or removed, nor is what it holds.
+UNSEEN = (None, "unseen")
+
+
+class StoreError(OSError):
+    """The store could not take a copy (full, gone, not writable): the file is not to blame."""
+
+
+class Turn(NamedTuple):
+    """One turn's records: the workspace before its first change, and as the turn left it."""
+    label: str
+    before: dict
+    after: dict | None = None  # None until the turn ends (or if recording its end was cut short)
+    caveat: str = ""  # what /undo cannot put back because of how after was recorded; "" if nothing
 
 
 class Undo:
     """The records of the turns that changed files, and the copies they point at."""
 
-    def __init__(self):
+    def __init__(self, max_files: int = MAX_FILES):
         self.workdir, self.warn = None, print  # the workspace's, known from the first call
+        self.max_files = max_files  # a workspace of more files than this is not recorded
         self.said = set()
-        self.undo, self.redo = [], []  # records: (label, before, after)
+        self.undo, self.redo = [], []  # Turns
         self.cache = {}  # path -> (stat key, hash); key None: it may not stand for the hash
         self.store, self.stored, self.turn_recorded, self.label = None, 0, True, ""
+        self.not_recorded = ""  # why the latest request that could not be recorded was not, named
 
     # ---- recording ----
 
@@ -90,44 +108,98 @@ class Undo:
 
     def before_change(self, tool: str) -> None:
         """Record the workspace before the turn's first tool call that may change it."""
-        if tool in CHANGES_FILES and not self.turn_recorded:
-            self.turn_recorded = True
-            files = self.record()
-            if files is not None:
-                self.undo = (self.undo + [(self.label, files, None)])[-MAX_TURNS:]
-                self.redo = []
-
-    def record(self, fresh: frozenset = frozenset()) -> dict | None:
-        """{path: (hash, mode) or ("link", target)} of the workspace now, each content kept.
-        The paths in fresh are read again whatever their stat says: /undo is about to
-        overwrite or remove them, and decides that by their content alone."""
-        paths = list(itertools.islice(self.walk(), MAX_FILES + 1))
-        if len(paths) > MAX_FILES:
-            return self.once("too many", f"[undo] the workspace has over {MAX_FILES:,} files: "
+        if tool not in CHANGES_FILES or self.turn_recorded:
+            return
+        self.turn_recorded = True
+        problem = self.store_problem()
+        if problem:
+            self.not_recorded = f"request \"{self.label[:60]}\" could not be recorded (no copy can be kept)"
+            return self.once("store", problem)
+        files = self.record()
+        if files is None:
+            self.not_recorded = (f"request \"{self.label[:60]}\" could not be recorded (the workspace has "
+                                 f"over {self.max_files:,} files)")
+            return self.once("too many", f"[undo] the workspace has over {self.max_files:,} files: "
                                           "turns are not recorded, and /undo cannot put files back")
-        if len(paths) > SAY_RECORDING and not self.cache:  # the first record reads them all: say so
-            self.warn(f"[undo] recording the workspace's {len(paths):,} files before the first "
+        self.undo = (self.undo + [Turn(self.label, files)])[-MAX_TURNS:]
+        self.redo = []
+
+    def check_store(self) -> None:
+        """Said at start if no copy can be kept, before a request could lose a file."""
+        problem = self.store_problem()
+        if problem:
+            self.once("store", problem)
+
+    def store_problem(self) -> str | None:
+        """Why no copy can be kept (the store's folder cannot be made), with what fixes it;
+        None when it can."""
+        try:
+            self.folder()
+        except OSError as err:
+            where = undo_folder()
+            return (f"[undo] cannot keep copies of your files in {where} ({err.strerror or err}): "
+                    "/undo will not be able to put back what a request changes. Make that folder "
+                    "yours and writable, or set XDG_STATE_HOME to a folder that is.")
+        return None
+
+    def record(self) -> dict | None:
+        """{path: (hash, mode) or ("link", target)} of the workspace now, each content kept;
+        None when it holds over max_files files."""
+        listed = list(itertools.islice(self.walk(), self.max_files + 1))
+        if len(listed) > self.max_files:
+            return None
+        if len(listed) > SAY_RECORDING and not self.cache:  # the first record reads them all: say so
+            self.warn(f"[undo] recording the workspace's {len(listed):,} files before the first "
                       "change, so /undo can put them back…")
+        cut = len(str(self.workdir)) + 1
         files = {}
-        for path in paths:
-            relative = str(path.relative_to(self.workdir))
-            entry = self.entry(path, relative in fresh)
+        for path, seen in listed:
+            entry = self.entry(Path(path), False) if seen else UNSEEN
+            if entry is not None:
+                files[path[cut:]] = entry
+        return files
+
+    def record_paths(self, paths, fresh: bool = False) -> dict:
+        """The record of these paths (relative) alone, each content kept; fresh: each read again
+        whatever its stat says (/undo is about to overwrite or remove it, and decides that by
+        its content alone)."""
+        files = {}
+        for relative in paths:
+            if self.through_link(relative):
+                continue  # not there, as a walk sees it: a walk never goes through a link
+            entry = self.entry(self.workdir / relative, fresh)
             if entry is not None:
                 files[relative] = entry
         return files
 
+    def through_link(self, relative: str) -> bool:
+        """Whether a folder on the way to a relative path is a link."""
+        folder = self.workdir
+        for part in Path(relative).parent.parts:
+            folder = folder / part
+            if os.path.islink(folder):
+                return True
+        return False
+
     def entry(self, path: Path, fresh: bool) -> tuple | None:
         """A path's entry in a record: ("link", target); (hash, mode) for a file, (None, mode)
-        when it is there but not kept; None when it is gone, or neither."""
+        when it is there but not kept, UNSEEN when it cannot be looked at; None when it is
+        gone, or neither."""
         try:
             info = os.lstat(path)
-        except OSError:
+        except (FileNotFoundError, NotADirectoryError):
             return None  # gone since it was listed
+        except OSError:  # a folder on its way that cannot be entered: unknown, so never touched
+            return UNSEEN
         try:
             if stat.S_ISLNK(info.st_mode):
                 return ("link", os.readlink(path))
             if stat.S_ISREG(info.st_mode):
                 return (self.keep(path, info, fresh), stat.S_IMODE(info.st_mode))
+        except StoreError as err:  # the store full or gone: the file is there all the same
+            self.once(f"not kept {path}", f"[undo] {path.relative_to(self.workdir)} could not be kept "
+                                          f"({err}): /undo will leave it as it is")
+            return (None, stat.S_IMODE(info.st_mode))
         except FileNotFoundError:
             return None  # gone since it was listed
         except PermissionError:  # there, but not kept: /undo leaves it as it is, never removes it
@@ -139,11 +211,17 @@ class Undo:
         return None
 
     def walk(self):
-        for top, dirs, names in os.walk(self.workdir):
-            links = [d for d in dirs if os.path.islink(os.path.join(top, d))]
-            names += links  # a link to a folder is a link, never walked into
-            dirs[:] = [d for d in dirs if d not in SKIPPED and d not in links]
-            yield from (Path(top) / name for name in names)
+        """(path, seen) for each path the workspace holds that is not a folder (a link to one is
+        a link, never walked into), and (folder, False) for a folder that could not be listed:
+        what it holds is unknown, said once."""
+        for path, what in walk_tree(str(self.workdir), skip=SKIPPED):
+            if isinstance(what, OSError):
+                where = os.path.relpath(path, self.workdir)
+                self.once(f"unlisted {where}", f"[undo] {where}/ could not be listed ({what.strerror or what}):"
+                                               " its files are not recorded, and /undo will leave them as they are")
+                yield path, False
+            elif what != FOLDER:
+                yield path, True
 
     def keep(self, path: Path, info, fresh: bool = False) -> str | None:
         """The content's hash, its copy kept once; None when it is too big to keep. A file
@@ -176,7 +254,14 @@ class Undo:
 
     def store_copy(self, source: int) -> str | None:
         """The open file source copied into the store, named by its hash; None (nothing kept)
-        past MAX_FILE_BYTES. Written aside, then renamed: a copy is whole or absent."""
+        past MAX_FILE_BYTES. Written aside, then renamed: a copy is whole or absent. The store's
+        own failures come as StoreError, never taken for the file's."""
+        try:
+            return self.copy_to_store(source)
+        except OSError as err:
+            raise StoreError(err.strerror or str(err)) from err
+
+    def copy_to_store(self, source: int) -> str | None:
         descriptor, part = tempfile.mkstemp(dir=self.folder(), prefix=".part-")
         try:
             with os.fdopen(descriptor, "wb") as copy:
@@ -209,7 +294,7 @@ class Undo:
             self.undo.pop(0)
             self.once("room", f"[undo] its copies passed {MAX_STORE_BYTES // 10**6} MB: the oldest "
                               "turns can no longer be undone")
-            kept = {entry[0] for record in self.undo + self.redo for files in record[1:] if files
+            kept = {entry[0] for turn in self.undo + self.redo for files in (turn.before, turn.after) if files
                     for entry in files.values()}
             kept |= {digest for _, digest in self.cache.values()}
             for copy in self.folder().iterdir():
@@ -228,34 +313,59 @@ class Undo:
     # ---- putting back ----
 
     def end_turn(self) -> None:
-        """The turn is over: what it left is recorded, so /undo touches only what it changed
-        (and leaves what anyone changed since). A turn that changed nothing is forgotten."""
-        if self.undo and self.undo[-1][2] is None:
-            label, before, _ = self.undo.pop()
-            after = self.record()
-            if after is not None and after != before:
-                self.undo.append((label, before, after))
+        """The turn is over, however it ended (an answer, an error, Ctrl-C, the step limit): what
+        it left is recorded, so /undo touches only what it changed (and leaves what anyone changed
+        since). A turn that changed nothing is forgotten. The record before it is never dropped:
+        past max_files files, the end is recorded at the paths the turn started with."""
+        if not self.undo or self.undo[-1].after is not None:
+            return
+        turn = self.undo[-1]
+        after, caveat = self.record(), ""
+        if after is None:
+            after, caveat = self.record_paths(turn.before), self.too_many()
+            self.warn(f"[undo] the workspace has over {self.max_files:,} files now: /undo can put back "
+                      "what this request changed or deleted, but not take away the files it created")
+        if after == turn.before and not caveat:
+            self.undo.pop()
+        else:
+            self.undo[-1] = turn._replace(after=after, caveat=caveat)
 
     def step(self, back: bool) -> str:
         """/undo (back) or /redo: what the last recorded turn changed goes back to how it was
-        before it (or, for /redo, after it); what has changed since is left as it is."""
+        before it (or, for /redo, after it); what has changed since is left as it is. One that
+        changes nothing leaves both stacks as they were."""
         records = self.undo if back else self.redo
+        if not records and back and self.not_recorded:
+            return f"Nothing to undo: your {self.not_recorded}, so /undo cannot put back what it changed."
         if not records and back:
             return ("Nothing to undo: no request since the program started has changed files "
                     "(or all were undone).")
         if not records:
             return "Nothing to redo: /redo puts back what the last /undo replaced."
-        label, before, after = records.pop()
-        ended = self.record() if after is None else after  # a turn cut short left what is here now
-        # What is here now is kept first, so nothing is lost; each path about to change is read
-        # again, so what decides "changed since" is its content, never its size and times.
-        present = None if ended is None else self.record(fresh=frozenset(changed(before, ended)))
-        if present is None:
-            records.append((label, before, after))
-            return "The workspace is too big to record, so nothing was changed."
-        done, kept = self.apply(ended, before, present) if back else self.apply(before, ended, present)
-        (self.redo if back else self.undo).append((label, before, ended))
-        return told(back, label, done, kept)
+        turn = records[-1]
+        ended = turn if turn.after is not None else self.ended_now(turn)
+        source, target = (ended.after, turn.before) if back else (turn.before, ended.after)
+        # Each path about to change is read again, so what decides "changed since" is its
+        # content, never its size and times; what is there is kept first, so nothing is lost.
+        present = self.record_paths(changed(source, target), fresh=True)
+        done, kept = self.apply(source, target, present)
+        if not done:
+            return told(back, ended, done, kept)
+        records.pop()
+        (self.redo if back else self.undo).append(ended)
+        return told(back, ended, done, kept)
+
+    def ended_now(self, turn: Turn) -> Turn:
+        """A turn whose end was never recorded (recording it was cut short): the workspace now
+        stands for its end, and what /undo says names that."""
+        now = self.record()
+        if now is None:
+            return turn._replace(after=self.record_paths(turn.before), caveat=self.too_many())
+        return turn._replace(after=now, caveat="its end was not recorded, so what changed since counts as its own")
+
+    def too_many(self) -> str:
+        return (f"the files it created are left: at its end the workspace had over {self.max_files:,} files, "
+                "too many to record")
 
     def apply(self, source: dict, target: dict, present: dict) -> tuple:
         """Each path that differs between the records goes from source's state to target's,
@@ -387,19 +497,35 @@ def movable(path: str, source: dict, target: dict, present: dict) -> bool:
         return False  # changed since the record
     if here is not None and here[0] is None:
         return False
+    if any(in_unseen(path, record) for record in (source, target, present)):
+        return False  # a folder on its way could not be listed: what it holds is unknown
     return going is None or going[0] is not None
 
 
-def told(back: bool, label: str, done: list, kept: list) -> str:
-    """The line /undo or /redo prints: what was put back, what was left and why."""
+def in_unseen(path: str, record: dict) -> bool:
+    """Whether a folder that holds path is UNSEEN in the record."""
+    parts = path.split("/")
+    return any(record.get("/".join(parts[:n])) == UNSEEN for n in range(1, len(parts)))
+
+
+def told(back: bool, turn: Turn, done: list, kept: list) -> str:
+    """The line /undo or /redo prints: what was put back, what was left and why. It opens
+    with "[" only when files changed (user_turns.py tells the model then)."""
     said = []
     if done:
         said.append(f"{len(done)} put back as they were ({listed(done)})")
     if kept:
         said.append(f"{len(kept)} left as they are: changed since, or not kept ({listed(kept)})")
-    opening = "[undo] files your request" if back else "[redo] files the /undo of your request"
-    ending = ". /redo reverses this." if back and done else "."
-    return f"{opening} \"{label[:60]}\" changed: " + ("; ".join(said) or "none") + ending
+    if back and turn.caveat:
+        said.append(turn.caveat)
+    what = f"your request \"{turn.label[:60]}\"" if back else f"the /undo of your request \"{turn.label[:60]}\""
+    if not done:
+        command = "/undo" if back else "/redo"
+        return (f"Nothing was put back of the files {what} changed: " + ("; ".join(said) or "none differs") +
+                f". Nothing changed, so {command} will try this request again.")
+    opening = "[undo] files" if back else "[redo] files"
+    ending = ". /redo reverses this." if back else "."
+    return f"{opening} {what} changed: " + "; ".join(said) + ending
 
 
 def listed(paths: list) -> str:
@@ -419,16 +545,15 @@ def running(pid: str) -> bool:
 
 def undo_hooks(current) -> dict:
     """The record taken before a turn's first change, as hooks beside the ledger's. current() gives
-    what they read, as it is when they run: (the Undo, the workdir, say, the main agent's history)."""
+    what they read, as it is when they run: (the Undo, the workdir, say). Stop fires when the main
+    agent's turn ends, however it ended."""
     def on_prompt(event: dict):
         current()[0].new_turn(event["prompt"])
 
     def before_tool(event: dict):
-        undo, workdir, say, _ = current()
+        undo, workdir, say = current()
         undo.at(workdir, say).before_change(event["name"])
 
     def after_turn(event: dict):
-        undo, _, _, history = current()
-        if event["messages"] is history:  # the main agent's turn, not a subagent's
-            undo.end_turn()
+        current()[0].end_turn()  # fired however the main agent's turn ended
     return {"UserPromptSubmit": on_prompt, "PreToolUse": before_tool, "Stop": after_turn}
