@@ -68,8 +68,9 @@ def program_places() -> tuple:
     """What the program runs or reads when it starts, as real paths: its code, .env.example,
     and the Python that runs it (the interpreter, its prefixes, the base installation a
     virtual environment was made from, every folder on sys.path, and the user site where
-    that Python reads one, made or not). A command must not change them: the next start
-    would run that change outside any sandbox (a sitecustomize.py, a .pth, a patched module)."""
+    that Python reads one, made or not; the folder of compiled code PYTHONPYCACHEPREFIX names).
+    A command must not change them: the next start would run that change outside any
+    sandbox (a sitecustomize.py, a .pth, a patched module, a rewritten .pyc)."""
     import site  # only here: the list is asked for once, at start-up
     import sysconfig
     places = [PROGRAM, DOTENV_EXAMPLE, sys.executable, sys.prefix, sys.exec_prefix, sys.base_prefix,
@@ -77,6 +78,8 @@ def program_places() -> tuple:
     found = [os.path.realpath(place) for place in places if place and os.path.exists(place)]
     if site.ENABLE_USER_SITE:  # never inside a virtual environment
         found.append(os.path.realpath(site.getusersitepackages()))
+    if sys.pycache_prefix:  # PYTHONPYCACHEPREFIX: the compiled code of all the above, made or not
+        found.append(os.path.realpath(sys.pycache_prefix))
     return tuple(dict.fromkeys(found))
 
 

@@ -5,11 +5,14 @@ Machinery the chapter does not need: code.py's main hands the session to start_r
 line typed goes to user_turns.py's take_line.
 """
 
+import os
 import shutil
+import stat
 import sys
 from pathlib import Path
 
-from ..basics import history_file, printable, redact, wrapped
+from ..basics import file_kind, history_file, printable, redact, wrapped
+from ..safety import changed_by_command, passes_through
 
 
 HELP = """Commands:
@@ -150,17 +153,42 @@ def start_repl(agent, interactive: bool, messages: list, take_line) -> int:
         return repl(agent, interactive, messages, take_line)
     readline.parse_and_bind("set enable-bracketed-paste on")  # a paste of many lines is one message
     readline.parse_and_bind("set enable-active-region off")  # ...without showing it in reverse video
-    path = history_file()
+    path, refused = history_place(history_file(), agent.workdir)
+    if refused:
+        agent.say(refused)
     try:
-        if path and path.is_file():
+        if path and path.exists():
             readline.read_history_file(path)
     except OSError as err:
         agent.say(f"[history] cannot read {path} ({err}); set S08_HISTORY=off to keep none.")
     try:
         return repl(agent, interactive, messages, take_line)
     finally:
-        if path:
-            save_history(readline, path, agent.secrets)
+        if path:  # looked at again: a command may have planted something there since
+            path, refused = history_place(path, agent.workdir)
+            agent.say(refused) if refused else save_history(readline, path, agent.secrets)
+
+
+def history_place(path: Path | None, workdir: Path) -> tuple:
+    """(the history file to read and write, or None; a line saying why not). The program writes
+    it outside the sandbox, so only what a command cannot have planted is used: a regular file,
+    or nothing yet, reached through no link in the workspace and changed by no command."""
+    if path is None:
+        return None, ""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        why = ""
+    except OSError as err:
+        why = err.strerror or str(err)
+    else:
+        why = "" if stat.S_ISREG(mode) else file_kind(mode)
+    links = passes_through(path, os.path.realpath(workdir))
+    why = why or (links and f"reached through a link inside the workspace ({links[0]})") or changed_by_command(path)
+    if not why:
+        return path, ""
+    return None, (f"[history] {path} is not used ({why}): prompts are neither read from it nor kept in it. Remove "
+                  "it, or set S08_HISTORY to another file (off keeps none).")
 
 
 def banner(agent) -> None:
@@ -181,7 +209,8 @@ def save_history(readline, path: Path, secrets) -> None:
             readline.replace_history_item(index, clean)
     readline.set_history_length(1000)
     try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o600))  # never a link's
         readline.write_history_file(path)
-        path.chmod(0o600)
+        path.chmod(0o600)  # a regular file: looked at just now, and no command runs between turns
     except OSError:
         pass  # a read-only home: the session itself is saved in .transcripts/

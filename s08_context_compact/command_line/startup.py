@@ -9,6 +9,7 @@ log (open_session) once the agent exists.
 """
 
 import difflib
+import errno
 import io
 import os
 import re
@@ -18,6 +19,7 @@ from urllib.parse import urlsplit
 
 from ..basics import TOOL_RESULTS_DIR
 from ..endpoint import anthropic, httpx2
+from ..safety import changed_by_command, passes_through
 from ..session import LogSetup, open_session_log
 
 DOTENV_MAX_BYTES = 1_000_000        # a .env is a few lines; this is only a bound on reading one
@@ -78,8 +80,9 @@ def read_dotenv(path: Path, expand: bool) -> dict | None:
     except FileNotFoundError:
         return None
     except OSError as err:
-        raise StartupError(f"{path} cannot be read ({err.strerror or err}). Make it readable "
-                           f"(chmod 600 {path}) or remove it.") from None
+        fix = f"Make it readable (chmod 600 {path})" if err.errno in (errno.EACCES, errno.EPERM) else \
+            "It is a loop of links: make it a file" if err.errno == errno.ELOOP else "Make it readable"
+        raise StartupError(f"{path} cannot be read ({err.strerror or err}). {fix} or remove it.") from None
     return dotenv_values(stream=io.StringIO(dotenv_text(path, data)), interpolate=expand)
 
 
@@ -242,14 +245,23 @@ def check_model(client, model: str) -> str:
 
 
 def trusted_own(own: Path, workdir: Path) -> tuple:
-    """(the program's own .env, to be trusted as such, or None; a note). A link in its place
-    inside the working folder is not trusted: the sandbox hides what the link leads to, but a
-    command can put another file in the link's place, for the next start to read."""
-    if not (own.is_symlink() and own.parent.resolve().is_relative_to(workdir.resolve())):
+    """(the program's own .env, to be trusted as such, or None; a note). It is read like a
+    folder's .env (no SANDBOX, proxy or other host for your key) when a command could have
+    written what lies there: where it is a link inside the working folder, or is reached
+    through one (the sandbox pins a file or folder, never a link: a command can put another
+    file in the link's place), and where a command changed it since (next_start.py)."""
+    work = os.path.realpath(workdir)
+    links = passes_through(own, work)
+    changed = changed_by_command(own)
+    if not links and not changed:
         return own, ""
-    return None, (f"[config] the program's own .env ({own}) is a link inside the working folder: a command could "
-                  "put another file in its place, so it is read like a folder's .env (no SANDBOX, proxy or other "
-                  "host for your key). Make it a file, or start the program in another folder.")
+    read_as = "it is read like a folder's .env (no SANDBOX, proxy or other host for your key)"
+    if changed:
+        return None, (f"[config] the program's own .env ({own}) is not trusted: {changed}. Until you check it and "
+                      f"save it again, {read_as}.")
+    return None, (f"[config] the program's own .env ({own}) is {'a link' if links == [str(own)] else 'reached through a link'} "
+                  f"inside the working folder ({links[0]}): a command could put another file in its place, so {read_as}. "
+                  "Make it a file, or start the program in another folder.")
 
 
 def open_session(agent, resume: Path | None) -> list:

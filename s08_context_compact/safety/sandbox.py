@@ -12,17 +12,17 @@ virtual machine: what is outside the workspace can still be read, minus the hidd
 places, and the network is on unless SANDBOX_NETWORK=off.
 """
 
-import atexit
 import os
 import re
 import shutil
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ..basics import OWN_DOTENV, OWN_FOLDERS, history_file, own_folder, program_places, state_folder
+from .next_start import Watch, passes_through
 
 # Under $HOME: where keys, tokens and passwords live, and the shells' histories (a typed
 # password, an exported token). Each is replaced by an empty folder or file inside.
@@ -76,6 +76,7 @@ class Sandbox:
     own_env: Path | None = None        # the program's own .env: hidden from every command
     bwrap: str = "bwrap"               # its real path, found once outside the workspace
     program: tuple = ()                # program_places(): read-only even inside the workspace
+    watch: Watch | None = None         # what the next start reads that a command could still change
 
     @property
     def wrappers(self) -> int:
@@ -106,15 +107,17 @@ class Sandbox:
         settings.write(b"\0".join(os.fsencode(part) for name, value in inside.items()
                                    for part in ("--setenv", name, value)) + b"\0")
         settings.seek(0)
-        argv = [self.bwrap, "--args", str(settings.fileno()), *self.mounts(work)]
+        mounts, blanks = self.mounts(work)
+        argv = [self.bwrap, "--args", str(settings.fileno()), *mounts]
         argv += ["--unshare-pid", "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
         if not self.network:
             argv.append("--unshare-net")
         argv += ["--chdir", work, "--", "bash", "-c", script]
-        return Confined(argv, outside_environment(inside), settings)
+        return Confined(argv, outside_environment(inside), settings, blanks)
 
-    def mounts(self, work: str) -> list:
-        """bubblewrap's mounts, in order: a later one lies over an earlier one."""
+    def mounts(self, work: str) -> tuple:
+        """bubblewrap's mounts, in order (a later one lies over an earlier one), and the
+        descriptors of /dev/null that its empty files are made from."""
         argv = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
                 # a new /proc lets root write kernel settings (a core_pattern runs as root outside)
                 "--ro-bind", "/proc/sys", "/proc/sys", "--ro-bind-try", "/proc/sysrq-trigger", "/proc/sysrq-trigger"]
@@ -122,8 +125,10 @@ class Sandbox:
             if contains("/tmp", python):  # the program's own Python (a virtual environment in /tmp) stays usable
                 argv += ["--ro-bind", python, python]
         argv += ["--bind", work, work]
-        hidden, program = self.hidden(work), self.program_inside(work)
-        for folder in pinned(work, hidden + program):  # first: a bind lies over what was mounted inside
+        hidden, program, kept = self.hidden(work), self.program_inside(work), self.kept_in_place(work)
+        # first: a bind lies over what was mounted inside. A folder bound onto itself is a mount
+        # point, which no command can rename or remove
+        for folder in pinned(work, hidden + program) + kept:
             argv += ["--bind", folder, folder]
         for own in OWN_FOLDERS:  # the session log and saved outputs: readable, never rewritten (nor made)
             try:
@@ -134,12 +139,14 @@ class Sandbox:
             argv += ["--ro-bind", path, path]
         for place in program:  # what the next start runs: never changed by a command
             argv += ["--ro-bind", place, place]
+        blanks = []
         for place in hidden:
             if os.path.isdir(place):
                 argv += ["--tmpfs", place, "--remount-ro", place]
-            else:
-                argv += ["--ro-bind", empty_file(), place]
-        return argv
+            else:  # an empty file bubblewrap makes from what it reads (nothing): no file of ours to swap
+                blanks.append(os.open(os.devnull, os.O_RDONLY))
+                argv += ["--ro-bind-data", str(blanks[-1]), place]
+        return argv, blanks
 
     def program_inside(self, work: str) -> list:
         """The program's places that lie strictly inside the workspace (elsewhere all is
@@ -159,10 +166,14 @@ class Sandbox:
     def hidden(self, work: str) -> list:
         """The places hidden from a command in work, as real paths. A project's .env stays (its
         code may need it); the program's own is hidden wherever it lies: no command needs the
-        program's key, and none may write the settings the next start reads."""
+        program's key, and none may write the settings the next start reads. What the next
+        start reads that is not there yet inside the workspace (the program's .env, the history
+        file, the state folder) is made first, so that no command makes it."""
         home = Path.home()
-        files = [history_file(), os.getenv("HISTFILE")]  # named by settings: files only, never /usr
-        places = [home / name for name in CREDENTIALS] + [state_folder(), *AGENTS, runtime_folder()] \
+        history = made_first(history_file(), work)
+        files = [history, os.getenv("HISTFILE")]  # named by settings: files only, never /usr
+        places = [home / name for name in CREDENTIALS] + [made_first(state_folder(), work, folder=True), *AGENTS,
+                                                         runtime_folder()] \
             + [f for f in files if f and os.path.isfile(f)] + moved_credentials()
         found = {own_env_place(self.own_env, work)} - {None}
         for place in filter(None, places):
@@ -174,6 +185,22 @@ class Sandbox:
         # A place inside another is hidden with it: bubblewrap could not make its mount point
         # in the empty, read-only folder over the outer one, and would not start at all.
         return sorted(p for p in found if not any(q != p and contains(q, p) for q in found))
+
+    def kept_in_place(self, work: str) -> list:
+        """The program's own .env where it is a folder in the workspace (an old virtual
+        environment): nothing to hide, but bound onto itself, so that no command removes it
+        and writes a file of settings in its place."""
+        real = os.path.realpath(self.own_env) if self.own_env else None
+        return [real] if real and real != work and contains(work, real) and os.path.isdir(real) else []
+
+    def watched(self, work: str) -> tuple:
+        """What the next start reads that a command in work could still change: the program's
+        own .env and the history file, where their path lies in the workspace or leads
+        through it (a link cannot be pinned)."""
+        places = [p for p in (self.own_env, history_file()) if p]
+        return tuple(str(p) for p in places
+                     if contains(work, os.path.realpath(p)) or contains(work, os.path.abspath(p))
+                     or passes_through(p, work))
 
     def environment(self, env: dict) -> dict:
         """The command's environment inside: without the agents' sockets, caches in its /tmp."""
@@ -195,6 +222,15 @@ class Sandbox:
                          "credentials, histories and agents' sockets stay out of reach")
         return "".join(f"\n[{note}]" for note in notes)
 
+    def after_command(self) -> str:
+        """A line for the model and for you when the command just run changed what the next
+        start reads ("" when it did not); the change is recorded for that start."""
+        changed = self.watch.after_command() if self.watch else []
+        if not changed:
+            return ""
+        return (f"\n[this command changed {', '.join(changed)}, which the program reads when it starts: the next "
+                "start will not trust it until you check it and save it again]")
+
 
 def pinned(work: str, places: list) -> list:
     """The folders between the workspace and each place inside it, shallowest first. Each is
@@ -212,19 +248,24 @@ def pinned(work: str, places: list) -> list:
 
 @dataclass
 class Confined:
-    """A command ready to start: its argv and environment, and the file that bubblewrap reads
-    the command's own environment from (passed on as an open descriptor, closed once started)."""
+    """A command ready to start: its argv and environment, the file that bubblewrap reads the
+    command's own environment from, and the empty sources of its hidden files (passed on as
+    open descriptors, closed once started)."""
     argv: list
     env: dict
     settings: object = None
+    blanks: list = field(default_factory=list)
 
     @property
     def fds(self) -> tuple:
-        return (self.settings.fileno(),) if self.settings else ()
+        return ((self.settings.fileno(),) if self.settings else ()) + tuple(self.blanks)
 
     def close(self) -> None:
         if self.settings:
             self.settings.close()
+        for fd in self.blanks:
+            os.close(fd)
+        self.blanks = []
 
 
 def outside_environment(env: dict) -> dict:
@@ -234,30 +275,45 @@ def outside_environment(env: dict) -> dict:
 
 
 def own_env_place(own_env: Path | None, work: str) -> str | None:
-    """The program's own .env, to hide. Where there is none yet inside the workspace, an empty
-    one is made first, hidden too: a command could otherwise write one for the next start."""
+    """The program's own .env, to hide, where it is (or will be) a file; None for a folder."""
     if own_env is None:
         return None
-    real = os.path.realpath(own_env)
-    if os.path.isdir(real) or contains(real, work) or not os.path.lexists(os.path.dirname(real)):
-        return None  # a folder named .env (a virtual environment) is not settings
-    if not os.path.lexists(real):
-        if not contains(work, real):
-            return None  # outside: read-only, so no command makes one
-        try:
+    real = made_first(own_env, work)
+    if real is None or os.path.isdir(real) or contains(real, work) or not os.path.lexists(real):
+        return None  # a folder named .env (a virtual environment) is not settings: kept_in_place pins it
+    return real
+
+
+def made_first(place: Path | None, work: str, folder: bool = False) -> str | None:
+    """place's real path; made empty (readable by you only) where it is missing inside the
+    workspace, so that no command makes it first for the next start to read: a file of
+    settings, a link to follow, a pipe that would block. None where there is nothing to hide."""
+    if place is None:
+        return None
+    real = os.path.realpath(place)
+    if os.path.lexists(real) or not contains(work, real) or not (folder or os.path.isdir(os.path.dirname(real))):
+        return real  # there already; or outside, where no command makes anything
+    try:
+        if folder:
+            os.makedirs(real, 0o700)
+        else:
             os.close(os.open(real, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600))
-        except OSError:
-            return None
+    except OSError:
+        return None
     return real
 
 
 def trusted_program(name: str, work: str) -> str | None:
-    """A program's real path, found on PATH outside the workspace: a command could put a
-    bwrap of its own in a folder of PATH that the workspace holds (./bin, node_modules/.bin)."""
+    """A program's real path, found on PATH outside the workspace, and reached through no link
+    inside it: a command could put a bwrap of its own in a folder of PATH that the workspace
+    holds (./bin, node_modules/.bin), or point a link there at one."""
     folders = [folder for folder in os.getenv("PATH", "").split(os.pathsep)
                if os.path.isabs(folder) and not contains(work, os.path.realpath(folder))]
-    found = shutil.which(name, path=os.pathsep.join(folders))
-    return os.path.realpath(found) if found else None
+    for folder in folders:
+        found = shutil.which(name, path=folder)
+        if found and not contains(work, os.path.realpath(found)) and not passes_through(found, work):
+            return os.path.realpath(found)
+    return None
 
 
 def moved_credentials() -> list:
@@ -291,9 +347,13 @@ def find_sandbox(wanted: bool = True, network: bool = True, own_env: Path | None
         return Sandbox(why_not="SANDBOX=off")
     if not sys.platform.startswith("linux"):
         return Sandbox(why_not=f"bubblewrap runs on Linux only, not {sys.platform}")
-    bwrap = trusted_program("bwrap", os.path.realpath(workdir or Path.cwd()))
+    work = os.path.realpath(workdir or Path.cwd())
+    bwrap = trusted_program("bwrap", work)
     if not bwrap:
-        return Sandbox(why_not=f"bwrap is not installed ({INSTALL})")
+        named = shutil.which("bwrap")
+        return Sandbox(why_not=f"the bwrap on PATH ({named}) lies in or leads into the working folder, where a "
+                       f"command could replace it; install bubblewrap ({INSTALL}) or put it first on PATH"
+                       if named else f"bwrap is not installed ({INSTALL})")
     sandbox = Sandbox(on=True, network=network, own_env=own_env, bwrap=bwrap, program=program_places())
     try:  # in a folder of its own: trying makes the program's folders in the workspace it is given
         with tempfile.TemporaryDirectory(prefix="s08-probe-") as folder:
@@ -308,7 +368,10 @@ def find_sandbox(wanted: bool = True, network: bool = True, own_env: Path | None
     if tried.returncode != 0:
         said = (tried.stderr.strip().splitlines() or ["no reason given"])[-1]
         return Sandbox(why_not=f"bwrap could not start: {said}")
-    return sandbox
+    if workdir is None:  # asked what this system allows, not for a session's commands
+        return sandbox
+    sandbox.hidden(work)  # what is missing is made now: the watch starts from what the program made
+    return replace(sandbox, watch=Watch(sandbox.watched(work)).begin())
 
 
 def start_up_line(sandbox: Sandbox, workdir: Path, set_by_shell: bool = True) -> str:
@@ -323,29 +386,11 @@ def start_up_line(sandbox: Sandbox, workdir: Path, set_by_shell: bool = True) ->
     if sandbox.on and contains(work, home):
         return (f"[sandbox] the working folder {work} holds your home folder: commands may change anything in it "
                 "but the hidden places. Start the program in a project's folder to keep them to that folder.")
+    if sandbox.on and sandbox.watch and sandbox.watch.problem:
+        return (f"[sandbox] nothing can be written down in {sandbox.watch.problem}: the next start could not tell "
+                f"whether a command changed {', '.join(sandbox.watch.places)}. Make that folder writable.")
     if sandbox.on or sandbox.why_not == "SANDBOX=off" and set_by_shell:
         return ""
     if sandbox.why_not == "SANDBOX=off":  # from the program's own .env: say so, in case you did not write it
         return "[sandbox] off: SANDBOX=off in the program's own .env; commands run unconfined."
     return f"[sandbox] off: {sandbox.why_not}; commands run unconfined."
-
-
-EMPTY = {}  # process id -> the empty file it made
-
-
-def empty_file() -> str:
-    """A read-only empty file, laid over a hidden one; removed when the program that made it
-    ends (a forked child has its own)."""
-    path = EMPTY.get(os.getpid())
-    if path is None or not os.path.isfile(path):
-        handle, path = tempfile.mkstemp(prefix="s08-hidden-")
-        os.close(handle)
-        os.chmod(path, 0o444)
-        atexit.register(remove_empty, os.getpid(), path)
-        EMPTY[os.getpid()] = path
-    return path
-
-
-def remove_empty(maker: int, path: str) -> None:
-    if os.getpid() == maker:
-        Path(path).unlink(missing_ok=True)
