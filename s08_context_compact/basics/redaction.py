@@ -14,6 +14,8 @@ import json
 import re
 from functools import lru_cache
 
+from .surrogates import well_formed
+
 SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD", re.IGNORECASE)
 URL_PASSWORD = re.compile(r"[a-z][a-z0-9+.-]*://[^:/@\s]*:([^@/\s]{8,})@", re.IGNORECASE)
 # The program's own settings: a request carries the model's id, so these are not secrets.
@@ -84,7 +86,9 @@ class Redactor:
     lines are, so a word a secret starts with is not taken out of code."""
 
     def __init__(self, secrets=()):
-        self.values = sorted({v.strip() for v in secrets if len(v.strip()) >= MIN_SECRET}, key=len, reverse=True)
+        # A value with bytes that are not UTF-8 (from the environment) is looked for as text shows it
+        secrets = [well_formed(value).strip() for value in secrets]
+        self.values = sorted({v for v in secrets if len(v) >= MIN_SECRET}, key=len, reverse=True)
         forms, self.literals, self.starts, self.reach, short = {}, set(), set(), 0, set()
         for value in {form for value in self.values for form in (value, " ".join(value.split()))}:
             lines = LINE_BREAK.split(value)  # (one_line shows a secret's tabs and line breaks as spaces)

@@ -2,25 +2,37 @@
 JSON (\\ud83d\\ude00); an endpoint that cuts a stream between them sends each half in a
 delta of its own, and Python decodes each to a lone surrogate, which no UTF-8 file,
 terminal or request can take. A log edited by hand can hold a lone \\udXXX escape too.
-Here halves that belong together are joined, and one that is alone becomes U+FFFD.
+And the operating system's names and values (a folder, a file, an environment variable)
+arrive with each byte that is not UTF-8 as a half of its own, U+DC80 to U+DCFF
+(surrogateescape). Here halves that belong together are joined, those bytes become
+U+FFFD as a UTF-8 decoder shows them (as in a command's output), and any other half
+alone becomes U+FFFD too.
 
 Machinery the chapter does not need: model_calls.py makes a reply well formed as it is
-assembled, session_log.py a record as it is read back and a line as it is written, and
-compaction/store.py's save_transcript a line of a transcript.
+assembled, and each request as it is sent (the last net); session_log.py a record as it
+is read back and a line as it is written; compaction/store.py's save_transcript a line of
+a transcript; tool_calls.py a tool's output; startup.py the system prompt; redaction.py
+a secret's value, to be found as text shows it. workspace_files.py takes a name the model
+was shown with U+FFFD back to the name on disk (on_disk).
 """
 
 import re
 
 LONE_HALF = re.compile("[\ud800-\udfff]")
+NOT_A_BYTE = re.compile("[\ud800-\udc7f\udd00-\udfff]")  # halves surrogateescape never makes
 HALF_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")  # how JSON text spells a half
 
 
 def well_formed(text: str) -> str:
-    """text with each pair of surrogate halves joined into its character and any half left
-    alone replaced by U+FFFD. Text without halves (nearly all) comes back as it is."""
+    """text with each pair of surrogate halves joined into its character, the bytes a name
+    or value held that were not UTF-8 as U+FFFD (as bytes.decode("utf-8", "replace") shows
+    them: once for each broken sequence), and any other half left alone as U+FFFD. Text
+    without halves (nearly all) comes back as it is."""
     if not LONE_HALF.search(text):
         return text
-    return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+    joined = text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "surrogatepass")
+    as_bytes = NOT_A_BYTE.sub("\ufffd", joined).encode("utf-8", "surrogateescape")
+    return as_bytes.decode("utf-8", "replace")
 
 
 def well_formed_deep(value, depth: int = 100):

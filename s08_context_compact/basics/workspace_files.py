@@ -20,6 +20,7 @@ from pathlib import Path
 
 from .places import DOTENV_EXAMPLE, OWN_DOTENV, OWN_FOLDERS, PROGRAM
 from .redaction import REDACTED, Redactor, put_back, redact
+from .surrogates import well_formed
 
 READ_MAX_CHARS = 200_000            # one read_file call returns at most this much
 READ_MAX_LINE_CHARS = 2_000         # minified files: cut single lines, not whole reads
@@ -53,11 +54,35 @@ def resolved(path: Path) -> Path | None:
     return None if any(os.path.islink(part) for part in (real, *real.parents)) else real
 
 
+def on_disk(folder: Path, path) -> Path:
+    """folder / path, each name in it that the model was shown with U+FFFD (a name whose bytes
+    are not UTF-8: well_formed) put back to the one name on disk shown that way. A name that
+    exists as written, or that two names on disk are both shown as, stays as written."""
+    place = folder / path
+    if "\ufffd" not in str(path):
+        return place
+    found = Path(place.parts[0])
+    for name in place.parts[1:]:
+        if "\ufffd" in name and not os.path.lexists(found / name):
+            name = shown_as(found, name) or name
+        found = found / name
+    return found
+
+
+def shown_as(folder: Path, shown: str) -> str | None:
+    """The one name in folder that well_formed shows as shown, or None."""
+    try:
+        names = [name for name in os.listdir(folder) if well_formed(name) == shown]
+    except OSError:
+        return None
+    return names[0] if len(names) == 1 else None
+
+
 def inside_workspace(workdir: Path, path: str) -> Path | None:
-    """Resolve a path (symlinks included); None when it lands outside the workspace, or
-    nowhere (a loop of links)."""
+    """Resolve a path (symlinks included, a name shown with U+FFFD put back: on_disk); None
+    when it lands outside the workspace, or nowhere (a loop of links)."""
     root = workdir.resolve()
-    target = resolved(root / path)
+    target = resolved(on_disk(root, path))
     return target if target is not None and (target == root or target.is_relative_to(root)) else None
 
 
@@ -87,7 +112,7 @@ def in_program(workdir: Path, path) -> str | None:
     """The place of program_places() (or the program's own .env) a path in the workspace is
     in, if any. A place that holds the workspace does not count: working in the program's
     own folder, or in /usr under a system Python, every path would."""
-    root, target = workdir.resolve(), resolved(workdir.resolve() / path)
+    root, target = workdir.resolve(), resolved(on_disk(workdir.resolve(), path))
     if target is None:
         return None
     places = [Path(os.path.realpath(place)) for place in [OWN_DOTENV, *program_places()]]
@@ -98,7 +123,7 @@ def in_program(workdir: Path, path) -> str | None:
 def in_own_folder(workdir: Path, path, itself: bool = True) -> str | None:
     """The program's own folder a path in the workspace is in, if any (links followed);
     unless itself, the folder itself does not count."""
-    target, root = resolved(workdir.resolve() / path), workdir.resolve()
+    target, root = resolved(on_disk(workdir.resolve(), path)), workdir.resolve()
     return next((own for own in OWN_FOLDERS if target is not None and target.is_relative_to(root / own) and
                  (itself or target != root / own)), None)
 
@@ -497,7 +522,7 @@ def discover_skills(folders: list, warn=print) -> dict:
                 continue
             match = re.match(r"^---\s*\n(.*?)\n---\s*\n?(.*)$", text, re.S)
             meta = dict(re.findall(r"^(\w+):\s*(.+?)\s*$", match.group(1), re.M)) if match else {}
-            name = meta.get("name", path.parent.name)
+            name = well_formed(meta.get("name", path.parent.name))  # load_skill is called with the name shown
             skills.setdefault(name, {"description": meta.get("description", ""),
                                      "body": (match.group(2) if match else text).strip(), "path": path})
     return skills

@@ -23,11 +23,11 @@ if sys.version_info < (3, 10):  # before the modules below, which a Python this 
 from ..endpoint import (CONNECT_TIMEOUT, DEFAULT_WINDOW_SOURCE, IDLE_TIMEOUT, MAX_CONTEXT_WINDOW, MIN_CONTEXT_WINDOW,
                         Endpoint, discover_endpoint, make_client)
 from ..basics import (OWN_DOTENV, PROGRAM, printable, project_instructions, Redactor,
-                      secret_values, WarningsOnce)
+                      secret_values, WarningsOnce, well_formed)
 from ..safety import Sandbox, find_sandbox, start_up_line
 from ..session import SessionRefused, find_session, list_sessions, logged_endpoint
 from .session_picture import report_line
-from .startup import (StartupError, base_url_setting, check_credentials, check_model, keep_keys_home,
+from .startup import (SETTINGS, StartupError, base_url_setting, check_credentials, check_model, keep_keys_home,
                      load_dotenv_files, tidy_settings, trusted_own)
 from .repl import banner
 
@@ -91,6 +91,17 @@ def seconds_setting(name: str, default: float) -> float:
         raise ValueError(f"{shown_value(name, value)} must be a number of seconds between {MIN_SECONDS} and "
                          f"{MAX_SECONDS}, such as 120.")
     return seconds
+
+
+def settings_in_utf8() -> None:
+    """A setting whose value holds bytes that are not UTF-8 (a shell in another encoding, a
+    script's stray byte) cannot go into a request, a header or a URL: name it, before any is sent."""
+    for name in SETTINGS:
+        value = os.environ.get(name, "")
+        if well_formed(value) != value:  # where: the value may be a key, never shown
+            at = next(k for k, char in enumerate(value) if well_formed(char) != char)
+            raise ValueError(f"{name} holds a byte that is not UTF-8 (character {at + 1} of {len(value)}); "
+                             "type the value again.")
 
 
 def window_setting() -> int | None:
@@ -241,6 +252,7 @@ def configure_session(args) -> Config | int:
     if missing := missing_settings(dotenv_found):
         print(missing, file=sys.stderr)
         return 2
+    settings_in_utf8()
     check_credentials()
     notes.append(base_url_setting())
     model, workdir = os.environ["MODEL_ID"], Path.cwd()

@@ -17,7 +17,7 @@ import stat
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from ..basics import TOOL_RESULTS_DIR
+from ..basics import TOOL_RESULTS_DIR, well_formed
 from ..endpoint import anthropic, httpx2
 from ..safety import changed_by_command, passes_through
 from ..session import LogSetup, open_session_log
@@ -273,9 +273,10 @@ def open_session(agent, resume: Path | None) -> list:
 
 def build_system_prompt(workdir: Path, skills: dict, instructions: str = "") -> str:
     """Sent whole with every request: the project's instructions (AGENTS.md) survive every
-    compaction."""
+    compaction. The workspace's path, a skill's folder or its text may hold bytes that are
+    not UTF-8 (a folder named caf\\xe9): they are sent as U+FFFD (well_formed)."""
     listed = "\n".join(f"- {name}: {s['description']}" for name, s in skills.items()) or "(none)"
-    return (f"You are a coding agent working in {workdir}. Use the tools to inspect and change "
+    text = (f"You are a coding agent working in {workdir}. Use the tools to inspect and change "
             "files and to run commands; keep going until the user's request is done, then answer "
             "briefly.\n"
             "Long conversations are compacted: old tool results become pointers to files under "
@@ -283,3 +284,4 @@ def build_system_prompt(workdir: Path, skills: dict, instructions: str = "") -> 
             "need the details. Call compact yourself when you finish a phase of work.\n"
             f"Skills (load one with load_skill before using it):\n{listed}"
             + (instructions and f"\n\n{instructions}"))
+    return well_formed(text)

@@ -19,7 +19,7 @@ from .overflow import (EMPTY_REPLY_OVERFLOW, MIN_CONTEXT_WINDOW, ContextOverflow
                        is_token_count)
 from .replies import USAGE_KEYS, BadReply, EmptyReply, ErrorEvent, reply_from_body, reply_from_events
 from .request_forms import PLAIN_TEXT_NOTE, PLAIN_TEXT_PROOF, plain_text_request, redacted_request
-from ..basics import Screen, Spinner, StreamedText, one_line, say_on
+from ..basics import Screen, Spinner, StreamedText, one_line, say_on, well_formed_deep
 
 
 def lazy_import(name: str):
@@ -310,7 +310,9 @@ def send_request(connection: Connection, request: dict, sent_tokens: int, on_tex
                 raise
     max_tokens, notes = request["max_tokens"], []
     secrets, endpoint = connection.secrets, connection.endpoint
-    request = redacted_request(secrets, request)  # the last net: what is sent holds no secret, in any form
+    # The last nets: every text can be encoded (a name with bytes that are not UTF-8 shows
+    # U+FFFD), and what is sent holds no secret, in any form.
+    request = redacted_request(secrets, well_formed_deep(request))
     if endpoint.plain_text:
         request = plain_text_request(request)
     try:
@@ -572,7 +574,7 @@ def count_tokens(connection: Connection, request: dict, estimate: int) -> int | 
     if not endpoint.can_count_tokens:
         return None
     request = {k: v for k, v in request.items() if k != "max_tokens"}
-    request = redacted_request(connection.secrets, request)  # the last net
+    request = redacted_request(connection.secrets, well_formed_deep(request))  # the last nets, as send_request's
     try:
         counted = connection.client.messages.count_tokens(**request).input_tokens
     except anthropic.APIStatusError as err:

@@ -9,7 +9,7 @@ takes of the loop (a Toolbox), never the agent.
 
 from dataclasses import dataclass
 
-from ..basics import Spinner, ToolError, redact
+from ..basics import Spinner, ToolError, redact, well_formed
 from ..endpoint import ContextOverflow, api_failures
 from ..messages import check_tool_input, refused_result
 
@@ -71,7 +71,9 @@ def answer_call(box: Toolbox, block: dict) -> dict:
     else:
         output, failed = call_handler(box, name, block["id"], args, schema)
         box.fire("PostToolUse", name=name, input=args, output=output, is_error=failed)
-    output = redact(output, box.secrets)  # a secret a tool printed never reaches model or disk
+    # A path or a name with bytes that are not UTF-8, as U+FFFD (a request cannot carry them);
+    # then no secret a tool printed reaches the model or the disk.
+    output = redact(well_formed(output), box.secrets)
     box.show_result(name, args, output, failed)  # a preview; for an edit, its −/+ lines
     result = {"type": "tool_result", "tool_use_id": block["id"], "content": output}
     return {**result, "is_error": True} if failed else result
