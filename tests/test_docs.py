@@ -36,7 +36,7 @@ KNOWN_ELSEWHERE = {"tool_use", "tool_result", "tool_choice", "max_tokens", "inpu
                    "redacted_thinking", "ContextWindowExceededError", "stop_reason", "message_delta",
                    "cache_read_input_tokens", "ANTHROPIC_AUTH_TOKEN", "enable_pre_call_checks",
                    "use_chat_completions_url_for_anthropic_messages", "model_info.max_input_tokens",
-                   "no_db_connection"}
+                   "no_db_connection", "PYTHONPYCACHEPREFIX"}
 
 
 def words_in_code(tree) -> set:
