@@ -40,13 +40,20 @@ OVERFLOW_WORDINGS = [
 
 
 def is_token_count(value) -> bool:
-    """Whether a number the endpoint sent can be a count of tokens: a whole number, digits
-    or int, from 0 to MAX_CONTEXT_WINDOW. A bigger one (401 digits, say) would overflow
-    the float arithmetic that sizes the window, and no prompt is that long."""
-    if isinstance(value, str):
-        return value.isascii() and value.isdigit() and len(value) <= len(str(MAX_CONTEXT_WINDOW)) and \
-            int(value) <= MAX_CONTEXT_WINDOW
+    """Whether a number the endpoint sent can be a count of tokens: an int from 0 to
+    MAX_CONTEXT_WINDOW. A bigger one (401 digits, say) would overflow the float arithmetic
+    that sizes the window, and no prompt is that long; a string, a float or a bool is no count."""
     return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_CONTEXT_WINDOW
+
+
+def stated_sizes(found: re.Match) -> dict:
+    """The sizes an overflow message states, by group name; one no count can be is left out
+    (int() would refuse 5,000 digits, and \\d takes digits of any script)."""
+    sizes = {}
+    for key, digits in found.groupdict().items():
+        if digits and digits.isascii() and len(digits) <= len(str(MAX_CONTEXT_WINDOW)):
+            sizes[key] = int(digits)
+    return {key: size for key, size in sizes.items() if is_token_count(size)}
 
 
 @dataclass(frozen=True)
@@ -86,7 +93,7 @@ def context_overflow(err: Exception | None = None, *, stop_reason: str | None = 
     for pattern, counts_output in OVERFLOW_WORDINGS:
         found = re.search(pattern, words, re.IGNORECASE)
         if found:
-            sizes = {key: int(value) for key, value in found.groupdict().items() if value and is_token_count(value)}
+            sizes = stated_sizes(found)
             prompt = sizes.get("n") or (sizes["t"] - max_tokens if "t" in sizes else None)
             prompt = prompt if prompt and prompt > 0 else None
             if counts_output is None:
