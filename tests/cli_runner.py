@@ -46,6 +46,9 @@ def _child(job: dict) -> None:
     os.environ.clear()
     os.environ.update(job["env"])
     os.chdir(job["cwd"])
+    if job["env"].get("PYTHONPYCACHEPREFIX"):  # read by Python as it starts: the same, for what code.py imports
+        sys.pycache_prefix = job["env"]["PYTHONPYCACHEPREFIX"]
+        sys.dont_write_bytecode = bool(job["env"].get("PYTHONDONTWRITEBYTECODE"))
     script = job.get("code", str(CODE))  # another copy of the program, as a clone would hold it
     sys.argv = [script, *job["args"]]
     sys.path.insert(0, str(Path(script).parent))
