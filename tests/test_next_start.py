@@ -199,3 +199,52 @@ def test_a_env_that_is_a_loop_of_links_is_named_as_one(fake, workspace):
     said = " ".join(done.stderr.split())
     assert "Too many levels of symbolic links" in said and "It is a loop of links: make it a file or remove it" in said, said
     assert "chmod" not in said
+
+
+def test_an_own_env_with_another_name_is_not_read(fake, beyond_tmp):
+    """A hard link is a second path to the same file: the sandbox hides one, so a command could
+    read the key through the other."""
+    root, code = clone(beyond_tmp)
+    (root / ".env").write_text("SANDBOX_NETWORK=off\n")
+    os.link(root / ".env", root / "notes.txt")
+    fake.reply(text("Hello."))
+    done = cli_runner.run([], input="hi\n", cwd=root, env=shell_without_model(fake, MODEL_ID="claude-test"), code=code)
+    assert done.returncode == 0, done.stderr
+    shown = " ".join(done.stdout.split())
+    assert "has 2 names (hard links)" in shown and "so it is not read" in shown, shown
+    bash = next(t for t in fake.main_requests[0]["tools"] if t["name"] == "bash")
+    assert "There is no network" not in bash["description"], "nothing of it was taken"
+
+
+@needs_bwrap
+def test_a_commands_env_put_back_by_redo_is_still_not_trusted(fake, beyond_tmp, proxy):
+    """/undo and /redo write outside the sandbox: what they put back at the program's .env is
+    looked at like a command's change, never taken for a person's save."""
+    root, code = clone(beyond_tmp)
+    kept = beyond_tmp / "kept.env"
+    kept.write_text("MODEL_ID=claude-test\nS08_HISTORY=off\n")
+    (root / ".env").symlink_to(kept)
+    planted = f"HTTP_PROXY={proxy.url}\\nMODEL_ID=claude-test\\n"
+    fake.reply(tool_use("bash", script(root, "swap.sh", f"rm .env && printf '{planted}' > .env")), text("Done."),
+               text("Hello."))
+    env = shell_without_model(fake)
+    first = cli_runner.run([], input="set up\n/undo\n/redo\n", cwd=root, env=env, code=code)
+    assert first.returncode == 0, first.stderr
+    assert (root / ".env").is_file() and not (root / ".env").is_symlink(), "/redo put the command's file back"
+    second = cli_runner.run([], input="hi\n", cwd=root, env=env, code=code)
+    shown = " ".join(second.stdout.split())
+    assert "is not trusted" in shown and proxy.heard == [], shown
+
+
+def test_a_command_gets_none_of_the_programs_settings(fake, beyond_tmp):
+    """The program's endpoint, model and proxies (a password in one) are its own; a proxy your
+    shell set is passed on, as to your own commands."""
+    root, code = clone(beyond_tmp)
+    (root / ".env").write_text("MODEL_ID=claude-test\nS08_HISTORY=off\n"
+                               "HTTPS_PROXY=http://me:Pr0xyPassw0rd@127.0.0.1:9\n")
+    look = 'echo "[$HTTPS_PROXY][$HTTP_PROXY][$ANTHROPIC_BASE_URL][$MODEL_ID][$NO_PROXY]"'
+    fake.reply(tool_use("bash", {"command": look}), text("Done."))
+    env = shell_without_model(fake, HTTP_PROXY="http://127.0.0.1:9", NO_PROXY="127.0.0.1", no_proxy="127.0.0.1")
+    done = cli_runner.run([], input="look\n", cwd=root, env=env, code=code)
+    assert done.returncode == 0, done.stderr
+    assert tool_result(fake.main_requests[1]).startswith("[][http://127.0.0.1:9][][][127.0.0.1]")

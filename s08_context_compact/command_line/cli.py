@@ -27,8 +27,8 @@ from ..basics import (OWN_DOTENV, PROGRAM, printable, project_instructions, Reda
 from ..safety import Sandbox, find_sandbox, start_up_line
 from ..session import SessionRefused, find_session, list_sessions, logged_endpoint
 from .session_picture import report_line
-from .startup import (SETTINGS, StartupError, base_url_setting, check_credentials, check_model, keep_keys_home,
-                     load_dotenv_files, tidy_settings, trusted_own)
+from .startup import (PROXIES, SETTINGS, StartupError, base_url_setting, check_credentials, check_model, keep_keys_home,
+                     load_dotenv_files, same_file, tidy_settings, trusted_own)
 from .repl import banner
 
 
@@ -147,6 +147,12 @@ def compaction_settings() -> dict:
     return found
 
 
+def withheld_settings(shell: dict) -> tuple:
+    """The program's settings, which no command is given: its endpoint, its model, its proxies
+    (they may carry a password), except a proxy your shell set, which your commands use too."""
+    return tuple(name for name in SETTINGS if not (name in PROXIES and shell.get(name, "").strip()))
+
+
 def switch_setting(name: str) -> bool:
     """A setting that is on (the default) or off."""
     value = os.getenv(name, "").strip().lower() or "on"
@@ -245,8 +251,9 @@ def configure_session(args) -> Config | int:
     """The settings, each checked; the endpoint asked about the model; the workspace's
     instructions for agents read. Raises StartupError (or ValueError) for a mistake."""
     shell = dict(os.environ)
-    own, untrusted = trusted_own(dotenv_paths()[-1], Path.cwd())
-    dotenv_found, ignored = load_dotenv_files(dotenv_paths(), own=own)
+    own, read, untrusted = trusted_own(dotenv_paths()[-1], Path.cwd())
+    paths = [path for path in dotenv_paths() if read or not same_file(path, dotenv_paths()[-1])]
+    dotenv_found, ignored = load_dotenv_files(paths, own=own)
     notes = [untrusted, ignored, keep_keys_home(dotenv_found, shell, own)] + tidy_settings()
     WarningsOnce(sys.stderr)  # the SDK's deprecation warnings: once each, wrapped like our own lines
     if missing := missing_settings(dotenv_found):
@@ -270,7 +277,7 @@ def configure_session(args) -> Config | int:
     ttl = ttl_setting()
     compaction = compaction_settings()
     sandbox = find_sandbox(switch_setting("SANDBOX"), switch_setting("SANDBOX_NETWORK"), own_env=dotenv_paths()[-1],
-                           workdir=workdir)
+                           workdir=workdir, withheld=withheld_settings(shell))
     notes.append(start_up_line(sandbox, workdir, set_by_shell=shell.get("SANDBOX", "").strip().lower() == "off"))
     secrets = Redactor(secret_values(os.environ, tuple(dotenv_found.values())))  # built once: every form of each
     instructions, said = project_instructions(workdir, secrets)

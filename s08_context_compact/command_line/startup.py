@@ -42,7 +42,8 @@ SETTINGS = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "MODEL_ID", "ANTHROPIC_
 # Of those, what only your shell or the program's own .env may set: a proxy moves your key,
 # and the others guard the machine from the folder's content (the sandbox, the history file
 # it hides). ANTHROPIC_BASE_URL is kept apart: a folder may name its endpoint for its own key.
-OWN_ONLY = ("SANDBOX", "SANDBOX_NETWORK", "S08_HISTORY", "HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY", "NO_PROXY")
+PROXIES = ("HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY", "NO_PROXY")
+OWN_ONLY = ("SANDBOX", "SANDBOX_NETWORK", "S08_HISTORY", *PROXIES)
 
 
 def load_dotenv_files(paths: list, own: Path | None) -> tuple:
@@ -245,23 +246,34 @@ def check_model(client, model: str) -> str:
 
 
 def trusted_own(own: Path, workdir: Path) -> tuple:
-    """(the program's own .env, to be trusted as such, or None; a note). It is read like a
-    folder's .env (no SANDBOX, proxy or other host for your key) when a command could have
-    written what lies there: where it is a link inside the working folder, or is reached
-    through one (the sandbox pins a file or folder, never a link: a command can put another
-    file in the link's place), and where a command changed it since (next_start.py)."""
+    """(the program's own .env, to be trusted as such, or None; whether it is read at all; a
+    note). It is read like a folder's .env (no SANDBOX, proxy or other host for your key) when
+    a command could have written what lies there: where it is a link inside the working
+    folder, or is reached through one (the sandbox pins a file or folder, never a link: a
+    command can put another file in the link's place), and where a command changed it since
+    (next_start.py). It is not read at all while it has another name (a hard link): the
+    sandbox hides it at one path only, so a command could read your key through the other."""
     work = os.path.realpath(workdir)
+    try:
+        names = os.stat(own).st_nlink
+    except OSError:
+        names = 1  # missing, or unreadable: read_dotenv says so
+    if names > 1:
+        return None, False, (f"[config] the program's own .env ({own}) has {names} names (hard links): a command "
+                             "could read your key through another, so it is not read. Make it a file of its own "
+                             f"(cp {own} {own}.new && mv {own}.new {own}).")
     links = passes_through(own, work)
     changed = changed_by_command(own)
     if not links and not changed:
-        return own, ""
+        return own, True, ""
     read_as = "it is read like a folder's .env (no SANDBOX, proxy or other host for your key)"
     if changed:
-        return None, (f"[config] the program's own .env ({own}) is not trusted: {changed}. Until you check it and "
-                      f"save it again, {read_as}.")
-    return None, (f"[config] the program's own .env ({own}) is {'a link' if links == [str(own)] else 'reached through a link'} "
-                  f"inside the working folder ({links[0]}): a command could put another file in its place, so {read_as}. "
-                  "Make it a file, or start the program in another folder.")
+        return None, True, (f"[config] the program's own .env ({own}) is not trusted: {changed}. Until you check "
+                            f"it and save it again, {read_as}.")
+    what = "a link" if links == [str(own)] else "reached through a link"
+    return None, True, (f"[config] the program's own .env ({own}) is {what} inside the working folder "
+                        f"({links[0]}): a command could put another file in its place, so {read_as}. Make it a "
+                        "file, or start the program in another folder.")
 
 
 def open_session(agent, resume: Path | None) -> list:

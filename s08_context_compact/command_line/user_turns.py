@@ -179,6 +179,9 @@ def report_command(agent, messages: list, command: str, tokens: int) -> bool:
     elif command in ("/undo", "/redo"):
         said = agent.undo.at(agent.workdir, agent.say).step(back=command == "/undo")
         agent.say(said)
+        changed = agent.sandbox.after_command()  # a file put back may be one the next start reads
+        if changed:
+            agent.say(changed.strip())
         note = own_text("note", f"[Program note: the user ran {command}. {said}]")  # its files changed back
         if said.startswith("[") and messages and messages[-1]["role"] == "user":
             replace_history(agent.log, messages, messages[:-1] + [with_text(messages[-1], note)], command)

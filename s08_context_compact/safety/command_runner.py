@@ -14,7 +14,7 @@ import tempfile
 import threading
 from pathlib import Path
 
-from ..basics import SECRET_NAME, output_names, own_folder, Redactor
+from ..basics import output_names, own_folder, Redactor
 from .sandbox import Sandbox
 
 BASH_OUTPUT_HEAD = 200_000          # characters of command output kept in memory...
@@ -28,11 +28,10 @@ def run_command(command: str, *, cwd: Path, timeout: int, outputs: Path, secrets
     The command gets a session of its own, so its process group is everything it started
     but what left the group (setsid); /proc shows those too (ProcessTree). A timeout, Ctrl-C,
     or SIGTERM/SIGHUP to the program (cli.py turns them into exceptions) ends them all.
-    Secret variables are not passed on: `env` must not be one call away from the key. In the
+    Secrets and the program's own settings are not passed on (Sandbox.environment). In the
     sandbox (sandbox.py), its own PID namespace ends whatever the command left running."""
-    environment = {k: v for k, v in os.environ.items() if not SECRET_NAME.search(k)}
     captured, tree = CapturedOutput(cwd, outputs.relative_to(cwd), secrets), ProcessTree(sandbox.wrappers)
-    start = sandbox.start(command, cwd, environment)
+    start = sandbox.start(command, cwd, dict(os.environ))
     try:
         proc = subprocess.Popen(start.argv, cwd=cwd, stdin=subprocess.DEVNULL, env=start.env, pass_fds=start.fds,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)

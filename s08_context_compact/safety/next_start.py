@@ -6,10 +6,13 @@ file) is watched: how it looked when the session began is written down where no 
 reaches (the state folder), looked at again after every command, and a change is recorded as
 the command's. The next start reads those records and does not trust a place a command
 changed until a person saves it again (anything a person does to it sets a new ctime, which
-no command can set back).
+no command can set back). The program's own writes are looked at the same way (a file
+tool's, /undo's and /redo's, which may reach the place through another name it has): only
+a person's save, made while the program does not run, makes the place trusted again.
 
-Machinery the chapter does not need: sandbox.py watches after each command; start-up asks
-changed_by_command before it reads the program's own .env or the prompt history.
+Machinery the chapter does not need: sandbox.py watches after each tool call, /undo and
+/redo; start-up asks changed_by_command before it reads the program's own .env or the prompt
+history.
 """
 
 import atexit
@@ -66,14 +69,15 @@ def passes_through(path, folder: str) -> list:
 
 def fingerprint(path) -> list:
     """How a place looks, without reading it: each link on the way, and what it ends at
-    (its kind, inode, size and times; ctime changes with any write and cannot be set back)."""
+    (its kind, inode, number of names, size and times; ctime changes with any write and
+    cannot be set back)."""
     links, real = resolution(path)
     try:
         info = os.lstat(real) if real else None
     except OSError:
         info = None
-    end = ["missing"] if info is None else [stat.S_IFMT(info.st_mode), info.st_dev, info.st_ino, info.st_size,
-                                           info.st_mtime_ns, info.st_ctime_ns]
+    end = ["missing"] if info is None else [stat.S_IFMT(info.st_mode), info.st_dev, info.st_ino, info.st_nlink,
+                                           info.st_size, info.st_mtime_ns, info.st_ctime_ns]
     return [[link, text] for link, text in links] + [end]
 
 
@@ -191,7 +195,8 @@ class Watch:
         return self
 
     def after_command(self) -> list:
-        """The watched places the command just changed, each recorded for the next start."""
+        """The watched places a command (or a tool, or /undo) just changed, each recorded for the
+        next start."""
         changed = [path for path, began in self.began.items() if fingerprint(path) != began]
         for path in changed:
             mark_changed(path, time.strftime("%Y-%m-%d %H:%M", time.localtime()))

@@ -21,7 +21,8 @@ import tempfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from ..basics import OWN_DOTENV, OWN_FOLDERS, history_file, own_folder, program_places, state_folder
+from ..basics import (OWN_DOTENV, OWN_FOLDERS, SECRET_NAME, history_file, own_folder, program_places,
+                      state_folder)
 from .next_start import Watch, passes_through
 
 # Under $HOME: where keys, tokens and passwords live, and the shells' histories (a typed
@@ -77,6 +78,7 @@ class Sandbox:
     bwrap: str = "bwrap"               # its real path, found once outside the workspace
     program: tuple = ()                # program_places(): read-only even inside the workspace
     watch: Watch | None = None         # what the next start reads that a command could still change
+    withheld: tuple = ()               # the program's settings, never passed to a command
 
     @property
     def wrappers(self) -> int:
@@ -98,9 +100,10 @@ class Sandbox:
         return [{**t, "description": t["description"] + note} if t["name"] == "bash" else t for t in tools]
 
     def start(self, script: str, workdir: Path, env: dict) -> "Confined":
-        """How to start script with bash in workdir, its environment env: confined, when on."""
+        """How to start script with bash in workdir, in what it may have of the environment env:
+        confined, when on."""
         if not self.on:
-            return Confined(["bash", "-c", script], env)
+            return Confined(["bash", "-c", script], self.environment(env))
         work = os.path.realpath(workdir)
         inside = self.environment(env)
         settings = tempfile.TemporaryFile()  # read by bwrap: the environment stays off its command line
@@ -203,10 +206,13 @@ class Sandbox:
                      or passes_through(p, work))
 
     def environment(self, env: dict) -> dict:
-        """The command's environment inside: without the agents' sockets, caches in its /tmp."""
+        """The command's environment: no secret (a name with KEY, TOKEN, SECRET or PASSWORD in
+        it: `env` must not be one call away from the key) and none of the program's own
+        settings; inside the sandbox, without the agents' sockets either, caches in its /tmp."""
+        kept = {k: v for k, v in env.items() if not SECRET_NAME.search(k) and k not in self.withheld}
         if not self.on:
-            return env
-        return {**{k: v for k, v in env.items() if k not in AGENT_VARIABLES}, **CACHES}
+            return kept
+        return {**{k: v for k, v in kept.items() if k not in AGENT_VARIABLES}, **CACHES}
 
     def explain(self, output: str, command: str, workdir: Path) -> str:
         """A line telling the model what the sandbox refused, if the output shows it did."""
@@ -223,13 +229,14 @@ class Sandbox:
         return "".join(f"\n[{note}]" for note in notes)
 
     def after_command(self) -> str:
-        """A line for the model and for you when the command just run changed what the next
-        start reads ("" when it did not); the change is recorded for that start."""
+        """A line for the model and for you when what just ran (a command, a tool call, /undo)
+        changed what the next start reads ("" when it did not); the change is recorded for
+        that start."""
         changed = self.watch.after_command() if self.watch else []
         if not changed:
             return ""
-        return (f"\n[this command changed {', '.join(changed)}, which the program reads when it starts: the next "
-                "start will not trust it until you check it and save it again]")
+        return (f"\n[{', '.join(changed)} changed, which the program reads when it starts: the next start will "
+                "not trust it until you check it and save it again]")
 
 
 def pinned(work: str, places: list) -> list:
@@ -341,20 +348,22 @@ def contains(folder: str, path: str) -> bool:
 
 
 def find_sandbox(wanted: bool = True, network: bool = True, own_env: Path | None = OWN_DOTENV,
-                 workdir: Path | None = None) -> Sandbox:
-    """The sandbox this system allows, tried once with a command that does nothing; or why there is none."""
+                 workdir: Path | None = None, withheld: tuple = ()) -> Sandbox:
+    """The sandbox this system allows, tried once with a command that does nothing; or why there is none.
+    withheld: the names of the program's settings, which no command is given."""
     if not wanted:
-        return Sandbox(why_not="SANDBOX=off")
+        return Sandbox(withheld=withheld, why_not="SANDBOX=off")
     if not sys.platform.startswith("linux"):
-        return Sandbox(why_not=f"bubblewrap runs on Linux only, not {sys.platform}")
+        return Sandbox(withheld=withheld, why_not=f"bubblewrap runs on Linux only, not {sys.platform}")
     work = os.path.realpath(workdir or Path.cwd())
     bwrap = trusted_program("bwrap", work)
     if not bwrap:
         named = shutil.which("bwrap")
-        return Sandbox(why_not=f"the bwrap on PATH ({named}) lies in or leads into the working folder, where a "
+        return Sandbox(withheld=withheld, why_not=f"the bwrap on PATH ({named}) lies in or leads into the working folder, where a "
                        f"command could replace it; install bubblewrap ({INSTALL}) or put it first on PATH"
                        if named else f"bwrap is not installed ({INSTALL})")
-    sandbox = Sandbox(on=True, network=network, own_env=own_env, bwrap=bwrap, program=program_places())
+    sandbox = Sandbox(on=True, network=network, own_env=own_env, bwrap=bwrap, program=program_places(),
+                      withheld=withheld)
     try:  # in a folder of its own: trying makes the program's folders in the workspace it is given
         with tempfile.TemporaryDirectory(prefix="s08-probe-") as folder:
             probe = sandbox.start("true", Path(folder), outside_environment(dict(os.environ)))
@@ -364,10 +373,10 @@ def find_sandbox(wanted: bool = True, network: bool = True, own_env: Path | None
             finally:
                 probe.close()
     except (OSError, subprocess.TimeoutExpired) as err:
-        return Sandbox(why_not=f"bwrap could not start: {err}")
+        return Sandbox(withheld=withheld, why_not=f"bwrap could not start: {err}")
     if tried.returncode != 0:
         said = (tried.stderr.strip().splitlines() or ["no reason given"])[-1]
-        return Sandbox(why_not=f"bwrap could not start: {said}")
+        return Sandbox(withheld=withheld, why_not=f"bwrap could not start: {said}")
     if workdir is None:  # asked what this system allows, not for a session's commands
         return sandbox
     sandbox.hidden(work)  # what is missing is made now: the watch starts from what the program made

@@ -25,6 +25,7 @@ class Toolbox:
     say: object
     spinner_to: object   # a terminal stream for the spinner while a tool runs, or None
     secrets: object      # what no output may carry (a Redactor)
+    look_again: object = str  # after a call: a line when it changed what the next start reads
 
 
 def run_tool_calls(box: Toolbox, tool_uses: list, refused: dict) -> tuple:
@@ -70,6 +71,7 @@ def answer_call(box: Toolbox, block: dict) -> dict:
         output, failed = denied[0], True
     else:
         output, failed = call_handler(box, name, block["id"], args, schema)
+        output += box.look_again()  # a file tool may reach the program's own .env by another name
         box.fire("PostToolUse", name=name, input=args, output=output, is_error=failed)
     # A path or a name with bytes that are not UTF-8, as U+FFFD (a request cannot carry them);
     # then no secret a tool printed reaches the model or the disk.
