@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_cli
+import cli_runner
+from conftest import cli_env, run_cli
 from s08_context_compact.command_line import handle_command, take_line
 from s08_context_compact.offline.fake_anthropic import error, text, tool_use, tool_uses
 from s08_context_compact.safety import Undo
@@ -156,21 +157,34 @@ def test_a_tree_past_the_recursion_limit_is_walked_by_undo_glob_and_the_permissi
     assert not (workspace / "copy" / "d" / "d").exists(), "what the turn copied, taken away"
 
 
-def test_a_folder_undo_could_not_list_is_said_and_left_as_it_is(s08, make_agent, fake, workspace):
-    """A path past the system's limit (4,096 bytes on Linux) cannot be listed: undo says so."""
-    name = "x" * 250
-    bottom = nested(workspace, name, 20)
-    descriptor = os.open(workspace.joinpath(*[name] * 10), os.O_RDONLY)
+# Root lists any folder, whatever its mode, by two capabilities: run as root, the tests run
+# the program without them (CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH), so a folder's mode holds.
+WITHOUT_OVERRIDE = """import ctypes, runpy, sys
+header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # capabilities, version 3, of this process
+sets = (ctypes.c_uint32 * 6)()  # effective, permitted, inheritable: the first 32, then the next
+libc = ctypes.CDLL(None, use_errno=True)
+assert libc.capget(header, sets) == 0
+sets[0] &= ~0b110
+assert libc.capset(header, sets) == 0
+sys.argv[0] = {code!r}
+runpy.run_path({code!r}, run_name="__main__")
+"""
+
+
+def test_a_folder_undo_could_not_list_is_said_and_left_as_it_is(fake, workspace, tmp_path):
+    """A folder whose mode lets no one list it: undo says so, once, and leaves what it holds."""
+    (workspace / "locked").mkdir()
+    (workspace / "locked" / "inside.txt").write_text("mine\n")
+    (workspace / "locked").chmod(0)
+    program = tmp_path / "without_override.py"
+    program.write_text(WITHOUT_OVERRIDE.format(code=str(cli_runner.CODE)))
+    fake.reply(tool_use("write_file", {"path": "a.txt", "content": "new\n"}), text("Done."))
     try:
-        agent = make_agent()
-        fake.reply(tool_use("write_file", {"path": "a.txt", "content": "new\n"}), text("Done."))
-        messages = []
-        assert s08.take_turn(agent, messages, "write a.txt")
-        said = agent.out.text
-        assert "could not be listed (File name too long): its files are not recorded" in said, said
-        handle_command(agent, messages, "/undo", s08.LESSON)
-        assert not (workspace / "a.txt").exists() and agent.out.text.count("could not be listed") == 1
+        done = cli_runner.run([], input="write a.txt\n/undo\n", env=cli_env(fake), cwd=workspace,
+                              code=program if os.geteuid() == 0 else None)
     finally:
-        os.close(descriptor)
-        removed(workspace, name, 20)
-    assert bottom
+        (workspace / "locked").chmod(0o755)
+    said = done.stdout + done.stderr
+    assert said.count("[undo] locked/ could not be listed (Permission denied): its files are not recorded") == 1, said
+    assert "1 put back as they were (a.txt)" in said and not (workspace / "a.txt").exists(), said
+    assert (workspace / "locked" / "inside.txt").read_text() == "mine\n"

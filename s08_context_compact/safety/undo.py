@@ -15,8 +15,20 @@ once: a file unchanged from one turn to the next costs nothing more. Where the f
 offers reflinks (btrfs, XFS), a copy shares the file's blocks instead of duplicating them.
 Bounded: a file over MAX_FILE_BYTES is not kept, a workspace of over MAX_FILES files is
 not recorded, and the copies stay under MAX_STORE_BYTES, the oldest turns dropped first;
-each is said once. Never recorded: .git, the program's own folders, and folders a tool
-rebuilds (SKIPPED).
+each is said once.
+
+Not recorded, and said by /undo and /redo when one is gone or made (never put back, never
+taken away): folders a tool rebuilds or keeps (SKIPPED anywhere, SKIPPED_AT_TOP at the top
+of the workspace only, and any folder holding one of MARKERS: a virtual environment, a
+cache), and what is neither a file, a link nor a folder (a named pipe, a socket, a
+device). A folder named venv or .tox deep in the sources is recorded like any other. The
+program's own folders are neither recorded nor said.
+
+Nothing is reached by a path: the workspace is walked, read, written and removed in from
+folder descriptors, each opened from the one before it, one name at a time, never through
+a link (Folders). A command that swaps a folder for a link while /undo runs (another
+session's, in the same workspace) makes that path fail; nothing is written, removed or
+read outside the workspace.
 
 Undo runs no other program, git included: a repository's configuration is the
 repository's to write (a turn can name a command in it for git to run), so a file is
@@ -29,11 +41,16 @@ inode are as at its last reading is not read again, which keeps a record fast. B
 compared by content: a person's edit of the same size, its mtime put back (cp -p,
 touch -r, rsync -t), is left as it is.
 
+Every name /undo and /redo print is shown (shown): a control character in it, a line
+break or a tab included, is visible, never obeyed, so a file's name cannot make a line of
+its own.
+
 Machinery the chapter does not need: code.py installs undo_hooks beside the ledger's,
 and user_turns.py runs /undo and /redo.
 """
 
 import atexit
+import errno
 import hashlib
 import itertools
 import os
@@ -45,7 +62,7 @@ import time
 from pathlib import Path
 from typing import NamedTuple
 
-from ..basics import FOLDER, OWN_FOLDERS, undo_folder, walk_tree
+from ..basics import OWN_FOLDERS, one_line, printable, undo_folder
 
 try:
     import fcntl  # a reflink is asked for with an ioctl
@@ -53,8 +70,9 @@ except ImportError:  # Windows: plain copies
     fcntl = None
 
 CHANGES_FILES = ("write_file", "edit_file", "bash", "task")
-SKIPPED = {".git", *OWN_FOLDERS, "node_modules", ".venv", "venv", "__pycache__",
-           ".pytest_cache", ".mypy_cache", ".ruff_cache", ".tox", ".hypothesis"}
+SKIPPED = {".git", "node_modules", "__pycache__"}  # wherever they are: never sources
+SKIPPED_AT_TOP = {".pytest_cache", ".mypy_cache", ".ruff_cache", ".tox", ".hypothesis"}  # deeper, maybe a source
+MARKERS = {"pyvenv.cfg", "CACHEDIR.TAG"}  # a folder holding one is a virtual environment, or a cache
 MAX_FILE_BYTES = 20_000_000
 MAX_FILES = 50_000
 MAX_STORE_BYTES = 500_000_000
@@ -62,6 +80,7 @@ SAY_RECORDING = 5_000       # a first record of more files than this says so bef
 MAX_TURNS = 20              # turns that /undo can go back, one after another
 STALE_SECONDS = 86_400      # a folder a run left behind (it was killed) is removed after a day
 CHUNK = 1 << 20             # a file is read, hashed and copied a megabyte at a time
+SHOWN_NAMES = 6             # /undo names this many paths of a kind, then counts the rest
 # Linux's request for a reflink, a copy that shares the file's blocks (Python names it from 3.12)
 FICLONE = getattr(fcntl, "FICLONE", 0x40049409)  # (on Linux; never asked elsewhere)
 # A file's times tick coarsely (a few ms on ext4, 2 s on FAT): a file changed this close to
@@ -71,6 +90,27 @@ RACY_NS = 2 * 10**9
 # A path's entry when what is there could not be seen: a folder that could not be listed, a
 # path under one. Like a file not kept, it is never overwritten or removed, nor is what it holds.
 UNSEEN = (None, "unseen")
+# Entries of what undo passes over: no copy, never overwritten or removed, named by /undo
+# when it is gone or made.
+SKIPPED_FOLDER = (None, "a folder not recorded")
+OTHER_KINDS = [(stat.S_ISFIFO, "a named pipe"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a device"),
+               (stat.S_ISBLK, "a device")]
+NOT_RECORDED = {SKIPPED_FOLDER[1], *(kind for _, kind in OTHER_KINDS)}
+
+# A folder is opened by name from its parent's descriptor: never through a link (O_NOFOLLOW,
+# and with O_DIRECTORY a link or a file fails as ENOTDIR), never kept open by a child program.
+FOLDER_FLAGS = os.O_RDONLY | os.O_CLOEXEC | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0)
+# A file the same way, and never waited on (a FIFO put there since it was looked at)
+FILE_FLAGS = os.O_RDONLY | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+NEW_FILE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0)
+# What a folder's name failing to open as a folder means: it is gone, a file, or a link now
+NOT_THERE = (errno.ENOENT, errno.ENOTDIR, errno.ELOOP)
+# Folders on the way to the one in use stay open down to this depth, and every this many
+# levels below it: a walk opens each folder about once, with a bounded number of descriptors
+# however deep the tree (the soft limit is often 1,024).
+HELD_DEPTH = 64
+# Windows opens nothing relative to a folder: there nothing is recorded (said at start)
+RELATIVE = {os.open, os.stat, os.mkdir, os.rmdir, os.unlink, os.rename, os.symlink, os.readlink} <= os.supports_dir_fd
 
 
 class StoreError(OSError):
@@ -85,6 +125,99 @@ class Turn(NamedTuple):
     caveat: str = ""  # what /undo cannot put back because of how after was recorded; "" if nothing
 
 
+class Outcome(NamedTuple):
+    """What one /undo or /redo did with each path that differs between the two records."""
+    done: list   # put back as the record has it
+    kept: list   # left as it is: changed since, or its copy not kept
+    lost: list   # not recorded (a folder undo skips, a pipe...), and gone or changed: not put back
+    made: list   # not recorded, and not in the record it goes back to: not taken away
+
+
+class Folders:
+    """The workspace's folders, each opened from the one that holds it, one name at a time,
+    never through a link: a folder swapped for a link at any moment fails to open instead of
+    leading out of the workspace. What is read, written or removed is then named relative to
+    the folder's descriptor. The folders on the way to the last one opened stay open (see
+    HELD_DEPTH), so paths in order share them; a descriptor is good until the next open."""
+
+    def __init__(self, root: Path):
+        self.parts = ()  # the names from the workspace to the last folder opened
+        self.held = {0: os.open(root, FOLDER_FLAGS)}  # depth -> descriptor, on the way to it
+
+    def __enter__(self) -> "Folders":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close_below(-1)
+
+    def open(self, parts: tuple, make: bool = False) -> int:
+        """The descriptor of the folder these names lead to, each made first if missing (when
+        make). OSError if one is a link, a file or gone (ENOTDIR, ENOENT) or cannot be entered."""
+        if parts == self.parts:
+            return self.held[len(parts)]
+        self.close_below(shared_length(self.parts, parts))
+        depth = max(self.held)
+        self.parts = parts[:depth]
+        while depth < len(parts):
+            inner = self.open_in(depth, parts[depth], make)
+            if depth >= HELD_DEPTH and depth % HELD_DEPTH:
+                os.close(self.held.pop(depth))  # between two held ones: opened again from the one above
+            depth += 1
+            self.held[depth] = inner
+            self.parts = parts[:depth]
+        return self.held[depth]
+
+    def open_in(self, depth: int, name: str, make: bool) -> int:
+        try:
+            return open_folder_in(self.held[depth], name, make)
+        except OSError as err:
+            if err.errno not in (errno.ENOTDIR, errno.ELOOP):
+                raise
+            where = shown("/".join((*self.parts, name)))
+            raise NotADirectoryError(errno.ENOTDIR, f"{where} is a link or a file now, not a folder") from None
+
+    def close_below(self, depth: int) -> None:
+        """Close the folders deeper than depth (a folder removed, or a walk gone elsewhere)."""
+        for level in [level for level in self.held if level > depth]:
+            os.close(self.held.pop(level))
+        self.parts = self.parts[:max(self.held, default=0)]
+
+
+def open_folder_in(folder: int, name: str, make: bool = False) -> int:
+    """The folder name in the open folder, made first if missing (when make); never a link."""
+    if make:
+        try:
+            os.mkdir(name, dir_fd=folder)
+        except FileExistsError:
+            pass  # a folder (opened next), or a file or a link (refused next)
+    return os.open(name, FOLDER_FLAGS, dir_fd=folder)
+
+
+def shared_length(first: tuple, second: tuple) -> int:
+    """How many names two paths start with in common."""
+    common = 0
+    for mine, theirs in zip(first, second):
+        if mine != theirs:
+            break
+        common += 1
+    return common
+
+
+def parts_of(relative: str) -> tuple:
+    """(the names of the folders that hold a relative path, its own name)."""
+    *folders, name = relative.split("/")
+    return tuple(folders), name
+
+
+def unrecorded(entry: tuple | None) -> bool:
+    """Whether an entry is of something undo passes over (a folder it skips, a pipe...)."""
+    return entry is not None and entry[0] is None and entry[1] in NOT_RECORDED
+
+
+def skipped_by_name(name: str, top: bool) -> bool:
+    return name in SKIPPED or top and name in SKIPPED_AT_TOP
+
+
 class Undo:
     """The records of the turns that changed files, and the copies they point at."""
 
@@ -93,7 +226,7 @@ class Undo:
         self.max_files = max_files  # a workspace of more files than this is not recorded
         self.said = set()
         self.undo, self.redo = [], []  # Turns
-        self.cache = {}  # path -> (stat key, hash); key None: it may not stand for the hash
+        self.cache = {}  # relative path -> (stat key, hash); key None: it may not stand for the hash
         self.store, self.stored, self.turn_recorded, self.label = None, 0, True, ""
         self.not_recorded = ""  # why the latest request that could not be recorded was not, named
 
@@ -113,11 +246,12 @@ class Undo:
         self.turn_recorded = True
         problem = self.store_problem()
         if problem:
-            self.not_recorded = f"request \"{self.label[:60]}\" could not be recorded (no copy can be kept)"
-            return self.once("store", problem)
+            why, line = problem
+            self.not_recorded = f"request {quoted(self.label)} could not be recorded ({why})"
+            return self.once("store", line)
         files = self.record()
         if files is None:
-            self.not_recorded = (f"request \"{self.label[:60]}\" could not be recorded (the workspace has "
+            self.not_recorded = (f"request {quoted(self.label)} could not be recorded (the workspace has "
                                  f"over {self.max_files:,} files)")
             return self.once("too many", f"[undo] the workspace has over {self.max_files:,} files: "
                                           "turns are not recorded, and /undo cannot put files back")
@@ -128,126 +262,160 @@ class Undo:
         """Said at start if no copy can be kept, before a request could lose a file."""
         problem = self.store_problem()
         if problem:
-            self.once("store", problem)
+            self.once("store", problem[1])
 
-    def store_problem(self) -> str | None:
-        """Why no copy can be kept (the store's folder cannot be made), with what fixes it;
-        None when it can."""
+    def store_problem(self) -> tuple | None:
+        """(why no request can be recorded, in a few words; the line that says so, with what
+        fixes it) when the store's folder cannot be made, or the system cannot open a file
+        relative to a folder; None when a request can be recorded."""
+        if not RELATIVE:
+            return ("this system cannot open a file relative to a folder",
+                    "[undo] this system cannot open a file relative to a folder, which undo needs to never "
+                    "write through a link: /undo will not be able to put back what a request changes")
         try:
             self.folder()
         except OSError as err:
             where = undo_folder()
-            return (f"[undo] cannot keep copies of your files in {where} ({err.strerror or err}): "
-                    "/undo will not be able to put back what a request changes. Make that folder "
-                    "yours and writable, or set XDG_STATE_HOME to a folder that is.")
+            return ("no copy can be kept",
+                    f"[undo] cannot keep copies of your files in {where} ({err.strerror or err}): /undo will "
+                    "not be able to put back what a request changes. Make that folder yours and writable, or "
+                    "set XDG_STATE_HOME to a folder that is.")
         return None
 
     def record(self) -> dict | None:
-        """{path: (hash, mode) or ("link", target)} of the workspace now, each content kept;
-        None when it holds over max_files files."""
-        listed = list(itertools.islice(self.walk(), self.max_files + 1))
-        if len(listed) > self.max_files:
-            return None
-        if len(listed) > SAY_RECORDING and not self.cache:  # the first record reads them all: say so
-            self.warn(f"[undo] recording the workspace's {len(listed):,} files before the first "
-                      "change, so /undo can put them back…")
-        cut = len(str(self.workdir)) + 1
-        files = {}
-        for path, seen in listed:
-            entry = self.entry(Path(path), False) if seen else UNSEEN
-            if entry is not None:
-                files[path[cut:]] = entry
-        return files
+        """{path: (hash, mode) or ("link", target)} of the workspace now, each content kept, and
+        an entry for each thing passed over; None when it holds over max_files files."""
+        with Folders(self.workdir) as folders:
+            listed = list(itertools.islice(self.listing(folders), self.max_files + 1))
+            if len(listed) > self.max_files:
+                return None
+            if len(listed) > SAY_RECORDING and not self.cache:  # the first record reads them all: say so
+                self.warn(f"[undo] recording the workspace's {len(listed):,} files before the first "
+                          "change, so /undo can put them back…")
+            files = {}
+            for relative, folder, name, known in listed:
+                entry = known or self.entry_in(folders, folder, name, relative, False)
+                if entry is not None:
+                    files[relative] = entry
+            return files
 
     def record_paths(self, paths, fresh: bool = False) -> dict:
         """The record of these paths (relative) alone, each content kept; fresh: each read again
         whatever its stat says (/undo is about to overwrite or remove it, and decides that by
-        its content alone)."""
+        its content alone). A path through a link is not there, as a walk never goes through one."""
         files = {}
-        for relative in paths:
-            if self.through_link(relative):
-                continue  # not there, as a walk sees it: a walk never goes through a link
-            entry = self.entry(self.workdir / relative, fresh)
-            if entry is not None:
-                files[relative] = entry
+        with Folders(self.workdir) as folders:
+            for relative in sorted(paths):  # in order: the paths of a folder share its descriptor
+                folder, name = parts_of(relative)
+                entry = self.entry_in(folders, folder, name, relative, fresh)
+                if entry is not None:
+                    files[relative] = entry
         return files
 
-    def through_link(self, relative: str) -> bool:
-        """Whether a folder on the way to a relative path is a link."""
-        folder = self.workdir
-        for part in Path(relative).parent.parts:
-            folder = folder / part
-            if os.path.islink(folder):
-                return True
-        return False
+    def listing(self, folders: Folders):
+        """(relative path, its folder's names, its name, its entry if known without reading it)
+        for each thing in the workspace that is not a folder it walks into: the entry is None for
+        what is read next, SKIPPED_FOLDER for a folder passed over, UNSEEN for a folder that
+        could not be listed (said once). Folders wait on a stack, not in a recursion: a tree
+        nested 1,000 deep would end one in a RecursionError."""
+        stack = [()]
+        while stack:
+            parts = stack.pop()
+            found = self.folder_names(folders, parts)
+            if isinstance(found, OSError) and parts:  # what it holds is unknown: never touched
+                yield "/".join(parts), parts[:-1], parts[-1], UNSEEN
+            if isinstance(found, OSError):
+                continue
+            if parts and MARKERS.intersection(found):  # a virtual environment, a cache: passed over
+                yield "/".join(parts), parts[:-1], parts[-1], SKIPPED_FOLDER
+                continue
+            prefix = "".join(f"{part}/" for part in parts)
+            for name, inner in found.items():
+                if not inner:
+                    yield prefix + name, parts, name, None
+                elif skipped_by_name(name, not parts):
+                    yield prefix + name, parts, name, SKIPPED_FOLDER
+                elif parts or name not in OWN_FOLDERS:  # the program's own: neither recorded nor said
+                    stack.append((*parts, name))
 
-    def entry(self, path: Path, fresh: bool) -> tuple | None:
-        """A path's entry in a record: ("link", target); (hash, mode) for a file, (None, mode)
-        when it is there but not kept, UNSEEN when it cannot be looked at; None when it is
-        gone, or neither."""
+    def folder_names(self, folders: Folders, parts: tuple):
+        """{name: whether it is a folder (a link to one is not)} of what a folder holds; the
+        OSError that kept it from being listed (said once); {} when it is gone or a link now."""
         try:
-            info = os.lstat(path)
+            with os.scandir(folders.open(parts)) as listing:
+                return {entry.name: real_folder(entry) for entry in listing}
+        except OSError as err:
+            if err.errno in NOT_THERE:
+                return {}
+            where = shown("/".join(parts) or ".")
+            self.once(f"unlisted {where}", f"[undo] {where}/ could not be listed ({err.strerror or err}): "
+                                           "its files are not recorded, and /undo will leave them as they are")
+            return err
+
+    def entry_in(self, folders: Folders, folder: tuple, name: str, relative: str, fresh: bool) -> tuple | None:
+        """The entry of the name in the folder these names lead to: None when a folder on its way
+        is gone, a file or a link; UNSEEN when one cannot be entered."""
+        try:
+            descriptor = folders.open(folder)
+        except OSError as err:
+            return None if err.errno in NOT_THERE else UNSEEN
+        return self.entry(descriptor, name, relative, fresh)
+
+    def entry(self, folder: int, name: str, relative: str, fresh: bool) -> tuple | None:
+        """A path's entry in a record: ("link", target); (hash, mode) for a file, (None, mode)
+        when it is there but not kept, UNSEEN when it cannot be looked at; (None, what it is)
+        for what undo passes over; None when it is gone, or a folder undo walks into."""
+        try:
+            info = os.stat(name, dir_fd=folder, follow_symlinks=False)
         except (FileNotFoundError, NotADirectoryError):
             return None  # gone since it was listed
         except OSError:  # a folder on its way that cannot be entered: unknown, so never touched
             return UNSEEN
         try:
             if stat.S_ISLNK(info.st_mode):
-                return ("link", os.readlink(path))
+                return ("link", os.readlink(name, dir_fd=folder))
             if stat.S_ISREG(info.st_mode):
-                return (self.keep(path, info, fresh), stat.S_IMODE(info.st_mode))
+                return (self.keep(folder, name, relative, info, fresh), stat.S_IMODE(info.st_mode))
+            if stat.S_ISDIR(info.st_mode):
+                return SKIPPED_FOLDER if passed_over(folder, name, relative) else None
         except StoreError as err:  # the store full or gone: the file is there all the same
-            self.once(f"not kept {path}", f"[undo] {path.relative_to(self.workdir)} could not be kept "
-                                          f"({err}): /undo will leave it as it is")
+            self.once(f"not kept {relative}", f"[undo] {shown(relative)} could not be kept ({err}): /undo "
+                                              "will leave it as it is")
             return (None, stat.S_IMODE(info.st_mode))
         except FileNotFoundError:
             return None  # gone since it was listed
         except PermissionError:  # there, but not kept: /undo leaves it as it is, never removes it
             return (None, stat.S_IMODE(info.st_mode))
         except OSError as err:  # a full disk, an I/O error: there all the same, so never taken for absent
-            self.once(f"not kept {path}", f"[undo] {path.relative_to(self.workdir)} could not be kept "
-                                          f"({err.strerror or err}): /undo will leave it as it is")
+            self.once(f"not kept {relative}", f"[undo] {shown(relative)} could not be kept "
+                                              f"({err.strerror or err}): /undo will leave it as it is")
             return (None, stat.S_IMODE(info.st_mode))
-        return None
+        return next(((None, kind) for test, kind in OTHER_KINDS if test(info.st_mode)), None)
 
-    def walk(self):
-        """(path, seen) for each path the workspace holds that is not a folder (a link to one is
-        a link, never walked into), and (folder, False) for a folder that could not be listed:
-        what it holds is unknown, said once."""
-        for path, what in walk_tree(str(self.workdir), skip=SKIPPED):
-            if isinstance(what, OSError):
-                where = os.path.relpath(path, self.workdir)
-                self.once(f"unlisted {where}", f"[undo] {where}/ could not be listed ({what.strerror or what}):"
-                                               " its files are not recorded, and /undo will leave them as they are")
-                yield path, False
-            elif what != FOLDER:
-                yield path, True
-
-    def keep(self, path: Path, info, fresh: bool = False) -> str | None:
+    def keep(self, folder: int, name: str, relative: str, info, fresh: bool = False) -> str | None:
         """The content's hash, its copy kept once; None when it is too big to keep. A file
         whose stat key is the one cached is not read again, unless fresh."""
-        cached = self.cache.get(str(path))
+        cached = self.cache.get(relative)
         if cached and cached[0] == stat_key(info) and not fresh:
             return cached[1]
         if info.st_size <= MAX_FILE_BYTES:
-            digest, key = self.copy_in(path)
+            digest, key = self.copy_in(folder, name)
             if digest is not None:
-                self.cache[str(path)] = (key, digest)
+                self.cache[relative] = (key, digest)
                 return digest
-        self.once(str(path), f"[undo] {path.relative_to(self.workdir)} is over "
-                             f"{MAX_FILE_BYTES // 10**6} MB: not kept, so /undo cannot put it back")
+        self.once(relative, f"[undo] {shown(relative)} is over {MAX_FILE_BYTES // 10**6} MB: not kept, so "
+                            "/undo cannot put it back")
         return None
 
-    def copy_in(self, path: Path) -> tuple:
-        """(the hash of the file at path, its copy kept, or None past MAX_FILE_BYTES; the stat
-        key that may stand for this content next time, or None)."""
-        # O_NOFOLLOW: never through a link put there since the lstat; O_NONBLOCK: nor wait on a FIFO
-        source = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    def copy_in(self, folder: int, name: str) -> tuple:
+        """(the hash of the file name in the open folder, its copy kept, or None past
+        MAX_FILE_BYTES; the stat key that may stand for this content next time, or None)."""
+        source = os.open(name, FILE_FLAGS, dir_fd=folder)
         try:
             read_at = time.time_ns()
             info = os.fstat(source)  # before the read: a write during it moves ctime past this key
             if not stat.S_ISREG(info.st_mode):
-                raise OSError(f"{path} is no longer a file")
+                raise OSError("no longer a file")
             return self.store_copy(source), trusted_key(info, read_at)
         finally:
             os.close(source)
@@ -315,8 +483,9 @@ class Undo:
     def end_turn(self) -> None:
         """The turn is over, however it ended (an answer, an error, Ctrl-C, the step limit): what
         it left is recorded, so /undo touches only what it changed (and leaves what anyone changed
-        since). A turn that changed nothing is forgotten. The record before it is never dropped:
-        past max_files files, the end is recorded at the paths the turn started with."""
+        since). A turn that changed nothing undo could put back or would have to name (a cache it
+        made is neither) is forgotten. The record before it is never dropped: past max_files
+        files, the end is recorded at the paths the turn started with."""
         if not self.undo or self.undo[-1].after is not None:
             return
         turn = self.undo[-1]
@@ -325,7 +494,7 @@ class Undo:
             after, caveat = self.record_paths(turn.before), self.too_many()
             self.warn(f"[undo] the workspace has over {self.max_files:,} files now: /undo can put back "
                       "what this request changed or deleted, but not take away the files it created")
-        if after == turn.before and not caveat:
+        if changed(turn.before, after) <= made_unrecorded(turn.before, after) and not caveat:
             self.undo.pop()
         else:
             self.undo[-1] = turn._replace(after=after, caveat=caveat)
@@ -333,7 +502,8 @@ class Undo:
     def step(self, back: bool) -> str:
         """/undo (back) or /redo: what the last recorded turn changed goes back to how it was
         before it (or, for /redo, after it); what has changed since is left as it is. One that
-        changes nothing leaves both stacks as they were."""
+        changes nothing leaves both stacks as they were, unless all it found is what undo passes
+        over (trying again could do no more)."""
         records = self.undo if back else self.redo
         if not records and back and self.not_recorded:
             return f"Nothing to undo: your {self.not_recorded}, so /undo cannot put back what it changed."
@@ -348,12 +518,12 @@ class Undo:
         # Each path about to change is read again, so what decides "changed since" is its
         # content, never its size and times; what is there is kept first, so nothing is lost.
         present = self.record_paths(changed(source, target), fresh=True)
-        done, kept = self.apply(source, target, present)
-        if not done:
-            return told(back, ended, done, kept)
+        outcome = self.apply(source, target, present)
+        if not outcome.done and (outcome.kept or not outcome.lost + outcome.made):
+            return told(back, ended, outcome)
         records.pop()
         (self.redo if back else self.undo).append(ended)
-        return told(back, ended, done, kept)
+        return told(back, ended, outcome)
 
     def ended_now(self, turn: Turn) -> Turn:
         """A turn whose end was never recorded (recording it was cut short): the workspace now
@@ -367,76 +537,138 @@ class Undo:
         return (f"the files it created are left: at its end the workspace had over {self.max_files:,} files, "
                 "too many to record")
 
-    def apply(self, source: dict, target: dict, present: dict) -> tuple:
+    def apply(self, source: dict, target: dict, present: dict) -> Outcome:
         """Each path that differs between the records goes from source's state to target's,
         where it is still as source has it. Removals first (deepest first), then writes
         (shallowest first), so a link or a file in the way of a folder goes before the folder
-        is made; nothing is ever written or removed through a link. (paths done, paths left)."""
+        is made; nothing is ever written or removed through a link (Folders)."""
         def order(path: str) -> tuple:
             removed = target.get(path) is None
             return (not removed, -path.count("/") if removed else path.count("/"))
-        done, kept = [], []
-        for path in sorted(sorted(changed(source, target)), key=order):
-            if not movable(path, source, target, present):
-                kept.append(path)  # changed since, or a copy that was never kept: left as it is
-                continue
-            try:
-                if target.get(path) is None:
-                    self.remove(path, target)
-                else:
-                    self.write(path, target[path])
-                done.append(path)
-            except OSError as err:  # its copy gone, a disk error, a link where a folder was
-                kept.append(path)
-                self.warn(f"[undo] could not put back {path}: {err}")
-        return done, kept
+        outcome = Outcome([], [], [], [])
+        with Folders(self.workdir) as folders:
+            for path in sorted(sorted(changed(source, target)), key=order):
+                self.apply_path(folders, path, (source, target, present), outcome)
+        return outcome
 
-    def real_folder(self, relative: Path, make: bool = True) -> Path:
-        """The workspace folder a relative path names (made if missing, when make); OSError if
-        any part of it is a link or a file: nothing goes through a link, out of the workspace."""
-        folder = self.workdir
-        for part in relative.parts:
-            folder = folder / part
-            if folder.is_symlink() or folder.exists() and not folder.is_dir():
-                where = folder.relative_to(self.workdir)
-                raise OSError(f"{where} is a link or a file now, not a folder")
-            if make:
-                folder.mkdir(exist_ok=True)
-        return folder
+    def apply_path(self, folders: Folders, path: str, records: tuple, outcome: Outcome) -> None:
+        """One path from source's state to target's, and the list of outcome it belongs in."""
+        source, target, present = records
+        if unrecorded(target.get(path)) or unrecorded(present.get(path)):
+            if present.get(path) != target.get(path):  # what undo passes over, not as it was
+                (outcome.lost if unrecorded(target.get(path)) else outcome.made).append(path)
+            return
+        if not movable(path, source, target, present):
+            outcome.kept.append(path)  # changed since, or a copy that was never kept: left as it is
+            return
+        try:
+            if target.get(path) is None:
+                self.remove(folders, path, target)
+            else:
+                self.write(folders, path, target[path])
+            outcome.done.append(path)
+        except OSError as err:  # its copy gone, a disk error, a link where a folder was
+            outcome.kept.append(path)
+            self.warn(f"[undo] could not put back {shown(path)}: {err.strerror or err}")
 
-    def remove(self, path: str, target: dict) -> None:
-        where = self.real_folder(Path(path).parent, make=False) / Path(path).name
-        if where.is_dir() and not where.is_symlink():
-            where.rmdir()  # only empty: what is inside was recorded and removed first, or is left
-        else:
-            where.unlink(missing_ok=True)  # a link itself, never what it points to
-        self.cache.pop(str(where), None)
-        folder = Path(path).parent
-        while str(folder) not in ("", ".") and not any(p.startswith(f"{folder}/") for p in target):
+    def remove(self, folders: Folders, path: str, target: dict) -> None:
+        """Take away what is at path (a link itself, never what it points to; a folder only
+        empty), then the folders the turn made that are empty now."""
+        parts, name = parts_of(path)
+        remove_in(folders.open(parts), name)
+        self.cache.pop(path, None)
+        while parts and not any(p.startswith("/".join(parts) + "/") for p in target):
             try:  # folders the turn made, empty now
-                (self.workdir / folder).rmdir()
+                os.rmdir(parts[-1], dir_fd=folders.open(parts[:-1]))
             except OSError:
                 break
-            folder = folder.parent
+            parts = parts[:-1]
 
-    def write(self, path: str, entry: tuple) -> None:
-        where = self.real_folder(Path(path).parent) / Path(path).name
-        if where.is_dir() and not where.is_symlink():
-            where.rmdir()  # a folder where the file was: empty by now, else this fails, it stays
+    def write(self, folders: Folders, path: str, entry: tuple) -> None:
+        """Put entry at path: its folders made, a link made anew, a file written beside and renamed
+        over what is there (whole or not at all; a link there is replaced, not followed)."""
+        parts, name = parts_of(path)
+        folder = folders.open(parts, make=True)
+        try:
+            os.rmdir(name, dir_fd=folder)  # a folder where the file was: empty by now, else this fails, it stays
+        except (FileNotFoundError, NotADirectoryError):
+            pass  # nothing there, or a file or a link: replaced below
         if entry[0] == "link":
-            where.unlink(missing_ok=True)
-            os.symlink(entry[1], where)
-            return
-        descriptor, part = tempfile.mkstemp(dir=where.parent, prefix=".undo-")
+            remove_in(folder, name)
+            os.symlink(entry[1], name, dir_fd=folder)
+        else:
+            self.write_file(folder, name, entry)
+        self.cache.pop(path, None)
+
+    def write_file(self, folder: int, name: str, entry: tuple) -> None:
+        """The kept copy entry names, with its mode, written beside name in the open folder, then
+        renamed over it."""
+        descriptor, part = new_file_in(folder)
         try:
             with os.fdopen(descriptor, "wb") as out, open(self.folder() / entry[0], "rb") as copy:
                 if not clone(copy.fileno(), out.fileno()):
                     shutil.copyfileobj(copy, out, CHUNK)
-            os.chmod(part, entry[1])
-            os.replace(part, where)  # whole or not at all; a link there is replaced, not followed
+                os.fchmod(out.fileno(), entry[1])
+            os.replace(part, name, src_dir_fd=folder, dst_dir_fd=folder)
         finally:
-            Path(part).unlink(missing_ok=True)
-        self.cache.pop(str(where), None)
+            remove_in(folder, part)  # the part written, if the rename did not take it
+
+
+def real_folder(entry: os.DirEntry) -> bool:
+    """A folder itself, not a link to one (a folder that cannot be looked at is read as a file)."""
+    try:
+        return entry.is_dir(follow_symlinks=False)
+    except OSError:
+        return False
+
+
+def passed_over(folder: int, name: str, relative: str) -> bool:
+    """Whether undo passes over the folder name in the open folder, as its walk does: by its
+    name, or by a marker it holds."""
+    top = "/" not in relative
+    if skipped_by_name(name, top):
+        return True
+    try:
+        inner = open_folder_in(folder, name)
+    except OSError:
+        return False
+    try:
+        return any(holds(inner, marker) for marker in MARKERS)
+    finally:
+        os.close(inner)
+
+
+def holds(folder: int, name: str) -> bool:
+    """Whether the open folder holds something by this name."""
+    try:
+        os.stat(name, dir_fd=folder, follow_symlinks=False)
+    except OSError:
+        return False
+    return True
+
+
+def remove_in(folder: int, name: str) -> None:
+    """Take away name in the open folder, if there: a folder only when empty, a link itself."""
+    try:
+        info = os.stat(name, dir_fd=folder, follow_symlinks=False)
+    except FileNotFoundError:
+        return
+    # Neither call follows a link: one put there since the stat fails, and stays
+    if stat.S_ISDIR(info.st_mode):
+        os.rmdir(name, dir_fd=folder)
+    else:
+        os.unlink(name, dir_fd=folder)
+
+
+def new_file_in(folder: int) -> tuple:
+    """(a descriptor, the name) of a new file, readable by you only, in the open folder."""
+    for _ in range(100):
+        name = f".undo-{os.urandom(6).hex()}"
+        try:
+            return os.open(name, NEW_FILE_FLAGS, 0o600, dir_fd=folder), name
+        except FileExistsError:
+            continue  # a name taken: (nearly) never twice
+    raise FileExistsError(errno.EEXIST, "no free name for a temporary file")
 
 
 def stat_key(info) -> tuple:
@@ -487,6 +719,12 @@ def changed(first: dict, second: dict) -> set:
     return {path for path in first.keys() | second.keys() if first.get(path) != second.get(path)}
 
 
+def made_unrecorded(before: dict, after: dict) -> set:
+    """The paths of what undo passes over that a turn made (a cache, a virtual environment):
+    alone, they are no change /undo could take back, nor one it needs to name."""
+    return {path for path, entry in after.items() if path not in before and unrecorded(entry)}
+
+
 def movable(path: str, source: dict, target: dict, present: dict) -> bool:
     """Whether /undo (or /redo) may change path: it is still as source has it, by content,
     and what is there and what would replace it are both kept. A file not kept (too big,
@@ -508,28 +746,49 @@ def in_unseen(path: str, record: dict) -> bool:
     return any(record.get("/".join(parts[:n])) == UNSEEN for n in range(1, len(parts)))
 
 
-def told(back: bool, turn: Turn, done: list, kept: list) -> str:
-    """The line /undo or /redo prints: what was put back, what was left and why. It opens
-    with "[" only when files changed (user_turns.py tells the model then)."""
+def told(back: bool, turn: Turn, outcome: Outcome) -> str:
+    """The line /undo or /redo prints: what was put back, what was left and why, what was
+    not recorded. It opens with "[" only when files changed (user_turns.py tells the model
+    then). Every name in it is shown, never obeyed."""
     said = []
-    if done:
-        said.append(f"{len(done)} put back as they were ({listed(done)})")
-    if kept:
-        said.append(f"{len(kept)} left as they are: changed since, or not kept ({listed(kept)})")
+    if outcome.done:
+        said.append(f"{len(outcome.done)} put back as they were ({listed(outcome.done)})")
+    if outcome.kept:
+        said.append(f"{len(outcome.kept)} left as they are: changed since, or not kept ({listed(outcome.kept)})")
+    if outcome.lost:
+        said.append(f"{len(outcome.lost)} not recorded, so not put back ({listed(outcome.lost)})")
+    if outcome.made:
+        said.append(f"{len(outcome.made)} not recorded, so not taken away ({listed(outcome.made)})")
     if back and turn.caveat:
         said.append(turn.caveat)
-    what = f"your request \"{turn.label[:60]}\"" if back else f"the /undo of your request \"{turn.label[:60]}\""
-    if not done:
-        command = "/undo" if back else "/redo"
+    request = quoted(turn.label)
+    what = f"your request {request}" if back else f"the /undo of your request {request}"
+    command = "/undo" if back else "/redo"
+    if not outcome.done and (outcome.kept or not outcome.lost + outcome.made):
         return (f"Nothing was put back of the files {what} changed: " + ("; ".join(said) or "none differs") +
                 f". Nothing changed, so {command} will try this request again.")
+    if not outcome.done:
+        return f"Nothing was put back of the files {what} changed: " + "; ".join(said) + "."
     opening = "[undo] files" if back else "[redo] files"
     ending = ". /redo reverses this." if back else "."
     return f"{opening} {what} changed: " + "; ".join(said) + ending
 
 
 def listed(paths: list) -> str:
-    return ", ".join(paths[:6]) + (", …" if len(paths) > 6 else "")
+    """A few paths, shown; how many more there are."""
+    names = ", ".join(shown(path) for path in paths[:SHOWN_NAMES])
+    return names + (f" and {len(paths) - SHOWN_NAMES:,} more" if len(paths) > SHOWN_NAMES else "")
+
+
+def shown(path: str) -> str:
+    """A path as a line may show it: every control character visible, a line break and a tab
+    among them (printable leaves those as text), so a name cannot make a line of its own."""
+    return printable(path.replace("\t", "^I").replace("\n", "^J"))
+
+
+def quoted(label: str) -> str:
+    """A request, as /undo names it: in quotes, on one line, cut short."""
+    return f"\"{one_line(printable(label), 60)}\""
 
 
 def running(pid: str) -> bool:

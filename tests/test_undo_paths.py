@@ -1,0 +1,119 @@
+"""/undo reaches every path by folder descriptors, never through a link, whenever one is
+swapped in; it says what it did not record (a folder it skips, a pipe) when that is gone or
+made; and every name it prints is shown on its line, a line break in it included."""
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from conftest import run_cli
+from s08_context_compact.command_line import handle_command
+from s08_context_compact.offline.fake_anthropic import text, tool_use
+from s08_context_compact.safety import undo as undo_module
+
+
+def chain(root: Path, depth: int) -> tuple:
+    """Folders f0/f1/.../f<depth-1> under root; their names."""
+    parts = tuple(f"f{level}" for level in range(depth))
+    root.joinpath(*parts).mkdir(parents=True)
+    return parts
+
+
+def swapped_for_a_link(folder: Path, outside: Path) -> Path:
+    """The folder moved aside and a link to outside put in its place, as a command of another
+    session could at any moment; where the folder went."""
+    aside = folder.with_name(folder.name + ".moved")
+    folder.rename(aside)
+    folder.symlink_to(outside, target_is_directory=True)
+    return aside
+
+
+@pytest.mark.parametrize("depth", [1, 3, 66])  # 66: past the folders kept open, opened again
+def test_a_folder_swapped_for_a_link_at_any_depth_is_never_opened(workspace, tmp_path, depth):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    parts = chain(workspace, 70)
+    with undo_module.Folders(workspace) as folders:
+        folders.open(parts)  # the whole way open once, as a walk leaves it
+        folders.open(())
+        swapped_for_a_link(workspace.joinpath(*parts[:depth]), outside)
+        for make in (False, True):
+            with pytest.raises(NotADirectoryError, match=f"{parts[depth - 1]} is a link or a file now"):
+                folders.open((*parts, "new"), make=make)
+    assert list(outside.iterdir()) == [], "nothing made through the link"
+
+
+def test_a_folder_swapped_after_it_was_opened_keeps_its_writes_inside(workspace, tmp_path):
+    """What a folder's descriptor names is the folder it opened: swapped for a link since, the
+    folder made in it lands where the folder went, in the workspace, never behind the link."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    parts = chain(workspace, 3)
+    with undo_module.Folders(workspace) as folders:
+        folders.open(parts)
+        aside = swapped_for_a_link(workspace / "f0" / "f1", outside)
+        folders.open((*parts, "made"), make=True)
+    assert (aside / "f2" / "made").is_dir() and list(outside.iterdir()) == []
+
+
+def undo_after(s08, make_agent, fake, command: str):
+    """One turn that runs command (every question answered yes); the agent and its history."""
+    agent = make_agent(confirm=lambda question: (True, ""))
+    fake.reply(tool_use("bash", {"command": command}), text("Done."))
+    messages = []
+    assert s08.take_turn(agent, messages, "do it")
+    return agent, messages
+
+
+# ---------------------------------------------------------------- a tree deeper than a path can name
+
+LONG = "x" * 250  # 20 of them: 5,000 bytes, past the 4,096 a path may have on Linux
+
+
+def at_depth(root: Path, depth: int):
+    """A descriptor of the folder LONG/LONG/... depth deep under root, opened one name at a time."""
+    descriptor = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    for _ in range(depth):
+        inner = os.open(LONG, os.O_RDONLY | os.O_DIRECTORY, dir_fd=descriptor)
+        os.close(descriptor)
+        descriptor = inner
+    return descriptor
+
+
+def names_at_bottom(workspace: Path) -> dict:
+    """{name: content, or the names in it} of what the deepest folder holds."""
+    bottom = at_depth(workspace, 20)
+    try:
+        found = {}
+        for name in os.listdir(bottom):
+            if name == "made":
+                found[name] = os.listdir(os.open(name, os.O_RDONLY | os.O_DIRECTORY, dir_fd=bottom))
+            else:
+                found[name] = Path(f"/proc/self/fd/{bottom}", name).read_text()
+        return found
+    finally:
+        os.close(bottom)
+
+
+def test_undo_and_redo_reach_a_file_deeper_than_a_path_can_name(s08, make_agent, fake, workspace):
+    """Each folder opened from the one before it: no path is ever too long for /undo."""
+    bottom = at_depth(workspace, 0)
+    for _ in range(20):
+        os.mkdir(LONG, dir_fd=bottom)
+        inner = os.open(LONG, os.O_RDONLY | os.O_DIRECTORY, dir_fd=bottom)
+        os.close(bottom)
+        bottom = inner
+    with os.fdopen(os.open("deep.txt", os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=bottom), "w") as deep:
+        deep.write("needle\n")
+    os.close(bottom)
+    agent, messages = undo_after(s08, make_agent, fake, f"for i in $(seq 20); do cd {LONG}; done && rm deep.txt && "
+                                                        "mkdir made && echo new > made/new.txt")
+    assert names_at_bottom(workspace) == {"made": ["new.txt"]}, agent.out.text
+    handle_command(agent, messages, "/undo", s08.LESSON)
+    assert names_at_bottom(workspace) == {"deep.txt": "needle\n"}, agent.out.text
+    handle_command(agent, messages, "/redo", s08.LESSON)
+    said = agent.out.text
+    assert names_at_bottom(workspace) == {"made": ["new.txt"]}, said
+    assert "could not" not in said and "2 put back as they were" in said
