@@ -130,6 +130,16 @@ def test_check_permission_reads_the_command_as_the_shell_would(s08, workspace):
     assert decision == "deny" and reason == "`sudo ls` is on the deny list"
 
 
+
+@pytest.mark.parametrize("command", ["ls " + "*/" * 1000, "rm " + "[a]/" * 2000 + "x", "rm " + "{a,b}" * 40])
+def test_a_command_too_deep_or_too_wide_to_check_asks_and_never_crashes_the_check(s08, workspace, command):
+    """Patterns a model may write: glob goes a call deeper for each wildcard folder, and braces
+    double with each pair; the check looks at a bounded part, and asks about the rest."""
+    (workspace / "a").mkdir()
+    decision, reason = s08.check_permission("bash", {"command": command}, workspace)
+    assert decision == "ask", reason
+
+
 # ---------------------------------------------------------------- what reaches the terminal
 
 HOSTILE = "clip\x1b]52;c;cHduZWQ=\x07 clear\x1b[2J title\x1b]0;pwned\x07 flip\u202eabc"

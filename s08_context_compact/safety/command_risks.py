@@ -12,6 +12,7 @@ confines a command whatever it says: sandbox.py, where bubblewrap is installed.
 """
 
 import glob
+import itertools
 import os
 import re
 from pathlib import Path
@@ -51,6 +52,7 @@ SECRET_FILES = (".env",)
 WRITES_TEXT = re.compile(r">|<<|\btee\b|\b(sed|perl|ruby)\s+(-\w+\s+)*-\w*i|\b(ex|vim?)\s")
 
 MAX_DEPTH = 5                       # scripts inside scripts inside ...: deeper than this asks
+MAX_PATTERN_PARTS = 64              # folders in a glob pattern the check looks through
 
 
 def command_risks(command: str, workdir: Path, sandboxed: bool = False) -> tuple:
@@ -62,17 +64,35 @@ def command_risks(command: str, workdir: Path, sandboxed: bool = False) -> tuple
         deny.append(f"writes {REDACTED}, the placeholder for a secret you were shown, where the real value belongs; "
                     "change such files with edit_file, which keeps the real values")
     judge = Judge(workdir, sandboxed)
-    judge.script(command)
+    try:
+        judge.script(command)
+    except RecursionError:  # nested past what Python's stack holds: the check cannot say, a person can
+        judge.ask("is nested too deeply to check")
     return deny, list(dict.fromkeys(judge.reasons))
 
 
 def braces(word: str, limit: int = 64) -> list:
-    """A word's brace expansions, as bash makes them ({a,b}x -> ax bx), at most limit."""
-    found = re.search(r"\{([^{}]*,[^{}]*)\}", word)
-    if not found:
-        return [word]
-    words = [word[:found.start()] + part + word[found.end():] for part in found.group(1).split(",")]
-    return [w for each in words for w in braces(each, limit)][:limit]
+    """A word's brace expansions, as bash makes them ({a,b}x -> ax bx), at most limit: grown
+    a brace at a time and cut to limit at each step, so {a,b}{a,b}... never doubles past it."""
+    words, done = [word], []
+    while words and len(done) < limit:
+        each = words.pop(0)
+        found = re.search(r"\{([^{}]*,[^{}]*)\}", each)
+        if not found:
+            done.append(each)
+            continue
+        parts = found.group(1).split(",")[:limit]
+        words = [each[:found.start()] + part + each[found.end():] for part in parts] + words
+        words = words[:limit - len(done)]
+    return done
+
+
+def matching(pattern: str, limit: int = COPY_WALK_LIMIT) -> list | None:
+    """The names a glob pattern matches, at most limit; None for a pattern too deep to look at
+    (glob goes a call deeper for each part that holds a wildcard, and Python's stack ends)."""
+    if pattern.count("/") > MAX_PATTERN_PARTS:
+        return None
+    return list(itertools.islice(glob.iglob(pattern), limit))
 
 
 class Judge:
@@ -87,6 +107,13 @@ class Judge:
 
     def ask(self, reason: str) -> None:
         self.reasons.append(reason)
+
+    def matching(self, word: Word) -> list:
+        """What a word with a wildcard names here; a pattern too deep to look at asks."""
+        names = matching(str(self.path(word)))
+        if names is None:
+            self.ask(f"names files by a pattern of over {MAX_PATTERN_PARTS} folders, too deep to check ({word})")
+        return names or []
 
     def script(self, text: str) -> None:
         if self.depth > MAX_DEPTH:
@@ -166,7 +193,7 @@ class Judge:
         if not word.expands and verb != "reads" and self.running not in READ_ONLY and \
                 (own := self.own_folder(self.path(word), itself=True)):
             self.ask(f"{verb} {word}, in {own}/, the program's own folder (its session logs and saved outputs)")
-        names = glob.glob(str(self.path(word)))[:COPY_WALK_LIMIT] if word.globs else [str(word)]
+        names = self.matching(word) if word.globs else [str(word)]
         if not word.expands and any(os.path.basename(os.path.normpath(n)) in SECRET_FILES for n in names):
             self.ask(f"{verb} {word}, which holds secrets: read_file shows them redacted, while a command may print "
                      "them in a form redaction cannot see (hex, folded, spaced)")
@@ -181,7 +208,7 @@ class Judge:
         elif word and self.outside(word, READABLE):
             self.ask(f"{verb} {self.leads(self.path(word))}, outside the workspace")
         elif word.globs:  # */secret.txt may pass through a link that leads out
-            outside = [m for m in glob.glob(str(self.path(word)))[:COPY_WALK_LIMIT] if self.outside(make_word(m))]
+            outside = [m for m in self.matching(word) if self.outside(make_word(m))]
             if outside:
                 self.ask(f"{verb} {outside[0]} through a link, outside the workspace ({word})")
 
@@ -213,7 +240,7 @@ class Judge:
                 self.ask(f"writes {self.leads(path)}, outside the workspace")
         if own := self.own_folder(path, itself=True):
             return self.ask(f"writes into {own}/, the program's own folder (its session logs and saved outputs)")
-        names = glob.glob(str(path)) if word.globs else [str(path)]
+        names = self.matching(word) if word.globs else [str(path)]
         existing = [name for name in names if os.path.lexists(name) and not os.path.isdir(name)]
         if overwrite and existing:
             self.ask(f"overwrites {os.path.relpath(existing[0], self.top)} ({how})")
@@ -566,7 +593,7 @@ class Judge:
         for source in sources:
             if source.expands and overwrite:
                 return self.ask(f"copies files named only when it runs into {destination} ({name} {source})")
-            names = glob.glob(str(self.path(source))) if source.globs else [str(self.path(source))]
+            names = self.matching(source) if source.globs else [str(self.path(source))]
             for found in names:
                 target = self.path(destination) / os.path.basename(os.path.normpath(found))
                 if os.path.isdir(found) and not os.path.islink(found):  # src/. copies what src holds
