@@ -11,7 +11,7 @@ import pytest
 from conftest import run_cli
 from s08_context_compact.command_line import handle_command
 from s08_context_compact.offline.fake_anthropic import text, tool_use
-from s08_context_compact.safety import undo as undo_module
+from s08_context_compact.safety.undo_folders import Folders
 
 
 def chain(root: Path, depth: int) -> tuple:
@@ -35,7 +35,7 @@ def test_a_folder_swapped_for_a_link_at_any_depth_is_never_opened(workspace, tmp
     outside = tmp_path / "outside"
     outside.mkdir()
     parts = chain(workspace, 70)
-    with undo_module.Folders(workspace) as folders:
+    with Folders(workspace) as folders:
         folders.open(parts)  # the whole way open once, as a walk leaves it
         folders.open(())
         swapped_for_a_link(workspace.joinpath(*parts[:depth]), outside)
@@ -51,7 +51,7 @@ def test_a_folder_swapped_after_it_was_opened_keeps_its_writes_inside(workspace,
     outside = tmp_path / "outside"
     outside.mkdir()
     parts = chain(workspace, 3)
-    with undo_module.Folders(workspace) as folders:
+    with Folders(workspace) as folders:
         folders.open(parts)
         aside = swapped_for_a_link(workspace / "f0" / "f1", outside)
         folders.open((*parts, "made"), make=True)

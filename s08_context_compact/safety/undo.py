@@ -17,18 +17,11 @@ Bounded: a file over MAX_FILE_BYTES is not kept, a workspace of over MAX_FILES f
 not recorded, and the copies stay under MAX_STORE_BYTES, the oldest turns dropped first;
 each is said once.
 
-Not recorded, and said by /undo and /redo when one is gone or made (never put back, never
-taken away): folders a tool rebuilds or keeps (SKIPPED anywhere, SKIPPED_AT_TOP at the top
-of the workspace only, and any folder holding one of MARKERS: a virtual environment, a
-cache), and what is neither a file, a link nor a folder (a named pipe, a socket, a
-device). A folder named venv or .tox deep in the sources is recorded like any other. The
-program's own folders are neither recorded nor said.
-
-Nothing is reached by a path: the workspace is walked, read, written and removed in from
-folder descriptors, each opened from the one before it, one name at a time, never through
-a link (Folders). A command that swaps a folder for a link while /undo runs (another
-session's, in the same workspace) makes that path fail; nothing is written, removed or
-read outside the workspace.
+Not recorded, and named by /undo and /redo when one is gone or made (never put back, never
+taken away): folders a tool rebuilds or keeps, and a virtual environment (undo_folders.py
+says which), and what is neither a file, a link nor a folder (a pipe, a socket, a device).
+Every path is reached from folder descriptors, never through a link (undo_folders.py), and
+every name /undo and /redo print is shown with its control characters visible (shown).
 
 Undo runs no other program, git included: a repository's configuration is the
 repository's to write (a turn can name a command in it for git to run), so a file is
@@ -41,48 +34,32 @@ inode are as at its last reading is not read again, which keeps a record fast. B
 compared by content: a person's edit of the same size, its mtime put back (cp -p,
 touch -r, rsync -t), is left as it is.
 
-Every name /undo and /redo print is shown (shown): a control character in it, a line
-break or a tab included, is visible, never obeyed, so a file's name cannot make a line of
-its own.
-
 Machinery the chapter does not need: code.py installs undo_hooks beside the ledger's,
 and user_turns.py runs /undo and /redo.
 """
 
 import atexit
-import errno
-import hashlib
 import itertools
 import os
 import shutil
 import stat
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import NamedTuple
 
-from ..basics import OWN_FOLDERS, one_line, printable, undo_folder
-
-try:
-    import fcntl  # a reflink is asked for with an ioctl
-except ImportError:  # Windows: plain copies
-    fcntl = None
+from ..basics import one_line, printable, undo_folder
+from .undo_folders import (FILE_FLAGS, NOT_THERE, PASSED, RELATIVE, Folders, copy_hashing, parts_of,
+                           passed_over, remove_in, shown, walk_folders, write_copy_in)
 
 CHANGES_FILES = ("write_file", "edit_file", "bash", "task")
-SKIPPED = {".git", "node_modules", "__pycache__"}  # wherever they are: never sources
-SKIPPED_AT_TOP = {".pytest_cache", ".mypy_cache", ".ruff_cache", ".tox", ".hypothesis"}  # deeper, maybe a source
-MARKERS = {"pyvenv.cfg", "CACHEDIR.TAG"}  # a folder holding one is a virtual environment, or a cache
 MAX_FILE_BYTES = 20_000_000
 MAX_FILES = 50_000
 MAX_STORE_BYTES = 500_000_000
 SAY_RECORDING = 5_000       # a first record of more files than this says so before it starts
 MAX_TURNS = 20              # turns that /undo can go back, one after another
 STALE_SECONDS = 86_400      # a folder a run left behind (it was killed) is removed after a day
-CHUNK = 1 << 20             # a file is read, hashed and copied a megabyte at a time
 SHOWN_NAMES = 6             # /undo names this many paths of a kind, then counts the rest
-# Linux's request for a reflink, a copy that shares the file's blocks (Python names it from 3.12)
-FICLONE = getattr(fcntl, "FICLONE", 0x40049409)  # (on Linux; never asked elsewhere)
 # A file's times tick coarsely (a few ms on ext4, 2 s on FAT): a file changed this close to
 # being read could change again, same size, within the same tick. Its stat key is not
 # trusted, so the next record reads it again.
@@ -96,21 +73,6 @@ SKIPPED_FOLDER = (None, "a folder not recorded")
 OTHER_KINDS = [(stat.S_ISFIFO, "a named pipe"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a device"),
                (stat.S_ISBLK, "a device")]
 NOT_RECORDED = {SKIPPED_FOLDER[1], *(kind for _, kind in OTHER_KINDS)}
-
-# A folder is opened by name from its parent's descriptor: never through a link (O_NOFOLLOW,
-# and with O_DIRECTORY a link or a file fails as ENOTDIR), never kept open by a child program.
-FOLDER_FLAGS = os.O_RDONLY | os.O_CLOEXEC | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0)
-# A file the same way, and never waited on (a FIFO put there since it was looked at)
-FILE_FLAGS = os.O_RDONLY | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
-NEW_FILE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0)
-# What a folder's name failing to open as a folder means: it is gone, a file, or a link now
-NOT_THERE = (errno.ENOENT, errno.ENOTDIR, errno.ELOOP)
-# Folders on the way to the one in use stay open down to this depth, and every this many
-# levels below it: a walk opens each folder about once, with a bounded number of descriptors
-# however deep the tree (the soft limit is often 1,024).
-HELD_DEPTH = 64
-# Windows opens nothing relative to a folder: there nothing is recorded (said at start)
-RELATIVE = {os.open, os.stat, os.mkdir, os.rmdir, os.unlink, os.rename, os.symlink, os.readlink} <= os.supports_dir_fd
 
 
 class StoreError(OSError):
@@ -133,89 +95,9 @@ class Outcome(NamedTuple):
     made: list   # not recorded, and not in the record it goes back to: not taken away
 
 
-class Folders:
-    """The workspace's folders, each opened from the one that holds it, one name at a time,
-    never through a link: a folder swapped for a link at any moment fails to open instead of
-    leading out of the workspace. What is read, written or removed is then named relative to
-    the folder's descriptor. The folders on the way to the last one opened stay open (see
-    HELD_DEPTH), so paths in order share them; a descriptor is good until the next open."""
-
-    def __init__(self, root: Path):
-        self.parts = ()  # the names from the workspace to the last folder opened
-        self.held = {0: os.open(root, FOLDER_FLAGS)}  # depth -> descriptor, on the way to it
-
-    def __enter__(self) -> "Folders":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close_below(-1)
-
-    def open(self, parts: tuple, make: bool = False) -> int:
-        """The descriptor of the folder these names lead to, each made first if missing (when
-        make). OSError if one is a link, a file or gone (ENOTDIR, ENOENT) or cannot be entered."""
-        if parts == self.parts:
-            return self.held[len(parts)]
-        self.close_below(shared_length(self.parts, parts))
-        depth = max(self.held)
-        self.parts = parts[:depth]
-        while depth < len(parts):
-            inner = self.open_in(depth, parts[depth], make)
-            if depth >= HELD_DEPTH and depth % HELD_DEPTH:
-                os.close(self.held.pop(depth))  # between two held ones: opened again from the one above
-            depth += 1
-            self.held[depth] = inner
-            self.parts = parts[:depth]
-        return self.held[depth]
-
-    def open_in(self, depth: int, name: str, make: bool) -> int:
-        try:
-            return open_folder_in(self.held[depth], name, make)
-        except OSError as err:
-            if err.errno not in (errno.ENOTDIR, errno.ELOOP):
-                raise
-            where = shown("/".join((*self.parts, name)))
-            raise NotADirectoryError(errno.ENOTDIR, f"{where} is a link or a file now, not a folder") from None
-
-    def close_below(self, depth: int) -> None:
-        """Close the folders deeper than depth (a folder removed, or a walk gone elsewhere)."""
-        for level in [level for level in self.held if level > depth]:
-            os.close(self.held.pop(level))
-        self.parts = self.parts[:max(self.held, default=0)]
-
-
-def open_folder_in(folder: int, name: str, make: bool = False) -> int:
-    """The folder name in the open folder, made first if missing (when make); never a link."""
-    if make:
-        try:
-            os.mkdir(name, dir_fd=folder)
-        except FileExistsError:
-            pass  # a folder (opened next), or a file or a link (refused next)
-    return os.open(name, FOLDER_FLAGS, dir_fd=folder)
-
-
-def shared_length(first: tuple, second: tuple) -> int:
-    """How many names two paths start with in common."""
-    common = 0
-    for mine, theirs in zip(first, second):
-        if mine != theirs:
-            break
-        common += 1
-    return common
-
-
-def parts_of(relative: str) -> tuple:
-    """(the names of the folders that hold a relative path, its own name)."""
-    *folders, name = relative.split("/")
-    return tuple(folders), name
-
-
 def unrecorded(entry: tuple | None) -> bool:
     """Whether an entry is of something undo passes over (a folder it skips, a pipe...)."""
     return entry is not None and entry[0] is None and entry[1] in NOT_RECORDED
-
-
-def skipped_by_name(name: str, top: bool) -> bool:
-    return name in SKIPPED or top and name in SKIPPED_AT_TOP
 
 
 class Undo:
@@ -286,7 +168,7 @@ class Undo:
         """{path: (hash, mode) or ("link", target)} of the workspace now, each content kept, and
         an entry for each thing passed over; None when it holds over max_files files."""
         with Folders(self.workdir) as folders:
-            listed = list(itertools.islice(self.listing(folders), self.max_files + 1))
+            listed = list(itertools.islice(self.walk(folders), self.max_files + 1))
             if len(listed) > self.max_files:
                 return None
             if len(listed) > SAY_RECORDING and not self.cache:  # the first record reads them all: say so
@@ -312,47 +194,21 @@ class Undo:
                     files[relative] = entry
         return files
 
-    def listing(self, folders: Folders):
-        """(relative path, its folder's names, its name, its entry if known without reading it)
-        for each thing in the workspace that is not a folder it walks into: the entry is None for
-        what is read next, SKIPPED_FOLDER for a folder passed over, UNSEEN for a folder that
-        could not be listed (said once). Folders wait on a stack, not in a recursion: a tree
-        nested 1,000 deep would end one in a RecursionError."""
-        stack = [()]
-        while stack:
-            parts = stack.pop()
-            found = self.folder_names(folders, parts)
-            if isinstance(found, OSError) and parts:  # what it holds is unknown: never touched
-                yield "/".join(parts), parts[:-1], parts[-1], UNSEEN
-            if isinstance(found, OSError):
+    def walk(self, folders: Folders):
+        """walk_folders' paths, each with its entry when it is known without reading it:
+        SKIPPED_FOLDER for a folder passed over, UNSEEN for one that could not be listed (said
+        once, and what it holds is never touched), None for what is read next."""
+        for relative, folder, name, what in walk_folders(folders):
+            if not isinstance(what, OSError):
+                yield relative, folder, name, SKIPPED_FOLDER if what == PASSED else None
                 continue
-            if parts and MARKERS.intersection(found):  # a virtual environment, a cache: passed over
-                yield "/".join(parts), parts[:-1], parts[-1], SKIPPED_FOLDER
-                continue
-            prefix = "".join(f"{part}/" for part in parts)
-            for name, inner in found.items():
-                if not inner:
-                    yield prefix + name, parts, name, None
-                elif skipped_by_name(name, not parts):
-                    yield prefix + name, parts, name, SKIPPED_FOLDER
-                elif parts or name not in OWN_FOLDERS:  # the program's own: neither recorded nor said
-                    stack.append((*parts, name))
+            where = shown(relative or ".")
+            self.once(f"unlisted {where}", f"[undo] {where}/ could not be listed ({what.strerror or what}): its "
+                                           "files are not recorded, and /undo will leave them as they are")
+            if relative:  # the workspace itself has no entry
+                yield relative, folder, name, UNSEEN
 
-    def folder_names(self, folders: Folders, parts: tuple):
-        """{name: whether it is a folder (a link to one is not)} of what a folder holds; the
-        OSError that kept it from being listed (said once); {} when it is gone or a link now."""
-        try:
-            with os.scandir(folders.open(parts)) as listing:
-                return {entry.name: real_folder(entry) for entry in listing}
-        except OSError as err:
-            if err.errno in NOT_THERE:
-                return {}
-            where = shown("/".join(parts) or ".")
-            self.once(f"unlisted {where}", f"[undo] {where}/ could not be listed ({err.strerror or err}): "
-                                           "its files are not recorded, and /undo will leave them as they are")
-            return err
-
-    def entry_in(self, folders: Folders, folder: tuple, name: str, relative: str, fresh: bool) -> tuple | None:
+    def entry_in(self, folders: Folders, folder: tuple, name: str, relative: str, fresh: bool):
         """The entry of the name in the folder these names lead to: None when a folder on its way
         is gone, a file or a link; UNSEEN when one cannot be entered."""
         try:
@@ -403,8 +259,8 @@ class Undo:
             if digest is not None:
                 self.cache[relative] = (key, digest)
                 return digest
-        self.once(relative, f"[undo] {shown(relative)} is over {MAX_FILE_BYTES // 10**6} MB: not kept, so "
-                            "/undo cannot put it back")
+        self.once(f"too big {relative}", f"[undo] {shown(relative)} is over {MAX_FILE_BYTES // 10**6} MB: "
+                                         "not kept, so /undo cannot put it back")
         return None
 
     def copy_in(self, folder: int, name: str) -> tuple:
@@ -519,7 +375,7 @@ class Undo:
         # content, never its size and times; what is there is kept first, so nothing is lost.
         present = self.record_paths(changed(source, target), fresh=True)
         outcome = self.apply(source, target, present)
-        if not outcome.done and (outcome.kept or not outcome.lost + outcome.made):
+        if worth_trying_again(outcome):
             return told(back, ended, outcome)
         records.pop()
         (self.redo if back else self.undo).append(ended)
@@ -554,7 +410,7 @@ class Undo:
     def apply_path(self, folders: Folders, path: str, records: tuple, outcome: Outcome) -> None:
         """One path from source's state to target's, and the list of outcome it belongs in."""
         source, target, present = records
-        if unrecorded(target.get(path)) or unrecorded(present.get(path)):
+        if any(unrecorded(record.get(path)) for record in records):
             if present.get(path) != target.get(path):  # what undo passes over, not as it was
                 (outcome.lost if unrecorded(target.get(path)) else outcome.made).append(path)
             return
@@ -577,7 +433,7 @@ class Undo:
         parts, name = parts_of(path)
         remove_in(folders.open(parts), name)
         self.cache.pop(path, None)
-        while parts and not any(p.startswith("/".join(parts) + "/") for p in target):
+        while parts and not holds_any(target, "/".join(parts)):
             try:  # folders the turn made, empty now
                 os.rmdir(parts[-1], dir_fd=folders.open(parts[:-1]))
             except OSError:
@@ -589,86 +445,16 @@ class Undo:
         over what is there (whole or not at all; a link there is replaced, not followed)."""
         parts, name = parts_of(path)
         folder = folders.open(parts, make=True)
-        try:
-            os.rmdir(name, dir_fd=folder)  # a folder where the file was: empty by now, else this fails, it stays
+        try:  # a folder where the file was: empty by now, else this fails and it stays
+            os.rmdir(name, dir_fd=folder)
         except (FileNotFoundError, NotADirectoryError):
             pass  # nothing there, or a file or a link: replaced below
         if entry[0] == "link":
             remove_in(folder, name)
             os.symlink(entry[1], name, dir_fd=folder)
         else:
-            self.write_file(folder, name, entry)
+            write_copy_in(folder, name, self.folder() / entry[0], entry[1])
         self.cache.pop(path, None)
-
-    def write_file(self, folder: int, name: str, entry: tuple) -> None:
-        """The kept copy entry names, with its mode, written beside name in the open folder, then
-        renamed over it."""
-        descriptor, part = new_file_in(folder)
-        try:
-            with os.fdopen(descriptor, "wb") as out, open(self.folder() / entry[0], "rb") as copy:
-                if not clone(copy.fileno(), out.fileno()):
-                    shutil.copyfileobj(copy, out, CHUNK)
-                os.fchmod(out.fileno(), entry[1])
-            os.replace(part, name, src_dir_fd=folder, dst_dir_fd=folder)
-        finally:
-            remove_in(folder, part)  # the part written, if the rename did not take it
-
-
-def real_folder(entry: os.DirEntry) -> bool:
-    """A folder itself, not a link to one (a folder that cannot be looked at is read as a file)."""
-    try:
-        return entry.is_dir(follow_symlinks=False)
-    except OSError:
-        return False
-
-
-def passed_over(folder: int, name: str, relative: str) -> bool:
-    """Whether undo passes over the folder name in the open folder, as its walk does: by its
-    name, or by a marker it holds."""
-    top = "/" not in relative
-    if skipped_by_name(name, top):
-        return True
-    try:
-        inner = open_folder_in(folder, name)
-    except OSError:
-        return False
-    try:
-        return any(holds(inner, marker) for marker in MARKERS)
-    finally:
-        os.close(inner)
-
-
-def holds(folder: int, name: str) -> bool:
-    """Whether the open folder holds something by this name."""
-    try:
-        os.stat(name, dir_fd=folder, follow_symlinks=False)
-    except OSError:
-        return False
-    return True
-
-
-def remove_in(folder: int, name: str) -> None:
-    """Take away name in the open folder, if there: a folder only when empty, a link itself."""
-    try:
-        info = os.stat(name, dir_fd=folder, follow_symlinks=False)
-    except FileNotFoundError:
-        return
-    # Neither call follows a link: one put there since the stat fails, and stays
-    if stat.S_ISDIR(info.st_mode):
-        os.rmdir(name, dir_fd=folder)
-    else:
-        os.unlink(name, dir_fd=folder)
-
-
-def new_file_in(folder: int) -> tuple:
-    """(a descriptor, the name) of a new file, readable by you only, in the open folder."""
-    for _ in range(100):
-        name = f".undo-{os.urandom(6).hex()}"
-        try:
-            return os.open(name, NEW_FILE_FLAGS, 0o600, dir_fd=folder), name
-        except FileExistsError:
-            continue  # a name taken: (nearly) never twice
-    raise FileExistsError(errno.EEXIST, "no free name for a temporary file")
 
 
 def stat_key(info) -> tuple:
@@ -685,38 +471,15 @@ def trusted_key(info, read_at: int) -> tuple | None:
     return stat_key(info)
 
 
-def clone(source: int, target: int) -> bool:
-    """Make the open file target share source's blocks (a reflink); False where the
-    filesystem does not offer it (ext4, tmpfs) or the two are on different ones."""
-    if fcntl is None or not sys.platform.startswith("linux"):
-        return False
-    try:
-        fcntl.ioctl(target, FICLONE, source)
-    except OSError:
-        return False
-    return True
-
-
-def copy_hashing(source: int, copy, limit: int) -> tuple:
-    """Copy the open file source into the file object copy, hashed in the same read:
-    (sha256 hex digest, size), or (None, size) past limit bytes. A reflink, where offered,
-    is made first and read instead: either way the hash is of the copy's own bytes."""
-    cloned = clone(source, copy.fileno())
-    reading = copy.fileno() if cloned else source
-    digest, size = hashlib.sha256(), 0
-    while chunk := os.pread(reading, CHUNK, size):
-        size += len(chunk)
-        if size > limit:
-            return None, size
-        digest.update(chunk)
-        if not cloned:
-            copy.write(chunk)
-    return digest.hexdigest(), size
-
-
 def changed(first: dict, second: dict) -> set:
     """The paths whose entries differ between two records."""
     return {path for path in first.keys() | second.keys() if first.get(path) != second.get(path)}
+
+
+def holds_any(record: dict, folder: str) -> bool:
+    """Whether a record has a path in the folder."""
+    inside = folder + "/"
+    return any(path.startswith(inside) for path in record)
 
 
 def made_unrecorded(before: dict, after: dict) -> set:
@@ -754,7 +517,8 @@ def told(back: bool, turn: Turn, outcome: Outcome) -> str:
     if outcome.done:
         said.append(f"{len(outcome.done)} put back as they were ({listed(outcome.done)})")
     if outcome.kept:
-        said.append(f"{len(outcome.kept)} left as they are: changed since, or not kept ({listed(outcome.kept)})")
+        kept = listed(outcome.kept)
+        said.append(f"{len(outcome.kept)} left as they are: changed since, or not kept ({kept})")
     if outcome.lost:
         said.append(f"{len(outcome.lost)} not recorded, so not put back ({listed(outcome.lost)})")
     if outcome.made:
@@ -764,7 +528,7 @@ def told(back: bool, turn: Turn, outcome: Outcome) -> str:
     request = quoted(turn.label)
     what = f"your request {request}" if back else f"the /undo of your request {request}"
     command = "/undo" if back else "/redo"
-    if not outcome.done and (outcome.kept or not outcome.lost + outcome.made):
+    if worth_trying_again(outcome):
         return (f"Nothing was put back of the files {what} changed: " + ("; ".join(said) or "none differs") +
                 f". Nothing changed, so {command} will try this request again.")
     if not outcome.done:
@@ -774,16 +538,17 @@ def told(back: bool, turn: Turn, outcome: Outcome) -> str:
     return f"{opening} {what} changed: " + "; ".join(said) + ending
 
 
+def worth_trying_again(outcome: Outcome) -> bool:
+    """Whether a /undo or /redo that put nothing back keeps the request where it was: what it
+    left may be as the record has it again later (or nothing differs now); what undo passes
+    over never will be."""
+    return not outcome.done and bool(outcome.kept or not outcome.lost + outcome.made)
+
+
 def listed(paths: list) -> str:
     """A few paths, shown; how many more there are."""
     names = ", ".join(shown(path) for path in paths[:SHOWN_NAMES])
     return names + (f" and {len(paths) - SHOWN_NAMES:,} more" if len(paths) > SHOWN_NAMES else "")
-
-
-def shown(path: str) -> str:
-    """A path as a line may show it: every control character visible, a line break and a tab
-    among them (printable leaves those as text), so a name cannot make a line of its own."""
-    return printable(path.replace("\t", "^I").replace("\n", "^J"))
 
 
 def quoted(label: str) -> str:
