@@ -147,6 +147,29 @@ def test_undo_names_what_it_did_not_record_and_records_sources_named_like_a_tool
     assert "1 not recorded, so not taken away (lib/node_modules)" in said
 
 
+def test_a_request_that_only_deleted_what_undo_passes_over_is_named_and_never_blocks_the_others(
+        s08, make_agent, fake, workspace):
+    (workspace / "app.py").write_text("v1\n")
+    (workspace / "node_modules" / "dep").mkdir(parents=True)
+    agent = make_agent(confirm=lambda question: (True, ""))
+    fake.reply(tool_use("write_file", {"path": "app.py", "content": "v2\n"}), text("Changed."),
+               tool_use("bash", {"command": "rm -rf node_modules"}), text("Removed."))
+    messages = []
+    assert s08.take_turn(agent, messages, "change app") and s08.take_turn(agent, messages, "drop the deps")
+    said = []
+    for command in ("/undo", "/undo", "/redo", "/redo", "/redo"):
+        before = len(agent.out)
+        handle_command(agent, messages, command, s08.LESSON)
+        said.append("".join(agent.out[before:]))
+    assert said[0].startswith('Nothing was put back of the files your request "drop the deps" changed: 1 not '
+                              "recorded, so not put back (node_modules).\n"), said
+    assert '"change app" changed: 1 put back as they were (app.py)' in said[1], said
+    assert '"change app" changed: 1 put back as they were (app.py)' in said[2], said
+    assert "1 not recorded, and already as they were (node_modules)" in said[3], said
+    assert said[4].startswith("Nothing to redo"), said
+    assert (workspace / "app.py").read_text() == "v2\n"
+
+
 # ---------------------------------------------------------------- names shown, never obeyed
 
 def test_a_name_with_a_line_break_stays_on_the_undo_line_and_in_the_models_note(fake, workspace):

@@ -93,6 +93,7 @@ class Outcome(NamedTuple):
     kept: list   # left as it is: changed since, or its copy not kept
     lost: list   # not recorded (a folder undo skips, a pipe...), and gone or changed: not put back
     made: list   # not recorded, and not in the record it goes back to: not taken away
+    same: list   # not recorded, and as the record it goes back to has it: nothing to do or say
 
 
 def unrecorded(entry: tuple | None) -> bool:
@@ -401,7 +402,7 @@ class Undo:
         def order(path: str) -> tuple:
             removed = target.get(path) is None
             return (not removed, -path.count("/") if removed else path.count("/"))
-        outcome = Outcome([], [], [], [])
+        outcome = Outcome([], [], [], [], [])
         with Folders(self.workdir) as folders:
             for path in sorted(sorted(changed(source, target)), key=order):
                 self.apply_path(folders, path, (source, target, present), outcome)
@@ -411,7 +412,9 @@ class Undo:
         """One path from source's state to target's, and the list of outcome it belongs in."""
         source, target, present = records
         if any(unrecorded(record.get(path)) for record in records):
-            if present.get(path) != target.get(path):  # what undo passes over, not as it was
+            if present.get(path) == target.get(path):
+                outcome.same.append(path)
+            else:  # what undo passes over, not as it was
                 (outcome.lost if unrecorded(target.get(path)) else outcome.made).append(path)
             return
         if not movable(path, source, target, present):
@@ -523,6 +526,8 @@ def told(back: bool, turn: Turn, outcome: Outcome) -> str:
         said.append(f"{len(outcome.lost)} not recorded, so not put back ({listed(outcome.lost)})")
     if outcome.made:
         said.append(f"{len(outcome.made)} not recorded, so not taken away ({listed(outcome.made)})")
+    if outcome.same and not said:  # only then: what undo passes over, as it was, is no news
+        said.append(f"{len(outcome.same)} not recorded, and already as they were ({listed(outcome.same)})")
     if back and turn.caveat:
         said.append(turn.caveat)
     request = quoted(turn.label)
@@ -542,7 +547,7 @@ def worth_trying_again(outcome: Outcome) -> bool:
     """Whether a /undo or /redo that put nothing back keeps the request where it was: what it
     left may be as the record has it again later (or nothing differs now); what undo passes
     over never will be."""
-    return not outcome.done and bool(outcome.kept or not outcome.lost + outcome.made)
+    return not outcome.done and bool(outcome.kept or not outcome.lost + outcome.made + outcome.same)
 
 
 def listed(paths: list) -> str:
