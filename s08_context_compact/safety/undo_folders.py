@@ -138,8 +138,8 @@ def parts_of(relative: str) -> tuple:
 
 
 def skipped_by_name(name: str, top: bool) -> bool:
+    """Whether a folder of this name is passed over where it is (top: in the workspace itself)."""
     return name in SKIPPED or top and name in SKIPPED_AT_TOP
-
 
 
 def walk_folders(folders: Folders):
@@ -153,7 +153,7 @@ def walk_folders(folders: Folders):
         if isinstance(found, OSError):
             yield "/".join(parts), parts[:-1], parts[-1] if parts else "", found
             continue
-        if parts and MARKERS.intersection(found):  # a virtual environment, a cache: whatever its name
+        if parts and any(marker in found for marker in MARKERS):  # a virtual environment, a cache
             yield "/".join(parts), parts[:-1], parts[-1], PASSED
             continue
         prefix = "".join(f"{part}/" for part in parts)
