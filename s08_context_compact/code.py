@@ -40,8 +40,9 @@ if not __package__:
     spec.loader.exec_module(sys.modules.setdefault(spec.name, util.module_from_spec(spec)))
 
 from s08_context_compact.basics import (
-    OWN_SKILLS, TOOL_RESULTS_DIR, discover_skills, edit_file, glob_files, inside_workspace,
-    one_line, path_risk, read_lines, redact, Redactor, say_on, Screen, ToolError, write_file)
+    OWN_SKILLS, TOOL_RESULTS_DIR, definitions, discover_skills, edit_file, glob_files,
+    inside_workspace, one_line, path_risk, read_lines, redact, Redactor, say_on, Screen, Tool,
+    ToolCall, ToolError, write_file)
 from s08_context_compact.messages import (
     CHARS_PER_TOKEN, NOTE_MARKER, OWN, PERSISTED_TAG, PLACEHOLDER_PREFIX, SNIP_MARKER,
     append_message, blocks_of, current_request, estimate_text_tokens, estimate_tokens,
@@ -96,13 +97,11 @@ READ_DEFAULT_LINES = 2_000
 class LoopState:
     """What one agent loop learns while it runs. A subagent gets a new one, so it starts
     with nothing of its parent's: no todos, no reads, no exact size of its context."""
-    history: list = field(default_factory=list)     # the running loop's messages
     counter: TokenCounter = field(default_factory=TokenCounter)
     last_usage: dict = field(default_factory=dict)
     todos: list = field(default_factory=list)
     loaded_skills: list = field(default_factory=list)
     repeat_reads: RepeatReads = field(default_factory=RepeatReads)  # read twice: a stub
-    current_call: str = ""                          # the tool_use id being run
     last_reply_at: float | None = None              # now() at the last reply: is the cache warm?
     pending_compact: str | None = None              # the compact tool's focus, until the batch ends
     ahead: SummaryAhead = field(default_factory=SummaryAhead)  # the summary written ahead, if any
@@ -116,7 +115,7 @@ class Agent:
     settings: Settings
     workdir: Path
     system: str
-    tools: list
+    tools: dict                     # name -> Tool: each declared once (part 2)
     skills: dict = field(default_factory=dict)
     hooks: dict = field(default_factory=dict)
     confirm: object = None          # confirm(question) -> (allowed, reason)
@@ -156,7 +155,7 @@ class Agent:
         say_on(self.screen, text, style, cut)
 
     def subagent(self) -> "Agent":
-        tools = [t for t in self.tools if t["name"] != "task"]
+        tools = {name: tool for name, tool in self.tools.items() if not tool.subagent}
         return replace(self, tools=tools, label="task", max_steps=SUBAGENT_MAX_STEPS, log=None,
                        state=LoopState())
 
@@ -168,7 +167,7 @@ class Agent:
     @cached_property
     def overhead(self) -> int:
         """Tokens of the system prompt and tool definitions, sent with every request."""
-        return estimate_text_tokens(self.system + json.dumps(self.tools))
+        return estimate_text_tokens(self.system + json.dumps(definitions(self.tools)))
 
 
 HOOK_EVENTS = ("UserPromptSubmit", "PreToolUse", "PostToolUse", "Stop",
@@ -194,7 +193,8 @@ def build_request(agent, messages: list, extra_text: str | None = None) -> dict:
     # prefix's mark sits on the last tool; the marks on the messages cache the system prompt
     # with them. endpoint/prompt_cache.py places those (four marks at most, the API's limit).
     mark = cache_mark(s.cache_ttl)
-    tools = agent.tools[:-1] + [{**agent.tools[-1], "cache_control": mark}] if agent.tools else []
+    told = definitions(agent.tools)
+    tools = told[:-1] + [{**told[-1], "cache_control": mark}] if told else []
     sent = with_cache_breakpoints(sent, s.keep_recent, mark)
     if extra_text and sent and sent[-1]["role"] == "user":
         sent[-1] = with_text(sent[-1], extra_text)
@@ -301,7 +301,7 @@ def tool_result_budget(messages: list, *, max_chars: int, preview_chars: int, st
 
 
 def snip_compact(messages: list, *, keep_head: int, keep_tail: int, at_least: int,
-                 min_tokens: int = 0, store, measure=estimate_tokens) -> list:
+                 min_tokens: int = 0, store, tools: dict, measure=estimate_tokens) -> list:
     """Drop the middle of a long history, never splitting a tool_use from its tool_result."""
     if len(messages) <= keep_head + keep_tail:
         return messages
@@ -325,7 +325,7 @@ def snip_compact(messages: list, *, keep_head: int, keep_tail: int, at_least: in
     kept_blocks = [b for b in blocks_of(head_last) if b.get(OWN) != "snip"]
     snipped = earlier + len(removed)
     note = (f"{SNIP_MARKER} {snipped} messages from the middle of the conversation; "
-            f"the latest ones are saved in {path}.{what_was_done(removed)}]")
+            f"the latest ones are saved in {path}.{what_was_done(removed, tools)}]")
     texts = [own_text("snip", note, snipped=snipped)]
     request = current_request(messages)
     if request and current_request(messages[:head_end] + messages[tail_start:]) != request:
@@ -488,7 +488,8 @@ def summarize_into(agent, messages: list, tail: list, *, kind: str = "compact", 
     PreCompact hooks ran when it started), then the new history."""
     focus = focus if prewritten else pre_compact_focus(agent, messages, focus)
     tail_tokens = estimate_tokens(tail)
-    restored, limit = plan_restore(agent, messages, tail_tokens, shown=paths_read(tail))
+    restored, limit = plan_restore(agent, messages, tail_tokens,
+                                   shown=paths_read(tail, agent.tools))
     little = nothing_to_summarize(messages, restored, tail_tokens, slack=PLACEHOLDER_TOKENS)
     if kind == "compact" and not prewritten and little:  # a summary would not be smaller
         agent.say("[compact_history] nothing to compact: a summary would not make the context "
@@ -574,7 +575,7 @@ def kept_after(agent, ready) -> list:
     newest = newest_within(message_groups(kept), ready.room, estimate_tokens)
     keep_tail = max(2, sum(map(len, newest)))
     return apply_layer(agent, snip_compact, kept, keep_head=1, keep_tail=keep_tail, at_least=1,
-                       store=agent.store)
+                       store=agent.store, tools=agent.tools)
 
 
 def run_compact_history(agent, messages: list, focus: str = "") -> list:
@@ -613,7 +614,8 @@ def summarize_ahead(agent, messages: list, covered: int, tokens: int) -> None:
     hooks run here, not there."""
     focus = pre_compact_focus(agent, messages[:covered])
     kept_tokens = estimate_tokens(messages[covered:]) + agent.settings.threshold - tokens
-    _, limit = plan_restore(agent, messages, kept_tokens, shown=paths_read(messages[covered:]))
+    shown = paths_read(messages[covered:], agent.tools)
+    _, limit = plan_restore(agent, messages, kept_tokens, shown=shown)
     agent.state.ahead.start(ahead_loop(agent), messages, covered, make_summary, focus, limit)
 
 
@@ -634,7 +636,7 @@ def compact_pipeline(agent, messages: list) -> list:
         messages = apply_layer(agent, snip_compact, messages, keep_head=s.snip_keep_head,
                                keep_tail=s.snip_keep_tail, at_least=s.snip_at_least,
                                min_tokens=0 if cold else s.snip_min_tokens, store=store,
-                               measure=agent.state.counter.estimate)
+                               tools=agent.tools, measure=agent.state.counter.estimate)
         messages = apply_layer(agent, micro_compact, messages, keep_recent=s.keep_recent,
                                min_chars=s.micro_min_chars, store=store,
                                clear_at_least=0 if cold or outrun else s.clear_at_least)
@@ -665,7 +667,6 @@ def agent_loop(agent, messages: list) -> str | None:
     """One user turn: compact, call the model, run its tools (use_tools, part 2), repeat
     until it stops calling tools."""
     reactive_retries = 0
-    agent.state.history = messages  # the same list object: read_file checks it for repeat reads
     for _ in range(agent.max_steps):
         # a subagent may have learned the window
         agent.settings = agent.settings.resized(agent.endpoint.window)
@@ -704,7 +705,7 @@ def agent_loop(agent, messages: list) -> str | None:
             continue
         if not tool_uses:
             return "\n".join(b["text"] for b in reply["content"] if b.get("type") == "text")
-        results, interrupted = use_tools(agent, tool_uses, refused)
+        results, interrupted = use_tools(agent, tool_uses, refused, messages)
         append_message(agent.log, agent.state.counter, messages,
                        {"role": "user", "content": results + notes})
         if interrupted:
@@ -758,10 +759,9 @@ LESSON = Lesson(take_turn=take_turn, compact=run_compact_history, new_state=Loop
 
 # ---- the nine tools ------------------------------------------------------------------------------
 
-def tool(name: str, description: str, required: tuple, /, **properties) -> dict:
-    """One tool definition as the API takes it: a name, what it does, a JSON Schema."""
-    schema = {"type": "object", "properties": properties, "required": list(required)}
-    return {"name": name, "description": description, "input_schema": schema}
+def schema(required: tuple, /, **properties) -> dict:
+    """A tool's input as the API takes it: a JSON Schema of an object."""
+    return {"type": "object", "properties": properties, "required": list(required)}
 
 
 TEXT, NUMBER = {"type": "string"}, {"type": "integer"}
@@ -771,45 +771,20 @@ TODO_ITEM_SCHEMA = {"type": "object", "required": ["content", "status"],
                     "properties": {"content": TEXT, "status": STATUS}}
 TIMEOUT = {"type": "integer", "description": f"seconds, default {BASH_TIMEOUT}, max 600"}
 
-TOOLS = [
-    tool("bash", "Run a shell command in the workspace. Output is capped; redirect large output "
-         "to a file and read parts of it.", ("command",), command=TEXT, timeout=TIMEOUT),
-    tool("read_file", "Read a text file, with line numbers. offset is the first line (1-based), "
-         f"limit the number of lines (default {READ_DEFAULT_LINES}).", ("path",),
-         path=TEXT, offset=NUMBER, limit=NUMBER),
-    tool("write_file", "Create or overwrite a file with the given content.", ("path", "content"),
-         path=TEXT, content=TEXT),
-    tool("edit_file", "Replace old_text with new_text in a file. old_text must occur exactly once.",
-         ("path", "old_text", "new_text"), path=TEXT, old_text=TEXT, new_text=TEXT),
-    tool("glob", "List files matching a pattern such as '**/*.py', relative to the workspace (or "
-         "to path inside it).", ("pattern",), pattern=TEXT, path=TEXT),
-    tool("todo_write", "Replace the todo list. Each item has content and a status: pending, "
-         "in_progress or completed; at most one item is in_progress.", ("items",),
-         items={"type": "array", "items": TODO_ITEM_SCHEMA}),
-    tool("task", "Hand a self-contained job to a subagent with a fresh context. It has the same "
-         "tools except task, and returns its final answer.", ("prompt",),
-         prompt=WORDS, description=TEXT),
-    tool("load_skill", "Load the full instructions of a skill listed in the system prompt.",
-         ("name",), name=TEXT),
-    tool("compact", "Summarize the conversation so far to free context. Runs after the current "
-         "tool calls; focus says what the summary must keep.", (), focus=TEXT),
-]
 
-
-def use_tools(agent, tool_uses: list, refused: dict) -> tuple:
+def use_tools(agent, tool_uses: list, refused: dict, history: list) -> tuple:
     """Run every call in order, each through the hooks (PreToolUse may deny it; PostToolUse
     sees its output); a refused call is answered with why, and after Ctrl-C every call left
     as interrupted (safety/tool_calls.py). Returns (results, interrupted)."""
     box = Toolbox(agent.tools, partial(run_tool, agent), partial(fire_hooks, agent),
                   partial(show_tool_call, agent), partial(show_tool_result, agent), agent.say,
                   agent.spinner_to, agent.secrets, agent.sandbox.after_command)
-    return run_tool_calls(box, tool_uses, refused)
+    return run_tool_calls(box, tool_uses, refused, history)
 
 
-def run_tool(agent, name: str, call_id: str, args: dict) -> str:
+def run_tool(agent, tool: Tool, call: ToolCall, args: dict) -> str:
     """A call the hooks allowed, by its tool's handler (below)."""
-    agent.state.current_call = call_id  # bash names its saved output after it; a repeat read too
-    return TOOL_HANDLERS[name](agent, **args)
+    return tool.run(agent, call, **args)
 
 
 def workspace_path(agent, path: str) -> Path:
@@ -819,36 +794,36 @@ def workspace_path(agent, path: str) -> Path:
     return target
 
 
-def run_bash(agent, command: str, timeout: int = BASH_TIMEOUT) -> str:
+def run_bash(agent, call: ToolCall, command: str, timeout: int = BASH_TIMEOUT) -> str:
     return run_command(command, cwd=agent.workdir, timeout=max(1, min(timeout, 600)),
                        sandbox=agent.sandbox, outputs=agent.workdir / TOOL_RESULTS_DIR,
-                       secrets=agent.secrets, call_id=agent.state.current_call or "bash")
+                       secrets=agent.secrets, call_id=call.id or "bash")
 
 
-def run_read_file(agent, path: str, offset: int = 1, limit: int = READ_DEFAULT_LINES) -> str:
+def run_read_file(agent, call: ToolCall, path: str, offset: int = 1,
+                  limit: int = READ_DEFAULT_LINES) -> str:
     target = workspace_path(agent, path)
     if not target.is_file():
         raise ToolError(f"{path} not found (or not a file). Call glob to list files.")
     offset, limit = max(offset, 1), max(limit, 1)
     # the same bytes already in the conversation are not sent twice: a stub points at them
-    stub = agent.state.repeat_reads.stub(agent.state.history, agent.state.current_call, target,
-                                         path, offset, limit)
+    stub = agent.state.repeat_reads.stub(call.history, call.id, target, path, offset, limit)
     return stub or read_lines(target, path, offset, limit, agent.secrets)
 
 
-def run_write_file(agent, path: str, content: str) -> str:
+def run_write_file(agent, call: ToolCall, path: str, content: str) -> str:
     return write_file(workspace_path(agent, path), path, content, agent.secrets)
 
 
-def run_edit_file(agent, path: str, old_text: str, new_text: str) -> str:
+def run_edit_file(agent, call: ToolCall, path: str, old_text: str, new_text: str) -> str:
     return edit_file(workspace_path(agent, path), path, old_text, new_text, agent.secrets)
 
 
-def run_glob(agent, pattern: str, path: str = ".") -> str:
+def run_glob(agent, call: ToolCall, pattern: str, path: str = ".") -> str:
     return glob_files(agent.workdir, workspace_path(agent, path), pattern, path)
 
 
-def run_todo_write(agent, items: list) -> str:
+def run_todo_write(agent, call: ToolCall, items: list) -> str:
     problem = todo_problem(TODO_ITEM_SCHEMA, items)
     if problem:
         raise ToolError(problem)
@@ -856,7 +831,7 @@ def run_todo_write(agent, items: list) -> str:
     return render_todos(agent.state.todos)
 
 
-def run_task(agent, prompt: str, description: str = "") -> str:
+def run_task(agent, call: ToolCall, prompt: str, description: str = "") -> str:
     """A subagent does the job in a fresh context. No session log records it: its work, every
     call and result, is saved as a transcript however it ends (large outputs as the main
     agent's)."""
@@ -874,7 +849,7 @@ def run_task(agent, prompt: str, description: str = "") -> str:
     return f"{final}\n\n[the subagent's calls and results are {where}]"
 
 
-def run_load_skill(agent, name: str) -> str:
+def run_load_skill(agent, call: ToolCall, name: str) -> str:
     skill = agent.skills.get(name)
     if skill is None:
         available = ", ".join(agent.skills) or "none"
@@ -884,43 +859,72 @@ def run_load_skill(agent, name: str) -> str:
     return f"<skill name=\"{name}\">\n{skill['body']}\n</skill>"
 
 
-def run_compact(agent, focus: str = "") -> str:
+def run_compact(agent, call: ToolCall, focus: str = "") -> str:
+    # The summary runs after the batch, as the tutorial's does: the loop reads this field when
+    # every call of the batch is answered (a summary now would cut the batch's pairs apart).
     agent.state.pending_compact = focus or ""
     return ("Compaction will run after this batch of tool calls; the conversation continues "
             "from the summary.")
 
 
-TOOL_HANDLERS = {"bash": run_bash, "read_file": run_read_file, "write_file": run_write_file,
-                 "edit_file": run_edit_file, "glob": run_glob, "todo_write": run_todo_write,
-                 "task": run_task, "load_skill": run_load_skill, "compact": run_compact}
+# Each tool declared once: what the model is told, its handler, and what it does, which
+# /undo, the ledger, the permission check, the sandbox and the work line read (basics/tools.py).
+TOOLS = {tool.name: tool for tool in [
+    Tool("bash", "Run a shell command in the workspace. Output is capped; redirect large output "
+         "to a file and read parts of it.", schema(("command",), command=TEXT, timeout=TIMEOUT),
+         run_bash, main_argument="command", runs="command"),
+    Tool("read_file", "Read a text file, with line numbers. offset is the first line "
+         f"(1-based), limit the number of lines (default {READ_DEFAULT_LINES}).",
+         schema(("path",), path=TEXT, offset=NUMBER, limit=NUMBER),
+         run_read_file, main_argument="path", reads="path"),
+    Tool("write_file", "Create or overwrite a file with the given content.",
+         schema(("path", "content"), path=TEXT, content=TEXT),
+         run_write_file, main_argument="path", writes="path"),
+    Tool("edit_file", "Replace old_text with new_text in a file. old_text must occur exactly "
+         "once.", schema(("path", "old_text", "new_text"), path=TEXT, old_text=TEXT,
+                         new_text=TEXT),
+         run_edit_file, main_argument="path", writes="path"),
+    Tool("glob", "List files matching a pattern such as '**/*.py', relative to the workspace "
+         "(or to path inside it).", schema(("pattern",), pattern=TEXT, path=TEXT),
+         run_glob, main_argument="pattern", lists="path"),
+    Tool("todo_write", "Replace the todo list. Each item has content and a status: pending, "
+         "in_progress or completed; at most one item is in_progress.",
+         schema(("items",), items={"type": "array", "items": TODO_ITEM_SCHEMA}), run_todo_write),
+    Tool("task", "Hand a self-contained job to a subagent with a fresh context. It has the "
+         "same tools except task, and returns its final answer.",
+         schema(("prompt",), prompt=WORDS, description=TEXT),
+         run_task, main_argument="description", subagent=True),
+    Tool("load_skill", "Load the full instructions of a skill listed in the system prompt.",
+         schema(("name",), name=TEXT), run_load_skill, main_argument="name"),
+    Tool("compact", "Summarize the conversation so far to free context. Runs after the current "
+         "tool calls; focus says what the summary must keep.", schema((), focus=TEXT),
+         run_compact, main_argument="focus"),
+]}
 
 
 # ---- hooks and the permission check --------------------------------------------------------------
 # fire_hooks (part 1) runs them; these are the ones every session installs.
 
-FILE_TOOLS = ("read_file", "write_file", "edit_file", "glob")
-
-
-def check_permission(name: str, args: dict, workdir: Path, sandboxed: bool = False) -> tuple:
-    """Decide "allow", "deny" or "ask" for one tool call, with the reason. A bash command is read
-    by safety/command_risks.py: what deletes, overwrites or reaches outside the workspace asks,
-    unless the sandbox refuses it anyway."""
-    if name == "bash":
-        command = str(args.get("command", ""))
+def check_permission(tool: Tool, args: dict, workdir: Path, sandboxed: bool = False) -> tuple:
+    """Decide "allow", "deny" or "ask" for one tool call, with the reason, from what the tool's
+    declaration says it does. A command is read by safety/command_risks.py: what deletes,
+    overwrites or reaches outside the workspace asks, unless the sandbox refuses it anyway."""
+    if tool.runs:
+        command = str(args.get(tool.runs, ""))
         deny, ask = command_risks(command, workdir, sandboxed)
         if deny or ask:
             shown = one_line(command, 2000)  # whole, to judge
             return "deny" if deny else "ask", f"`{shown}` {'; '.join(deny or ask)}"
-    if name in FILE_TOOLS:  # outside the workspace, the program's own folders and code
-        writes = name in ("write_file", "edit_file")
-        return path_risk(workdir, str(args.get("path", ".")), writes=writes)
+    if tool.path_argument:  # outside the workspace, the program's own folders and code
+        path = str(args.get(tool.path_argument, "."))
+        return path_risk(workdir, path, writes=bool(tool.writes))
     return "allow", ""
 
 
 def permission_hook(agent):
     """The PreToolUse hook that asks check_permission and, for "ask", the person."""
     def hook(event: dict):
-        decision, reason = check_permission(event["name"], event["input"], agent.workdir,
+        decision, reason = check_permission(event["tool"], event["input"], agent.workdir,
                                             agent.sandbox.on)
         if decision == "allow":
             return None

@@ -24,6 +24,7 @@ tokens weighted that way; "raw" is the same requests' input at 1×, as if nothin
 """
 
 import argparse
+import dataclasses
 import importlib.util
 import json
 import os
@@ -72,18 +73,17 @@ class Session:
     def model_calls(self) -> int:
         return sum(len(replies) for _, replies in self.turns)
 
-    def handlers(self, code) -> dict:
-        """Tool handlers that answer from the recording; compact still really compacts."""
+    def tools(self, tools: dict) -> dict:
+        """The tools, each answering from the recording; compact still really compacts."""
         queues = {key: deque(values) for key, values in self.outputs.items()}
 
         def recorded(name):
-            def handler(agent, **args):
+            def handler(agent, call, **args):
                 queue = queues.get((name, json.dumps(args, sort_keys=True, ensure_ascii=False)))
                 return queue.popleft() if queue else "(no recorded output for this call)"
             return handler
-        handlers = {name: recorded(name) for name in code.TOOL_HANDLERS}
-        handlers["compact"] = code.TOOL_HANDLERS["compact"]
-        return handlers
+        return {name: tool if name == "compact" else dataclasses.replace(tool, run=recorded(name))
+                for name, tool in tools.items()}
 
 
 def lorem(rng, chars: int, chinese: bool = False) -> str:
@@ -241,13 +241,13 @@ def play(code, session: Session, settings, workdir: Path, cheap_layers: bool = T
     """Play a session with one configuration; return its figures."""
     clock = Stopwatch(code)
     time_now, rng = SimulatedClock(), random.Random(seed)
-    swaps = {**clock.swaps(), "TOOL_HANDLERS": session.handlers(code), "now": time_now.peek}
+    swaps = {**clock.swaps(), "now": time_now.peek}
     if not cheap_layers:
         swaps.update({name: unchanged(name) for name in ("tool_result_budget", "snip_compact", "micro_compact")})
     with FakeAnthropic(context_window=settings.window, clock=time_now) as fake, swapped(code, **swaps):
         fake.default_summary = obedient_summary
         client = anthropic.Anthropic(api_key="benchmark", base_url=fake.url, max_retries=0)
-        agent = code.Agent(client=client, settings=settings, workdir=workdir, tools=code.TOOLS,
+        agent = code.Agent(client=client, settings=settings, workdir=workdir, tools=session.tools(code.TOOLS),
                            system=code.build_system_prompt(workdir, {}), out=lambda *a, **k: None)
         code.install_default_hooks(agent)  # the ledger records the session as it would for a user
         messages = code.open_session(agent, None)  # the session log, as for a user

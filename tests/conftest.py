@@ -144,9 +144,9 @@ def replace_with_summary(s08, messages: list, kind: str, summary: str, tail: lis
                                               with_previews=with_previews)
 
 
-def use_tool(s08, agent, block: dict) -> dict:
-    """One tool call, run as the loop runs a batch of one: its tool_result."""
-    results, interrupted = s08.use_tools(agent, [block], {})
+def use_tool(s08, agent, block: dict, history: list = ()) -> dict:
+    """One tool call, run as the loop runs a batch of one (in history): its tool_result."""
+    results, interrupted = s08.use_tools(agent, [block], {}, list(history))
     assert not interrupted, "Ctrl-C during the call"
     return results[0]
 

@@ -20,7 +20,7 @@ def test_import_without_api_key(tmp_path):
     script = ("import importlib, sys\n"
               f"sys.path.insert(0, {str(CODE.parent.parent)!r})\n"  # the program, as a package
               "m = importlib.import_module('s08_context_compact.code')\n"
-              "print(len(m.TOOLS), [t['name'] for t in m.TOOLS])")
+              "print(len(m.TOOLS), list(m.TOOLS))")
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=tmp_path,
                           env={"PATH": "/usr/bin:/bin"}, timeout=30)
     assert done.returncode == 0, done.stderr

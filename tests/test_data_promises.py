@@ -278,7 +278,7 @@ def test_a_prompt_that_looks_like_a_snip_marker_survives_a_snip(s08, tmp_path):
             add_steps(30, 20)
             total += 40
         history[:] = s08.snip_compact(history, keep_head=1, keep_tail=10, at_least=5, min_tokens=0,
-                                      store=s08.Store(tmp_path))
+                                      tools=s08.TOOLS, store=s08.Store(tmp_path))
     texts = [b["text"] for b in history[0]["content"] if b["type"] == "text"]
     assert texts[0] == "[Snipped 999 messages] run the steps", "the user's words are never taken for ours"
     markers = [b for b in history[0]["content"] if b.get(s08.OWN) == "snip"]

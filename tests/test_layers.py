@@ -90,7 +90,7 @@ def test_budget_keeps_non_ascii_output_byte_identical_on_disk(s08, savers):
 
 def test_snip_keeps_tool_pairs_and_saves_what_it_removes(s08, savers):
     history = [user("build it")] + pairs(40) + [answer("done"), user("now test it")] + pairs(5, start=40)
-    out = s08.snip_compact(history, keep_head=3, keep_tail=47, at_least=0, store=savers)
+    out = s08.snip_compact(history, keep_head=3, keep_tail=47, at_least=0, tools=s08.TOOLS, store=savers)
     assert_valid(out, "now test it")
     assert len(out) <= 51
     assert out[0] == history[0]
@@ -104,16 +104,16 @@ def test_snip_keeps_tool_pairs_and_saves_what_it_removes(s08, savers):
 
 def test_snip_keeps_the_current_request_when_it_falls_in_the_middle(s08, savers):
     history = [user("first"), answer(), user("the real task: rename foo to bar everywhere")] + pairs(60)
-    out = s08.snip_compact(history, keep_head=3, keep_tail=47, at_least=0, store=savers)
+    out = s08.snip_compact(history, keep_head=3, keep_tail=47, at_least=0, tools=s08.TOOLS, store=savers)
     assert len(out) < len(history)
     assert_valid(out, "the real task: rename foo to bar everywhere")
 
 
 def test_snip_folds_repeated_snips_into_one_marker(s08, savers):
     history = [user("go")] + pairs(30)
-    once = s08.snip_compact(history, keep_head=3, keep_tail=47, at_least=0, store=savers)
+    once = s08.snip_compact(history, keep_head=3, keep_tail=47, at_least=0, tools=s08.TOOLS, store=savers)
     twice = s08.snip_compact(once + pairs(10, start=30), keep_head=3, keep_tail=47,
-                             at_least=0, store=savers)
+                             at_least=0, tools=s08.TOOLS, store=savers)
     markers = [b["text"] for m in twice for b in blocks(m) if b.get("type") == "text" and b["text"].startswith("[Snipped")]
     assert len(markers) == 1
     removed = sum(len(read_transcript(p)) for p in savers.transcripts.iterdir())
@@ -126,7 +126,7 @@ def test_snip_moves_a_head_that_would_end_inside_a_pair(s08, savers, keep_head):
     # Index keep_head is a tool_result message here (or the call before it): the head must
     # end before the next call instead, or a result would lose its call.
     history = [user("go")] + pairs(60)
-    out = s08.snip_compact(history, keep_head=keep_head, keep_tail=20, at_least=0, store=savers)
+    out = s08.snip_compact(history, keep_head=keep_head, keep_tail=20, at_least=0, tools=s08.TOOLS, store=savers)
     assert len(out) < len(history)
     assert_valid(out, "go")
     head_end = keep_head + (1 - keep_head % 2)  # the first call at or after keep_head starts the cut
@@ -138,7 +138,7 @@ def test_the_snip_marker_says_what_the_snipped_part_did(s08, savers):
     failing = [call("b1", name="bash"), results(("b1", "FAILED test_x\n[exit code 1]"))]
     failing[0]["content"][0]["input"] = {"command": "pytest -x"}
     history = [user("go")] + pairs(10) + failing + pairs(50, start=10)
-    out = s08.snip_compact(history, keep_head=3, keep_tail=47, at_least=0, store=savers)
+    out = s08.snip_compact(history, keep_head=3, keep_tail=47, at_least=0, tools=s08.TOOLS, store=savers)
     marker = [b["text"] for m in out for b in blocks(m) if b.get(s08.OWN) == "snip"][0]
     assert "\nread: 27 more, then t28.txt, " in marker and "t35.txt" in marker, "the files the snipped calls read"
     assert "\nran: `pytest -x` (exit 1)" in marker, "the commands, and how they ended"
@@ -147,7 +147,7 @@ def test_the_snip_marker_says_what_the_snipped_part_did(s08, savers):
 
 def test_snip_does_nothing_below_the_limit(s08, savers):
     history = [user("go")] + pairs(20)
-    assert s08.snip_compact(history, keep_head=3, keep_tail=47, at_least=0, store=savers) is history
+    assert s08.snip_compact(history, keep_head=3, keep_tail=47, at_least=0, tools=s08.TOOLS, store=savers) is history
 
 
 # ---------------------------------------------------------------- micro_compact
@@ -310,20 +310,20 @@ def test_micro_compact_clears_nothing_below_the_minimum(s08, savers):
 
 def test_snip_cuts_at_least_the_minimum_so_it_does_not_fire_every_turn(s08, savers):
     history = [user("go")] + pairs(26)  # 53 messages: just over head 3 + tail 47
-    out = s08.snip_compact(history, keep_head=3, keep_tail=47, at_least=20, store=savers)
+    out = s08.snip_compact(history, keep_head=3, keep_tail=47, at_least=20, tools=s08.TOOLS, store=savers)
     assert len(history) - len(out) >= 20
     assert_valid(out, "go")
     again = out + pairs(5, start=26)
     assert s08.snip_compact(again, keep_head=3, keep_tail=47, at_least=20,
-                            store=savers) is again
+                            tools=s08.TOOLS, store=savers) is again
 
 
 def test_snip_skips_a_cut_too_small_to_pay_for_the_cache_rewrite(s08, savers):
     history = [user("go")] + pairs(30, size=20)
     middle = s08.estimate_tokens(history[3:23])
     assert s08.snip_compact(history, keep_head=3, keep_tail=47, at_least=20, min_tokens=middle * 2,
-                            store=savers) is history
+                            tools=s08.TOOLS, store=savers) is history
     assert not savers.transcripts.exists()
     out = s08.snip_compact(history, keep_head=3, keep_tail=47, at_least=20, min_tokens=middle // 2,
-                           store=savers)
+                           tools=s08.TOOLS, store=savers)
     assert len(out) < len(history)

@@ -506,7 +506,7 @@ def test_a_brace_with_nothing_to_expand_is_judged_as_it_is(s08, make_agent, fake
     assert "odd name" in results(fake)[0]["content"]
 
 
-def test_undo_never_removes_a_file_it_failed_to_copy(workspace, tmp_path):
+def test_undo_never_removes_a_file_it_failed_to_copy(s08, workspace, tmp_path):
     """A copy that fails for want of room (here: the store is not a folder, as a full disk
     would fail it) leaves the file recorded as there but not kept, never as absent."""
     from s08_context_compact.safety import undo as undo_module
@@ -517,7 +517,7 @@ def test_undo_never_removes_a_file_it_failed_to_copy(workspace, tmp_path):
     undo.store = tmp_path / "not-a-folder"
     undo.store.write_text("")
     undo.new_turn("change the notes")
-    undo.before_change("bash")
+    undo.before_change(s08.TOOLS["bash"])
     undo.store = None  # room again: the copies after the turn succeed
     (workspace / "notes.txt").write_text("notes, changed\n")
     undo.end_turn()

@@ -119,14 +119,14 @@ def test_check_permission_reads_the_command_as_the_shell_would(s08, workspace):
             "cat <<EOF\n$(rm data.csv)\nEOF", "timeout 5 env X=1 rm data.csv", "git push --force", "chmod 000 data.csv",
             "cat /etc/passwd", "echo x > /tmp/x", "ls ~"]
     for command in asks:
-        assert s08.check_permission("bash", {"command": command}, workspace)[0] == "ask", command
+        assert s08.check_permission(s08.TOOLS["bash"], {"command": command}, workspace)[0] == "ask", command
     allowed = ["python -m pytest -q 2>&1 | tail -5", "grep -rn '/api/v1' src", "git log origin/main..HEAD --oneline",
                "cd sub && python -m pytest ..", "cat <<'EOF' > new.py\nimport os\nos.remove('x')\nEOF",
                "find . -name '*.py' -exec grep -l TODO {} +", "ls /usr/lib > libs.txt", "ls 2>/dev/null",
                "echo 'rm data.csv'", "# rm data.csv"]
     for command in allowed:
-        assert s08.check_permission("bash", {"command": command}, workspace) == ("allow", ""), command
-    decision, reason = s08.check_permission("bash", {"command": "sudo ls"}, workspace)
+        assert s08.check_permission(s08.TOOLS["bash"], {"command": command}, workspace) == ("allow", ""), command
+    decision, reason = s08.check_permission(s08.TOOLS["bash"], {"command": "sudo ls"}, workspace)
     assert decision == "deny" and reason == "`sudo ls` is on the deny list"
 
 
@@ -136,7 +136,7 @@ def test_a_command_too_deep_or_too_wide_to_check_asks_and_never_crashes_the_chec
     """Patterns a model may write: glob goes a call deeper for each wildcard folder, and braces
     double with each pair; the check looks at a bounded part, and asks about the rest."""
     (workspace / "a").mkdir()
-    decision, reason = s08.check_permission("bash", {"command": command}, workspace)
+    decision, reason = s08.check_permission(s08.TOOLS["bash"], {"command": command}, workspace)
     assert decision == "ask", reason
 
 
@@ -233,5 +233,5 @@ def test_sigterm_at_the_prompt_says_how_to_come_back(fake, workspace):
 
 def test_the_question_shows_the_whole_command_not_its_first_hundred_characters(s08, workspace):
     command = f"echo {'a' * 150} > notes.txt; rm -f hello.txt"
-    decision, reason = s08.check_permission("bash", {"command": command}, workspace)
+    decision, reason = s08.check_permission(s08.TOOLS["bash"], {"command": command}, workspace)
     assert decision == "ask" and f"`{command}` deletes or empties files (rm)" in reason

@@ -183,7 +183,7 @@ def layer(name, p, store):
         "tool_result_budget": lambda m: s08.tool_result_budget(m, max_chars=p["budget_chars"], preview_chars=400,
                                                                store=store),
         "snip_compact": lambda m: s08.snip_compact(m, keep_head=p["keep_head"], keep_tail=p["keep_tail"], at_least=p["at_least"],
-                                                   min_tokens=p["min_tokens"] or 60, store=store),
+                                                   min_tokens=p["min_tokens"] or 60, store=store, tools=s08.TOOLS),
         "micro_compact": lambda m: s08.micro_compact(m, keep_recent=p["keep_recent"], min_chars=120,
                                                      clear_at_least=p["clear_at_least"], store=store),
     }[name]

@@ -118,7 +118,7 @@ def test_the_network_setting_closes_the_network(s08, make_agent, fake, workspace
             assert s08.take_turn(agent, [], "try the network")
             said = fake.main_requests[-1]["messages"][-1]["content"][0]["content"]
             assert ("reached" in said) == reached, said
-            assert ("There is no network." in agent.tools[0]["description"]) != network
+            assert ("There is no network." in agent.tools["bash"].description) != network
     finally:
         listener.close()
 
@@ -237,9 +237,9 @@ def test_no_kernel_setting_and_no_agent_socket_is_within_reach(s08, make_agent, 
     ("cp data.csv /usr/local/", False)])
 def test_with_the_sandbox_only_a_write_it_refuses_goes_unasked(s08, workspace, command, asks):
     (workspace / "data.csv").write_text("a,1\n")
-    decision, reason = s08.check_permission("bash", {"command": command}, workspace, sandboxed=True)
+    decision, reason = s08.check_permission(s08.TOOLS["bash"], {"command": command}, workspace, sandboxed=True)
     assert (decision == "ask") == asks, reason
-    assert s08.check_permission("bash", {"command": command}, workspace)[0] == "ask", "without it, all ask"
+    assert s08.check_permission(s08.TOOLS["bash"], {"command": command}, workspace)[0] == "ask", "without it, all ask"
 
 
 def test_a_history_setting_never_hides_a_system_folder(workspace, monkeypatch):

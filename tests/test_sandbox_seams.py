@@ -181,11 +181,11 @@ def test_the_programs_python_and_a_missing_own_env_are_out_of_a_commands_reach(s
 
 @pytest.mark.parametrize("path", ["s08_context_compact/safety/sandbox.py", ".env", ".env.example"])
 def test_the_file_tools_ask_before_changing_the_programs_own_code(s08, path):
-    decision, reason = s08.check_permission("write_file", {"path": path, "content": "x"}, ROOT, sandboxed=True)
+    decision, reason = s08.check_permission(s08.TOOLS["write_file"], {"path": path, "content": "x"}, ROOT, sandboxed=True)
     assert decision == "ask" and "the program's own" in reason, reason
-    decision, _ = s08.check_permission("edit_file", {"path": path, "old_text": "a", "new_text": "b"}, ROOT)
+    decision, _ = s08.check_permission(s08.TOOLS["edit_file"], {"path": path, "old_text": "a", "new_text": "b"}, ROOT)
     assert decision == "ask"
-    assert s08.check_permission("write_file", {"path": "notes/new.md", "content": "x"}, ROOT)[0] == "allow"
+    assert s08.check_permission(s08.TOOLS["write_file"], {"path": "notes/new.md", "content": "x"}, ROOT)[0] == "allow"
 
 
 def test_a_person_asked_about_the_programs_code_decides(fake, beyond_tmp):
@@ -304,7 +304,7 @@ def test_your_endpoint_stays_when_a_folders_is_refused_and_a_linked_own_env_is_n
 def test_a_link_into_tmp_is_the_commands_own_tmp(s08, workspace, command, asks):
     (workspace / "data.csv").write_text("a\n")
     (workspace / "cache").symlink_to("/tmp")
-    decision, reason = s08.check_permission("bash", {"command": command}, workspace, sandboxed=True)
+    decision, reason = s08.check_permission(s08.TOOLS["bash"], {"command": command}, workspace, sandboxed=True)
     assert (decision == "ask") == asks, reason
 
 

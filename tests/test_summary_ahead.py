@@ -322,7 +322,7 @@ def test_the_cheap_layers_shortening_the_snapshot_do_not_spoil_the_swap(s08, fak
                  {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "new", "content": "new"}]}]
     after = messages[covered:]
     shortened = s08.micro_compact(messages, keep_recent=1, min_chars=100, clear_at_least=0, store=agent.store)
-    shortened = s08.snip_compact(shortened, keep_head=3, keep_tail=12, at_least=20, store=agent.store)
+    shortened = s08.snip_compact(shortened, keep_head=3, keep_tail=12, at_least=20, tools=s08.TOOLS, store=agent.store)
     assert len(shortened) < len(messages) and shortened[-4:] != after[-4:]  # both acted
     result = s08.run_compact_history(agent, shortened)
     assert SUMMARY in json.dumps(result[0]) and "swapped in" in agent.out.text
@@ -428,7 +428,7 @@ def test_a_snip_that_took_the_first_reply_after_the_snapshot_keeps_its_note(s08,
     wait_until(lambda: agent.state.ahead.job.done.is_set())
     for k in range(30):
         messages += read_pair(f"new{k}", "ok")
-    snipped = s08.snip_compact(messages, keep_head=3, keep_tail=47, at_least=20, store=agent.store)
+    snipped = s08.snip_compact(messages, keep_head=3, keep_tail=47, at_least=20, tools=s08.TOOLS, store=agent.store)
     assert "[Snipped" in json.dumps(snipped[2]) and '"new0"' not in json.dumps(snipped)  # it took the boundary
     result = s08.run_compact_history(agent, snipped)
     assert SUMMARY in json.dumps(result[0]) and "[Snipped" in json.dumps(result[0]) and "swapped in" in agent.out.text
@@ -550,7 +550,7 @@ def test_a_snip_past_the_snapshot_keeps_the_request_it_put_back(s08, fake, make_
         messages += read_pair(f"new{k}", "y" * 2_000)
     if finished:
         messages.append({"role": "assistant", "content": [{"type": "text", "text": "Ported; the tests pass."}]})
-    snipped = s08.snip_compact(messages, keep_head=3, keep_tail=10, at_least=4, store=agent.store)
+    snipped = s08.snip_compact(messages, keep_head=3, keep_tail=10, at_least=4, tools=s08.TOOLS, store=agent.store)
     assert "NEW REQUEST" in json.dumps(snipped[2])  # the snip put it back after its note
     result = s08.run_compact_history(agent, snipped)
     assert "swapped in" in agent.out.text

@@ -1,8 +1,12 @@
 """The nine tools and the permission check, called the way the agent loop calls them."""
 
+import json
 import time
 
 import pytest
+from s08_context_compact.basics import Tool
+from s08_context_compact.command_line import handle_command
+from s08_context_compact.offline.fake_anthropic import text, tool_use
 from s08_context_compact.safety import command_runner as commands  # noqa: E402
 from conftest import processes_with, wait_until, use_tool
 
@@ -165,9 +169,9 @@ def test_destructive_command_needs_confirmation(s08, make_agent, workspace):
 
 
 def test_check_permission_is_pure_and_explains(s08, workspace):
-    assert s08.check_permission("bash", {"command": "ls"}, workspace) == ("allow", "")
-    assert s08.check_permission("bash", {"command": "git push --force"}, workspace)[0] == "ask"
-    assert s08.check_permission("edit_file", {"path": "/etc/passwd"}, workspace)[0] == "deny"
+    assert s08.check_permission(s08.TOOLS["bash"], {"command": "ls"}, workspace) == ("allow", "")
+    assert s08.check_permission(s08.TOOLS["bash"], {"command": "git push --force"}, workspace)[0] == "ask"
+    assert s08.check_permission(s08.TOOLS["edit_file"], {"path": "/etc/passwd"}, workspace)[0] == "deny"
 
 
 # ---------------------------------------------------------------- todo_write, load_skill
@@ -212,3 +216,35 @@ def test_a_task_with_a_blank_prompt_is_answered_with_what_to_do_and_sends_nothin
     result = use_tool(s08, agent, {"type": "tool_use", "id": "toolu_t", "name": "task", "input": {"prompt": prompt}})
     assert result["content"] == "Error: task was called wrongly: argument 'prompt' must not be blank. Call it " \
         "again with valid input." and fake.requests == []
+
+
+def test_a_tool_declared_once_is_recorded_by_undo_and_the_ledger_and_checked(s08, make_agent, fake, workspace):
+    """A new tool that writes a file says so where it is declared, and nowhere else: /undo puts
+    back what it wrote, the ledger brings its file back after a summary, the permission check
+    keeps it inside the workspace, and the work line shows its path."""
+    def run_append_line(agent, call, path: str, line: str) -> str:
+        with open(s08.workspace_path(agent, path), "a", encoding="utf-8") as f:
+            f.write(line + "\n")
+        return f"appended a line to {path}"
+
+    append = Tool("append_line", "Append a line to a text file.",
+                  s08.schema(("path", "line"), path=s08.TEXT, line=s08.TEXT), run_append_line,
+                  main_argument="path", writes="path")
+    agent = make_agent(tools={**s08.TOOLS, "append_line": append})
+    notes = workspace / "notes.txt"
+    notes.write_text("first\n")
+    fake.reply(tool_use("append_line", {"path": "notes.txt", "line": "second"}),
+               tool_use("append_line", {"path": "/etc/motd", "line": "x"}), text("Done."),
+               text("<summary>Appended to a file.</summary>"), text("Carrying on."))
+    messages = []
+    assert s08.take_turn(agent, messages, "append a line")
+    assert notes.read_text() == "first\nsecond\n"
+    assert "● append_line  notes.txt" in str(agent.out)
+    refused = fake.main_requests[2]["messages"][-1]["content"][0]
+    assert refused["is_error"] and "outside the workspace" in refused["content"], refused
+    handle_command(agent, messages, "/compact", s08.LESSON)
+    assert s08.take_turn(agent, messages, "go on")
+    after = json.dumps(fake.main_requests[-1]["messages"])
+    assert "Fact ledger" in after and "wrote or edited (oldest first): notes.txt" in after
+    handle_command(agent, messages, "/undo", s08.LESSON)
+    assert notes.read_text() == "first\n", "undo put back what the new tool wrote"

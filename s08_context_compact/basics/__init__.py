@@ -6,6 +6,7 @@ from .places import (DOTENV_EXAMPLE, OWN_DOTENV, OWN_FOLDERS, OWN_SKILLS, PROGRA
                      TASK_OUTPUTS_DIR,                      TOOL_RESULTS_DIR, TRANSCRIPT_DIR, history_file, key_file, state_folder,
                      undo_folder)
 from .redaction import REDACTED, SECRET_NAME, redact, Redactor, secret_values
+from .tools import definitions, Tool, ToolCall
 from .surrogates import HALF_ESCAPE, shown_so_far, well_formed, well_formed_deep
 from .terminal import (STYLES, counted, cut_to_width, display_width, format_tokens, one_line,
                        printable, say_on, Screen, Spinner, StreamedText, terminal_columns, WarningsOnce, wrapped)

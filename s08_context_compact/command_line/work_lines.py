@@ -12,41 +12,42 @@ import json
 import re
 
 from ..messages import blocks_of
-from ..basics import INSTRUCTIONS_TAG, TOOL_RESULTS_DIR, counted, format_tokens, one_line, terminal_columns
+from ..basics import INSTRUCTIONS_TAG, TOOL_RESULTS_DIR, counted, format_tokens, one_line, terminal_columns, Tool
 
 
 TOOL_MARK = "●"
 EDIT_DIFF_LINES = 6      # the −/+ lines shown of an edit; the rest is counted
 PREVIEW_SCAN = 2_000     # characters of a result a one-line preview looks at (a result can be 200 KB)
 NUMBERED_LINE = re.compile(r"^ *(\d+)\t(.*)$")  # how read_file numbers a line (workspace_files.numbered_lines)
-MAIN_ARGUMENT = {"bash": "command", "read_file": "path", "edit_file": "path", "load_skill": "name", "compact": "focus"}
 
 
 def show_tool_call(agent, name: str, args: dict) -> None:
     """One line as a call starts: "● bash  wc -l *.py", "● read_file  src/app.py (lines 1–200)"."""
-    agent.say(f"{TOOL_MARK} {name}  {main_argument(name, args)}".rstrip(), "tool", cut=True)
+    tool = agent.tools.get(name) or Tool(name, "", {})  # a name the model made up: its arguments
+    agent.say(f"{TOOL_MARK} {name}  {main_argument(tool, args)}".rstrip(), "tool", cut=True)
 
 
-def main_argument(name: str, args: dict) -> str:
-    """What a call is about, in a few words: the command, the path, the pattern."""
+def main_argument(tool: Tool, args: dict) -> str:
+    """What a call is about, in a few words: the command, the path, the pattern (the argument
+    the tool's declaration names, basics/tools.py)."""
     if not isinstance(args, dict):  # refused (safety/tool_calls.py); shown as it came
         return one_line(json.dumps(args, ensure_ascii=False))
-    path = str(args.get("path", ""))
-    if name == "read_file" and ("offset" in args or "limit" in args):
+    name, path = tool.name, str(args.get(tool.path_argument, ""))
+    if tool.reads and ("offset" in args or "limit" in args):
         first, limit = args.get("offset", 1), args.get("limit")
         if isinstance(first, int) and isinstance(limit, int):
             return f"{path} (lines {first}–{first + limit - 1})"
         return f"{path} (from line {first})"
-    if name == "write_file":
+    if tool.writes and "content" in args:
         return f"{path} ({counted(len(str(args.get('content', '')).splitlines()), 'line')})"
-    if name == "glob":
-        return one_line(args.get("pattern", "")) + (f" in {path}" if path not in ("", ".") else "")
+    if tool.lists:
+        return one_line(args.get(tool.main_argument, "")) + (f" in {path}" if path not in ("", ".") else "")
     if name == "todo_write":
         return counted(len(args.get("items") or []), "item")
-    if name == "task":
-        return one_line(args.get("description") or args.get("prompt", ""))
-    if key := MAIN_ARGUMENT.get(name):
-        return one_line(args.get(key, ""))
+    if tool.subagent:
+        return one_line(args.get(tool.main_argument) or args.get("prompt", ""))
+    if tool.main_argument:
+        return one_line(args.get(tool.main_argument, ""))
     return one_line(" ".join(f"{key}={json.dumps(value, ensure_ascii=False)}" for key, value in args.items()))
 
 
@@ -60,7 +61,7 @@ def show_tool_result(agent, name: str, args: dict, output: str, failed: bool) ->
     elif name == "edit_file":
         diff = edit_diff(str(args.get("old_text", "")), str(args.get("new_text", "")))
         agent.say("\n".join([f"  < {one_line(output)}"] + diff), "tool", cut=True)
-    elif name == "read_file" and (numbered := read_preview(output)):
+    elif getattr(agent.tools.get(name), "reads", "") and (numbered := read_preview(output)):
         agent.say(f"  < {numbered}", "tool", cut=True)
     else:
         agent.say(f"  < {lines_preview(output)}", "tool", cut=True)

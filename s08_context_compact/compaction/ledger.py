@@ -113,17 +113,18 @@ def ledger_hooks(current) -> dict:
     kept (PostCompact). current() gives what they read, as it is when they run (/clear puts in a
     new ledger and todo list): (the workdir, the ledger, the secrets, the todo list)."""
     def after_tool(event: dict):
-        name, args = event["name"], event["input"]
+        tool, args = event.get("tool"), event["input"]
         workdir, ledger, secrets, _ = current()
-        if event["is_error"]:
+        if event["is_error"] or tool is None:
             return None
-        if name in ("read_file", "write_file", "edit_file"):
-            target = inside_workspace(workdir, args["path"])
+        path = args.get(tool.writes or tool.reads)  # what the tool's declaration says it touches
+        if isinstance(path, str):
+            target = inside_workspace(workdir, path)
             if target and target.is_file():
-                (ledger.note_read if name == "read_file" else ledger.note_write)(args["path"], target)
-        elif name == "bash":
+                (ledger.note_write if tool.writes else ledger.note_read)(path, target)
+        if isinstance(args.get(tool.runs), str):
             # redacted whole, before its end is kept: no piece of a secret is left at the cut
-            ledger.note_command(secrets.redact(args["command"]), secrets.redact(event["output"]))
+            ledger.note_command(secrets.redact(args[tool.runs]), secrets.redact(event["output"]))
         return None
 
     def on_prompt(event: dict):

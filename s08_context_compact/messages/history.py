@@ -116,20 +116,25 @@ def tool_names(messages: list) -> dict:
             for b in blocks_of(m) if b.get("type") == "tool_use"}
 
 
-def what_was_done(removed: list) -> str:
+def what_was_done(removed: list, tools: dict) -> str:
     """A few lines on what the snipped messages did, so the model knows what it no longer
-    sees: the files read and written, the commands run and how they ended."""
+    sees: the files read and written, the commands run and how they ended (what each tool
+    does, its declaration in tools says: basics/tools.py)."""
     outcome = {b["tool_use_id"]: re.search(r"\[exit code (\d+)\]|\[timed out", result_text(b))
                for m in removed for b in blocks_of(m) if b.get("type") == "tool_result"}
     done = {"read": [], "wrote": [], "ran": []}
     for message in removed:
         for call in [b for b in blocks_of(message) if b.get("type") == "tool_use" and isinstance(b.get("input"), dict)]:
-            path, command, ended = call["input"].get("path"), call["input"].get("command"), outcome.get(call["id"])
-            if call["name"] == "read_file" and isinstance(path, str):
+            tool = tools.get(call["name"])
+            if tool is None:
+                continue
+            path, command = call["input"].get(tool.path_argument), call["input"].get(tool.runs)
+            ended = outcome.get(call["id"])
+            if tool.reads and isinstance(path, str):
                 done["read"].append(path)
-            elif call["name"] in ("write_file", "edit_file") and isinstance(path, str):
+            elif tool.writes and isinstance(path, str):
                 done["wrote"].append(path)
-            elif call["name"] == "bash" and isinstance(command, str):
+            elif tool.runs and isinstance(command, str):
                 code = "timed out" if ended and not ended.group(1) else f"exit {ended.group(1) if ended else 0}"
                 done["ran"].append(f"`{one_line(command, 60)}` ({code})")
     lines = []
@@ -172,13 +177,14 @@ def cut_long_texts(message: dict, max_chars: int) -> dict:
     return {**message, "content": content}
 
 
-def paths_read(messages: list) -> set:
-    """The paths read_file read in these messages whose results are still there whole (not
-    cleared to a pointer, not a stub pointing elsewhere)."""
+def paths_read(messages: list, tools: dict) -> set:
+    """The paths a tool that reads a file read in these messages whose results are still there
+    whole (not cleared to a pointer, not a stub pointing elsewhere)."""
     whole = {b.get("tool_use_id") for m in messages for b in blocks_of(m) if b.get("type") == "tool_result"
              and OWN not in b and not result_text(b).startswith("(unchanged: ")}  # repeat_reads' stub
-    return {b["input"].get("path") for m in messages for b in blocks_of(m)
-            if b.get("name") == "read_file" and b.get("id") in whole}
+    readers = {name: tool.reads for name, tool in tools.items() if tool.reads}
+    return {b["input"].get(readers[b.get("name")]) for m in messages for b in blocks_of(m)
+            if b.get("name") in readers and b.get("id") in whole and isinstance(b.get("input"), dict)}
 
 
 def current_request(messages: list) -> dict | None:

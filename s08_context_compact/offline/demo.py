@@ -247,7 +247,7 @@ def play_step(code, agent, fake, messages, title, what, prompt, script, say) -> 
             acted.append(f"{name} {runs}× −{format_tokens(saved)}")
     if script.get("refusal"):  # the request the endpoint refused, beside what we had estimated it at
         refused = fake.requests[first_request]
-        ours = code.estimate_text_tokens(agent.system + json.dumps(agent.tools)) + code.estimate_tokens(
+        ours = code.estimate_text_tokens(agent.system + json.dumps(code.definitions(agent.tools))) + code.estimate_tokens(
             refused["messages"])
         say(f"   the endpoint refused a request we had estimated at {ours:,} tokens, saying \"{REFUSAL}\". "
             "Here the refusal is scripted, to show reactive_compact; a real endpoint refuses when its own "

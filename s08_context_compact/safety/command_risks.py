@@ -11,8 +11,6 @@ make it ask; what a script does inside is not checked. Only an operating-system 
 confines a command whatever it says: sandbox.py, where bubblewrap is installed.
 """
 
-import glob
-import itertools
 import os
 import re
 from pathlib import Path
@@ -21,7 +19,7 @@ from .command_kinds import (DELETES, CHANGES, COPIES, COPY_VALUES, COPY_WALK_LIM
                            CODE_FLAGS, INTERPRETER, LANGUAGE, RISKY_CODE, QUOTED_PATH, PATTERN_FIRST,
                            TEXT_ONLY, WRAPPERS, STDIN_NAMES, IN_PLACE_EDITORS, KEYWORDS)
 from ..basics import FOLDER, REDACTED, in_own_folder, resolved, walk_tree
-from .shell_words import Lexer, Word, make_word, simple_commands
+from .shell_words import MAX_PATTERN_PARTS, Lexer, Word, braces, make_word, matching, simple_commands
 
 # Refused outright, whatever anyone answers: these are never part of a coding task.
 DENY_PATTERNS = [r"\brm\s+-[a-zA-Z]*r[a-zA-Z]*f?\s+(/|~|\$HOME)(\s|$)", r"\bsudo\b", r"\bmkfs",
@@ -52,7 +50,6 @@ SECRET_FILES = (".env",)
 WRITES_TEXT = re.compile(r">|<<|\btee\b|\b(sed|perl|ruby)\s+(-\w+\s+)*-\w*i|\b(ex|vim?)\s")
 
 MAX_DEPTH = 5                       # scripts inside scripts inside ...: deeper than this asks
-MAX_PATTERN_PARTS = 64              # folders in a glob pattern the check looks through
 
 
 def command_risks(command: str, workdir: Path, sandboxed: bool = False) -> tuple:
@@ -71,30 +68,6 @@ def command_risks(command: str, workdir: Path, sandboxed: bool = False) -> tuple
     return deny, list(dict.fromkeys(judge.reasons))
 
 
-def braces(word: str, limit: int = 64) -> list:
-    """A word's brace expansions, as bash makes them ({a,b}x -> ax bx), at most limit: grown
-    a brace at a time and cut to limit at each step, so {a,b}{a,b}... never doubles past it."""
-    words, done = [word], []
-    while words and len(done) < limit:
-        each = words.pop(0)
-        found = re.search(r"\{([^{}]*,[^{}]*)\}", each)
-        if not found:
-            done.append(each)
-            continue
-        parts = found.group(1).split(",")[:limit]
-        words = [each[:found.start()] + part + each[found.end():] for part in parts] + words
-        words = words[:limit - len(done)]
-    return done
-
-
-def matching(pattern: str, limit: int = COPY_WALK_LIMIT) -> list | None:
-    """The names a glob pattern matches, at most limit; None for a pattern too deep to look at
-    (glob goes a call deeper for each part that holds a wildcard, and Python's stack ends)."""
-    if pattern.count("/") > MAX_PATTERN_PARTS:
-        return None
-    return list(itertools.islice(glob.iglob(pattern), limit))
-
-
 class Judge:
     """Reads a script command by command and collects the reasons to ask. The folder a
     `cd` moves to is followed, so relative paths are judged where they will be used."""
@@ -110,7 +83,7 @@ class Judge:
 
     def matching(self, word: Word) -> list:
         """What a word with a wildcard names here; a pattern too deep to look at asks."""
-        names = matching(str(self.path(word)))
+        names = matching(str(self.path(word)), COPY_WALK_LIMIT)
         if names is None:
             self.ask(f"names files by a pattern of over {MAX_PATTERN_PARTS} folders, too deep to check ({word})")
         return names or []

@@ -90,14 +90,16 @@ class Sandbox:
             return f"off: {self.why_not}"
         return f"bubblewrap: read-only outside the workspace, network {'on' if self.network else 'off'}"
 
-    def tools(self, tools: list) -> list:
-        """The tool definitions, the bash tool telling the model what the sandbox changes."""
+    def tools(self, tools: dict) -> dict:
+        """The tools (name -> Tool), each that runs commands telling the model what the sandbox
+        changes."""
         if not self.on:
             return tools
         note = (" Commands run in a sandbox: the file system is read-only outside the workspace, /tmp is "
                 "private to each command, and every process a command starts ends with it (start a server "
                 "and its client in one command)." + ("" if self.network else " There is no network."))
-        return [{**t, "description": t["description"] + note} if t["name"] == "bash" else t for t in tools]
+        return {name: replace(tool, description=tool.description + note) if tool.runs else tool
+                for name, tool in tools.items()}
 
     def start(self, script: str, workdir: Path, env: dict) -> "Confined":
         """How to start script with bash in workdir, in what it may have of the environment env:

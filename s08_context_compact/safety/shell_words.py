@@ -1,13 +1,17 @@
 """How bash splits a command into words: quotes, escapes, ~, $VARIABLES, $(...) and
 backquotes, pipes and other operators, redirections and here-documents. Each word knows
-whether part of it is known only when the command runs (a variable, a substitution).
+whether part of it is known only when the command runs (a variable, a substitution); the
+names it may stand for come from its braces and wildcards, each expansion bounded.
 
 Machinery the chapter does not need: command_risks.py reads commands with it.
 """
 
+import glob
+import itertools
 import os
 import re
 
+MAX_PATTERN_PARTS = 64              # folders in a glob pattern that are looked through
 SEPARATORS = {";", "&&", "||", "|", "|&", "&", "(", ")", ";;", ";&", ";;&"}
 OPERATORS = sorted(SEPARATORS | {"&>>", "&>", ">>", ">|", ">&", "<<<", "<<-", "<<", "<&", "<>", ">", "<"},
                    key=len, reverse=True)
@@ -219,3 +223,27 @@ def simple_commands(parts: list) -> list:
             words.append(part)
     commands.append((words, redirects, piped))
     return [command for command in commands if command[0] or command[1]]
+
+
+def braces(word: str, limit: int = 64) -> list:
+    """A word's brace expansions, as bash makes them ({a,b}x -> ax bx), at most limit: grown
+    a brace at a time and cut to limit at each step, so {a,b}{a,b}... never doubles past it."""
+    words, done = [word], []
+    while words and len(done) < limit:
+        each = words.pop(0)
+        found = re.search(r"\{([^{}]*,[^{}]*)\}", each)
+        if not found:
+            done.append(each)
+            continue
+        parts = found.group(1).split(",")[:limit]
+        words = [each[:found.start()] + part + each[found.end():] for part in parts] + words
+        words = words[:limit - len(done)]
+    return done
+
+
+def matching(pattern: str, limit: int) -> list | None:
+    """The names a glob pattern matches, at most limit; None for a pattern too deep to look at
+    (glob goes a call deeper for each part that holds a wildcard, and Python's stack ends)."""
+    if pattern.count("/") > MAX_PATTERN_PARTS:
+        return None
+    return list(itertools.islice(glob.iglob(pattern), limit))

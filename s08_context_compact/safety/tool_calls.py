@@ -9,7 +9,7 @@ takes of the loop (a Toolbox), never the agent.
 
 from dataclasses import dataclass
 
-from ..basics import Spinner, ToolError, redact, well_formed
+from ..basics import Spinner, Tool, ToolCall, ToolError, redact, well_formed
 from ..endpoint import ContextOverflow, api_failures
 from ..messages import check_tool_input, refused_result
 
@@ -17,8 +17,8 @@ from ..messages import check_tool_input, refused_result
 @dataclass(frozen=True)
 class Toolbox:
     """What running the model's tool calls takes of the loop."""
-    tools: list          # the definitions sent: a call is checked against its tool's schema
-    run: object          # run(name, call_id, input): the tool's output; raises ToolError
+    tools: dict          # name -> Tool (basics/tools.py): a call is checked against its schema
+    run: object          # run(tool, call, input): the tool's output; raises ToolError
     fire: object         # fire(event, **payload): the hooks' answers
     show_call: object    # show_call(name, input): the line the person sees as a call starts
     show_result: object  # show_result(name, input, output, failed)
@@ -28,9 +28,10 @@ class Toolbox:
     look_again: object = str  # after a call: a line when it changed what the next start reads
 
 
-def run_tool_calls(box: Toolbox, tool_uses: list, refused: dict) -> tuple:
+def run_tool_calls(box: Toolbox, tool_uses: list, refused: dict, history: list) -> tuple:
     """(a tool_result for every call, in order; whether Ctrl-C cut the batch short). A call
-    whose input could not be read (refused) is answered with why."""
+    whose input could not be read (refused) is answered with why; each handler is handed
+    the history the calls were made in."""
     results = []
     try:
         for block in tool_uses:
@@ -39,7 +40,7 @@ def run_tool_calls(box: Toolbox, tool_uses: list, refused: dict) -> tuple:
                 box.show_result(block["name"], {}, f"{block['name']}: {why}", failed=True)
                 results.append(refused_result(block, why))
             else:
-                results.append(answer_call(box, block))
+                results.append(answer_call(box, block, history))
         return results, False
     except KeyboardInterrupt as stop:
         ended = getattr(stop, "__notes__", None)  # what run_command ended, as SIGTERM's exit says
@@ -51,18 +52,20 @@ def run_tool_calls(box: Toolbox, tool_uses: list, refused: dict) -> tuple:
         return results, True
 
 
-def answer_call(box: Toolbox, block: dict) -> dict:
-    """Run one tool call through the hooks; always returns a tool_result block."""
+def answer_call(box: Toolbox, block: dict, history: list) -> dict:
+    """Run one tool call through the hooks; always returns a tool_result block. The hooks
+    are told the tool's declaration, and read what it does there."""
     name, args = block["name"], block["input"]
     box.show_call(name, args)  # "● bash  wc -l *.py" (command_line/work_lines.py)
-    schema = next((t["input_schema"] for t in box.tools if t["name"] == name), None)
+    tool = box.tools.get(name)
+    schema = tool.input_schema if tool else None
     problem = check_tool_input(schema, args) if schema else None
     denied = []
     if schema and not problem:
-        answers = box.fire("PreToolUse", name=name, input=args)
+        answers = box.fire("PreToolUse", name=name, input=args, tool=tool)
         denied = [answer["deny"] for answer in answers if "deny" in answer]
     if schema is None:
-        available = ", ".join(t["name"] for t in box.tools)
+        available = ", ".join(box.tools)
         output, failed = f"Error: unknown tool '{name}'. Available tools: {available}.", True
     elif problem:
         output = f"Error: {name} was called wrongly: {problem}. Call it again with valid input."
@@ -70,9 +73,9 @@ def answer_call(box: Toolbox, block: dict) -> dict:
     elif denied:
         output, failed = denied[0], True
     else:
-        output, failed = call_handler(box, name, block["id"], args, schema)
+        output, failed = call_handler(box, tool, ToolCall(block["id"], history), args)
         output += box.look_again()  # a file tool may reach the program's own .env by another name
-        box.fire("PostToolUse", name=name, input=args, output=output, is_error=failed)
+        box.fire("PostToolUse", name=name, input=args, output=output, is_error=failed, tool=tool)
     # A path or a name with bytes that are not UTF-8, as U+FFFD (a request cannot carry them);
     # then no secret a tool printed reaches the model or the disk.
     output = redact(well_formed(output), box.secrets)
@@ -81,14 +84,15 @@ def answer_call(box: Toolbox, block: dict) -> dict:
     return {**result, "is_error": True} if failed else result
 
 
-def call_handler(box: Toolbox, name: str, call_id: str, args: dict, schema: dict) -> tuple:
+def call_handler(box: Toolbox, tool: Tool, call: ToolCall, args: dict) -> tuple:
     """(output, failed) of a call the hooks allowed; a tool's own error is its output, and
     arguments its schema does not list are left out, and named."""
-    known = {key: value for key, value in args.items() if key in schema.get("properties", {})}
-    spinner_to = box.spinner_to if name != "task" else None  # a subagent shows its own work
+    name = tool.name
+    known = {key: value for key, value in args.items() if key in tool.input_schema.get("properties", {})}
+    spinner_to = None if tool.subagent else box.spinner_to  # a subagent shows its own work
     try:
         with Spinner(spinner_to, f"running {name}"):
-            output, failed = box.run(name, call_id, known), False
+            output, failed = box.run(tool, call, known), False
     except ToolError as err:
         output, failed = f"Error: {err}", True
     except (OSError, ValueError, ContextOverflow, *api_failures()) as err:

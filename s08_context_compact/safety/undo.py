@@ -1,5 +1,6 @@
-"""Undo of a turn. Before the first tool call of a turn that may change the workspace
-(write_file, edit_file, bash, a subagent's included), its files are recorded: each
+"""Undo of a turn. Before the first call of a turn to a tool that may change the workspace
+(its declaration says it writes a file, runs a command or starts a subagent: write_file,
+edit_file, bash, task), its files are recorded: each
 path with a hash of its content, each content kept once. /undo compares the workspace
 with that record and puts back every file the turn changed or deleted, and takes away
 the ones it created; what it replaced is recorded first, so /redo puts that back.
@@ -48,11 +49,10 @@ import time
 from pathlib import Path
 from typing import NamedTuple
 
-from ..basics import one_line, printable, undo_folder
+from ..basics import one_line, printable, Tool, undo_folder
 from .undo_folders import (FILE_FLAGS, NOT_THERE, PASSED, RELATIVE, Folders, copy_hashing, parts_of,
                            passed_over, remove_in, shown, walk_folders, write_copy_in)
 
-CHANGES_FILES = ("write_file", "edit_file", "bash", "task")
 MAX_FILE_BYTES = 20_000_000
 MAX_FILES = 50_000
 MAX_STORE_BYTES = 500_000_000
@@ -122,9 +122,10 @@ class Undo:
         self.workdir, self.warn = workdir.resolve(), warn
         return self
 
-    def before_change(self, tool: str) -> None:
-        """Record the workspace before the turn's first tool call that may change it."""
-        if tool not in CHANGES_FILES or self.turn_recorded:
+    def before_change(self, tool: Tool | None) -> None:
+        """Record the workspace before the turn's first call of a tool that may change it (its
+        declaration says so: basics/tools.py)."""
+        if tool is None or not tool.changes_files or self.turn_recorded:
             return
         self.turn_recorded = True
         problem = self.store_problem()
@@ -581,7 +582,7 @@ def undo_hooks(current) -> dict:
 
     def before_tool(event: dict):
         undo, workdir, say = current()
-        undo.at(workdir, say).before_change(event["name"])
+        undo.at(workdir, say).before_change(event.get("tool"))
 
     def after_turn(event: dict):
         current()[0].end_turn()  # fired however the main agent's turn ended
