@@ -53,11 +53,12 @@ from s08_context_compact.endpoint import (
     CACHE_TTLS, api_error_text, api_failures, cache_mark, ContextOverflow, count_tokens, Endpoint,
     extract_summary, make_reply_sendable, model_reply, SummaryError, with_cache_breakpoints)
 from s08_context_compact.compaction import (
-    fallback_summary, fit_for_summary, Ledger, ledger_hooks, nothing_to_summarize, render_todos,
-    RepeatReads, replace_with_summary, Restorable, Settings, shorter, smaller_budget, Store,
-    summary_instructions, summary_problem, SummaryAhead, true_stubs, what_comes_back)
+    fallback_summary, fit_for_summary, ForTheLedger, Ledger, ledger_hooks, nothing_to_summarize,
+    render_todos, RepeatReads, replace_with_summary, Restorable, Settings, shorter,
+    smaller_budget, Store, summary_instructions, summary_problem, SummaryAhead, true_stubs,
+    what_comes_back)
 from s08_context_compact.safety import (
-    command_risks, run_command, run_tool_calls, Sandbox, Toolbox, Undo, undo_hooks)
+    command_risks, ForUndo, run_command, run_tool_calls, Sandbox, Toolbox, Undo, undo_hooks)
 from s08_context_compact.command_line import (
     add_prompt, ahead_loop, build_system_prompt, configure, Lesson, model_connection,
     open_session, park_long_inputs, park_oversized_request, report_layer, run,
@@ -944,10 +945,10 @@ def install_default_hooks(agent) -> None:
 
     # What each reads of the agent, as it is when a hook runs: /clear puts in a new ledger and state
     def for_the_ledger():
-        return agent.workdir, agent.ledger, agent.secrets, agent.state.todos
+        return ForTheLedger(agent.workdir, agent.ledger, agent.secrets, agent.state.todos)
 
     def for_undo():
-        return agent.undo, agent.workdir, agent.say
+        return ForUndo(agent.undo, agent.workdir, agent.say)
 
     for event, hook in [*ledger_hooks(for_the_ledger).items(), *undo_hooks(for_undo).items()]:
         agent.hooks[event].append(hook)

@@ -3,7 +3,7 @@ summary written ahead, repeated reads, the fact ledger.
 
 What the rest of the program may use from this folder."""
 
-from .ledger import Ledger, ledger_hooks, short_hash
+from .ledger import ForTheLedger, Ledger, ledger_hooks, short_hash
 from .repeat_reads import RepeatReads, true_stubs
 from .summary_ahead import SummaryAhead
 from .settings import Settings

@@ -10,6 +10,7 @@ nothing in the loop knows the ledger.
 import hashlib
 import re
 from pathlib import Path
+from typing import NamedTuple
 
 from ..basics import inside_workspace
 
@@ -107,14 +108,23 @@ def listed(keys: str, max_chars: int) -> str:
     return f"{shown}; and {keys.count('; ') - shown.count('; ')} more"
 
 
+class ForTheLedger(NamedTuple):
+    """What the ledger's hooks read of the session, as it is when they run."""
+    workdir: Path
+    ledger: "Ledger"
+    secrets: object     # a Redactor
+    todos: list
+
+
 def ledger_hooks(current) -> dict:
     """The ledger as a plug-in on the hooks: it records after each tool call and each user
     prompt, puts itself back after a summary (RestoreContext), and checks what the summary
-    kept (PostCompact). current() gives what they read, as it is when they run (/clear puts in a
-    new ledger and todo list): (the workdir, the ledger, the secrets, the todo list)."""
+    kept (PostCompact). current() gives what they read as a ForTheLedger, as it is when they
+    run (/clear puts in a new ledger and todo list)."""
     def after_tool(event: dict):
         tool, args = event.get("tool"), event["input"]
-        workdir, ledger, secrets, _ = current()
+        now = current()
+        workdir, ledger, secrets = now.workdir, now.ledger, now.secrets
         if event["is_error"] or tool is None:
             return None
         path = args.get(tool.writes or tool.reads)  # what the tool's declaration says it touches
@@ -128,16 +138,17 @@ def ledger_hooks(current) -> dict:
         return None
 
     def on_prompt(event: dict):
-        current()[1].note_prompt(event["prompt"])
+        current().ledger.note_prompt(event["prompt"])
         return None
 
     def restore(event: dict):
         return {"what": "fact ledger", "heading": "Fact ledger (recorded from tool calls and the user's words, "
-                "not from the summary):", "lines": current()[1].lines()}
+                "not from the summary):", "lines": current().ledger.lines()}
 
     def check(event: dict):
         # what the summary keeps, with the messages kept after it as they are (a fact there is not lost)
-        _, ledger, secrets, todos = current()
+        now = current()
+        ledger, secrets, todos = now.ledger, now.secrets, now.todos
         kept, total, lost = ledger.check(event["summary"] + event.get("kept", ""), todos)
         lost_keys = secrets.redact("; ".join(key for _, key in lost))  # a todo may quote a secret: before the cut
         missing = f" (not in the summary: {listed(lost_keys, 200)})" if lost else ""

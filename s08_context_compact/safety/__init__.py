@@ -7,4 +7,4 @@ from .command_runner import run_command
 from .next_start import changed_by_command, passes_through
 from .sandbox import find_sandbox, Sandbox, start_up_line
 from .tool_calls import run_tool_calls, Toolbox
-from .undo import Undo, undo_hooks
+from .undo import ForUndo, Undo, undo_hooks

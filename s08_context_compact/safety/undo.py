@@ -573,17 +573,24 @@ def running(pid: str) -> bool:
     return True
 
 
+class ForUndo(NamedTuple):
+    """What undo's hooks read of the session, as it is when they run."""
+    undo: Undo
+    workdir: Path
+    say: object
+
+
 def undo_hooks(current) -> dict:
     """The record taken before a turn's first change, as hooks beside the ledger's. current() gives
-    what they read, as it is when they run: (the Undo, the workdir, say). Stop fires when the main
-    agent's turn ends, however it ended."""
+    what they read as a ForUndo, as it is when they run. Stop fires when the main agent's turn
+    ends, however it ended."""
     def on_prompt(event: dict):
-        current()[0].new_turn(event["prompt"])
+        current().undo.new_turn(event["prompt"])
 
     def before_tool(event: dict):
-        undo, workdir, say = current()
-        undo.at(workdir, say).before_change(event.get("tool"))
+        now = current()
+        now.undo.at(now.workdir, now.say).before_change(event.get("tool"))
 
     def after_turn(event: dict):
-        current()[0].end_turn()  # fired however the main agent's turn ended
+        current().undo.end_turn()  # fired however the main agent's turn ended
     return {"UserPromptSubmit": on_prompt, "PreToolUse": before_tool, "Stop": after_turn}
