@@ -692,6 +692,8 @@ def main(argv=None) -> int:
     parser.add_argument("--report", action="store_true", help="only the size and time of a long session's picture")
     parser.add_argument("--undo", action="store_true", help="only the time /undo's record of 127 MB takes")
     parser.add_argument("--cache-ttl", choices=("5m", "1h"), default="5m", help="the prompt cache's life (CACHE_TTL)")
+    parser.add_argument("--config", action="append", choices=tuple(CONFIGS),
+                        help="play only this configuration (repeat for more); the targets need all")
     args = parser.parse_args(argv)
     window = args.window or 200_000
     if args.sandbox:
@@ -712,6 +714,8 @@ def main(argv=None) -> int:
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
         for name, changes in CONFIGS.items():
+            if args.config and name not in args.config:
+                continue
             workdir = Path(tmp) / name.replace(" ", "-")
             workdir.mkdir()
             started = time.perf_counter()
@@ -725,8 +729,8 @@ def main(argv=None) -> int:
         logged = None if args.no_timing else pipeline_time_at(code, Path(tmp) / "logged", 1000, log=True)
         resumed = None if args.no_timing else resume_pass_time(code, Path(tmp))
     # the targets are set for the built-in session; a replay just reports its figures
-    show(results, session, scaling, window, targets=not args.replay and args.turns >= 40 and args.cache_ttl == "5m",
-         resumed=resumed, logged=logged)
+    targets = not args.replay and not args.config and args.turns >= 40 and args.cache_ttl == "5m"
+    show(results, session, scaling, window, targets=targets, resumed=resumed, logged=logged)
     return 0
 
 
