@@ -44,6 +44,10 @@ import anthropic
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the program, as a package
 from s08_context_compact.offline.fake_anthropic import FakeAnthropic, held, text, tool_uses  # noqa: E402
+from s08_context_compact.command_line import ahead_loop, build_system_prompt, open_session  # noqa: E402
+from s08_context_compact.compaction import Settings  # noqa: E402
+from s08_context_compact.endpoint import model_reply  # noqa: E402
+from s08_context_compact.messages import append_message, blocks_of, estimate_tokens, replace_history, result_text  # noqa: E402
 from s08_context_compact.session.log_checks import Chain  # noqa: E402
 from s08_context_compact.compaction.summary_ahead import SummaryAhead  # noqa: E402
 
@@ -142,7 +146,7 @@ def replayed_session(path: Path, code) -> Session:
     session = Session()
     calls = {}
     for message in messages:
-        blocks = code.blocks_of(message)
+        blocks = blocks_of(message)
         if message["role"] == "assistant":
             if not session.turns:
                 session.turns.append(("(the session so far)", []))
@@ -153,7 +157,7 @@ def replayed_session(path: Path, code) -> Session:
             if block.get("type") == "tool_result" and block["tool_use_id"] in calls:
                 use = calls[block["tool_use_id"]]
                 key = (use["name"], json.dumps(use["input"], sort_keys=True, ensure_ascii=False))
-                session.outputs[key].append(code.result_text(block))
+                session.outputs[key].append(result_text(block))
         prompt = "\n\n".join(b["text"] for b in blocks if b.get("type") == "text")
         if prompt:
             session.turns.append((prompt, []))
@@ -212,7 +216,7 @@ class Stopwatch:
     def swaps(self) -> dict:
         code = self.code
         return {"compact_pipeline": self.pipeline_of(code.compact_pipeline),
-                "model_reply": self.waiting(code.model_reply),
+                "model_reply": self.waiting(model_reply),
                 "exact_context_tokens": self.waiting(code.exact_context_tokens)}
 
 
@@ -248,9 +252,9 @@ def play(code, session: Session, settings, workdir: Path, cheap_layers: bool = T
         fake.default_summary = obedient_summary
         client = anthropic.Anthropic(api_key="benchmark", base_url=fake.url, max_retries=0)
         agent = code.Agent(client=client, settings=settings, workdir=workdir, tools=session.tools(code.TOOLS),
-                           system=code.build_system_prompt(workdir, {}), out=lambda *a, **k: None)
+                           system=build_system_prompt(workdir, {}), out=lambda *a, **k: None)
         code.install_default_hooks(agent)  # the ledger records the session as it would for a user
-        messages = code.open_session(agent, None)  # the session log, as for a user
+        messages = open_session(agent, None)  # the session log, as for a user
         for prompt, replies in session.turns:
             time_now.now += idle_gap(rng) if gaps else 0.0
             fake.replies.clear()
@@ -309,10 +313,10 @@ def code_layers():
 def pipeline_time_at(code, workdir: Path, size: int, turns: int = 200, log: bool = False) -> tuple:
     """The pipeline's own time per model call on a history of `size` messages (median, max
     in ms); with log, the session log's writes for the call's two new messages count too."""
-    settings = replace(code.Settings.for_window("benchmark", 10_000_000), snip_keep_tail=10 * size)
+    settings = replace(Settings.for_window("benchmark", 10_000_000), snip_keep_tail=10 * size)
     agent = code.Agent(client=None, settings=settings, workdir=workdir, tools=code.TOOLS, system="benchmark",
                        out=lambda *a, **k: None)
-    messages = code.open_session(agent, None) if log else []
+    messages = open_session(agent, None) if log else []
     rng = random.Random(size)
     messages.append({"role": "user", "content": [{"type": "text", "text": "start"}]})
     n = 0
@@ -324,7 +328,7 @@ def pipeline_time_at(code, workdir: Path, size: int, turns: int = 200, log: bool
                                                    "content": lorem(rng, rng.randint(50, 4_000))}]}]
     if log:
         agent.log.replace(messages, "benchmark")
-    agent.state.counter.anchor(code.estimate_tokens(messages), messages)  # as after a response
+    agent.state.counter.anchor(estimate_tokens(messages), messages)  # as after a response
     times = []
     for _ in range(turns):
         n += 1
@@ -332,9 +336,9 @@ def pipeline_time_at(code, workdir: Path, size: int, turns: int = 200, log: bool
                                                    "input": {"command": "ls"}}]}
         result = {"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"t{n}", "content": "ok"}]}
         started = time.perf_counter()
-        code.append_message(agent.log, agent.state.counter, messages, call)
-        code.append_message(agent.log, agent.state.counter, messages, result)
-        code.replace_history(agent.log, messages, code.compact_pipeline(agent, messages), "compaction")
+        append_message(agent.log, agent.state.counter, messages, call)
+        append_message(agent.log, agent.state.counter, messages, result)
+        replace_history(agent.log, messages, code.compact_pipeline(agent, messages), "compaction")
         times.append((time.perf_counter() - started) * 1000)
         agent.state.counter.anchor(agent.state.counter.count(messages, agent.overhead), messages)
     return statistics.median(times), max(times)
@@ -343,27 +347,27 @@ def pipeline_time_at(code, workdir: Path, size: int, turns: int = 200, log: bool
 def resume_pass_time(code, workdir: Path, size: int = 5_000, repeats: int = 5) -> float:
     """The first pipeline pass after --resume on a logged history of `size` messages, in ms
     (the median of a few resumes: one pass is one sample, and a sample can hit a pause)."""
-    settings = replace(code.Settings.for_window("benchmark", 10_000_000), snip_keep_tail=10 * size)
+    settings = replace(Settings.for_window("benchmark", 10_000_000), snip_keep_tail=10 * size)
     agent = code.Agent(client=None, settings=settings, workdir=workdir, tools=code.TOOLS, system="benchmark",
                        out=lambda *a, **k: None)
-    messages = code.open_session(agent, None)
+    messages = open_session(agent, None)
     rng = random.Random(size)
-    code.append_message(agent.log, agent.state.counter, messages,
+    append_message(agent.log, agent.state.counter, messages,
                         {"role": "user", "content": [{"type": "text", "text": "start"}]})
     for n in range(size // 2):
-        code.append_message(agent.log, agent.state.counter, messages, {"role": "assistant", "content": [
+        append_message(agent.log, agent.state.counter, messages, {"role": "assistant", "content": [
             {"type": "tool_use", "id": f"t{n}", "name": "bash", "input": {"command": "ls"}}]})
         reply = {"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"t{n}",
                                               "content": lorem(rng, rng.randint(50, 4_000))}]}
         if n == size // 2 - 1:  # the last message carries the endpoint's count, as a reply does
-            agent.state.counter.anchor(code.estimate_tokens(messages + [reply]), messages + [reply])
-        code.append_message(agent.log, agent.state.counter, messages, reply)
+            agent.state.counter.anchor(estimate_tokens(messages + [reply]), messages + [reply])
+        append_message(agent.log, agent.state.counter, messages, reply)
     agent.log.close()  # the session ends, so it can be resumed (a session open in a program cannot)
     times = []
     for _ in range(repeats):
         resumed = code.Agent(client=None, settings=settings, workdir=workdir, tools=code.TOOLS, system="benchmark",
                              out=lambda *a, **k: None)
-        history = code.open_session(resumed, agent.log.path)
+        history = open_session(resumed, agent.log.path)
         resumed.overhead, resumed.store  # noqa: B018  every session's first pass pays these, resumed or not
         started = time.perf_counter()
         code.compact_pipeline(resumed, history)
@@ -424,7 +428,7 @@ def ahead_play(code, workdir: Path, window: int, ahead: bool, spread: float = 0.
             before = waited[0]
             result = layer(messages, **kwargs)
             waits.append(waited[0] - before)
-            after.append(code.estimate_tokens(result))
+            after.append(estimate_tokens(result))
             return result
         run.__name__ = layer.__name__
         return run
@@ -447,7 +451,7 @@ def ahead_play(code, workdir: Path, window: int, ahead: bool, spread: float = 0.
         fake.default_summary = summary
         client = anthropic.Anthropic(api_key="benchmark", base_url=fake.url, max_retries=0)
         agent = code.Agent(client=client, settings=settings, workdir=workdir, tools=code.TOOLS,
-                           system=code.build_system_prompt(workdir, {}), out=lambda *a, **k: None)
+                           system=build_system_prompt(workdir, {}), out=lambda *a, **k: None)
         code.install_default_hooks(agent)
         messages, started = [], time.perf_counter()
         for turn in range(pace.steps // 25):
@@ -462,7 +466,7 @@ def ahead_play(code, workdir: Path, window: int, ahead: bool, spread: float = 0.
                    "set aside billed": billed(ahead.discarded_usage), "model calls": len(fake.main_requests),
                    "tokens after a compaction": statistics.mean(after) if after else 0}
         # one in flight at the end is the session's end, not a waste
-        ahead.drop(code.ahead_loop(agent), "the session ended")
+        ahead.drop(ahead_loop(agent), "the session ended")
         return {**figures, "billed input": sum(billed(u) for u in fake.usage_log)}
 
 
@@ -472,7 +476,7 @@ def billed(usage: dict) -> float:
 
 
 def ahead_settings(code, window: int, ahead: bool):
-    base = code.Settings.for_window("claude-benchmark", window)
+    base = Settings.for_window("claude-benchmark", window)
     return base if ahead else replace(base, summary_ahead=None)
 
 
@@ -709,7 +713,7 @@ def main(argv=None) -> int:
     session = replayed_session(args.replay, code) if args.replay else scripted_session(args.seed, args.turns)
     # Summaries written ahead run in a thread on real time, which this simulated clock does not
     # govern: they are measured on their own (--ahead), and these figures are the layers' alone.
-    base = replace(code.Settings.for_window("claude-benchmark", window), cache_ttl=args.cache_ttl,
+    base = replace(Settings.for_window("claude-benchmark", window), cache_ttl=args.cache_ttl,
                    summary_ahead=None)
     results = {}
     with tempfile.TemporaryDirectory() as tmp:

@@ -28,7 +28,9 @@ sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import cli_runner  # noqa: E402
 from s08_context_compact.offline.fake_anthropic import FakeAnthropic  # noqa: E402
-from s08_context_compact.command_line import handle_command  # noqa: E402
+from s08_context_compact.basics import discover_skills  # noqa: E402
+from s08_context_compact.command_line import build_system_prompt, handle_command  # noqa: E402
+from s08_context_compact.compaction import Settings  # noqa: E402
 from s08_context_compact.compaction import summary as summary_layer  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -120,14 +122,14 @@ def make_agent(s08, fake, workspace, sandbox):
     def build(window=200_000, confirm=None, server=None, **overrides):
         server = server or fake
         client = anthropic.Anthropic(api_key="test", base_url=server.url, max_retries=0)
-        skills = s08.discover_skills([workspace / "skills", CODE.parent / "skills"])
+        skills = discover_skills([workspace / "skills", CODE.parent / "skills"])
         # no waiting; and no summary written in the background, whose requests would interleave with
         # the scripted ones at a time no test sets (test_summary_ahead.py turns it on and orders them)
-        settings = replace(s08.Settings.for_window("claude-test", window), retry_base_seconds=0.0, summary_ahead=None)
+        settings = replace(Settings.for_window("claude-test", window), retry_base_seconds=0.0, summary_ahead=None)
         chosen = overrides.get("sandbox", sandbox)
         overrides = {"tools": chosen.tools(s08.TOOLS), "sandbox": chosen, **overrides}
         agent = s08.Agent(client=client, settings=settings,
-                          workdir=workspace, system=s08.build_system_prompt(workspace, skills),
+                          workdir=workspace, system=build_system_prompt(workspace, skills),
                           skills=skills, out=Printed(),
                           confirm=confirm or (lambda q: (False, "no one could confirm it (test)")),
                           **overrides)

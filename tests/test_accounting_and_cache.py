@@ -4,6 +4,9 @@ import json
 
 from conftest import assert_requests_valid, assert_valid, blocks, plain, user
 from conftest import chat as _chat
+from s08_context_compact.compaction import Store
+from s08_context_compact.endpoint import CACHE_TTLS
+from s08_context_compact.messages import estimate_tokens, OWN
 
 
 def chat(turns, size):
@@ -37,7 +40,7 @@ def test_context_size_comes_from_usage_not_the_character_estimate(s08, make_agen
         measured = sum(usage[k] for k in ("input_tokens", "cache_read_input_tokens",
                                           "cache_creation_input_tokens", "output_tokens"))
         assert s08.context_tokens(agent, messages) == measured
-        estimate = agent.overhead + s08.estimate_tokens(messages)
+        estimate = agent.overhead + estimate_tokens(messages)
         assert estimate < agent.settings.threshold < measured < 20_000, "the estimate alone would not compact"
         add_user_text(messages, "second question")
         s08.agent_loop(agent, messages)
@@ -52,9 +55,9 @@ def test_only_what_changed_since_the_last_response_is_estimated(s08, make_agent,
     s08.agent_loop(agent, messages)
     anchored = s08.context_tokens(agent, messages)
     added = user("a follow-up " * 50)
-    assert s08.context_tokens(agent, messages + [added]) == anchored + s08.estimate_tokens([added])
+    assert s08.context_tokens(agent, messages + [added]) == anchored + estimate_tokens([added])
     rewritten = [user("hello, changed")] + messages[1:]
-    delta = s08.estimate_tokens(rewritten[:1]) - s08.estimate_tokens(messages[:1])
+    delta = estimate_tokens(rewritten[:1]) - estimate_tokens(messages[:1])
     assert s08.context_tokens(agent, rewritten) == anchored + delta
 
 
@@ -64,11 +67,11 @@ def test_near_the_threshold_count_tokens_decides(s08, make_agent):
         agent = make_agent(window=20_000, server=fake)
         threshold = agent.settings.threshold
         size = 1
-        while agent.overhead + s08.estimate_tokens(chat(3, size)[:5]) < threshold * 0.95:
+        while agent.overhead + estimate_tokens(chat(3, size)[:5]) < threshold * 0.95:
             size += 20
         messages = chat(3, size)[:5]  # estimate within the margin below the threshold
         assert count_tokens(s08.build_request(agent, messages)) > threshold
-        assert agent.overhead + s08.estimate_tokens(messages) < threshold, "the estimate alone would not compact"
+        assert agent.overhead + estimate_tokens(messages) < threshold, "the estimate alone would not compact"
         fake.reply(text("ok"))
         s08.agent_loop(agent, messages)
         assert fake.count_token_calls >= 1
@@ -118,7 +121,7 @@ def test_a_clearing_rewrites_only_after_the_clearing_point_and_the_prefix_before
         assert 1 + len(marked) <= 4, "with the last tool's mark, within the API's four"
         fake.reply(text("ok"), text("ok"))
         s08.call_model(agent, history)
-        cleared = s08.micro_compact(history, keep_recent=1, min_chars=120, clear_at_least=0, store=s08.Store(agent.workdir))
+        cleared = s08.micro_compact(history, keep_recent=1, min_chars=120, clear_at_least=0, store=Store(agent.workdir))
         s08.call_model(agent, cleared)
         usage = fake.usage_log[-1]
         assert usage["cache_read_input_tokens"] > 0, "tools, system and the first message are read after the clearing"
@@ -181,9 +184,9 @@ def test_after_the_cache_has_expired_snip_and_micro_act_below_their_trigger(s08,
     assert s.micro_trigger * s08.COLD_TRIGGER_SHARE < size < s.micro_trigger, "between the cold and warm triggers"
     agent.state.last_reply_at = s08.now() - 60  # a minute ago: the cache is warm, clearing would cost
     assert s08.compact_pipeline(agent, history) is history
-    agent.state.last_reply_at = s08.now() - s08.CACHE_TTLS["5m"] - 60  # past the cache's life
+    agent.state.last_reply_at = s08.now() - CACHE_TTLS["5m"] - 60  # past the cache's life
     cleared = s08.compact_pipeline(agent, history)
-    placeholders = [b for m in cleared for b in blocks(m) if b.get(s08.OWN) == "placeholder"]
+    placeholders = [b for m in cleared for b in blocks(m) if b.get(OWN) == "placeholder"]
     assert len(placeholders) == 8 - s.keep_recent, "everything clearable is cleared: the cache is cold anyway"
 
 

@@ -9,6 +9,7 @@ from conftest import assert_requests_valid, assert_valid, blocks, plain, user
 from conftest import chat as chat_history
 from s08_context_compact.offline.fake_anthropic import FakeAnthropic, error, is_summary_request, server_error, text, tool_use, tool_uses
 from s08_context_compact.endpoint import model_calls as endpoint  # noqa: E402
+from s08_context_compact.messages import estimate_tokens
 
 
 def first_text(body, index=0):
@@ -122,7 +123,7 @@ def test_reactive_compact_retries_once_after_prompt_too_long(s08, make_agent, wo
         # of REACTIVE_TAIL_SHARE by estimate: one exchange, where trusting the estimate keeps four.
         kept = [m for m in retried["messages"][1:] if m["role"] == "assistant"]
         share = agent.settings.threshold * s08.REACTIVE_TAIL_SHARE
-        assert len(kept) == 1 and s08.estimate_tokens(plain(retried["messages"][1:])) <= share / 3
+        assert len(kept) == 1 and estimate_tokens(plain(retried["messages"][1:])) <= share / 3
         assert_valid(messages, "continue please")
 
 

@@ -14,6 +14,7 @@ import pytest
 from conftest import (CODE, LiveCLI, Terminal, assert_requests_valid, blocks, cli_env, plain, processes_with,
                       run_cli, wait_until)
 from s08_context_compact.offline.fake_anthropic import FakeAnthropic, error, text, tool_use, tool_uses
+from s08_context_compact.messages import current_request
 
 
 def test_import_without_api_key(tmp_path):
@@ -169,7 +170,7 @@ def test_every_layer_fires_in_one_session_at_a_small_window(s08, workspace):
     # Every request carries the prompt being worked on, verbatim, as its newest user text;
     # the prompts come in the order typed, and each one is worked on.
     typed = [p for p in prompts if not p.startswith("/")]
-    current = [s08.current_request(plain(body["messages"]))["text"] for body in fake.main_requests]
+    current = [current_request(plain(body["messages"]))["text"] for body in fake.main_requests]
     assert all(text in typed for text in current), [t[:60] for t in current if t not in typed]
     order = [typed.index(text) for text in current]
     assert order == sorted(order) and set(order) == set(range(len(typed))), order

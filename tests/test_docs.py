@@ -11,6 +11,7 @@ import pytest
 
 from conftest import CODE, ROOT
 from s08_context_compact.compaction import settings
+from s08_context_compact.compaction import Settings
 
 FOLDER = CODE.parent
 CHAPTER = FOLDER / "README.md"
@@ -141,7 +142,7 @@ def ceiling_window(s08) -> int:
     low, high = 4_000, 10_000_000
     while low < high:
         middle = (low + high) // 2
-        if s08.Settings.for_window("m", middle).budget_chars >= settings.TOOL_RESULT_BUDGET_CHARS:
+        if Settings.for_window("m", middle).budget_chars >= settings.TOOL_RESULT_BUDGET_CHARS:
             high = middle
         else:
             low = middle + 1
@@ -151,8 +152,8 @@ def ceiling_window(s08) -> int:
 @pytest.mark.parametrize("chapter", [CHAPTER, CHAPTER_ZH], ids=["en", "zh"])
 def test_the_chapter_numbers_match_the_code(s08, chapter):
     text = chapter.read_text(encoding="utf-8")
-    big = s08.Settings.for_window("m", 200_000)
-    small = s08.Settings.for_window("m", 12_000)
+    big = Settings.for_window("m", 200_000)
+    small = Settings.for_window("m", 12_000)
     for number in (big.threshold, big.budget_chars, big.micro_trigger, big.clear_at_least,
                    big.restore_files_tokens, small.threshold, small.budget_chars,
                    small.micro_trigger, small.clear_at_least):

@@ -17,6 +17,9 @@ from s08_context_compact.session import log_repair
 from s08_context_compact.basics import terminal
 from s08_context_compact.command_line.user_turns import add_user_text  # noqa: E402
 from s08_context_compact.command_line import handle_command
+from s08_context_compact.command_line import open_session
+from s08_context_compact.endpoint import ContextOverflow, Endpoint
+from s08_context_compact.messages import estimate_tokens
 
 TOOLS = [{"name": "bash", "description": "run", "input_schema": {"type": "object", "properties": {}}}]
 
@@ -103,7 +106,7 @@ def test_what_is_not_an_overflow_is_not_taken_for_one(s08, fake, status, kind, m
 def test_an_overflow_inside_a_200_stream_is_recognised(s08, make_agent, fake):
     fake.reply(error_event("invalid_request_error", "prompt is too long: 250000 tokens > 200000 maximum"))
     agent = make_agent()
-    with pytest.raises(s08.ContextOverflow) as caught:
+    with pytest.raises(ContextOverflow) as caught:
         s08.call_model(agent, [user("hello")])
     assert caught.value.overflow.window == 200_000 and caught.value.overflow.prompt_tokens == 250_000
 
@@ -209,7 +212,7 @@ def test_the_context_size_never_falls_to_zero_or_double(s08, make_agent, style):
 
 
 def test_usage_far_below_the_estimate_is_distrusted_and_far_above_kept(s08):
-    endpoint = s08.Endpoint(200_000)
+    endpoint = Endpoint(200_000)
     assert endpoint_module.usage_prompt_tokens(endpoint, {"input_tokens": 4_000}, 10_000)[0] is None
     assert "usage distrusted" in endpoint.usage_note
     assert endpoint_module.usage_prompt_tokens(endpoint, {"input_tokens": 50_000}, 10_000)[0] == 50_000
@@ -217,18 +220,18 @@ def test_usage_far_below_the_estimate_is_distrusted_and_far_above_kept(s08):
 
 
 def test_cache_reads_inside_input_tokens_are_counted_once(s08):
-    kimi = s08.Endpoint(200_000)  # adding the reads would double the size: they were inside
+    kimi = Endpoint(200_000)  # adding the reads would double the size: they were inside
     size, counted = endpoint_module.usage_prompt_tokens(kimi, {"input_tokens": 10_500, "cache_read_input_tokens": 9_000,
                                                    "cache_creation_input_tokens": 300}, 10_000)
     assert (size, counted["input_tokens"]) == (10_800, 1_500) and "counted once" in kimi.usage_note
-    anthropic_style = s08.Endpoint(200_000)  # fewer input tokens than reads: they are beside it
+    anthropic_style = Endpoint(200_000)  # fewer input tokens than reads: they are beside it
     size, counted = endpoint_module.usage_prompt_tokens(anthropic_style, {"input_tokens": 1_500, "cache_read_input_tokens": 9_000},
                                             10_000)
     assert (size, counted["input_tokens"]) == (10_500, 1_500) and anthropic_style.usage_note == ""
     # then a reply where both readings look possible keeps the proven way (50k + 20k, not 50k)
     assert endpoint_module.usage_prompt_tokens(anthropic_style, {"input_tokens": 50_000, "cache_read_input_tokens": 20_000},
                                    59_000)[0] == 70_000
-    unknown = s08.Endpoint(200_000)  # and before anything is proven, the larger, safer reading
+    unknown = Endpoint(200_000)  # and before anything is proven, the larger, safer reading
     assert endpoint_module.usage_prompt_tokens(unknown, {"input_tokens": 50_000, "cache_read_input_tokens": 20_000}, 59_000)[0] \
         == 70_000
 
@@ -239,7 +242,7 @@ def test_a_limit_an_answered_prompt_passes_only_with_its_cache_reads_added_prove
     the answered prompt fits only with each read counted once settles it, and the window is
     learned. A limit below even that is still one refusal's words against its own count."""
     def answered_then_refused(limit: int) -> tuple:
-        endpoint = s08.Endpoint(200_000)
+        endpoint = Endpoint(200_000)
         usage = {"input_tokens": 30_000, "cache_read_input_tokens": 26_000}  # Kimi's: reads inside
         size, counted = endpoint_module.usage_prompt_tokens(endpoint, usage, 40_000)
         assert size == 56_000 and endpoint.reads_in_input is None  # not proven by the estimate
@@ -287,7 +290,7 @@ def test_thinking_that_holds_a_secret_goes_back_unchanged_and_is_kept_out_of_the
     secret = "hunter2-swordfish-77"
     with FakeAnthropic(thinking=True) as fake:
         agent = make_agent(server=fake, secrets=[secret])
-        s08.open_session(agent, None)
+        open_session(agent, None)
         thought = {"type": "thinking", "thinking": f"The .env says {secret}; I will not repeat it."}
         fake.reply({"content": [thought, *tool_use("read_file", {"path": "a.txt"})["content"]]}, text("done"),
                    text("and again"))
@@ -485,7 +488,7 @@ def test_after_a_summary_the_size_is_never_below_what_is_sent(s08, make_agent):
         fake.reply(text("a long answer " * 500))
         s08.agent_loop(agent, messages)
         handle_command(agent, messages, "/compact", s08.LESSON)
-        assert s08.context_tokens(agent, messages) >= agent.overhead + s08.estimate_tokens(messages) // 2
+        assert s08.context_tokens(agent, messages) >= agent.overhead + estimate_tokens(messages) // 2
 
 
 def test_a_window_smaller_than_the_program_needs_is_reported_as_the_endpoint_said(s08, make_agent):

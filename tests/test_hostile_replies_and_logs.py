@@ -12,6 +12,7 @@ import pytest
 from conftest import assert_requests_valid, blocks, plain, run_cli
 from s08_context_compact.offline.fake_anthropic import broken_tool_json, split_surrogates, text, tool_use, tool_uses
 from s08_context_compact.session import log_checks  # noqa: E402
+from s08_context_compact.command_line import open_session
 
 
 def log_of(workspace):
@@ -159,7 +160,7 @@ def test_a_session_open_in_one_program_is_refused_to_a_second(s08, fake, make_ag
     assert run_cli(fake, workspace, "hello\n").returncode == 0
     path = log_of(workspace)
     holder = make_agent()
-    history = s08.open_session(holder, path)  # the first program resumes the session and keeps it open
+    history = open_session(holder, path)  # the first program resumes the session and keeps it open
     before = path.read_bytes()
     second = run_cli(fake, workspace, "me too\n", args=["--resume"])
     assert second.returncode == 2 and "Traceback" not in second.stderr

@@ -9,6 +9,8 @@ import pytest
 from conftest import assert_valid, blocks, user, replace_with_summary
 from s08_context_compact.compaction.store import save_tool_output, save_transcript
 from s08_context_compact.basics import own_folder
+from s08_context_compact.compaction import Settings
+from s08_context_compact.messages import current_request, estimate_text_tokens, estimate_tokens, OWN
 
 
 def call(*ids, name="read_file"):
@@ -139,7 +141,7 @@ def test_the_snip_marker_says_what_the_snipped_part_did(s08, savers):
     failing[0]["content"][0]["input"] = {"command": "pytest -x"}
     history = [user("go")] + pairs(10) + failing + pairs(50, start=10)
     out = s08.snip_compact(history, keep_head=3, keep_tail=47, at_least=0, tools=s08.TOOLS, store=savers)
-    marker = [b["text"] for m in out for b in blocks(m) if b.get(s08.OWN) == "snip"][0]
+    marker = [b["text"] for m in out for b in blocks(m) if b.get(OWN) == "snip"][0]
     assert "\nread: 27 more, then t28.txt, " in marker and "t35.txt" in marker, "the files the snipped calls read"
     assert "\nran: `pytest -x` (exit 1)" in marker, "the commands, and how they ended"
     assert "t36.txt" not in marker, "what is still in context is not listed"
@@ -243,7 +245,7 @@ def test_reactive_compact_keeps_only_recent_groups_that_fit(s08, savers):
     out = replace_with_summary(s08, history, "reactive", "S", s08.reactive_tail(history, 3000), [], store=savers,
                                    preview_chars=500)
     assert_valid(out, "refactor")
-    assert s08.estimate_tokens(out) < s08.estimate_tokens(history) // 10
+    assert estimate_tokens(out) < estimate_tokens(history) // 10
     assert out[0]["content"][0]["text"].startswith("[Reactive compact")
     assert read_transcript(next(savers.transcripts.iterdir())) == history
 
@@ -256,7 +258,7 @@ def test_restored_context_sits_between_the_summary_and_the_request(s08, savers):
     texts = [b["text"] for b in out[0]["content"]]
     assert texts[0].startswith("[Compacted") and texts[1:3] == restored and texts[3] == "now fix parser.py"
     assert_valid(out, "now fix parser.py")
-    assert s08.current_request(out)["text"] == "now fix parser.py", "restored blocks are never taken for requests"
+    assert current_request(out)["text"] == "now fix parser.py", "restored blocks are never taken for requests"
 
 
 # ---------------------------------------------------------------- saving
@@ -279,16 +281,16 @@ def test_transcript_round_trips_as_json(s08, tmp_path):
 
 
 def test_estimate_counts_cjk_as_one_token_per_character(s08):
-    assert s08.estimate_text_tokens("a" * 400) == 101
-    assert s08.estimate_text_tokens("压" * 400) == 401
+    assert estimate_text_tokens("a" * 400) == 101
+    assert estimate_text_tokens("压" * 400) == 401
 
 
 def test_thresholds_are_derived_from_the_window(s08):
-    big = s08.Settings.for_window("m", 200_000)
+    big = Settings.for_window("m", 200_000)
     assert big.threshold == 200_000 - 8_192 - 13_000
     assert big.budget_chars == int(big.threshold * 0.15 * 4) and big.preview_chars == 2_000
-    assert s08.Settings.for_window("m", 1_000_000).budget_chars == 200_000, "the chapter's figure is the ceiling"
-    small = s08.Settings.for_window("m", 20_000)
+    assert Settings.for_window("m", 1_000_000).budget_chars == 200_000, "the chapter's figure is the ceiling"
+    small = Settings.for_window("m", 20_000)
     assert small.threshold == 20_000 - 5_000 - 2_000
     assert small.budget_chars < 20_000 and small.summary_max_tokens <= small.max_output
 
@@ -297,7 +299,7 @@ def test_thresholds_are_derived_from_the_window(s08):
 
 def test_micro_compact_clears_nothing_below_the_minimum(s08, savers):
     history = [user("go")] + pairs(5, size=400) + [answer(), user("next")]
-    freed = sum(s08.estimate_text_tokens(f"{n}:" + "x" * 400) - s08.PLACEHOLDER_TOKENS for n in range(2))
+    freed = sum(estimate_text_tokens(f"{n}:" + "x" * 400) - s08.PLACEHOLDER_TOKENS for n in range(2))
     assert s08.micro_compact(history, keep_recent=3, min_chars=120, clear_at_least=freed + 1,
                              store=savers) is history
     assert not savers.outputs.exists(), "nothing is saved when nothing is cleared"
@@ -305,7 +307,7 @@ def test_micro_compact_clears_nothing_below_the_minimum(s08, savers):
                             store=savers)
     cleared = [i for i, c in result_contents(out).items() if c.startswith("[Earlier tool result")]
     assert cleared == ["t0", "t1"]
-    assert s08.estimate_tokens(history) - s08.estimate_tokens(out) >= freed
+    assert estimate_tokens(history) - estimate_tokens(out) >= freed
 
 
 def test_snip_cuts_at_least_the_minimum_so_it_does_not_fire_every_turn(s08, savers):
@@ -320,7 +322,7 @@ def test_snip_cuts_at_least_the_minimum_so_it_does_not_fire_every_turn(s08, save
 
 def test_snip_skips_a_cut_too_small_to_pay_for_the_cache_rewrite(s08, savers):
     history = [user("go")] + pairs(30, size=20)
-    middle = s08.estimate_tokens(history[3:23])
+    middle = estimate_tokens(history[3:23])
     assert s08.snip_compact(history, keep_head=3, keep_tail=47, at_least=20, min_tokens=middle * 2,
                             tools=s08.TOOLS, store=savers) is history
     assert not savers.transcripts.exists()

@@ -225,3 +225,17 @@ def test_run_as_a_script_the_lesson_is_not_the_standard_librarys_code():
     assert done.returncode == 0, done.stderr
     last = done.stdout.splitlines()[-1]
     assert last.startswith("InteractiveConsole ") and str(PACKAGE) not in last
+
+
+def test_tests_reach_the_machinery_in_its_folder_not_through_code_py():
+    """code.py is the lesson: a test that reads a machinery name through its namespace (a store
+    taken as s08's) would break when the lesson stops importing it, and hides where it lives."""
+    tree = ast.parse(CODE.read_text(encoding="utf-8"))
+    borrowed = {alias.asname or alias.name for node in tree.body if isinstance(node, ast.ImportFrom)
+                and (node.module or "").startswith("s08_context_compact") for alias in node.names}
+    found = []
+    for path in sorted(CODE.parent.parent.glob("tests/*.py")):
+        for match in re.finditer(r"\b(?:s08|code)\.([A-Za-z_]\w*)\b", path.read_text(encoding="utf-8")):
+            if match.group(1) in borrowed:
+                found.append(f"{path.name}: {match.group(0)}")
+    assert not found, found

@@ -14,6 +14,7 @@ from s08_context_compact.offline.fake_anthropic import PROVIDERS, FakeAnthropic,
 from s08_context_compact.endpoint import model_calls as endpoint_module
 from s08_context_compact.endpoint import replies
 from s08_context_compact.command_line import handle_command
+from s08_context_compact.messages import estimate_tokens
 
 LITELLM_LLAMACPP = PROVIDERS["litellm_llamacpp"]
 
@@ -261,7 +262,7 @@ def test_an_empty_reply_is_no_overflow_when_no_larger_than_one_answered_or_the_w
         fake.reply(text("Answered."), *[silent_failure()] * 8)
         s08.agent_loop(agent, chat(3, 6_000) + [user("go on")])
         smaller = chat(2, 6_000) + [user("a smaller one")]
-        assert s08.estimate_tokens(smaller) + agent.overhead >= 4_000
+        assert estimate_tokens(smaller) + agent.overhead >= 4_000
         with pytest.raises(replies.EmptyReply):  # no larger than the one answered: a failure, said as one
             s08.agent_loop(agent, smaller)
         assert agent.endpoint.window == 200_000

@@ -14,6 +14,7 @@ from conftest import Terminal, blocks, run_cli
 from s08_context_compact.session import session_log
 from s08_context_compact.offline.fake_anthropic import text, tool_use
 from s08_context_compact.command_line import handle_command
+from s08_context_compact.command_line import open_session
 
 STRIPE = "sk_live_51HxQ2eZvKYlo2C0a9"
 ENV = f"NODE_ENV=production\nSTRIPE_KEY={STRIPE}\nPORT=80\n"
@@ -197,7 +198,7 @@ def test_the_logs_key_is_outside_the_workspace_and_yours_alone(fake, workspace):
 
 def test_a_log_replaced_while_the_program_runs_is_written_again_and_the_stranger_kept(s08, make_agent, fake, workspace):
     agent = make_agent()
-    s08.open_session(agent, None)
+    open_session(agent, None)
     fake.reply(text("First answer."), text("Second answer."))
     messages = []
     assert s08.take_turn(agent, messages, "hello")

@@ -17,6 +17,9 @@ from hypothesis import strategies as st
 
 from conftest import blocks, invariant_problems, load_code, replace_with_summary
 from s08_context_compact.command_line.user_turns import add_user_text  # noqa: E402
+from s08_context_compact.compaction import Settings
+from s08_context_compact.endpoint import Endpoint
+from s08_context_compact.messages import current_request, estimate_tokens, group_starts, result_text
 
 s08 = load_code()
 MAX_EXAMPLES = 50
@@ -127,12 +130,12 @@ def saved_texts(folder: Path) -> set:
             for line in path.read_text(encoding="utf-8").splitlines():
                 record = json.loads(line)
                 for block in blocks(record) if "role" in record else []:
-                    found.add(block.get("text") or s08.result_text(block))
+                    found.add(block.get("text") or result_text(block))
     return found
 
 
 def texts(messages) -> set:
-    return {b.get("text") or s08.result_text(b) for m in messages for b in blocks(m)}
+    return {b.get("text") or result_text(b) for m in messages for b in blocks(m)}
 
 
 def check(before, after, folder, request, may_grow_to=None):
@@ -146,11 +149,11 @@ def check_saved(before, after, saved, request, may_grow_to=None):
     for text in texts(before) - kept:
         if not text.startswith(("[Earlier tool result", "<persisted-output", "[Compacted", "[Snipped")):
             assert text in saved, f"removed without being saved: {text[:80]!r}"
-    assert s08.estimate_tokens(after) <= max(s08.estimate_tokens(before), may_grow_to or 0)
+    assert estimate_tokens(after) <= max(estimate_tokens(before), may_grow_to or 0)
 
 
 def request_of(messages):
-    request = s08.current_request(messages)
+    request = current_request(messages)
     return request["text"] if request else None
 
 
@@ -173,7 +176,7 @@ class MemoryStore:
         return Path(f"tool-results/{tool_use_id}.txt")
 
     def save_messages(self, removed, kind, footer=None):
-        self.texts |= {b.get("text") or s08.result_text(b) for m in removed for b in blocks(m)}
+        self.texts |= {b.get("text") or result_text(b) for m in removed for b in blocks(m)}
         return Path(f"transcripts/{kind}.jsonl")
 
 
@@ -233,14 +236,14 @@ def test_each_cheap_layer_keeps_the_invariants(name, history, params):
 def test_the_whole_pipeline_keeps_the_invariants(history, window):
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
-        agent = s08.Agent(client=None, settings=replace(s08.Settings.for_window("m", window)), workdir=workdir,
+        agent = s08.Agent(client=None, settings=replace(Settings.for_window("m", window)), workdir=workdir,
                           system="system", tools=s08.TOOLS, out=lambda *a, **k: None,
                           summary_failures=s08.MAX_CONSECUTIVE_SUMMARY_FAILURES, breaker_announced=True,
-                          endpoint=s08.Endpoint(window, can_count_tokens=False))  # no network: no summary call
+                          endpoint=Endpoint(window, can_count_tokens=False))  # no network: no summary call
         after = s08.compact_pipeline(agent, list(history))
         check(history, after, workdir, request_of(history))
-        if s08.estimate_tokens(history) + agent.overhead > agent.settings.threshold:
-            assert s08.estimate_tokens(after) + agent.overhead <= agent.settings.threshold
+        if estimate_tokens(history) + agent.overhead > agent.settings.threshold:
+            assert estimate_tokens(after) + agent.overhead <= agent.settings.threshold
 
 
 @pytest.mark.parametrize("name", ["compact_history", "reactive_compact"])
@@ -264,7 +267,7 @@ def test_the_summary_layers_never_grow_and_reactive_fits_its_tail(name, history,
     """Both summary layers save the whole history first, keep the invariants, and never hand back
     a larger history, whatever the summary and the restored context cost; when reactive_compact
     acts, the recent messages it keeps fit the tail it was given."""
-    config = s08.Settings.for_window("m", window)
+    config = Settings.for_window("m", window)
     store = MemoryStore()
     summary = text_of(Rolled(summary_size), summary_size)
     restored = [text_of(Rolled(size), size) for size in restored_sizes]
@@ -275,5 +278,5 @@ def test_the_summary_layers_never_grow_and_reactive_fits_its_tail(name, history,
     check_saved(history, after, store.texts, request_of(history))
     if name == "reactive_compact" and after is not history:
         tail = after[1:]  # after the one message of summary, restored context and request
-        assert s08.estimate_tokens(tail) <= tail_tokens or len(s08.group_starts(tail)) <= 1, \
+        assert estimate_tokens(tail) <= tail_tokens or len(group_starts(tail)) <= 1, \
             "only the newest group may be kept whole when it alone is over the tail's share"

@@ -17,6 +17,10 @@ from s08_context_compact.offline.fake_anthropic import text, tool_uses
 from s08_context_compact.basics.redaction import REDACTED, Redactor
 from s08_context_compact.basics import workspace_files as workspace_files
 from s08_context_compact.compaction.summary import restored_files
+from s08_context_compact.basics import one_line
+from s08_context_compact.command_line import model_connection
+from s08_context_compact.compaction import Store
+from s08_context_compact.endpoint import model_reply
 
 QUOTED = 'Pa"ss\\w0rd-Xy9Q'             # a quote and a backslash: JSON escapes both
 TABBED = "tab\tsecret-Rk8vW2"            # a tab: JSON escapes it, the screen expands it
@@ -221,7 +225,7 @@ def test_the_start_of_a_secret_is_not_taken_out_of_ordinary_text():
 def test_a_preview_on_screen_is_redacted_even_where_it_is_cut(s08, make_agent):
     agent = make_agent(secrets=REDACTOR)
     for n in range(60, 95):
-        agent.say(s08.one_line("x" * n + PLAIN + QUOTED, 90), cut=True)
+        agent.say(one_line("x" * n + PLAIN + QUOTED, 90), cut=True)
     assert_no_piece(agent.out.text)
 
 
@@ -244,9 +248,9 @@ def test_the_last_nets_catch_every_form_in_what_is_sent_logged_and_saved(s08, ma
     said = " ".join(f"<{form}>" for secret in SHAPES.values() for form in forms_of(secret))
     history = [{"role": "user", "content": [{"type": "text", "text": said}]}]  # as an old, unredacted log had it
     agent = make_agent(secrets=REDACTOR)
-    s08.model_reply(s08.model_connection(agent), s08.build_request(agent, history), 1_000, show_text=False)
-    count_tokens(s08.model_connection(agent), s08.build_request(agent, history), 1_000)
-    store = s08.Store(workspace, REDACTOR)
+    model_reply(model_connection(agent), s08.build_request(agent, history), 1_000, show_text=False)
+    count_tokens(model_connection(agent), s08.build_request(agent, history), 1_000)
+    store = Store(workspace, REDACTOR)
     saved = [store.save_messages(history, "snip", {"summary": said}), store.save_output("toolu_1", said)]
     SessionLog(workspace / "session.jsonl", REDACTOR).message(history[0], prompt=said)
     assert len(fake.bodies) == 2

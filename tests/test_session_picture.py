@@ -10,6 +10,7 @@ from benchmark import long_log
 from conftest import run_cli
 from s08_context_compact.offline.fake_anthropic import text, tool_use
 from s08_context_compact.command_line import handle_command
+from s08_context_compact.command_line import open_session
 
 HOSTILE = ['<script>alert("x")</script>', '"><img src=x onerror=alert(1)>']
 
@@ -17,7 +18,7 @@ HOSTILE = ['<script>alert("x")</script>', '"><img src=x onerror=alert(1)>']
 def test_text_from_a_file_a_prompt_and_a_summary_is_shown_as_text(s08, make_agent, fake, workspace):
     (workspace / "evil.md").write_text(f"# notes {HOSTILE[0]} {HOSTILE[1]}\n" * 40)
     agent = make_agent()
-    messages = s08.open_session(agent, None)
+    messages = open_session(agent, None)
     fake.reply(tool_use("read_file", {"path": "evil.md"}), text(f"It says {HOSTILE[1]}"))
     assert s08.take_turn(agent, messages, f"read evil.md {HOSTILE[0]} {HOSTILE[1]}")
     fake.summary(text(f"<summary>The user asked about evil.md. {HOSTILE[0]} {HOSTILE[1]}</summary>"))

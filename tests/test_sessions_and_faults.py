@@ -10,6 +10,8 @@ import pytest
 from conftest import LiveCLI, assert_requests_valid, assert_valid, blocks, plain, run_cli, user, use_tool
 from s08_context_compact.offline.fake_anthropic import text, tool_use, tool_uses
 from s08_context_compact.session import session_log  # noqa: E402
+from s08_context_compact.command_line import open_session
+from s08_context_compact.messages import replace_history
 
 
 def logged_agent(s08, make_agent, workspace, **kw):
@@ -29,7 +31,7 @@ def test_every_message_and_rewrite_is_logged_as_it_happens(s08, fake, make_agent
     s08.take_turn(agent, messages, "read a.txt")
     assert session_log.read_session(agent.log.path) == messages
     s08.take_turn(agent, messages, "run it")
-    s08.replace_history(agent.log, messages, s08.run_compact_history(agent, messages), "/compact")
+    replace_history(agent.log, messages, s08.run_compact_history(agent, messages), "/compact")
     assert session_log.read_session(agent.log.path) == messages
     records = [json.loads(line) for line in agent.log.path.read_text().splitlines()]
     rewrites = [r for r in records if r["type"] == "rewrite"]
@@ -50,7 +52,7 @@ def test_resume_starts_from_the_endpoints_count_and_estimates_nothing(s08, fake,
     agent.log.close()  # the session ends: its log is no longer held
     for _ in range(2):  # a resume of a resumed session too
         resumed = make_agent()
-        history = s08.open_session(resumed, agent.log.path)
+        history = open_session(resumed, agent.log.path)
         assert history == messages
         assert s08.context_tokens(resumed, history) == counted
         assert resumed.state.counter.sizes == {}, "the first pass after --resume estimated no message"

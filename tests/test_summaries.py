@@ -6,6 +6,8 @@ from conftest import assert_requests_valid, assert_valid, blocks, chat, plain, u
 from s08_context_compact.offline.fake_anthropic import FakeAnthropic, text, tool_use, tool_uses
 from s08_context_compact.command_line.user_turns import add_user_text  # noqa: E402
 from s08_context_compact.command_line import handle_command
+from s08_context_compact.basics import discover_skills
+from s08_context_compact.messages import estimate_tokens
 
 
 def first_texts(body):
@@ -20,7 +22,7 @@ def test_a_history_twice_the_window_still_compacts(s08, make_agent):
     with FakeAnthropic(context_window=20_000) as fake:
         agent = make_agent(window=20_000, server=fake)
         messages = chat(20, 4_000) + [user("and now the release notes")]
-        assert s08.estimate_tokens(messages) > 2 * 20_000
+        assert estimate_tokens(messages) > 2 * 20_000
         fake.summary(text("<summary>Twenty questions were answered.</summary>"))
         fake.reply(text("Notes written."))
         s08.agent_loop(agent, messages)
@@ -86,7 +88,7 @@ def test_after_compaction_the_work_comes_back_in_order(s08, fake, make_agent, wo
     (workspace / "skills" / "style" / "SKILL.md").write_text("---\nname: style\ndescription: House style\n---\n"
                                                               "Use four spaces.\n")
     agent = make_agent()
-    agent.skills = s08.discover_skills([workspace / "skills"])
+    agent.skills = discover_skills([workspace / "skills"])
     fake.reply(tool_uses([("read_file", {"path": "a.py"}), ("read_file", {"path": "b.py"}),
                           ("load_skill", {"name": "style"})]),
                tool_use("todo_write", {"items": [{"content": "fix a.py", "status": "in_progress"},

@@ -15,6 +15,7 @@ import pytest
 import cli_runner
 from conftest import Printed, Terminal, assert_valid, cli_env, context_report, run_cli, wait_until
 from s08_context_compact.offline.fake_anthropic import count_tokens, error, held, server_error, text, tool_use
+from s08_context_compact.command_line import ahead_loop, open_session, take_line
 
 WINDOW = 24_000              # threshold 15,600 tokens
 EARLY = (0.6, 0.6)           # the early mark held at 60% of the threshold, so the tests know when it comes
@@ -184,7 +185,7 @@ def called_off(fake, job) -> None:
 def test_clear_calls_off_the_summary_in_flight(s08, fake, make_agent):
     agent, messages, job = start_one_in_flight(s08, fake, make_agent)
     assert "one being written, of the first" in context_report(s08, agent, messages)
-    s08.take_line(agent, messages, "/clear", s08.LESSON)
+    take_line(agent, messages, "/clear", s08.LESSON)
     called_off(fake, job)
     assert messages == [] and "[summary ahead] called off: /clear" in agent.out.text
     assert agent.ledger.lines() == [], "the facts of the old conversation do not come back in the new one"
@@ -196,7 +197,7 @@ def test_clear_calls_off_the_summary_in_flight(s08, fake, make_agent):
 def test_compact_with_a_focus_calls_it_off_and_summarizes_now(s08, fake, make_agent):
     agent, messages, job = start_one_in_flight(s08, fake, make_agent)
     fake.summary(text("<summary>FOCUSED summary of the writes.</summary>"))
-    s08.take_line(agent, messages, "/compact the files written", s08.LESSON)
+    take_line(agent, messages, "/compact the files written", s08.LESSON)
     called_off(fake, job)
     assert "FOCUSED summary" in json.dumps(messages[0]) and SUMMARY not in json.dumps(messages)
     assert "Focus especially on: the files written" in json.dumps(fake.summary_requests[-1]["messages"][-1])
@@ -208,10 +209,10 @@ def test_a_second_ctrl_c_while_waiting_for_the_same_summary_calls_it_off(s08, fa
     fake.summary(held(text(f"<summary>{SUMMARY}</summary>")))  # never let go
     fake.reply(*[write(k) for k in range(20)], text("All written."))
     messages = []
-    assert s08.take_line(agent, messages, "write the files", s08.LESSON)
+    assert take_line(agent, messages, "write the files", s08.LESSON)
     job = agent.state.ahead.job
     assert "it goes on in the background" in agent.out.text and job and job.thread.is_alive()
-    assert s08.take_line(agent, messages, "go on", s08.LESSON)  # at the threshold it is waited for again
+    assert take_line(agent, messages, "go on", s08.LESSON)  # at the threshold it is waited for again
     assert "Ctrl-C again calls it off" in agent.out.text
     assert "called off: Ctrl-C again while waiting for it" in agent.out.text and agent.state.ahead.job is None
     called_off(fake, job)
@@ -313,7 +314,7 @@ def test_the_cheap_layers_shortening_the_snapshot_do_not_spoil_the_swap(s08, fak
     agent = ahead_agent(make_agent)
     fake.summary(text(f"<summary>{SUMMARY}</summary>"))
     messages = notes_read(40)
-    covered = agent.state.ahead.due(s08.ahead_loop(agent), messages, 10_000_000)
+    covered = agent.state.ahead.due(ahead_loop(agent), messages, 10_000_000)
     assert covered == len(messages)  # all of it: it ends with a complete call and its results
     s08.summarize_ahead(agent, messages, covered, 10_000)
     wait_until(lambda: agent.state.ahead.job.done.is_set())
@@ -387,7 +388,7 @@ def test_a_subagent_compacts_as_before_and_the_summary_in_flight_goes_on(s08, fa
     assert s08.take_turn(agent, messages, "ask a subagent to count the files")
     assert agent.state.ahead.job is job and job.thread.is_alive()  # untouched by the subagent's loop
     assert len(fake.summary_requests) == 1
-    s08.take_line(agent, messages, "/clear", s08.LESSON)
+    take_line(agent, messages, "/clear", s08.LESSON)
     called_off(fake, job)
 
 
@@ -423,7 +424,7 @@ def test_a_snip_that_took_the_first_reply_after_the_snapshot_keeps_its_note(s08,
 
     for k in range(10):
         messages += read_pair(f"old{k}", "y" * 2_000)
-    covered = agent.state.ahead.due(s08.ahead_loop(agent), messages, 10_000_000)
+    covered = agent.state.ahead.due(ahead_loop(agent), messages, 10_000_000)
     s08.summarize_ahead(agent, messages, covered, 10_000)
     wait_until(lambda: agent.state.ahead.job.done.is_set())
     for k in range(30):
@@ -443,7 +444,7 @@ def test_words_merged_into_the_snapshots_last_message_set_the_summary_aside(s08,
     agent = ahead_agent(make_agent)
     fake.summary(text(f"<summary>{SUMMARY}</summary>"), text("<summary>written at the threshold</summary>"))
     messages = notes_read(12)
-    s08.summarize_ahead(agent, messages, agent.state.ahead.due(s08.ahead_loop(agent), messages, 10_000_000), 10_000)
+    s08.summarize_ahead(agent, messages, agent.state.ahead.due(ahead_loop(agent), messages, 10_000_000), 10_000)
     wait_until(lambda: agent.state.ahead.job.done.is_set())
     assert add_user_text(messages, "and then fix the typo in n3.md")  # joined the results the snapshot ended with
     result = s08.run_compact_history(agent, messages)
@@ -484,7 +485,7 @@ def test_the_early_mark_leaves_a_summary_the_steps_it_takes(s08, make_agent):
 def test_a_summary_written_ahead_is_paid_for_in_the_sessions_picture(s08, fake, make_agent):
     from s08_context_compact.command_line import session_picture
     agent = ahead_agent(make_agent)
-    messages = s08.open_session(agent, None)
+    messages = open_session(agent, None)
     fake.summary(text(f"<summary>{SUMMARY}</summary>"))
     fake.reply(*[write(k) for k in range(20)], text("All written."))
     assert s08.take_turn(agent, messages, "write the files")
@@ -499,15 +500,15 @@ def test_a_summary_written_ahead_is_paid_for_in_the_sessions_picture(s08, fake, 
 def test_a_summary_set_aside_is_in_the_sessions_picture_with_why(s08, fake, make_agent):
     from s08_context_compact.command_line import session_picture
     agent = ahead_agent(make_agent)
-    messages = s08.open_session(agent, None)
+    messages = open_session(agent, None)
     fake.summary(text(f"<summary>{SUMMARY}</summary>"))
     fake.reply(text("Read."))
     assert s08.take_turn(agent, messages, "read the notes")
     messages += notes_read(12)[1:]
-    s08.summarize_ahead(agent, messages, agent.state.ahead.due(s08.ahead_loop(agent), messages, 10_000_000), 10_000)
+    s08.summarize_ahead(agent, messages, agent.state.ahead.due(ahead_loop(agent), messages, 10_000_000), 10_000)
     ahead = agent.state.ahead  # /clear starts the loop's state anew
     wait_until(lambda: ahead.job.done.is_set())
-    s08.take_line(agent, messages, "/clear", s08.LESSON)
+    take_line(agent, messages, "/clear", s08.LESSON)
     assert ahead.discarded == 1 and "[summary ahead] set aside: /clear" in agent.out.text
     shown = session_picture.write_report(agent.log.path).read_text(encoding="utf-8")
     assert "writing the summary ahead (set aside: /clear)" in shown
@@ -521,7 +522,7 @@ def test_words_put_in_place_of_withdrawn_ones_are_not_taken_for_the_snapshots(s0
     fake.summary(text(f"<summary>{SUMMARY}</summary>"), text("<summary>written at the threshold</summary>"))
     messages = notes_read(12)
     add_user_text(messages, "P2: the words taken back")
-    s08.summarize_ahead(agent, messages, agent.state.ahead.due(s08.ahead_loop(agent), messages, 10_000_000), 10_000)
+    s08.summarize_ahead(agent, messages, agent.state.ahead.due(ahead_loop(agent), messages, 10_000_000), 10_000)
     wait_until(lambda: agent.state.ahead.job.done.is_set())
     messages[-1] = {**messages[-1], "content": messages[-1]["content"][:-1]}  # withdrawn, as a failed turn does
     add_user_text(messages, "P3: rename frob to frob_v2")
@@ -542,7 +543,7 @@ def test_a_snip_past_the_snapshot_keeps_the_request_it_put_back(s08, fake, make_
 
     for k in range(3):
         messages += read_pair(f"old{k}", "y" * 2_000)
-    s08.summarize_ahead(agent, messages, agent.state.ahead.due(s08.ahead_loop(agent), messages, 10_000_000), 10_000)
+    s08.summarize_ahead(agent, messages, agent.state.ahead.due(ahead_loop(agent), messages, 10_000_000), 10_000)
     wait_until(lambda: agent.state.ahead.job.done.is_set())
     messages += [{"role": "assistant", "content": [{"type": "text", "text": "Done reading."}]},
                  {"role": "user", "content": [{"type": "text", "text": "NEW REQUEST: port the parser to Rust."}]}]

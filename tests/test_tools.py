@@ -9,6 +9,7 @@ from s08_context_compact.command_line import handle_command
 from s08_context_compact.offline.fake_anthropic import text, tool_use
 from s08_context_compact.safety import command_runner as commands  # noqa: E402
 from conftest import processes_with, wait_until, use_tool
+from s08_context_compact.basics import discover_skills
 
 
 @pytest.fixture
@@ -196,7 +197,7 @@ def test_load_skill_returns_the_body(s08, agent, workspace):
     (workspace / "skills" / "deploy").mkdir(parents=True)
     (workspace / "skills" / "deploy" / "SKILL.md").write_text(
         "---\nname: deploy\ndescription: How we ship\n---\nRun make release.\n")
-    fresh = type(agent)(**{**agent.__dict__, "skills": s08.discover_skills([workspace / "skills"])})
+    fresh = type(agent)(**{**agent.__dict__, "skills": discover_skills([workspace / "skills"])})
     out, failed = call(s08, fresh, "load_skill", name="deploy")
     assert not failed and "Run make release." in out
     out, failed = call(s08, fresh, "load_skill", name="nope")
