@@ -216,6 +216,14 @@ def test_an_own_env_with_another_name_is_not_read(fake, beyond_tmp):
     assert "There is no network" not in bash["description"], "nothing of it was taken"
 
 
+def test_an_own_env_that_is_a_folder_is_not_taken_for_a_file_with_other_names(beyond_tmp):
+    from s08_context_compact.command_line.startup import trusted_own
+    root = beyond_tmp / "clone"
+    (root / ".env" / "bin").mkdir(parents=True)  # a folder's link count is 3 here
+    own, read, note = trusted_own(root / ".env", root)
+    assert own == root / ".env" and read and note == ""
+
+
 @needs_bwrap
 def test_a_commands_env_put_back_by_redo_is_still_not_trusted(fake, beyond_tmp, proxy):
     """/undo and /redo write outside the sandbox: what they put back at the program's .env is

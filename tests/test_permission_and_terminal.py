@@ -131,11 +131,17 @@ def test_check_permission_reads_the_command_as_the_shell_would(s08, workspace):
 
 
 
-@pytest.mark.parametrize("command", ["ls " + "*/" * 1000, "rm " + "[a]/" * 2000 + "x", "rm " + "{a,b}" * 40])
+@pytest.mark.parametrize("command", ["ls " + "*/" * 1000, "rm " + "[a]/" * 2000 + "x", "rm " + "{a,b}" * 40,
+                                     "ls " + "*/" * 40 + "zz", "cat {" + ",".join(f"a{i}" for i in range(64)) + ",.env}",
+                                     "echo x | tee {a,/var/tmp/s08-brace-out.txt}", "sort -o {a,../../z} notes"])
 def test_a_command_too_deep_or_too_wide_to_check_asks_and_never_crashes_the_check(s08, workspace, command):
-    """Patterns a model may write: glob goes a call deeper for each wildcard folder, and braces
-    double with each pair; the check looks at a bounded part, and asks about the rest."""
+    """Patterns a model may write: glob goes a call deeper for each wildcard folder, two links
+    to . make 2 to the depth paths, braces double with each pair and may name a file past the
+    ones looked at, or a write outside; the check looks at a bounded part, and asks."""
     (workspace / "a").mkdir()
+    (workspace / "l1").symlink_to(".")
+    (workspace / "l2").symlink_to(".")
+    (workspace / ".env").write_text("KEY=1\n")
     decision, reason = s08.check_permission(s08.TOOLS["bash"], {"command": command}, workspace)
     assert decision == "ask", reason
 

@@ -188,3 +188,26 @@ def test_a_name_with_a_line_break_stays_on_the_undo_line_and_in_the_models_note(
     notes = [block["text"] for block in fake.main_requests[-1]["messages"][-1]["content"]
              if block["text"].startswith("[Program note")]
     assert len(notes) == 2 and all(shown in note and forged not in note for note in notes), notes
+
+
+def test_a_file_a_pipe_or_a_cache_folder_took_the_place_of_comes_back_once_it_is_moved_away(
+        s08, make_agent, fake, workspace):
+    """Undo never removes what it did not keep (a pipe, a folder it passes over): it says what
+    stands in the way, keeps the request, and puts the files back on the next /undo."""
+    (workspace / "important.py").write_text("precious work\n")
+    (workspace / "notes.txt").write_text("more work\n")
+    (workspace / "tidy.sh").write_text("rm important.py && mkfifo important.py && rm notes.txt && "
+                                       "mkdir notes.txt && touch notes.txt/CACHEDIR.TAG\n")
+    fake.reply(tool_use("bash", {"command": "sh tidy.sh"}), text("Done."))
+    agent, messages = make_agent(), []
+    assert s08.take_turn(agent, messages, "tidy up")
+    handle_command(agent, messages, "/undo", s08.LESSON)
+    said = " ".join(str(agent.out).split())
+    assert "2 cannot be put back while something undo does not record" in said and "important.py" in said, said
+    assert "/undo will try this request again" in said
+    (workspace / "important.py").unlink()
+    (workspace / "notes.txt" / "CACHEDIR.TAG").unlink()
+    (workspace / "notes.txt").rmdir()
+    handle_command(agent, messages, "/undo", s08.LESSON)
+    assert (workspace / "important.py").read_text() == "precious work\n", str(agent.out)
+    assert (workspace / "notes.txt").read_text() == "more work\n"

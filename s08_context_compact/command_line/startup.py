@@ -255,9 +255,10 @@ def trusted_own(own: Path, workdir: Path) -> tuple:
     sandbox hides it at one path only, so a command could read your key through the other."""
     work = os.path.realpath(workdir)
     try:
-        names = os.stat(own).st_nlink
+        info = os.stat(own)
     except OSError:
-        names = 1  # missing, or unreadable: read_dotenv says so
+        info = None  # missing, or unreadable: read_dotenv says so
+    names = info.st_nlink if info and stat.S_ISREG(info.st_mode) else 1  # a folder's count is not names
     if names > 1:
         return None, False, (f"[config] the program's own .env ({own}) has {names} names (hard links): a command "
                              "could read your key through another, so it is not read. Make it a file of its own "

@@ -18,8 +18,9 @@ from pathlib import Path
 from .command_kinds import (DELETES, CHANGES, COPIES, COPY_VALUES, COPY_WALK_LIMIT, OUTPUT_OPTIONS, SHELLS,
                            CODE_FLAGS, INTERPRETER, LANGUAGE, RISKY_CODE, QUOTED_PATH, PATTERN_FIRST,
                            TEXT_ONLY, WRAPPERS, STDIN_NAMES, IN_PLACE_EDITORS, KEYWORDS)
-from ..basics import FOLDER, REDACTED, in_own_folder, resolved, walk_tree
-from .shell_words import MAX_PATTERN_PARTS, Lexer, Word, braces, make_word, matching, simple_commands
+from ..basics import FOLDER, REDACTED, in_own_folder, one_line, resolved, walk_tree
+from .shell_words import (BRACE_NAMES, LOOKED_AT, MAX_PATTERN_PARTS, Lexer, Word, braces, make_word, matching,
+                          simple_commands)
 
 # Refused outright, whatever anyone answers: these are never part of a coding task.
 DENY_PATTERNS = [r"\brm\s+-[a-zA-Z]*r[a-zA-Z]*f?\s+(/|~|\$HOME)(\s|$)", r"\bsudo\b", r"\bmkfs",
@@ -81,11 +82,20 @@ class Judge:
     def ask(self, reason: str) -> None:
         self.reasons.append(reason)
 
+    def expanded(self, word: Word) -> list:
+        """The names a word's braces make; past BRACE_NAMES, the first ones, and it asks."""
+        names = braces(str(word))
+        if len(names) > BRACE_NAMES:
+            self.ask(f"names more than {BRACE_NAMES} files by its braces, too many to check "
+                     f"({one_line(str(word), 80)})")
+        return names[:BRACE_NAMES]
+
     def matching(self, word: Word) -> list:
         """What a word with a wildcard names here; a pattern too deep to look at asks."""
         names = matching(str(self.path(word)), COPY_WALK_LIMIT)
         if names is None:
-            self.ask(f"names files by a pattern of over {MAX_PATTERN_PARTS} folders, too deep to check ({word})")
+            self.ask(f"names files by a pattern that would make the check look at over {LOOKED_AT:,} names or "
+                     f"{MAX_PATTERN_PARTS} folders deep ({one_line(str(word), 80)})")
         return names or []
 
     def script(self, text: str) -> None:
@@ -159,8 +169,8 @@ class Judge:
 
     def check_path(self, word: Word, verb: str = "uses") -> None:
         """A word that may name a file the command reads (or otherwise uses)."""
-        if not word.quoted and braces(str(word)) != [str(word)]:  # {a,b}/x: each way it expands
-            for each in braces(str(word)):
+        if not word.quoted and (names := self.expanded(word)) != [str(word)]:  # {a,b}/x: each way
+            for each in names:
                 self.check_path(make_word(each, word.expands, word.globs), verb)
             return
         if not word.expands and verb != "reads" and self.running not in READ_ONLY and \
@@ -203,6 +213,10 @@ class Judge:
 
     def check_write(self, word: Word, overwrite: bool, how: str) -> None:
         """A file the command writes: outside the workspace, or (overwrite) an existing one, asks."""
+        if not word.quoted and (names := self.expanded(word)) != [str(word)]:  # tee {a,../x}: each name
+            for each in names:
+                self.check_write(make_word(each, word.expands, word.globs), overwrite, how)
+            return None
         if word.expands:
             return self.ask(f"writes to a file named only when it runs ({how} {word})")
         path = self.path(word)

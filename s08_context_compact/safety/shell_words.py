@@ -6,12 +6,15 @@ names it may stand for come from its braces and wildcards, each expansion bounde
 Machinery the chapter does not need: command_risks.py reads commands with it.
 """
 
+import fnmatch
 import glob
 import itertools
 import os
 import re
 
 MAX_PATTERN_PARTS = 64              # folders in a glob pattern that are looked through
+LOOKED_AT = 20_000                  # names a glob pattern may make the check look at
+BRACE_NAMES = 64                    # names a word's braces may make the check look at
 SEPARATORS = {";", "&&", "||", "|", "|&", "&", "(", ")", ";;", ";&", ";;&"}
 OPERATORS = sorted(SEPARATORS | {"&>>", "&>", ">>", ">|", ">&", "<<<", "<<-", "<<", "<&", "<>", ">", "<"},
                    key=len, reverse=True)
@@ -225,25 +228,71 @@ def simple_commands(parts: list) -> list:
     return [command for command in commands if command[0] or command[1]]
 
 
-def braces(word: str, limit: int = 64) -> list:
-    """A word's brace expansions, as bash makes them ({a,b}x -> ax bx), at most limit: grown
-    a brace at a time and cut to limit at each step, so {a,b}{a,b}... never doubles past it."""
+def brace_group(word: str) -> tuple | None:
+    """(start, end) of the first brace pair bash expands: a comma inside, no brace. One pass
+    over the word (a regular expression backtracked over every comma of a brace left open)."""
+    opened = None
+    for k, char in enumerate(word):
+        if char == "{":
+            opened = k
+        elif char == "}" and opened is not None:
+            if "," in word[opened + 1:k]:
+                return opened, k + 1
+            opened = None
+    return None
+
+
+def braces(word: str, limit: int = BRACE_NAMES) -> list:
+    """A word's brace expansions, as bash makes them ({a,b}x -> ax bx), grown a brace at a
+    time and cut at each step, so {a,b}{a,b}... never doubles past the cut: at most limit
+    names, and one more when there are more (the caller asks rather than check a part)."""
     words, done = [word], []
-    while words and len(done) < limit:
+    while words and len(done) <= limit:
         each = words.pop(0)
-        found = re.search(r"\{([^{}]*,[^{}]*)\}", each)
+        found = brace_group(each)
         if not found:
             done.append(each)
             continue
-        parts = found.group(1).split(",")[:limit]
-        words = [each[:found.start()] + part + each[found.end():] for part in parts] + words
-        words = words[:limit - len(done)]
+        start, end = found
+        parts = each[start + 1:end - 1].split(",")[:limit + 1]
+        words = ([each[:start] + part + each[end:] for part in parts] + words)[:limit + 1 - len(done)]
     return done
 
 
-def matching(pattern: str, limit: int) -> list | None:
-    """The names a glob pattern matches, at most limit; None for a pattern too deep to look at
-    (glob goes a call deeper for each part that holds a wildcard, and Python's stack ends)."""
+def matching(pattern: str, limit: int, looked_at: int = LOOKED_AT) -> list | None:
+    """The names a glob pattern matches, at most limit; None when finding them means looking
+    at more than looked_at names or more than MAX_PATTERN_PARTS folders deep: two links to .
+    make */*/*/... as many paths as 2 to the depth. As glob does, a wildcard matches no
+    leading dot, and a pattern ending in / matches folders only."""
     if pattern.count("/") > MAX_PATTERN_PARTS:
         return None
-    return list(itertools.islice(glob.iglob(pattern), limit))
+    parts, folders_only = [part for part in pattern.split("/") if part], pattern.endswith("/")
+    paths, seen = ["/" if pattern.startswith("/") else ""], 0
+    for k, part in enumerate(parts):
+        last, found = k == len(parts) - 1, []
+        for base in paths:
+            names, scanned = ([part], 1) if not glob.has_magic(part) else listed(base or ".", part, looked_at - seen)
+            seen += scanned
+            if names is None or seen > looked_at:
+                return None
+            for name in names:
+                path = os.path.join(base, name) if base else name
+                if os.path.isdir(path) if not last or folders_only else os.path.lexists(path):
+                    found.append(path + "/" if last and folders_only else path)
+        paths = found
+    return paths[:limit]
+
+
+def listed(folder: str, part: str, room: int) -> tuple:
+    """(the names in folder a wildcard part matches, or None when it holds more than room; how
+    many names were looked at)."""
+    try:
+        with os.scandir(folder) as entries:
+            names = [entry.name for entry in itertools.islice(entries, max(room, 0) + 1)]
+    except OSError:
+        return [], 1
+    if len(names) > room:
+        return None, len(names)
+    hidden = part.startswith(".")
+    return [name for name in names if (hidden or not name.startswith(".")) and fnmatch.fnmatchcase(name, part)], \
+        len(names) or 1

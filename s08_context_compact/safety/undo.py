@@ -1,42 +1,34 @@
-"""Undo of a turn. Before the first call of a turn to a tool that may change the workspace
-(its declaration says it writes a file, runs a command or starts a subagent: write_file,
-edit_file, bash, task), its files are recorded: each
-path with a hash of its content, each content kept once. /undo compares the workspace
-with that record and puts back every file the turn changed or deleted, and takes away
-the ones it created; what it replaced is recorded first, so /redo puts that back.
+"""Undo of a turn. Before a turn's first call of a tool that may change the workspace (its
+declaration says it writes, runs or starts a subagent), its files are recorded: each path
+with a hash of its content, each content kept once. /undo puts back every file the turn
+changed or deleted and takes away the ones it created; what it replaced is recorded first,
+so /redo puts that back. A text check of commands always misses some form; this makes the
+loss of a file cost nothing whatever form deleted it, within the session.
 
-A text check of commands always misses some form; this makes the loss of a file cost
-nothing whatever form deleted it, within the session.
+The copies are your files verbatim (a .env's keys included), so they live outside the
+workspace, readable by you only: $XDG_STATE_HOME/s08/undo/ (else ~/.local/state/s08/undo/),
+one folder a run, removed when the program ends (a day later, if it could not). A copy is
+named by the sha256 of its content and kept once; where the filesystem offers reflinks
+(btrfs, XFS), it shares the file's blocks. Bounded, each said once: no file over
+MAX_FILE_BYTES, no workspace of over MAX_FILES files, copies under MAX_STORE_BYTES (the
+oldest turns dropped first).
 
-The copies are your files verbatim (a .env's keys included: they must come back as they
-were), so they live outside the workspace, readable by you only: $XDG_STATE_HOME/s08/undo/
-(else ~/.local/state/s08/undo/), one folder a run, removed when the program ends (and
-a day later, if it could not). Each copy is named by the sha256 of its content and kept
-once: a file unchanged from one turn to the next costs nothing more. Where the filesystem
-offers reflinks (btrfs, XFS), a copy shares the file's blocks instead of duplicating them.
-Bounded: a file over MAX_FILE_BYTES is not kept, a workspace of over MAX_FILES files is
-not recorded, and the copies stay under MAX_STORE_BYTES, the oldest turns dropped first;
-each is said once.
+Not recorded, and named by /undo and /redo when gone or made (never put back, never taken
+away): folders a tool rebuilds, virtual environments (undo_folders.py says which), pipes,
+sockets, devices. Every path is reached from folder descriptors, never through a link
+(undo_folders.py); every name printed shows its control characters (shown).
 
-Not recorded, and named by /undo and /redo when one is gone or made (never put back, never
-taken away): folders a tool rebuilds or keeps, and a virtual environment (undo_folders.py
-says which), and what is neither a file, a link nor a folder (a pipe, a socket, a device).
-Every path is reached from folder descriptors, never through a link (undo_folders.py), and
-every name /undo and /redo print is shown with its control characters visible (shown).
+Undo runs no other program, git included (a repository's configuration can name a command
+for git to run): a file comes back from undo's own copy, so a turn that deletes .git loses
+no file undo kept.
 
-Undo runs no other program, git included: a repository's configuration is the
-repository's to write (a turn can name a command in it for git to run), so a file is
-never read back from git, only from undo's own copy. A turn that deletes .git loses no
-file undo kept.
+A file whose size, times (ctime: any write sets it, nothing sets it back) and inode are
+as at its last reading is not read again, which keeps a record fast. What /undo or /redo
+overwrites or removes is read again and compared by content first: a person's edit of the
+same size, its mtime put back (cp -p, touch -r, rsync -t), is left as it is.
 
-A file whose size, times (ctime included: any write sets it, nothing sets it back) and
-inode are as at its last reading is not read again, which keeps a record fast. Before
-/undo or /redo overwrites or removes a path, though, what is there is read again and
-compared by content: a person's edit of the same size, its mtime put back (cp -p,
-touch -r, rsync -t), is left as it is.
-
-Machinery the chapter does not need: code.py installs undo_hooks beside the ledger's,
-and user_turns.py runs /undo and /redo.
+Machinery the chapter does not need: undo_hooks go beside the ledger's; /undo and /redo
+come from user_turns.py.
 """
 
 import atexit
@@ -94,6 +86,7 @@ class Outcome(NamedTuple):
     lost: list   # not recorded (a folder undo skips, a pipe...), and gone or changed: not put back
     made: list   # not recorded, and not in the record it goes back to: not taken away
     same: list   # not recorded, and as the record it goes back to has it: nothing to do or say
+    blocked: list  # a file to put back where something undo does not record stands now
 
 
 def unrecorded(entry: tuple | None) -> bool:
@@ -403,7 +396,11 @@ class Undo:
         def order(path: str) -> tuple:
             removed = target.get(path) is None
             return (not removed, -path.count("/") if removed else path.count("/"))
-        outcome = Outcome([], [], [], [], [])
+        blocked = [path for path in changed(source, target)
+                   if unrecorded(present.get(path)) and not unrecorded(target.get(path)) and target.get(path)]
+        if blocked:  # a pipe or a cache folder where a file was: undo never removes what it did not keep
+            return Outcome([], [], [], [], [], blocked)
+        outcome = Outcome([], [], [], [], [], [])
         with Folders(self.workdir) as folders:
             for path in sorted(sorted(changed(source, target)), key=order):
                 self.apply_path(folders, path, (source, target, present), outcome)
@@ -412,7 +409,10 @@ class Undo:
     def apply_path(self, folders: Folders, path: str, records: tuple, outcome: Outcome) -> None:
         """One path from source's state to target's, and the list of outcome it belongs in."""
         source, target, present = records
-        if any(unrecorded(record.get(path)) for record in records):
+        cleared = unrecorded(source.get(path)) and present.get(path) is None and target.get(path)
+        if cleared:  # what stood in the way (a pipe, a cache folder) is gone: the file comes back
+            source = {**source, path: None}
+        elif any(unrecorded(record.get(path)) for record in records):
             if present.get(path) == target.get(path):
                 outcome.same.append(path)
             else:  # what undo passes over, not as it was
@@ -518,6 +518,9 @@ def told(back: bool, turn: Turn, outcome: Outcome) -> str:
     not recorded. It opens with "[" only when files changed (user_turns.py tells the model
     then). Every name in it is shown, never obeyed."""
     said = []
+    if outcome.blocked:
+        said.append(f"{len(outcome.blocked)} cannot be put back while something undo does not record (a pipe, a "
+                    f"cache folder) stands where each was ({listed(outcome.blocked)}); move it away")
     if outcome.done:
         said.append(f"{len(outcome.done)} put back as they were ({listed(outcome.done)})")
     if outcome.kept:
@@ -548,7 +551,8 @@ def worth_trying_again(outcome: Outcome) -> bool:
     """Whether a /undo or /redo that put nothing back keeps the request where it was: what it
     left may be as the record has it again later (or nothing differs now); what undo passes
     over never will be."""
-    return not outcome.done and bool(outcome.kept or not outcome.lost + outcome.made + outcome.same)
+    return not outcome.done and bool(outcome.kept or outcome.blocked or
+                                     not outcome.lost + outcome.made + outcome.same)
 
 
 def listed(paths: list) -> str:
