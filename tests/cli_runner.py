@@ -101,7 +101,7 @@ def start_on_terminal(args: list, *, tty: str, env: dict, cwd) -> int:
     """`python code.py *args` on the terminal whose device is tty, as its controlling terminal
     (so Ctrl-C there interrupts it); the child's pid. exit_code() says how it ended."""
     global _unfinished
-    _unfinished = _start({"args": list(args), "env": dict(env), "cwd": str(cwd), "tty": tty})
+    _unfinished = _start({"args": list(args), "env": dict(env), "cwd": str(cwd), "tty": tty, "code": str(CODE)})
     return _unfinished
 
 
@@ -129,7 +129,7 @@ def start(args: list, *, input: str = "", env: dict, cwd, code=None) -> tuple:
     Path(folder, "stdout").touch()
     Path(folder, "stderr").touch()
     _unfinished = _start({"args": list(args), "env": dict(env), "cwd": str(cwd), "folder": folder,
-                          **({"code": str(code)} if code else {})})
+                          "code": str(code or CODE)})
     return _unfinished, folder
 
 

@@ -37,6 +37,22 @@ ROOT = Path(__file__).resolve().parent.parent
 CODE = ROOT / "s08_context_compact" / "code.py"
 
 
+def fresh_copy() -> Path:
+    """The program as a fresh clone holds it, with no .env: the one a person made by following
+    the README (a key, a model, perhaps a window) must not change what a test of the program
+    sees. Its code.py is what the tests run as a command; the repository's is read."""
+    base = Path("/var/tmp") if Path("/var/tmp").is_dir() else Path(tempfile.gettempdir())
+    folder = Path(tempfile.mkdtemp(prefix="s08-program-", dir=base))
+    atexit.register(shutil.rmtree, folder, True)
+    shutil.copytree(CODE.parent, folder / CODE.parent.name, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / ".env.example", folder / ".env.example")
+    return folder / CODE.parent.name / CODE.name
+
+
+RUN = fresh_copy()
+cli_runner.CODE = RUN  # what `python code.py` runs, in the runner's children too
+
+
 # ---------------------------------------------------------------- no network
 
 _real_connect = socket.socket.connect
@@ -295,7 +311,7 @@ class LiveCLI:
     """The CLI as a running subprocess: type lines, watch output as it arrives, send signals."""
 
     def __init__(self, fake, workspace, **env):
-        self.proc = subprocess.Popen([sys.executable, str(CODE)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        self.proc = subprocess.Popen([sys.executable, str(RUN)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE, text=True, cwd=workspace, env=cli_env(fake, **env))
         self.chunks = []
         self.reader = threading.Thread(target=self._read, daemon=True)

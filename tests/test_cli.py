@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from conftest import (CODE, LiveCLI, Terminal, assert_requests_valid, blocks, cli_env, plain, processes_with,
+from conftest import (CODE, RUN, LiveCLI, Terminal, assert_requests_valid, blocks, cli_env, plain, processes_with,
                       run_cli, wait_until)
 from s08_context_compact.offline.fake_anthropic import FakeAnthropic, error, text, tool_use, tool_uses
 from s08_context_compact.messages import current_request
@@ -41,7 +41,7 @@ def test_missing_configuration_exits_2_with_a_pointer_to_env_example(workspace, 
 
 def test_a_reader_that_goes_away_ends_the_program_quietly(fake, workspace):
     # `python code.py | head -1`: after the first line nobody reads the output any more
-    proc = subprocess.Popen([sys.executable, str(CODE)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+    proc = subprocess.Popen([sys.executable, str(RUN)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, cwd=workspace, env=cli_env(fake))
     proc.stdin.write(b"/help\n" * 500)
     proc.stdin.close()
@@ -84,7 +84,7 @@ def test_configuration_is_read_from_a_dotenv_file_in_the_working_directory(fake,
     for name in ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL"):
         env.pop(name)
     env["MODEL_ID"] = ""  # set but empty in the shell (`MODEL_ID= python ...`) is not set: .env's value is used
-    done = subprocess.run([sys.executable, str(CODE)], input="hi\n/context\n", text=True, capture_output=True,
+    done = subprocess.run([sys.executable, str(RUN)], input="hi\n/context\n", text=True, capture_output=True,
                           cwd=workspace, env=env, timeout=60)
     assert done.returncode == 0, done.stderr
     assert fake.requests[0]["model"] == "claude-dotenv" and "50,000-token window" in done.stdout
@@ -237,7 +237,7 @@ def test_outputs_are_written_inside_the_working_directory(fake, workspace):
 
 
 def test_input_that_is_not_utf8_is_read_not_fatal(fake, workspace):
-    done = subprocess.run([sys.executable, str(CODE)], input=b"caf\xe9 \xff please\n", capture_output=True,
+    done = subprocess.run([sys.executable, str(RUN)], input=b"caf\xe9 \xff please\n", capture_output=True,
                           cwd=workspace, env=cli_env(fake), timeout=60)
     assert done.returncode == 0 and b"Traceback" not in done.stderr
     assert fake.requests[0]["messages"][0]["content"][0]["text"] == "caf\ufffd \ufffd please"

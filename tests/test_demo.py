@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import CODE
+from conftest import CODE, RUN
 from s08_context_compact.command_line.session_picture import COLOURS
 
 CHAPTER_PICTURE = CODE.parent / "images" / "demo-session.svg"
@@ -19,7 +19,7 @@ def demo(tmp_path_factory):
     (mkdtemp) in a folder of the tests', not /tmp."""
     folder = tmp_path_factory.mktemp("demo")
     env = {"PATH": "/usr/bin:/bin", "HOME": str(folder), "TMPDIR": str(folder)}
-    done = subprocess.run([sys.executable, str(CODE), "--demo", "--no-pause"], capture_output=True, text=True,
+    done = subprocess.run([sys.executable, str(RUN), "--demo", "--no-pause"], capture_output=True, text=True,
                           cwd=folder, env=env, timeout=60)
     return done, folder
 
