@@ -63,7 +63,7 @@ def test_an_own_env_a_command_put_where_a_link_was_is_not_trusted_until_you_save
     second = cli_runner.run([], input="hi\n", cwd=root, env=env, code=code)
     assert second.returncode == 0, second.stderr
     shown = " ".join(second.stdout.split())
-    assert "the program's own .env" in shown and "is not trusted: a command changed it" in shown, shown
+    assert "the program's own .env" in shown and "is not trusted: it was changed while the program ran" in shown, shown
     assert "sets HTTP_PROXY, ALL_PROXY: ignored" in shown, shown
     assert proxy.heard == [] and len(fake.main_requests) == 3, "your key went straight to your endpoint"
     (root / ".env").write_text("MODEL_ID=claude-test\nSANDBOX_NETWORK=off\n")  # a person's own save

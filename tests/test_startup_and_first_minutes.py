@@ -202,3 +202,12 @@ def test_on_a_terminal_banner_then_recap_warnings_once_a_clean_ctrl_c_and_how_to
     assert len(warning) == 1, "two requests, one warning"
     said = " ".join(line.strip() for line in lines[warning[0]:warning[0] + 6])
     assert f"The model '{model}' is deprecated and will reach end-of-life on" in said, "wrapped between words"
+
+
+def test_a_env_that_leads_nowhere_or_has_a_second_name_is_named_before_the_missing_settings(fake, workspace, tmp_path):
+    """Why a .env was not read is said first: the missing key is the consequence, not the cause."""
+    (workspace / ".env").symlink_to(workspace / "gone.env")
+    done = run_cli(fake, workspace, "", ANTHROPIC_API_KEY="", MODEL_ID="")
+    said = " ".join(done.stderr.split())
+    assert done.returncode == 2 and "is a link to" in said and "which does not exist: nothing is read from it" in said
+    assert said.index("which does not exist") < said.index("Neither ANTHROPIC_API_KEY"), said

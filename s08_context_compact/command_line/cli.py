@@ -27,7 +27,7 @@ from ..basics import (OWN_DOTENV, PROGRAM, printable, project_instructions, Reda
 from ..safety import Sandbox, find_sandbox, start_up_line
 from ..session import SessionRefused, find_session, list_sessions, logged_endpoint
 from .session_picture import report_line
-from .startup import (PROXIES, SETTINGS, StartupError, base_url_setting, check_credentials, check_model, keep_keys_home,
+from .startup import (PROXIES, SETTINGS, StartupError, unread_dotenv, base_url_setting, check_credentials, check_model, keep_keys_home,
                      load_dotenv_files, same_file, tidy_settings, trusted_own)
 from .repl import banner
 
@@ -257,7 +257,9 @@ def configure_session(args) -> Config | int:
     notes = [untrusted, ignored, keep_keys_home(dotenv_found, shell, own)] + tidy_settings()
     WarningsOnce(sys.stderr)  # the SDK's deprecation warnings: once each, wrapped like our own lines
     if missing := missing_settings(dotenv_found):
-        print(missing, file=sys.stderr)
+        # what start-up found first: why a .env was not read is often why a setting is missing
+        unread = [unread_dotenv(path) for path in dotenv_paths() if path not in dotenv_found]
+        print("\n".join(note for note in notes + unread if note) + "\n" + missing, file=sys.stderr)
         return 2
     settings_in_utf8()
     check_credentials()

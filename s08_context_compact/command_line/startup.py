@@ -87,6 +87,15 @@ def read_dotenv(path: Path, expand: bool) -> dict | None:
     return dotenv_values(stream=io.StringIO(dotenv_text(path, data)), interpolate=expand)
 
 
+def unread_dotenv(path: Path) -> str:
+    """Why a .env that is there was not read, in one line ("" when nothing is there)."""
+    if os.path.islink(path) and not os.path.exists(path):
+        return f"[config] {path} is a link to {os.readlink(path)}, which does not exist: nothing is read from it."
+    if os.path.isdir(path):
+        return f"[config] {path} is a folder (a virtual environment?), not a file of settings: it is passed over."
+    return ""
+
+
 def same_file(path: Path, other: Path | None) -> bool:
     if other is None:
         return False
@@ -106,7 +115,8 @@ def ignored_note(ignored: dict) -> str:
         shown += f" and {len(names) - 8} more" if len(names) > 8 else ""  # a hostile file may hold thousands
         parts.append(f"{path} sets {shown}")
     return (f"[config] {'; '.join(parts)}: ignored. A .env gives only the settings .env.example lists, and "
-            "only your shell or the program's own .env sets SANDBOX, SANDBOX_NETWORK, S08_HISTORY or a proxy.")
+            "only your shell or the program's own .env, when trusted, sets SANDBOX, SANDBOX_NETWORK, S08_HISTORY or "
+            "a proxy.")
 
 
 def printable_name(name: str) -> str:
@@ -267,14 +277,15 @@ def trusted_own(own: Path, workdir: Path) -> tuple:
     changed = changed_by_command(own)
     if not links and not changed:
         return own, True, ""
-    read_as = "it is read like a folder's .env (no SANDBOX, proxy or other host for your key)"
+    read_as = ("it is read like a cloned repository's .env: SANDBOX, SANDBOX_NETWORK, S08_HISTORY and proxies are "
+               "not taken from it, and ANTHROPIC_BASE_URL only with a key from the same file")
     if changed:
         return None, True, (f"[config] the program's own .env ({own}) is not trusted: {changed}. Until you check "
-                            f"it and save it again, {read_as}.")
-    what = "a link" if links == [str(own)] else "reached through a link"
-    return None, True, (f"[config] the program's own .env ({own}) is {what} inside the working folder "
-                        f"({links[0]}): a command could put another file in its place, so {read_as}. Make it a "
-                        "file, or start the program in another folder.")
+                            f"it and save it again (touch {own} will do), {read_as}.")
+    what = "a link" if links == [str(own)] else f"reached through a link ({links[0]})"
+    return None, True, (f"[config] the program's own .env ({own}) is {what} inside the working folder: a command "
+                        f"could put another file in its place, so {read_as}. Make it a file, or start the program "
+                        "in another folder.")
 
 
 def open_session(agent, resume: Path | None) -> list:

@@ -126,7 +126,8 @@ def changed_by_command(path) -> str:
     changed = read_record(mark)
     if changed and changed.get("path") == path:
         if changed.get("fingerprint") == now:
-            return f"a command changed it ({changed.get('when', 'at an unknown time')})"
+            return (f"it was changed while the program ran ({changed.get('when', 'at an unknown time')}), by a "
+                    "command, a file tool or /undo")
         try:
             mark.unlink()  # changed again since, by no command: a person's save
         except OSError:
