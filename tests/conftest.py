@@ -1,6 +1,7 @@
 """Shared fixtures: no network but loopback, code.py loaded by path, a fake API, an agent."""
 
 import atexit
+import compileall
 import importlib.util
 import ipaddress
 import json
@@ -46,6 +47,8 @@ def fresh_copy() -> Path:
     atexit.register(shutil.rmtree, folder, True)
     shutil.copytree(CODE.parent, folder / CODE.parent.name, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(ROOT / ".env.example", folder / ".env.example")
+    # compiled once here: each run would otherwise compile it again (PYTHONDONTWRITEBYTECODE)
+    compileall.compile_dir(folder / CODE.parent.name, quiet=1)
     return folder / CODE.parent.name / CODE.name
 
 
