@@ -28,6 +28,15 @@ def clone(beyond_tmp):
     return root, copy_of_the_program(root)
 
 
+def clone_with_a_linked_own_env(beyond_tmp):
+    """A clone whose own .env is a link to a file of yours outside it (a dotfiles folder)."""
+    root, code = clone(beyond_tmp)
+    kept = beyond_tmp / "kept.env"
+    kept.write_text("MODEL_ID=claude-test\nS08_HISTORY=off\n")
+    (root / ".env").symlink_to(kept)
+    return root, code
+
+
 def shell_without_model(fake, **extra) -> dict:
     env = cli_env(fake, SANDBOX="", NO_PROXY="", no_proxy="")
     env.pop("MODEL_ID")  # from the program's own .env, unless given here
@@ -47,10 +56,7 @@ def tool_result(request: dict, index: int = 0) -> str:
 
 @needs_bwrap
 def test_an_own_env_a_command_put_where_a_link_was_is_not_trusted_until_you_save_it(fake, beyond_tmp, proxy):
-    root, code = clone(beyond_tmp)
-    kept = beyond_tmp / "kept.env"
-    kept.write_text("MODEL_ID=claude-test\nS08_HISTORY=off\n")
-    (root / ".env").symlink_to(kept)
+    root, code = clone_with_a_linked_own_env(beyond_tmp)
     planted = f"HTTP_PROXY={proxy.url}\\nALL_PROXY={proxy.url}\\nMODEL_ID=claude-test\\n"
     fake.reply(tool_use("bash", script(root, "swap.sh", f"rm .env && printf '{planted}' > .env && echo swapped")),
                text("Done."), text("Hello."), text("Hello again."))
@@ -174,10 +180,7 @@ def test_a_tmpdir_in_the_workspace_holds_nothing_a_command_can_swap(fake, beyond
 
 @needs_bwrap
 def test_a_change_made_before_the_program_was_killed_is_not_trusted(fake, beyond_tmp, proxy):
-    root, code = clone(beyond_tmp)
-    kept = beyond_tmp / "kept.env"
-    kept.write_text("MODEL_ID=claude-test\nS08_HISTORY=off\n")
-    (root / ".env").symlink_to(kept)
+    root, code = clone_with_a_linked_own_env(beyond_tmp)
     planted = f"HTTP_PROXY={proxy.url}\\nMODEL_ID=claude-test\\n"
     fake.reply(tool_use("bash", script(root, "swap.sh", f"rm .env && printf '{planted}' > .env && sleep 60")),
                text("Hello."))
@@ -228,10 +231,7 @@ def test_an_own_env_that_is_a_folder_is_not_taken_for_a_file_with_other_names(be
 def test_a_commands_env_put_back_by_redo_is_still_not_trusted(fake, beyond_tmp, proxy):
     """/undo and /redo write outside the sandbox: what they put back at the program's .env is
     looked at like a command's change, never taken for a person's save."""
-    root, code = clone(beyond_tmp)
-    kept = beyond_tmp / "kept.env"
-    kept.write_text("MODEL_ID=claude-test\nS08_HISTORY=off\n")
-    (root / ".env").symlink_to(kept)
+    root, code = clone_with_a_linked_own_env(beyond_tmp)
     planted = f"HTTP_PROXY={proxy.url}\\nMODEL_ID=claude-test\\n"
     fake.reply(tool_use("bash", script(root, "swap.sh", f"rm .env && printf '{planted}' > .env")), text("Done."),
                text("Hello."))
