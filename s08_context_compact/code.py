@@ -779,7 +779,7 @@ def use_tools(agent, tool_uses: list, refused: dict, history: list) -> tuple:
     as interrupted (safety/tool_calls.py). Returns (results, interrupted)."""
     box = Toolbox(agent.tools, partial(run_tool, agent), partial(fire_hooks, agent),
                   partial(show_tool_call, agent), partial(show_tool_result, agent), agent.say,
-                  agent.spinner_to, agent.secrets, agent.sandbox.after_command)
+                  agent.spinner_to, agent.secrets, agent.sandbox.look_again)
     return run_tool_calls(box, tool_uses, refused, history)
 
 

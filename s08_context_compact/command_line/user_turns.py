@@ -179,7 +179,7 @@ def report_command(agent, messages: list, command: str, tokens: int) -> bool:
     elif command in ("/undo", "/redo"):
         said = agent.undo.at(agent.workdir, agent.say).step(back=command == "/undo")
         agent.say(said)
-        changed = agent.sandbox.after_command()  # a file put back may be one the next start reads
+        changed = agent.sandbox.look_again()  # a file put back may be one the next start reads
         if changed:
             agent.say(changed.strip())
         note = own_text("note", f"[Program note: the user ran {command}. {said}]")  # its files changed back

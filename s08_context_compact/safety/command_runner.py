@@ -52,7 +52,7 @@ def run_command(command: str, *, cwd: Path, timeout: int, outputs: Path, secrets
         raise
     finally:
         tree.done.set()
-        changed = sandbox.after_command()  # however it ended: a change is recorded for the next start
+        changed = sandbox.look_again()  # however it ended: a change is recorded for the next start
     reader.join(timeout=0.5)  # a background child may keep the pipe open; do not wait for it
     saved = captured.finish(call_id)
     shown = captured.as_result(saved and saved.relative_to(cwd)).strip("\n")

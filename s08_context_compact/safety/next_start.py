@@ -176,7 +176,7 @@ def mark_changed(path: str, when: str) -> None:
 @dataclass
 class Watch:
     """The places a command could change that the next start reads, as the session found
-    them. begin() writes them down; after_command() looks again."""
+    them. begin() writes them down; look_again() looks at them again."""
     places: tuple = ()
     began: dict = field(default_factory=dict)
     file: Path | None = None
@@ -195,7 +195,7 @@ class Watch:
         atexit.register(self.end, os.getpid())
         return self
 
-    def after_command(self) -> list:
+    def look_again(self) -> list:
         """The watched places a command (or a tool, or /undo) just changed, each recorded for the
         next start."""
         changed = [path for path, began in self.began.items() if fingerprint(path) != began]

@@ -230,11 +230,11 @@ class Sandbox:
                          "credentials, histories and agents' sockets stay out of reach")
         return "".join(f"\n[{note}]" for note in notes)
 
-    def after_command(self) -> str:
+    def look_again(self) -> str:
         """A line for the model and for you when what just ran (a command, a tool call, /undo)
         changed what the next start reads ("" when it did not); the change is recorded for
         that start."""
-        changed = self.watch.after_command() if self.watch else []
+        changed = self.watch.look_again() if self.watch else []
         if not changed:
             return ""
         return (f"\n[{', '.join(changed)} changed, which the program reads when it starts: the next start will "
