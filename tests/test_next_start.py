@@ -256,3 +256,18 @@ def test_a_command_gets_none_of_the_programs_settings(fake, beyond_tmp):
     done = cli_runner.run([], input="look\n", cwd=root, env=env, code=code)
     assert done.returncode == 0, done.stderr
     assert tool_result(fake.main_requests[1]).startswith("[][http://127.0.0.1:9][][][127.0.0.1]")
+
+
+def test_a_session_record_whose_pid_now_names_another_program_is_settled(beyond_tmp):
+    """A record left by a program that was killed names a pid another program may hold now (after
+    a reboot): the start time tells them apart, and the change is judged as a killed session's."""
+    from s08_context_compact.safety import next_start
+    place = beyond_tmp / "own.env"
+    place.write_text("MODEL_ID=m\n")
+    began = next_start.fingerprint(place)
+    record = next_start.records() / f"session-{os.getpid()}-0.json"
+    next_start.write_record(record, {"pid": os.getpid(), "started": "0", "places": {str(place): began}})
+    place.write_text("HTTP_PROXY=http://127.0.0.1:9\n")  # what the killed program's command left
+    said = next_start.changed_by_command(place)
+    assert "ended without a clean exit" in said, said
+    assert not record.exists()

@@ -108,12 +108,24 @@ def read_record(path: Path) -> dict | None:
     return content if isinstance(content, dict) else None
 
 
-def process_alive(pid) -> bool:
+def started_at(pid) -> str:
+    """When a process started, as /proc tells it ("" where there is no /proc): with its pid,
+    what names it, as a pid alone is reused (after a reboot, by another program)."""
+    try:
+        with open(f"/proc/{int(pid)}/stat", encoding="ascii", errors="replace") as f:
+            return f.read().rsplit(")", 1)[1].split()[19]  # the 22nd field, after the name
+    except (OSError, ValueError, TypeError, OverflowError, IndexError):
+        return ""
+
+
+def process_alive(session: dict) -> bool:
+    """Whether the program that wrote a session's record still runs."""
+    pid = session.get("pid")
     try:
         os.kill(int(pid), 0)
     except (OSError, ValueError, TypeError, OverflowError):
         return False
-    return True
+    return started_at(pid) == session.get("started", "")
 
 
 def changed_by_command(path) -> str:
@@ -146,7 +158,7 @@ def session_files() -> list:
 
 
 def running_sessions() -> list:
-    return [s for s in map(read_record, session_files()) if s and process_alive(s.get("pid"))]
+    return [s for s in map(read_record, session_files()) if s and process_alive(s)]
 
 
 def settle_sessions_that_ended() -> None:
@@ -154,7 +166,7 @@ def settle_sessions_that_ended() -> None:
     now from how it began is recorded as a command's change."""
     for file in session_files():
         session = read_record(file)
-        if session and process_alive(session.get("pid")):
+        if session and process_alive(session):
             continue
         for path, began in (session or {}).get("places", {}).items():
             if fingerprint(path) != began:
@@ -188,7 +200,7 @@ class Watch:
             return self
         self.file = records() / f"session-{os.getpid()}-{time.time_ns()}.json"
         try:
-            write_record(self.file, {"pid": os.getpid(), "places": self.began})
+            write_record(self.file, {"pid": os.getpid(), "started": started_at(os.getpid()), "places": self.began})
         except OSError as err:
             self.file, self.problem = None, f"{records()}: {err.strerror or err}"
             return self
