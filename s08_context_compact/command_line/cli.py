@@ -251,8 +251,9 @@ def configure_session(args) -> Config | int:
     """The settings, each checked; the endpoint asked about the model; the workspace's
     instructions for agents read. Raises StartupError (or ValueError) for a mistake."""
     shell = dict(os.environ)
-    own, read, untrusted = trusted_own(dotenv_paths()[-1], Path.cwd())
-    paths = [path for path in dotenv_paths() if read or not same_file(path, dotenv_paths()[-1])]
+    own_path = dotenv_paths()[-1]
+    own, read, untrusted = trusted_own(own_path, Path.cwd())
+    paths = [path for path in dotenv_paths() if read or not same_file(path, own_path)]
     dotenv_found, ignored = load_dotenv_files(paths, own=own)
     notes = [untrusted, ignored, keep_keys_home(dotenv_found, shell, own)] + tidy_settings()
     WarningsOnce(sys.stderr)  # the SDK's deprecation warnings: once each, wrapped like our own lines

@@ -82,6 +82,7 @@ def fingerprint(path) -> list:
 
 
 def contains(folder: str, path: str) -> bool:
+    """Whether path (a real path) is folder or lies inside it."""
     return path == folder or path.startswith(folder.rstrip("/") + "/")
 
 

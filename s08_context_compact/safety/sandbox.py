@@ -23,7 +23,7 @@ from pathlib import Path
 
 from ..basics import (OWN_DOTENV, OWN_FOLDERS, SECRET_NAME, history_file, own_folder, program_places,
                       state_folder)
-from .next_start import Watch, passes_through
+from .next_start import Watch, contains, passes_through
 
 # Under $HOME: where keys, tokens and passwords live, and the shells' histories (a typed
 # password, an exported token). Each is replaced by an empty folder or file inside.
@@ -343,10 +343,6 @@ def runtime_folder() -> str | None:
     except OSError:
         return None
     return folder if info and info.st_uid == os.getuid() and not info.st_mode & 0o077 else None
-
-
-def contains(folder: str, path: str) -> bool:
-    return path == folder or path.startswith(folder.rstrip("/") + "/")
 
 
 def find_sandbox(wanted: bool = True, network: bool = True, own_env: Path | None = OWN_DOTENV,
