@@ -1,5 +1,5 @@
-"""Token counting and the prompt cache of the fake Messages API: a deterministic stand-in for
-the tokenizer (`count_tokens`, over the prompt's blocks in cache order from `prompt_blocks`),
+"""Token counting and the prompt cache of the fake Messages API: a deterministic stand-in
+for the tokenizer (`count_tokens`, over the prompt's blocks in cache order from `prompt_blocks`),
 and `PromptCache`, the API's prefix cache with its breakpoints, lookback, minimum sizes by
 model (`minimum_cacheable`), TTLs and the settings that invalidate it (`message_settings`)."""
 
@@ -61,7 +61,8 @@ def prompt_blocks(body: dict, chars_per_token: float = 3.5) -> list:
             (4 if where in ("user", "assistant") else 0)
         key = where + json.dumps(plain, sort_keys=True)
         marked = block.get("cache_control")
-        blocks.append((key, tokens, (marked.get("ttl") or "5m") if isinstance(marked, dict) else None))
+        ttl = (marked.get("ttl") or "5m") if isinstance(marked, dict) else None
+        blocks.append((key, tokens, ttl))
     return blocks
 
 
@@ -84,7 +85,9 @@ def message_settings(body: dict) -> str:
 
 
 def minimum_cacheable(model: str, default: int = MIN_CACHEABLE_TOKENS) -> int:
-    return next((tokens for pattern, tokens in MIN_CACHEABLE_BY_MODEL if re.search(pattern, model or "")), default)
+    return next((tokens for pattern, tokens in MIN_CACHEABLE_BY_MODEL
+                 if re.search(pattern, model or "")),
+                default)
 
 
 class PromptCache:
@@ -100,7 +103,8 @@ class PromptCache:
     def use(self, blocks: list, settings: str = "", min_tokens: int | None = None) -> dict:
         hashes, cumulative, digest, total = [], [], hashlib.sha256(), 0
         for key, tokens, _ in blocks:
-            if key.startswith("user") and settings:  # the first message block: settings come before it
+            # the first message block: settings come before it
+            if key.startswith("user") and settings:
                 digest.update(settings.encode())
                 settings = ""
             digest.update(key.encode("utf-8", "surrogatepass"))
@@ -128,7 +132,8 @@ class PromptCache:
                     written[ttl] = max(written[ttl], cumulative[b])
         long_written = max(0, written["1h"] - read)
         short_written = max(0, written["5m"] - max(read, written["1h"]))
-        return {"input_tokens": total - read - long_written - short_written, "cache_read_input_tokens": read,
+        return {"input_tokens": total - read - long_written - short_written,
+                "cache_read_input_tokens": read,
                 "cache_creation_input_tokens": long_written + short_written,
                 "cache_creation": {"ephemeral_5m_input_tokens": short_written,
                                    "ephemeral_1h_input_tokens": long_written}}
