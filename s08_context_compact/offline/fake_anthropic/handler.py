@@ -1,7 +1,7 @@
-"""The HTTP side of the fake Messages API: `_Handler` answers each request for the `FakeAnthropic`
-that owns it (authentication, routes, validation, overflow refusals, scripted replies as JSON or
-as SSE, stalls and keep-alives), and `_QuietServer` is the threading HTTP server that runs it
-without printing the errors of clients that hung up."""
+"""The HTTP side of the fake Messages API: `_Handler` answers each request for the
+`FakeAnthropic` that owns it (authentication, routes, validation, overflow refusals, scripted
+replies as JSON or as SSE, stalls and keep-alives), and `_QuietServer` is the threading HTTP
+server that runs it without printing the errors of clients that hung up."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING
 from .counting import count_tokens, prompt_blocks
 from .providers import OVERFLOWS, Overflow, reported_usage, streamed_usage
 from .replies import RawJSON, utf16_pieces
-from .validation import (InvalidRequest, check_thinking_passback, is_summary_request, renders_as_strings,
-                         validate_request)
+from .validation import (InvalidRequest, check_thinking_passback, is_summary_request,
+                         renders_as_strings, validate_request)
 
 if TYPE_CHECKING:  # only for the annotation of `owner`: server.py imports this file
     from .server import FakeAnthropic
@@ -54,10 +54,12 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _error_headers(self, status: int) -> dict:
         # x-should-retry false keeps the SDK from retrying errors a test scripted once
-        retry = "true" if status in (429, 500, 529) and getattr(self, "_retry_ok", False) else "false"
+        retry = ("true" if status in (429, 500, 529) and getattr(self, "_retry_ok", False)
+                 else "false")
         headers = {"x-should-retry": retry}
         if status == 429 or status >= 500:
-            headers["retry-after"] = str(getattr(self, "_retry_after", 0))  # tests need not wait
+            # tests need not wait
+            headers["retry-after"] = str(getattr(self, "_retry_after", 0))
         return headers
 
     def _send_error(self, status: int, kind: str, message: str) -> None:
@@ -99,9 +101,11 @@ class _Handler(BaseHTTPRequestHandler):
         elif not (api_key or authorization):
             self._send_error(401, "authentication_error", "x-api-key header is required")
             return False
-        elif self.owner.auth == "litellm" and (api_key or authorization.partition(" ")[2]) != self.owner.token:
+        elif (self.owner.auth == "litellm"
+              and (api_key or authorization.partition(" ")[2]) != self.owner.token):
             # LiteLLM without a database knows only its master key, and says so oddly
-            self._send_json(400, {"error": {"message": "No connected db.", "type": "no_db_connection", "param": None,
+            self._send_json(400, {"error": {"message": "No connected db.",
+                                            "type": "no_db_connection", "param": None,
                                             "code": "400"}})
             return False
         if not self.headers.get("anthropic-version"):
@@ -126,11 +130,13 @@ class _Handler(BaseHTTPRequestHandler):
         if not owner.models_api or (owner.models is not None and owner.models_list == "openai"):
             self._send_error(404, "not_found_error", "Not found")
             return
-        known = model in owner.models if owner.models is not None else owner.max_input_tokens is not None
+        known = (model in owner.models if owner.models is not None
+                 else owner.max_input_tokens is not None)
         if not known:
             self._send_error(404, "not_found_error", f"model: {model}")
             return
-        info = {"type": "model", "id": model, "display_name": model, "created_at": "2025-01-01T00:00:00Z"}
+        info = {"type": "model", "id": model, "display_name": model,
+                "created_at": "2025-01-01T00:00:00Z"}
         if owner.max_input_tokens is not None:
             info.update(max_input_tokens=owner.max_input_tokens, max_tokens=owner.max_output_tokens)
         self._send_json(200, info)
@@ -142,10 +148,12 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_error(404, "not_found_error", "Not found")
         elif owner.models_list == "openai":
             self._send_json(200, {"object": "list", "data": [
-                {"id": model, "object": "model", "created": 1735689600, "owned_by": "fake"} for model in owner.models]})
+                {"id": model, "object": "model", "created": 1735689600, "owned_by": "fake"}
+                for model in owner.models]})
         else:
             self._send_json(200, {"data": [{"type": "model", "id": model, "display_name": model,
-                                            "created_at": "2025-01-01T00:00:00Z"} for model in owner.models],
+                                            "created_at": "2025-01-01T00:00:00Z"}
+                                           for model in owner.models],
                                   "has_more": False, "first_id": (owner.models or [None])[0],
                                   "last_id": (owner.models or [None])[-1]})
 
@@ -155,7 +163,8 @@ class _Handler(BaseHTTPRequestHandler):
             return
         body = self._read_body()
         if not isinstance(body, dict):
-            self._send_error(400, "invalid_request_error", "There was an error parsing the body of your request")
+            self._send_error(400, "invalid_request_error",
+                             "There was an error parsing the body of your request")
             return
         if path == "/v1/messages/count_tokens":
             self._count_tokens(body)
@@ -199,12 +208,14 @@ class _Handler(BaseHTTPRequestHandler):
             self._refuse_system_list(body["system"])
             return
         if owner.template == "strings" and not renders_as_strings(body["messages"]):
-            owner.template_failures += 1  # a failure inside the server, not a refusal: not in rejections
+            # a failure inside the server, not a refusal: not in rejections
+            owner.template_failures += 1
             self._send_silent_failure(body)
             return
         if body["max_tokens"] > owner.max_output_tokens:
-            self._reject(f"max_tokens: {body['max_tokens']} > {owner.max_output_tokens}, which is the maximum "
-                         f"allowed number of output tokens for {body['model']}")
+            self._reject(f"max_tokens: {body['max_tokens']} > {owner.max_output_tokens}, "
+                         "which is the maximum allowed number of output tokens "
+                         f"for {body['model']}")
             return
         blocks = prompt_blocks(body, owner.chars_per_token)
         self.prompt = blocks  # measured once: the cache reads the same blocks for the reply
@@ -222,14 +233,18 @@ class _Handler(BaseHTTPRequestHandler):
     def _refuse_system_list(self, system: list) -> None:
         """LiteLLM passes a list-valued system prompt on; llama-cpp-python's pydantic model
         wants a string and lists each way the message failed to match, quoting it each time."""
-        quoted = repr([{k: v for k, v in b.items() if k != "cache_control"} for b in system if isinstance(b, dict)])
+        quoted = repr([{k: v for k, v in b.items() if k != "cache_control"}
+                       for b in system if isinstance(b, dict)])
         roles = ["ChatCompletionRequestSystemMessage", "ChatCompletionRequestUserMessage",
                  "ChatCompletionRequestAssistantMessage", "ChatCompletionRequestToolMessage",
                  "ChatCompletionRequestFunctionMessage"]
-        lines = [f"  {{'type': 'string_type', 'loc': ('body', 'messages', 0, '{role}', 'content'), 'msg': "
+        lines = [f"  {{'type': 'string_type', "
+                 f"'loc': ('body', 'messages', 0, '{role}', 'content'), 'msg': "
                  f"'Input should be a valid string', 'input': {quoted}}}" for role in roles]
-        message = ("litellm.InternalServerError: InternalServerError: OpenAIException - 10 validation errors:\n"
-                   + "\n".join(lines) + "\n\nLiteLLM: model group 'smollm' failed with the error above. "
+        message = ("litellm.InternalServerError: InternalServerError: "
+                   "OpenAIException - 10 validation errors:\n"
+                   + "\n".join(lines)
+                   + "\n\nLiteLLM: model group 'smollm' failed with the error above. "
                    "No fallback was attempted.")
         self.owner.rejections.append("system must be a string")
         self._send_error(500, "api_error", message)
@@ -238,11 +253,13 @@ class _Handler(BaseHTTPRequestHandler):
         """A failure inside the server as LiteLLM relays it: streamed, a 200 with an empty text
         block and zero usage that ends in end_turn; not streamed, a 500."""
         if not body.get("stream"):
-            self._send_error(500, "api_error", "litellm.InternalServerError: InternalServerError: OpenAIException - "
-                                               "'dict object' has no attribute 'content'")
+            self._send_error(500, "api_error",
+                             "litellm.InternalServerError: InternalServerError: OpenAIException - "
+                             "'dict object' has no attribute 'content'")
             return
         self._start_sse()
-        zeros = {"input_tokens": 0, "output_tokens": 0, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
+        zeros = {"input_tokens": 0, "output_tokens": 0,
+                 "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
         start = dict(self._start_of(body), usage=zeros)
         self._event("message_start", {"type": "message_start", "message": start})
         self._block_start(0, {"type": "text", "text": ""})
@@ -254,7 +271,8 @@ class _Handler(BaseHTTPRequestHandler):
     def _refuse_overflow(self, body: dict, overflow: Overflow, tokens: int) -> None:
         """Refuse a prompt too big for the window in the current overflow style."""
         message = overflow.text(tokens, body["max_tokens"], self.owner.context_window)
-        recorded = {"empty": "413", "stop_reason": "model_context_window_exceeded"}.get(overflow.body, message)
+        recorded = {"empty": "413",
+                    "stop_reason": "model_context_window_exceeded"}.get(overflow.body, message)
         self.owner.overflows.append(recorded)
         self.owner.rejections.append(recorded)
         if overflow.body == "empty":
@@ -265,7 +283,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_json(overflow.status, overflow.raw, self._error_headers(overflow.status))
         elif overflow.body == "stop_reason":
             # nothing scripted is used up: the model never got to answer
-            self._answer(body, {"content": [], "stop_reason": "model_context_window_exceeded", "think": False})
+            self._answer(body, {"content": [], "stop_reason": "model_context_window_exceeded",
+                                "think": False})
         else:
             self._send_error(overflow.status, overflow.kind, message)
 
@@ -292,8 +311,9 @@ class _Handler(BaseHTTPRequestHandler):
         elif "drip" in reply:
             self._start_sse()
             self._event("message_start", {"type": "message_start", "message": self._start_of(body)})
-            event = b'event: content_block_start\ndata: {"type": "content_block_start", "index": 0, ' \
-                    b'"content_block": {"type": "text", "text": ""}}\n\n'
+            event = (b'event: content_block_start\n'
+                     b'data: {"type": "content_block_start", "index": 0, '
+                     b'"content_block": {"type": "text", "text": ""}}\n\n')
             for byte in event:
                 if self._stall(reply["drip"]) != "timed out":
                     owner.stalls.append("client closed")
@@ -308,7 +328,8 @@ class _Handler(BaseHTTPRequestHandler):
         elif "pings_only" in reply:
             self._start_sse()
             self._event("message_start", {"type": "message_start", "message": self._start_of(body)})
-            owner.stalls.append(self._ping_for(reply["pings_only"], reply.get("ping_style", "event")))
+            owner.stalls.append(self._ping_for(reply["pings_only"],
+                                               reply.get("ping_style", "event")))
         elif "error_event" in reply:
             self._start_sse()
             self._event("message_start", {"type": "message_start", "message": self._start_of(body)})
@@ -322,31 +343,37 @@ class _Handler(BaseHTTPRequestHandler):
             self._event("message_start", {"type": "message_start", "message": self._start_of(body)})
             self._event("content_block_start", {"type": "content_block_start", "index": 0,
                                                 "content_block": {"type": "text", "text": ""}})
-            self.wfile.write(b'event: content_block_delta\ndata: {"type": "content_block_delta", "index": 0, '
+            self.wfile.write(b'event: content_block_delta\n'
+                             b'data: {"type": "content_block_delta", "index": 0, '
                              b'"delta": {"type": "text_delta", "text": "caf\xe9 ok"}}\n\n')
             self._event("content_block_stop", {"type": "content_block_stop", "index": 0})
-            self._event("message_delta", {"type": "message_delta", "delta": {"stop_reason": "end_turn"},
+            self._event("message_delta", {"type": "message_delta",
+                                          "delta": {"stop_reason": "end_turn"},
                                           "usage": {"output_tokens": 3}})
             self._event("message_stop", {"type": "message_stop"})
         elif reply.get("malformed") == "empty_body":
             self._send_empty(200, "text/event-stream")
         elif reply.get("malformed") == "json_body":
-            content = reply["reply"] or (owner.default_summary if is_summary_request(body) else owner.default_reply)
+            content = reply["reply"] or (owner.default_summary if is_summary_request(body)
+                                         else owner.default_reply)
             self._send_message_json(owner.build_message(body, content, blocks=self.prompt))
         else:
-            message = owner.build_message(body, reply, think=reply.get("think", True), blocks=self.prompt)
+            message = owner.build_message(body, reply, think=reply.get("think", True),
+                                          blocks=self.prompt)
             if body.get("stream"):
                 self._stream(message, reply)
             else:
                 self._send_message_json(message)
 
     def _send_message_json(self, message: dict) -> None:
-        self._send_json(200, dict(message, usage=reported_usage(self.owner.usage, message["usage"])))
+        self._send_json(200, dict(message,
+                                  usage=reported_usage(self.owner.usage, message["usage"])))
 
     def _start_of(self, body: dict) -> dict:
         """The message_start message of a reply that never gets any content."""
         message = self.owner.build_message(body, {"content": []}, think=False, blocks=self.prompt)
-        return dict(message, stop_reason=None, usage=streamed_usage(self.owner.usage, message["usage"])[0])
+        return dict(message, stop_reason=None,
+                    usage=streamed_usage(self.owner.usage, message["usage"])[0])
 
     # stalling ------------------------------------------------------------------
     def _client_gone(self, wait: float) -> bool:
@@ -359,7 +386,8 @@ class _Handler(BaseHTTPRequestHandler):
                 return True
         except OSError:
             return True
-        time.sleep(wait)  # bytes we will not read (a pipelined request) keep it readable: do not spin
+        # bytes we will not read (a pipelined request) keep it readable: do not spin
+        time.sleep(wait)
         return False
 
     def _stall(self, seconds: float | None) -> str:
@@ -378,7 +406,8 @@ class _Handler(BaseHTTPRequestHandler):
         """Wait for the gate or the time, unless the client hangs up or the server shuts down."""
         deadline = None if seconds is None else time.monotonic() + seconds
         while not (gate is not None and gate.is_set()):
-            left = POLL_INTERVAL if deadline is None else min(POLL_INTERVAL, deadline - time.monotonic())
+            left = (POLL_INTERVAL if deadline is None
+                    else min(POLL_INTERVAL, deadline - time.monotonic()))
             if left <= 0:
                 break
             if self._client_gone(left):
@@ -389,7 +418,8 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _ping_for(self, seconds: float, style: str = "event") -> str:
         """Send a ping every PING_INTERVAL for `seconds`, unless the client or server goes first."""
-        keep_alive = {"event": b'event: ping\ndata: {"type": "ping"}\n\n', "data": b'data: {"type": "ping"}\n\n',
+        keep_alive = {"event": b'event: ping\ndata: {"type": "ping"}\n\n',
+                      "data": b'data: {"type": "ping"}\n\n',
                       "comment": b": OPENROUTER PROCESSING\n\n"}[style]
         deadline = time.monotonic() + seconds
         while (left := deadline - time.monotonic()) > 0:
@@ -427,33 +457,38 @@ class _Handler(BaseHTTPRequestHandler):
             if block["type"] == "tool_use" and self.owner.tool_stream == "pieces":
                 index = self._stream_tool_pieces(index, block)
                 continue
-            self._stream_block(index, block, reply.get("chunk_delay", 0), reply.get("split_surrogates", False))
+            self._stream_block(index, block, reply.get("chunk_delay", 0),
+                               reply.get("split_surrogates", False))
             index += 1
             if reply.get("drop_after_block") == k:
                 return  # the connection closes mid-stream, as a dropped network would
-        delta = {"type": "message_delta", "delta": {"stop_reason": message["stop_reason"], "stop_sequence": None}}
+        delta = {"type": "message_delta",
+                 "delta": {"stop_reason": message["stop_reason"], "stop_sequence": None}}
         if delta_usage is not None:
             delta["usage"] = delta_usage
         self._event("message_delta", delta)
         self._event("message_stop", {"type": "message_stop"})
 
-    def _stream_block(self, index: int, block: dict, chunk_delay: float, split: bool = False) -> None:
+    def _stream_block(self, index: int, block: dict, chunk_delay: float,
+                      split: bool = False) -> None:
         kind = block["type"]
         if kind == "text":
             self._block_start(index, {"type": "text", "text": ""})
             self._deltas(index, "text_delta", "text", block["text"], chunk_delay, split=split)
         elif kind == "thinking":
             self._block_start(index, {"type": "thinking", "thinking": "", "signature": ""})
-            self._deltas(index, "thinking_delta", "thinking", block["thinking"], chunk_delay, split=split)
+            self._deltas(index, "thinking_delta", "thinking", block["thinking"], chunk_delay,
+                         split=split)
             self._delta(index, {"type": "signature_delta", "signature": block["signature"]})
         elif kind == "tool_use":
             self._block_start(index, dict(block, input={}))
-            # RawJSON goes out verbatim; anything else (dict, str, list) as its JSON, an emoji in it
-            # as itself when it is to be split (escaped, its halves would be ASCII text)
+            # RawJSON goes out verbatim; anything else (dict, str, list) as its JSON,
+            # an emoji in it as itself when it is to be split
+            # (escaped, its halves would be ASCII text)
             payload = block["input"] if isinstance(block["input"], RawJSON) else \
                 json.dumps(block["input"], ensure_ascii=not split)
-            self._deltas(index, "input_json_delta", "partial_json", payload, 0, at_least_one=False, split=split,
-                         size=400)
+            self._deltas(index, "input_json_delta", "partial_json", payload, 0,
+                         at_least_one=False, split=split, size=400)
         else:
             self._block_start(index, block)  # redacted_thinking and the like arrive whole
         self._event("content_block_stop", {"type": "content_block_stop", "index": index})
@@ -462,7 +497,8 @@ class _Handler(BaseHTTPRequestHandler):
         """A tool call as LiteLLM relays llama.cpp's chunks: a tool_use block per piece of its
         JSON (a few characters, as tokens come), each repeating the id and name, then one
         more with nothing in it. Returns the next free index."""
-        payload = json.dumps(block["input"]) if not isinstance(block["input"], RawJSON) else block["input"]
+        payload = (json.dumps(block["input"]) if not isinstance(block["input"], RawJSON)
+                   else block["input"])
         pieces = [payload[start:start + 4] for start in range(0, len(payload), 4)] + [""]
         for piece in pieces:
             self._block_start(index, dict(block, input={}))
@@ -473,17 +509,20 @@ class _Handler(BaseHTTPRequestHandler):
         return index
 
     def _block_start(self, index: int, block: dict) -> None:
-        self._event("content_block_start", {"type": "content_block_start", "index": index, "content_block": block})
+        self._event("content_block_start",
+                    {"type": "content_block_start", "index": index, "content_block": block})
 
     def _delta(self, index: int, delta: dict) -> None:
-        self._event("content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta})
+        self._event("content_block_delta",
+                    {"type": "content_block_delta", "index": index, "delta": delta})
 
     def _deltas(self, index: int, kind: str, key: str, value: str, chunk_delay: float,
                 at_least_one: bool = True, split: bool = False, size: int = 40) -> None:
         """Stream `value` in pieces of `size` characters (text: 40, and one even when empty; a
         tool's input: 400, as a long one comes in many); split: a character beyond the BMP as
         its two UTF-16 halves, a piece ending between them."""
-        pieces = [value[start:start + size] for start in range(0, len(value), size)] or ([""] if at_least_one else [])
+        pieces = ([value[start:start + size] for start in range(0, len(value), size)]
+                  or ([""] if at_least_one else []))
         if split:
             pieces = [part for piece in pieces for part in utf16_pieces(piece)]
         for piece in pieces:

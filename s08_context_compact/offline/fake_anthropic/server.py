@@ -1,7 +1,7 @@
 """The fake server itself: `FakeAnthropic`, a scripted Messages API on 127.0.0.1 used as a
-context manager. It holds the scripts (`replies`, `summaries`), the provider settings (checked
-against `CHOICES`), the prompt cache and everything it records (requests, rejections, usage,
-stalls), and builds each reply's message; the HTTP side is handler.py's."""
+context manager. It holds the scripts (`replies`, `summaries`), the provider settings
+(checked against `CHOICES`), the prompt cache and everything it records (requests,
+rejections, usage, stalls), and builds each reply's message; the HTTP side is handler.py's."""
 
 from __future__ import annotations
 
@@ -13,10 +13,11 @@ import time
 from collections import deque
 from http.server import ThreadingHTTPServer
 
-from .counting import MIN_CACHEABLE_TOKENS, PromptCache, message_settings, minimum_cacheable, prompt_blocks
+from .counting import (MIN_CACHEABLE_TOKENS, PromptCache, message_settings, minimum_cacheable,
+                       prompt_blocks)
 from .handler import _Handler, _QuietServer
-from .providers import (AUTH_STYLES, MODELS_LIST_STYLES, OVERFLOWS, SYSTEM_FORMATS, TEMPLATES, TOOL_ID_STYLES,
-                        TOOL_STREAMS, USAGE_STYLES, sign_thinking)
+from .providers import (AUTH_STYLES, MODELS_LIST_STYLES, OVERFLOWS, SYSTEM_FORMATS, TEMPLATES,
+                        TOOL_ID_STYLES, TOOL_STREAMS, USAGE_STYLES, sign_thinking)
 from .replies import text
 from .validation import is_summary_request
 
@@ -24,8 +25,9 @@ from .validation import is_summary_request
 # ---------------------------------------------------------------- the server
 
 # attributes whose value must be one of a fixed set of names
-CHOICES = {"overflow": tuple(OVERFLOWS), "usage": USAGE_STYLES, "auth": AUTH_STYLES, "tool_ids": TOOL_ID_STYLES,
-           "system_format": SYSTEM_FORMATS, "tool_stream": TOOL_STREAMS, "template": TEMPLATES,
+CHOICES = {"overflow": tuple(OVERFLOWS), "usage": USAGE_STYLES, "auth": AUTH_STYLES,
+           "tool_ids": TOOL_ID_STYLES, "system_format": SYSTEM_FORMATS,
+           "tool_stream": TOOL_STREAMS, "template": TEMPLATES,
            "models_list": MODELS_LIST_STYLES}
 
 
@@ -33,31 +35,38 @@ class FakeAnthropic:
     """A scripted Messages API. Use as a context manager; `url` goes into base_url."""
 
     def __init__(self, *, context_window: int = 200_000, max_input_tokens: int | None = None,
-                 max_output_tokens: int = 64_000, chars_per_token: float = 3.5, min_cache_tokens: int | None = None,
-                 overflow: str = "anthropic", models_api: bool = True, count_tokens_api: bool = True,
-                 usage: str = "anthropic", auth: str = "any", token: str = "test", thinking: bool = False,
-                 tool_ids: str = "anthropic", models: list | None = None, models_list: str = "anthropic",
-                 system_format: str = "any", tool_stream: str = "whole", template: str = "any",
-                 clock=time.monotonic):
+                 max_output_tokens: int = 64_000, chars_per_token: float = 3.5,
+                 min_cache_tokens: int | None = None, overflow: str = "anthropic",
+                 models_api: bool = True, count_tokens_api: bool = True, usage: str = "anthropic",
+                 auth: str = "any", token: str = "test", thinking: bool = False,
+                 tool_ids: str = "anthropic", models: list | None = None,
+                 models_list: str = "anthropic", system_format: str = "any",
+                 tool_stream: str = "whole", template: str = "any", clock=time.monotonic):
         self.context_window, self.max_input_tokens = context_window, max_input_tokens
         self.max_output_tokens, self.chars_per_token = max_output_tokens, chars_per_token
         # provider behaviours (see the module docstring); tests may change them at any time
-        self.overflow, self.models_api, self.count_tokens_api = overflow, models_api, count_tokens_api
-        self.usage, self.auth, self.token, self.thinking, self.tool_ids = usage, auth, token, thinking, tool_ids
+        self.overflow, self.models_api = overflow, models_api
+        self.count_tokens_api = count_tokens_api
+        self.usage, self.auth, self.token = usage, auth, token
+        self.thinking, self.tool_ids = thinking, tool_ids
         self.models, self.models_list = models, models_list
         self.system_format, self.tool_stream, self.template = system_format, tool_stream, template
         self.template_failures = 0           # requests the "strings" template could not render
         self.replies: deque = deque()
         self.summaries: deque = deque()
         self.min_cache_tokens = min_cache_tokens  # None: by the model's family, as the API does
-        self.cache = PromptCache(min_cache_tokens or MIN_CACHEABLE_TOKENS, clock)  # clock: the benchmark's own
+        # clock: the benchmark's own
+        self.cache = PromptCache(min_cache_tokens or MIN_CACHEABLE_TOKENS, clock)
         self.usage_log: list[dict] = []      # the usage of every answered request, summary or not
         self.requests: list[dict] = []       # every POST /v1/messages body, in order, valid or not
-        self.bodies: list[bytes] = []        # every POST body exactly as it arrived (JSON text, not parsed)
+        # every POST body exactly as it arrived (JSON text, not parsed)
+        self.bodies: list[bytes] = []
         self.rejections: list[str] = []      # messages of every refusal below, in order
         self.invalid: list[str] = []         # messages of the 400s for invalid requests
-        self.overflows: list[str] = []       # messages of the refusals for a prompt too big for the window
-        self.auth_headers: list[dict] = []   # {"x-api-key": ..., "authorization": ...} of every request
+        # messages of the refusals for a prompt too big for the window
+        self.overflows: list[str] = []
+        # {"x-api-key": ..., "authorization": ...} of every request
+        self.auth_headers: list[dict] = []
         self.stalls: list[str] = []          # how each hang or pings_only reply ended
         self.count_token_calls = 0
         self.count_requests: list[dict] = []  # every count_tokens body, as received
@@ -114,7 +123,8 @@ class FakeAnthropic:
         self._closing.clear()
         self._server = _QuietServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
-        threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
+        threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.02},
+                         daemon=True).start()
         return self
 
     def __exit__(self, *exc) -> None:
@@ -133,7 +143,8 @@ class FakeAnthropic:
             item = item(body)
         return item
 
-    def build_message(self, body: dict, reply: dict, think: bool = True, blocks: list | None = None) -> dict:
+    def build_message(self, body: dict, reply: dict, think: bool = True,
+                      blocks: list | None = None) -> dict:
         """The whole message for a scripted reply, with ids, signatures and the true usage."""
         content, calls = [], 0
         for block in reply["content"]:
@@ -145,15 +156,17 @@ class FakeAnthropic:
             if block["type"] == "thinking" and "signature" not in block:
                 block["signature"] = sign_thinking(block["thinking"])
             content.append(block)
-        if think and self.thinking and not (content and content[0]["type"] in ("thinking", "redacted_thinking")):
+        starts_thinking = content and content[0]["type"] in ("thinking", "redacted_thinking")
+        if think and self.thinking and not starts_thinking:
             thought = f"Working out reply {next(self._ids)} before answering."
-            content.insert(0, {"type": "thinking", "thinking": thought, "signature": sign_thinking(thought)})
+            content.insert(0, {"type": "thinking", "thinking": thought,
+                               "signature": sign_thinking(thought)})
         has_tool = any(b["type"] == "tool_use" for b in content)
         stop = reply.get("stop_reason") or ("tool_use" if has_tool else "end_turn")
         output = sum(math.ceil(len(json.dumps(b)) / self.chars_per_token) for b in content)
         blocks = blocks or prompt_blocks(body, self.chars_per_token)
-        usage = dict(self.cache.use(blocks, message_settings(body),
-                                    self.min_cache_tokens or minimum_cacheable(body.get("model", ""))),
+        minimum = self.min_cache_tokens or minimum_cacheable(body.get("model", ""))
+        usage = dict(self.cache.use(blocks, message_settings(body), minimum),
                      output_tokens=output)
         usage.update(reply.get("usage") or {})
         self.usage_log.append(dict(usage, summary=is_summary_request(body)))

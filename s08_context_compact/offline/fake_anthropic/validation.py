@@ -1,5 +1,5 @@
-"""Request validation of the fake Messages API: `validate_request` refuses what the real API
-refuses, with its error texts (roles, block shapes, empty text, tool pairing, tool schemas,
+"""Request validation of the fake Messages API: `validate_request` refuses what the real
+API refuses, with its error texts (roles, block shapes, empty text, tool pairing, tool schemas,
 cache breakpoints), raising `InvalidRequest`; `check_thinking_passback` and
 `renders_as_strings` are the checks some providers add; `is_summary_request` tells a summary
 request (answered from `summaries`) from the others."""
@@ -30,14 +30,21 @@ def is_summary_request(body: dict) -> bool:
     choice = body.get("tool_choice") or {}
     last = (body.get("messages") or [{}])[-1]
     content = last.get("content") if isinstance(last, dict) else None
-    ending = content[-1].get("text", "") if isinstance(content, list) and content and isinstance(content[-1], dict) \
-        else content if isinstance(content, str) else ""
-    if isinstance(content, list) and content and isinstance(content[-1], dict) and \
-            content[-1].get("type") == "tool_result":  # plain text: what followed the results is inside the last
-        ending = content[-1].get("content") if isinstance(content[-1].get("content"), str) else ""
+    last_block = content[-1] if isinstance(content, list) and content else None
+    if isinstance(last_block, dict):
+        ending = last_block.get("text", "")
+    elif isinstance(content, str):
+        ending = content
+    else:
+        ending = ""
+    # plain text: what followed the results is inside the last
+    if isinstance(last_block, dict) and last_block.get("type") == "tool_result":
+        inner = last_block.get("content")
+        ending = inner if isinstance(inner, str) else ""
     ending = str(ending)
-    return not body.get("tools") or choice.get("type") == "none" or ending.startswith(SUMMARY_OPENING) or \
-        f"\n\n{SUMMARY_OPENING}" in ending  # plain text: the instruction is the last paragraph of a string
+    # plain text: the instruction is the last paragraph of a string
+    return (not body.get("tools") or choice.get("type") == "none"
+            or ending.startswith(SUMMARY_OPENING) or f"\n\n{SUMMARY_OPENING}" in ending)
 
 
 def _check_text_block(block: dict, where: str) -> None:
@@ -47,7 +54,8 @@ def _check_text_block(block: dict, where: str) -> None:
     if value == "":
         raise InvalidRequest(f"{where.split('.')[0]}: text content blocks must be non-empty")
     if not value.strip():
-        raise InvalidRequest(f"{where.split('.')[0]}: text content blocks must contain non-whitespace text")
+        raise InvalidRequest(f"{where.split('.')[0]}: "
+                             "text content blocks must contain non-whitespace text")
 
 
 def _check_tool_result_content(content, where: str) -> None:
@@ -57,7 +65,8 @@ def _check_tool_result_content(content, where: str) -> None:
         raise InvalidRequest(f"{where}.content: Input should be a valid string or list")
     for k, part in enumerate(content):
         if not isinstance(part, dict) or part.get("type") not in ("text", "image"):
-            raise InvalidRequest(f"{where}.content.{k}: Input tag does not match any of the expected tags: "
+            raise InvalidRequest(f"{where}.content.{k}: "
+                                 "Input tag does not match any of the expected tags: "
                                  "'text', 'image'")
         if part["type"] == "text" and not isinstance(part.get("text"), str):
             raise InvalidRequest(f"{where}.content.{k}.text: Field required")
@@ -85,8 +94,8 @@ def _check_block(block, role: str, where: str) -> None:
     elif kind in ("image", "document", "thinking", "redacted_thinking"):
         pass
     else:
-        raise InvalidRequest(f"{where}.type: Input tag '{kind}' found using 'type' does not match any of the "
-                             "expected tags")
+        raise InvalidRequest(f"{where}.type: Input tag '{kind}' found using 'type' "
+                             "does not match any of the expected tags")
     extra = set(block) - {"type", "text", "id", "name", "input", "tool_use_id", "content",
                           "is_error", "cache_control", "source", "thinking", "signature",
                           "data", "citations", "title", "context"}
@@ -123,24 +132,29 @@ def _check_pairing(messages: list) -> None:
             for i, k, b in blocks:
                 if b.get("type") == "tool_result" and b["tool_use_id"] not in offered:
                     raise InvalidRequest(
-                        f"messages.{i}.content.{k}: unexpected `tool_use_id` found in `tool_result` blocks: "
-                        f"{b['tool_use_id']}. Each `tool_result` block must have a corresponding `tool_use` "
-                        f"block in the previous message.")
+                        f"messages.{i}.content.{k}: "
+                        "unexpected `tool_use_id` found in `tool_result` blocks: "
+                        f"{b['tool_use_id']}. "
+                        "Each `tool_result` block must have a corresponding `tool_use` "
+                        "block in the previous message.")
             continue
         uses = [b for _, _, b in blocks if b.get("type") == "tool_use"]
         for i, k, b in blocks:
             if b.get("type") == "tool_use":
                 if b["id"] in seen_ids:
-                    raise InvalidRequest(f"messages.{i}.content.{k}: `tool_use` ids must be unique")
+                    raise InvalidRequest(
+                        f"messages.{i}.content.{k}: `tool_use` ids must be unique")
                 seen_ids.add(b["id"])
         if not uses:
             continue
         last_index = blocks[-1][0] if blocks else first_index
         if t + 1 >= len(turns):
             raise InvalidRequest(
-                f"messages.{last_index}: `tool_use` ids were found without `tool_result` blocks immediately "
-                f"after: {', '.join(b['id'] for b in uses)}. Each `tool_use` block must have a corresponding "
-                f"`tool_result` block in the next message.")
+                f"messages.{last_index}: "
+                "`tool_use` ids were found without `tool_result` blocks immediately "
+                f"after: {', '.join(b['id'] for b in uses)}. "
+                "Each `tool_use` block must have a corresponding "
+                "`tool_result` block in the next message.")
         following = turns[t + 1][1]
         leading = []
         for _, _, b in following:
@@ -150,14 +164,18 @@ def _check_pairing(messages: list) -> None:
         missing = [b["id"] for b in uses if b["id"] not in leading]
         if missing:
             raise InvalidRequest(
-                f"messages.{last_index}: `tool_use` ids were found without `tool_result` blocks immediately "
-                f"after: {', '.join(missing)}. Each `tool_use` block must have a corresponding `tool_result` "
-                f"block in the next message.")
+                f"messages.{last_index}: "
+                "`tool_use` ids were found without `tool_result` blocks immediately "
+                f"after: {', '.join(missing)}. "
+                "Each `tool_use` block must have a corresponding `tool_result` "
+                "block in the next message.")
         if len(leading) < len([b for _, _, b in following if b.get("type") == "tool_result"]):
             raise InvalidRequest(
-                f"messages.{turns[t + 1][2]}: Did not find {len(uses)} `tool_result` block(s) at the beginning "
-                f"of this message. Messages following `tool_use` blocks must begin with a matching number of "
-                f"`tool_result` blocks.")
+                f"messages.{turns[t + 1][2]}: "
+                f"Did not find {len(uses)} `tool_result` block(s) at the beginning "
+                "of this message. "
+                "Messages following `tool_use` blocks must begin with a matching number of "
+                "`tool_result` blocks.")
 
 
 def _count_cache_breakpoints(body: dict) -> int:
@@ -198,13 +216,16 @@ def validate_request(body: dict, *, need_max_tokens: bool = True) -> None:
         content = message.get("content")
         if not isinstance(content, (str, list)):
             raise InvalidRequest(f"messages.{i}.content: Input should be a valid string or list")
-        final_assistant = i == len(messages) - 1 and message["role"] == "assistant"  # a prefill may be empty
+        # a prefill may be empty
+        final_assistant = i == len(messages) - 1 and message["role"] == "assistant"
         if not content and not final_assistant:
-            raise InvalidRequest(f"messages.{i}: all messages must have non-empty content except for the "
+            raise InvalidRequest(f"messages.{i}: "
+                                 "all messages must have non-empty content except for the "
                                  "optional final assistant message")
         if isinstance(content, str):
             if message["role"] == "user" and not content.strip():
-                raise InvalidRequest("messages: text content blocks must contain non-whitespace text")
+                raise InvalidRequest(
+                    "messages: text content blocks must contain non-whitespace text")
             continue
         for k, block in enumerate(content):
             _check_block(block, message["role"], f"messages.{i}.content.{k}")
@@ -214,7 +235,8 @@ def validate_request(body: dict, *, need_max_tokens: bool = True) -> None:
     names = []
     for k, tool in enumerate(body.get("tools") or []):
         if not TOOL_NAME_RE.match(str(tool.get("name", ""))):
-            raise InvalidRequest(f"tools.{k}.name: String should match pattern '^[a-zA-Z0-9_-]{{1,128}}$'")
+            raise InvalidRequest(f"tools.{k}.name: "
+                                 "String should match pattern '^[a-zA-Z0-9_-]{1,128}$'")
         schema = tool.get("input_schema")
         if not isinstance(schema, dict) or schema.get("type") != "object":
             raise InvalidRequest(f"tools.{k}.input_schema.type: Input should be 'object'")
@@ -223,8 +245,8 @@ def validate_request(body: dict, *, need_max_tokens: bool = True) -> None:
         raise InvalidRequest("tools: Tool names must be unique.")
     breakpoints = _count_cache_breakpoints(body)
     if breakpoints > MAX_CACHE_BREAKPOINTS:
-        raise InvalidRequest(f"A maximum of {MAX_CACHE_BREAKPOINTS} blocks with cache_control may be provided. "
-                             f"Found {breakpoints}.")
+        raise InvalidRequest(f"A maximum of {MAX_CACHE_BREAKPOINTS} blocks with cache_control "
+                             f"may be provided. Found {breakpoints}.")
 
 
 def renders_as_strings(messages: list) -> bool:
@@ -262,8 +284,11 @@ def check_thinking_passback(messages: list) -> None:
         return
     if kind != "thinking":
         raise InvalidRequest(
-            f"messages.{i}.content.{k}.type: Expected `thinking` or `redacted_thinking`, but found `{kind}`. "
-            f"When `thinking` is enabled, a final `assistant` message must start with a thinking block "
-            f"(preceeding the lastmost set of `tool_use` and `tool_result` blocks).")
-    if not isinstance(first.get("thinking"), str) or first.get("signature") != sign_thinking(first["thinking"]):
+            f"messages.{i}.content.{k}.type: "
+            f"Expected `thinking` or `redacted_thinking`, but found `{kind}`. "
+            "When `thinking` is enabled, "
+            "a final `assistant` message must start with a thinking block "
+            "(preceeding the lastmost set of `tool_use` and `tool_result` blocks).")
+    if (not isinstance(first.get("thinking"), str)
+            or first.get("signature") != sign_thinking(first["thinking"])):
         raise InvalidRequest(f"messages.{i}.content.{k}: Invalid `signature` in `thinking` block")
