@@ -1,4 +1,5 @@
-"""What a command or a tool call may do: shell words, command risks, the sandbox, running a command, running the model's tool calls, undo.
+"""What a command or a tool call may do: shell words, command risks, the sandbox, running a
+command, running the model's tool calls, undo.
 
 What the rest of the program may use from this folder."""
 

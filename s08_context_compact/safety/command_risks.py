@@ -1,8 +1,8 @@
 """What a bash command may do that needs a person's yes first: delete, empty or overwrite
 files, or touch paths outside the workspace. command_risks() reads the command as the
 shell would split it (quotes, escapes, pipes, redirections, $(...) and here-documents)
-and names each reason; code.py's check_permission turns the reasons into allow, ask
-or deny.
+and names each reason; the permission check turns the reasons into allow, ask or
+deny.
 
 Machinery the chapter does not need. It reads the text of the command, so it cannot see
 what that text becomes when it runs: a script the command runs, a variable's value, text
@@ -15,12 +15,15 @@ import os
 import re
 from pathlib import Path
 
-from .command_kinds import (DELETES, CHANGES, COPIES, COPY_VALUES, COPY_WALK_LIMIT, OUTPUT_OPTIONS, SHELLS,
-                           CODE_FLAGS, INTERPRETER, LANGUAGE, RISKY_CODE, QUOTED_PATH, PATTERN_FIRST,
-                           TEXT_ONLY, WRAPPERS, STDIN_NAMES, IN_PLACE_EDITORS, KEYWORDS)
+from .command_copies import Copies
+from .command_kinds import (DELETES, CHANGES, COPIES, COPY_WALK_LIMIT, OUTPUT_OPTIONS, SHELLS,
+                            CODE_FLAGS, INTERPRETER, LANGUAGE, RISKY_CODE, QUOTED_PATH,
+                            PATTERN_FIRST, TEXT_ONLY, WRAPPERS, STDIN_NAMES, IN_PLACE_EDITORS,
+                            KEYWORDS)
 from ..basics import FOLDER, REDACTED, in_own_folder, one_line, resolved, walk_tree
-from .shell_words import (BRACE_NAMES, LOOKED_AT, MAX_PATTERN_PARTS, Lexer, Word, braces, make_word, matching,
-                          simple_commands)
+from .sandbox import PRIVATE
+from .shell_words import (BRACE_NAMES, LOOKED_AT, MAX_PATTERN_PARTS, Lexer, Word, braces,
+                          make_word, matching, simple_commands)
 
 # Refused outright, whatever anyone answers: these are never part of a coding task.
 DENY_PATTERNS = [r"\brm\s+-[a-zA-Z]*r[a-zA-Z]*f?\s+(/|~|\$HOME)(\s|$)", r"\bsudo\b", r"\bmkfs",
@@ -34,20 +37,24 @@ DENY_PATTERNS = [r"\brm\s+-[a-zA-Z]*r[a-zA-Z]*f?\s+(/|~|\$HOME)(\s|$)", r"\bsudo
 DEVICES = ("/dev/null", "/dev/stdout", "/dev/stderr", "/dev/tty", "/dev/fd", "/proc/self/fd")
 READABLE = DEVICES + ("/dev/zero", "/dev/random", "/dev/urandom", "/dev/stdin",
                       "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
-# In the sandbox these are each command's own and writable: a write there succeeds (a file moved
-# there is gone with the command), and a path there is not what the host shows. /tmp starts
-# empty and reaches nothing, so reading and writing it asks nothing; /dev and /proc still ask
-# (in the command's own /proc, /proc/2/cwd is its shell's folder, the workspace).
-PRIVATE = ("/tmp", "/dev", "/proc")
+# In the sandbox the PRIVATE places are each command's own and writable: a write there
+# succeeds (a file moved there is gone with the command), and a path there is not what the
+# host shows. /tmp starts empty and reaches nothing, so reading and writing it asks nothing;
+# /dev and /proc still ask (in the command's own /proc, /proc/2/cwd is its shell's folder,
+# the workspace).
 OWN_TMP = "/tmp"
 
 # Commands that only read what they are given: they may look into the program's own folders.
-READ_ONLY = {"cat", "less", "more", "head", "tail", "grep", "egrep", "fgrep", "rg", "ag", "ls", "wc", "file", "stat",
-             "diff", "cmp", "jq", "du", "tree", "find", "zcat", "nl", "od", "xxd", "hexdump", "strings", "md5sum",
-             "sha256sum", "sha1sum", "cut", "sort", "uniq", "column", "realpath", "readlink", "basename", "dirname"}
+READ_ONLY = {"cat", "less", "more", "head", "tail", "grep", "egrep", "fgrep", "rg", "ag", "ls",
+             "wc", "file", "stat", "diff", "cmp", "jq", "du", "tree", "find", "zcat", "nl", "od",
+             "xxd", "hexdump", "strings", "md5sum", "sha256sum", "sha1sum", "cut", "sort", "uniq",
+             "column", "realpath", "readlink", "basename", "dirname"}
 # The files the program reads secrets from (redaction.py): a command that names one asks.
 SECRET_FILES = (".env",)
-# Text of the command that may end up in a file: a redirection, a here-document, tee, an in-place edit.
+# How a question names a folder of OWN_FOLDERS.
+OWN_FOLDER = "the program's own folder (its session logs and saved outputs)"
+# Text of the command that may end up in a file: a redirection, a here-document, tee, an
+# in-place edit.
 WRITES_TEXT = re.compile(r">|<<|\btee\b|\b(sed|perl|ruby)\s+(-\w+\s+)*-\w*i|\b(ex|vim?)\s")
 
 MAX_DEPTH = 5                       # scripts inside scripts inside ...: deeper than this asks
@@ -58,20 +65,24 @@ def command_risks(command: str, workdir: Path, sandboxed: bool = False) -> tuple
     are empty it may run without asking. In the sandbox (sandbox.py) a write outside the
     workspace does not ask: the operating system refuses it, and the command says so."""
     deny = ["is on the deny list"] if any(re.search(p, command) for p in DENY_PATTERNS) else []
-    if REDACTED in command and WRITES_TEXT.search(command):  # write_file and edit_file put the real values back
-        deny.append(f"writes {REDACTED}, the placeholder for a secret you were shown, where the real value belongs; "
-                    "change such files with edit_file, which keeps the real values")
+    # write_file and edit_file put the real values back
+    if REDACTED in command and WRITES_TEXT.search(command):
+        deny.append(f"writes {REDACTED}, the placeholder for a secret you were shown, where the "
+                    "real value belongs; change such files with edit_file, which keeps the real "
+                    "values")
     judge = Judge(workdir, sandboxed)
     try:
         judge.script(command)
-    except RecursionError:  # nested past what Python's stack holds: the check cannot say, a person can
+    except RecursionError:
+        # nested past what Python's stack holds: the check cannot say, a person can
         judge.ask("is nested too deeply to check")
     return deny, list(dict.fromkeys(judge.reasons))
 
 
-class Judge:
+class Judge(Copies):
     """Reads a script command by command and collects the reasons to ask. The folder a
-    `cd` moves to is followed, so relative paths are judged where they will be used."""
+    `cd` moves to is followed, so relative paths are judged where they will be used.
+    Copies (command_copies.py) judges cp, mv, install, ln and rsync."""
 
     def __init__(self, workdir: Path, sandboxed: bool = False):
         self.top, self.sandboxed = Path(os.path.normpath(workdir.absolute())), sandboxed
@@ -94,8 +105,9 @@ class Judge:
         """What a word with a wildcard names here; a pattern too deep to look at asks."""
         names = matching(str(self.path(word)), COPY_WALK_LIMIT)
         if names is None:
-            self.ask(f"names files by a pattern that would make the check look at over {LOOKED_AT:,} names or "
-                     f"{MAX_PATTERN_PARTS} folders deep ({one_line(str(word), 80)})")
+            self.ask(f"names files by a pattern that would make the check look at over "
+                     f"{LOOKED_AT:,} names or {MAX_PATTERN_PARTS} folders deep "
+                     f"({one_line(str(word), 80)})")
         return names or []
 
     def script(self, text: str) -> None:
@@ -103,15 +115,16 @@ class Judge:
             return self.ask("nests scripts too deeply to check")
         self.depth += 1
         parts, inner = Lexer(text, self.home).run()
-        printed = None  # what echo or printf put on the pipe, word by word: xargs makes arguments of it
+        # what echo or printf put on the pipe, word by word: xargs makes arguments of it
+        printed = None
         for words, redirects, piped in simple_commands(parts):
             stdin = self.redirections(redirects)
             words = self.drop_keywords(words)
             if piped and stdin is None and printed is not None:
                 stdin = make_word(" ".join(printed))
             self.command(words, stdin, piped)
-            printed = words[1:] if words and words[0] in ("echo", "printf") and \
-                not any(w.expands for w in words) else None
+            prints = words and words[0] in ("echo", "printf")
+            printed = words[1:] if prints and not any(w.expands for w in words) else None
         cwd = self.cwd
         for sub in inner:  # $(...) runs in a subshell: its cd goes no further
             self.script(sub)
@@ -121,7 +134,8 @@ class Judge:
     def drop_keywords(self, words: list) -> list:
         """The command itself: without if/while/!/{ before it, or NAME=value assignments.
         `for NAME in WORDS` and `case WORD in` run nothing (their words may still be paths)."""
-        while words and not words[0].quoted and (words[0] in KEYWORDS or re.match(r"^[A-Za-z_]\w*=", words[0])):
+        while words and not words[0].quoted and (words[0] in KEYWORDS
+                                                 or re.match(r"^[A-Za-z_]\w*=", words[0])):
             words = words[1:]
         if words and words[0] in ("for", "case") and not words[0].quoted:
             for word in words[words.index("in") + 1:] if "in" in words else []:
@@ -169,20 +183,24 @@ class Judge:
 
     def check_path(self, word: Word, verb: str = "uses") -> None:
         """A word that may name a file the command reads (or otherwise uses)."""
-        if not word.quoted and (names := self.expanded(word)) != [str(word)]:  # {a,b}/x: each way
+        # {a,b}/x: each way
+        if not word.quoted and (names := self.expanded(word)) != [str(word)]:
             for each in names:
                 self.check_path(make_word(each, word.expands, word.globs), verb)
             return
         if not word.expands and verb != "reads" and self.running not in READ_ONLY and \
                 (own := self.own_folder(self.path(word), itself=True)):
-            self.ask(f"{verb} {word}, in {own}/, the program's own folder (its session logs and saved outputs)")
+            self.ask(f"{verb} {word}, in {own}/, {OWN_FOLDER}")
         names = self.matching(word) if word.globs else [str(word)]
-        if not word.expands and any(os.path.basename(os.path.normpath(n)) in SECRET_FILES for n in names):
-            self.ask(f"{verb} {word}, which holds secrets: read_file shows them redacted, while a command may print "
-                     "them in a form redaction cannot see (hex, folded, spaced)")
-        if word.expands:  # judged by what comes before the first $: /proc/$PPID/environ is in /proc
+        secrets = any(os.path.basename(os.path.normpath(n)) in SECRET_FILES for n in names)
+        if not word.expands and secrets:
+            self.ask(f"{verb} {word}, which holds secrets: read_file shows them redacted, while a "
+                     "command may print them in a form redaction cannot see (hex, folded, spaced)")
+        # judged by what comes before the first $: /proc/$PPID/environ is in /proc
+        if word.expands:
             known = word.split("$", 1)[0]
-            if "/" in known and self.outside(make_word(known.rpartition("/")[0] or "/"), READABLE):
+            folder = make_word(known.rpartition("/")[0] or "/")
+            if "/" in known and self.outside(folder, READABLE):
                 self.ask(f"{verb} {word}, in {self.path(known)}, outside the workspace")
             elif not known and "/" in word:
                 self.ask(f"{verb} a path known only when it runs ({word})")
@@ -199,7 +217,8 @@ class Judge:
         """Whether the sandbox refuses a write to path outside the workspace: read-only there,
         unless the path (or where it leads) is in a place of the command's own."""
         real = resolved(path) or path
-        return self.sandboxed and not any(p.is_relative_to(place) for p in (path, real) for place in PRIVATE)
+        private = any(p.is_relative_to(place) for p in (path, real) for place in PRIVATE)
+        return self.sandboxed and not private
 
     def leads(self, path: Path) -> str:
         """A path as a question names it: where a link in it leads, when it leads elsewhere."""
@@ -211,9 +230,14 @@ class Judge:
         too (moving it away is as bad as writing in it)."""
         return in_own_folder(self.root, path, itself)
 
+    def ask_writes_into(self, own: str) -> None:
+        self.ask(f"writes into {own}/, {OWN_FOLDER}")
+
     def check_write(self, word: Word, overwrite: bool, how: str) -> None:
-        """A file the command writes: outside the workspace, or (overwrite) an existing one, asks."""
-        if not word.quoted and (names := self.expanded(word)) != [str(word)]:  # tee {a,../x}: each name
+        """A file the command writes: outside the workspace, or (overwrite) an existing one,
+        asks."""
+        # tee {a,../x}: each name
+        if not word.quoted and (names := self.expanded(word)) != [str(word)]:
             for each in names:
                 self.check_write(make_word(each, word.expands, word.globs), overwrite, how)
             return None
@@ -221,12 +245,13 @@ class Judge:
             return self.ask(f"writes to a file named only when it runs ({how} {word})")
         path = self.path(word)
         if any(path.is_relative_to(device) for device in DEVICES) or self.in_scratch(path):
-            return None  # a device, or the command's own /tmp: empty at its start, thrown away at its end
+            # a device, or the command's own /tmp: empty at its start, thrown away at its end
+            return None
         if self.outside(word):
             return None if self.refused_by_sandbox(path) else \
                 self.ask(f"writes {self.leads(path)}, outside the workspace")
         if own := self.own_folder(path, itself=True):
-            return self.ask(f"writes into {own}/, the program's own folder (its session logs and saved outputs)")
+            return self.ask_writes_into(own)
         names = self.matching(word) if word.globs else [str(path)]
         existing = [name for name in names if os.path.lexists(name) and not os.path.isdir(name)]
         if overwrite and existing:
@@ -251,13 +276,14 @@ class Judge:
             self.ask(f"{CHANGES[name]} ({name})")
         if name == ".":
             name = "source"
-        if IN_PLACE_EDITORS.match(name) and (name in ("ex", "ed") or any(w.startswith(("-e", "-s", "-E", "-c", "+"))
-                                                                         for w in args)):
+        scripted = any(w.startswith(("-e", "-s", "-E", "-c", "+")) for w in args)
+        if IN_PLACE_EDITORS.match(name) and (name in ("ex", "ed") or scripted):
             self.ask(f"edits files in place ({name})")
         if handler := getattr(self, f"run_{name}", None):
             return handler(args)
         if interpreter := INTERPRETER.match(name):
-            return self.interpreter(LANGUAGE.get(interpreter[1], interpreter[1]), args, stdin, piped)
+            language = LANGUAGE.get(interpreter[1], interpreter[1])
+            return self.interpreter(language, args, stdin, piped)
         if name in SHELLS:
             return self.shell(name, args, stdin, piped)
         if name in COPIES:
@@ -287,14 +313,20 @@ class Judge:
         k = 0
         while k < len(args) and (args[k].startswith("-") or name == "env" and "=" in args[k]):
             if name == "env" and args[k] in ("-S", "--split-string") and k + 1 < len(args):
-                return self.script(" ".join(args[k + 1:]))  # env -S 'rm x': the string is the command
-            if name == "env" and (args[k] in ("-C", "--chdir") or args[k].startswith(("-C", "--chdir="))):
-                folder = args[k + 1] if args[k] in ("-C", "--chdir") and k + 1 < len(args) else \
-                    make_word(args[k].split("=", 1)[1] if "=" in args[k] else args[k][2:], args[k].expands)
+                # env -S 'rm x': the string is the command
+                return self.script(" ".join(args[k + 1:]))
+            chdir = args[k] in ("-C", "--chdir") or args[k].startswith(("-C", "--chdir="))
+            if name == "env" and chdir:
+                if args[k] in ("-C", "--chdir") and k + 1 < len(args):
+                    folder = args[k + 1]
+                else:  # -Cdir, --chdir=dir
+                    joined = args[k].split("=", 1)[1] if "=" in args[k] else args[k][2:]
+                    folder = make_word(joined, args[k].expands)
                 self.run_cd([folder])  # what follows runs there: its paths are judged from there
             k += 2 if args[k] in takes_value else 1
         rest = args[k + operands:]
-        if name == "xargs" and stdin is not None:  # xargs cat <<< ../key: the input's words are arguments
+        # xargs cat <<< ../key: the input's words are arguments
+        if name == "xargs" and stdin is not None:
             rest = rest + [make_word(w) for w in str(stdin).split()]
         if name == "flock":  # its lock file is made if missing
             self.check_operands(args[k:k + operands], verb="writes")
@@ -310,7 +342,8 @@ class Judge:
             flag = args[k]
             if language in ("perl", "ruby") and re.match(r"^-[plnaswWtTuUcS0-9]*i", flag):
                 self.ask(f"edits files in place ({language} {flag})")
-            if flag in CODE_FLAGS[language] or language == "perl" and re.match(r"^-[a-zA-Z0-9]*[eE]$", flag):
+            perl_code = language == "perl" and re.match(r"^-[a-zA-Z0-9]*[eE]$", flag)
+            if flag in CODE_FLAGS[language] or perl_code:
                 code = args[k + 1] if k + 1 < len(args) else make_word("")
                 k += 2
                 break
@@ -327,7 +360,8 @@ class Judge:
         if code.expands:
             self.ask(f"runs {language} code known only when it runs")
         elif risky := RISKY_CODE.search(code):
-            self.ask(f"runs {language} code that can delete, write or run programs ({risky.group(0).strip()})")
+            self.ask(f"runs {language} code that can delete, write or run programs "
+                     f"({risky.group(0).strip()})")
         for path in QUOTED_PATH.findall(code):
             self.check_path(make_word(os.path.expanduser(path)))
         for name in re.findall(r"""['"]((?:\./)?\.env)['"]""", code):  # open('.env') in the code
@@ -348,7 +382,8 @@ class Judge:
             return self.script(stdin) if stdin is not None else self.ask(
                 f"runs a {name} script from its input, which cannot be checked")
         if k < len(args) and args[k].startswith(("/dev/fd/", "/proc/self/fd/")):
-            return self.ask(f"runs a {name} script made when it runs ({args[k]}: a <(...) or a pipe)")
+            return self.ask(f"runs a {name} script made when it runs "
+                            f"({args[k]}: a <(...) or a pipe)")
         if k < len(args):
             return self.check_operands(args[k:])  # a script file: only where it is can be checked
         if stdin is not None:
@@ -357,8 +392,10 @@ class Judge:
             self.ask(f"runs a {name} script from its input, which cannot be checked")
 
     def run_source(self, args: list, stdin=None) -> None:
-        """. file: the file runs in this shell; one made when it runs (<(...)) cannot be checked."""
-        if args and (args[0] in STDIN_NAMES or args[0].startswith(("/dev/fd/", "/proc/self/fd/"))):
+        """. file: the file runs in this shell; one made when it runs (<(...)) cannot be
+        checked."""
+        made = args and args[0].startswith(("/dev/fd/", "/proc/self/fd/"))
+        if args and (args[0] in STDIN_NAMES or made):
             return self.ask(f"runs a script made when it runs (. {args[0]})")
         self.check_operands(args)
 
@@ -395,8 +432,10 @@ class Judge:
             if args[k] == "-delete":
                 self.ask("deletes files (find -delete)")
             elif args[k] in ("-exec", "-execdir", "-ok", "-okdir"):
-                end = next((j for j in range(k + 1, len(args)) if args[j] in (";", "+")), len(args))
-                self.command([make_word(w, expands=True) if w == "{}" else w for w in args[k + 1:end]])
+                end = next((j for j in range(k + 1, len(args)) if args[j] in (";", "+")),
+                           len(args))
+                run = args[k + 1:end]
+                self.command([make_word(w, expands=True) if w == "{}" else w for w in run])
                 k = end
             elif args[k] in ("-fprint", "-fprint0", "-fprintf", "-fls") and k + 1 < len(args):
                 self.check_write(args[k + 1], overwrite=True, how=f"find {args[k]}")
@@ -412,14 +451,17 @@ class Judge:
                 self.check_path(make_word(args[k].split("=", 1)[1], args[k].expands))
             k += 2 if args[k] in ("-C", "-c", "--git-dir", "--work-tree") else 1
         sub, rest = (args[k], args[k + 1:]) if k < len(args) else ("", [])
-        flags, paths = set(rest), [w for w in rest if not w.startswith("-") and os.path.exists(self.path(w))]
+        flags = set(rest)
+        paths = [w for w in rest if not w.startswith("-") and os.path.exists(self.path(w))]
+        forced = any(re.match(r"^-[a-z]*f", w) for w in rest)
         discards = {"clean": True, "rm": True, "push": True,
                     "restore": "--staged" not in flags or "--worktree" in flags,
                     "reset": bool(flags & {"--hard", "--merge", "--keep"}),
                     "checkout": bool(flags & {"--", "-f", "--force", "-p", "--patch"} or paths),
                     "switch": bool(flags & {"-f", "--force", "--discard-changes"}),
-                    "stash": bool(flags & {"drop", "clear"}), "branch": bool(flags & {"-D", "--delete", "-d", "-M"}),
-                    "checkout-index": bool(flags & {"-f", "--force"} or any(re.match(r"^-[a-z]*f", w) for w in rest))}
+                    "stash": bool(flags & {"drop", "clear"}),
+                    "branch": bool(flags & {"-D", "--delete", "-d", "-M"}),
+                    "checkout-index": bool(flags & {"-f", "--force"} or forced)}
         if discards.get(sub):
             self.ask(f"can discard or publish work (git {' '.join([sub, *rest[:3]])})")
         if sub == "apply" and not flags & {"--check", "--stat", "--numstat", "--summary"}:
@@ -428,7 +470,8 @@ class Judge:
         self.check_operands([word for k, word in enumerate(rest) if k not in values])
 
     def run_sed(self, args: list) -> None:
-        if any(re.match(r"^-[a-zA-Z]*i", w) and not w.startswith("--") or w.startswith("--in-place") for w in args):
+        if any(re.match(r"^-[a-zA-Z]*i", w) and not w.startswith("--")
+               or w.startswith("--in-place") for w in args):
             self.ask("edits files in place (sed -i)")
         self.pattern_first("sed", args)
 
@@ -467,7 +510,8 @@ class Judge:
                 pattern_given = True
             k += 1
         self.check_operands(files)
-        if any(w in ("-R", "--dereference-recursive", "-L", "--follow") or re.match(r"^-[a-zA-Z]*R", w) for w in args):
+        if any(w in ("-R", "--dereference-recursive", "-L", "--follow")
+               or re.match(r"^-[a-zA-Z]*R", w) for w in args):
             self.links_out(files or [make_word(".")], f"{name} follows links")
 
     def links_out(self, folders: list, how: str) -> None:
@@ -479,10 +523,11 @@ class Judge:
                 if seen > COPY_WALK_LIMIT:
                     return
                 if isinstance(what, OSError):  # what it holds is unknown: said, not passed over
-                    return self.ask(f"reads {os.path.relpath(path, self.top)}, a folder that could not be "
-                                    f"looked into for links out of the workspace ({how})")
+                    return self.ask(f"reads {os.path.relpath(path, self.top)}, a folder that could "
+                                    f"not be looked into for links out of the workspace ({how})")
                 if what != FOLDER and os.path.islink(path) and self.outside(make_word(path)):
-                    return self.ask(f"reads {os.path.relpath(path, self.top)}, a link out of the workspace ({how})")
+                    return self.ask(f"reads {os.path.relpath(path, self.top)}, a link out of the "
+                                    f"workspace ({how})")
 
     def output_option(self, name: str, args: list) -> None:
         """sort -o FILE, curl -o FILE, wget -O FILE write FILE."""
@@ -493,99 +538,5 @@ class Judge:
             elif word.startswith(flags[1] + "="):
                 self.check_write(make_word(word.split("=", 1)[1], word.expands), overwrite=True,
                                  how=f"{name} {flags[1]}")
-        self.check_operands([word for k, word in enumerate(args) if not (k and args[k - 1] in flags)])
-
-    def copy(self, name: str, args: list) -> None:
-        """cp, mv, install, ln and rsync write their last operand (or -t DIR): a file there
-        already is overwritten. rsync --delete deletes."""
-        operands, target_dir, k = [], None, 0
-        while k < len(args):
-            word = args[k]
-            if word in ("-t", "--target-directory") and k + 1 < len(args):
-                target_dir = args[k + 1]
-            elif word.startswith("--target-directory="):
-                target_dir = make_word(word.split("=", 1)[1], word.expands)
-            if word in COPY_VALUES[name]:
-                k += 2
-                continue
-            operands += [] if word.startswith("-") else [word]
-            k += 1
-        flags = [word for word in args if word.startswith("-")]
-        if name == "rsync" and any(word.startswith(("--delete", "--remove-source")) for word in flags):
-            self.ask("deletes files (rsync --delete)")
-        if target_dir is None and len(operands) < 2:
-            return self.check_operands(operands)
-        destination = target_dir if target_dir is not None else operands.pop()
-        for source in operands:
-            self.check_path(source, "moves" if name == "mv" else "reads")
-        if name == "rsync" and re.match(r"^[^/]*:", destination):
-            return self.ask(f"copies to another machine ({destination})")
-        if name == "ln":  # ln replaces a file only with -f
-            overwrite = any(w == "--force" or re.match(r"^-[a-zA-Z]*f", w) for w in flags)
-        else:
-            overwrite = not any(w == "--no-clobber" or re.match(r"^-[a-zA-Z]*n", w) for w in flags)
-        for source in operands:
-            self.check_scratch(name, source, destination, overwrite)
-        if name != "rsync" and any(w == "--no-target-directory" or re.match(r"^-[a-zA-Z]*T", w) for w in flags):
-            return self.copy_onto(name, operands[:1], destination, overwrite)  # -T: the destination is the target
-        self.copy_targets(name, operands, destination, overwrite)
-
-    def check_scratch(self, name: str, source: Word, destination: Word, overwrite: bool) -> None:
-        """Between the workspace and the command's own /tmp: moving a file there loses it with
-        the command, and what is copied back from there, the host cannot see to check."""
-        into, out_of = self.in_scratch(self.path(destination)), self.in_scratch(self.path(source))
-        if name == "mv" and into and not out_of:
-            self.ask(f"moves {source} into {destination}, which is private to this command: it is gone when "
-                     "the command ends")
-        elif out_of and not into and overwrite and name != "ln" and os.path.lexists(self.path(destination)):
-            self.ask(f"copies {source} over {destination}: what the command's /tmp holds, the host cannot check")
-
-    def copy_onto(self, name: str, sources: list, target: Word, overwrite: bool) -> None:
-        """Each source written as target itself: a file replaces it, a folder goes over it."""
-        for source in sources:
-            if not source.expands and not target.expands and os.path.isdir(self.path(source)):
-                self.tree_over(name, self.path(source), self.path(target), overwrite)
-            else:
-                self.check_write(target, overwrite, how=name)
-
-    def tree_over(self, name: str, source: Path, target: Path, overwrite: bool) -> None:
-        """A folder copied (or moved) over target: each file it would replace there asks."""
-        if not overwrite or not os.path.isdir(target):
-            return
-        if own := self.own_folder(target):
-            return self.ask(f"writes into {own}/, the program's own folder (its session logs and saved outputs)")
-        seen = 0
-        for path, what in walk_tree(str(source)):  # no recursion: a tree may nest 1,000 deep
-            if what == FOLDER:
-                continue
-            seen += 1
-            if seen > COPY_WALK_LIMIT:
-                return self.ask(f"copies a folder of over {COPY_WALK_LIMIT:,} files over {target} ({name})")
-            if isinstance(what, OSError):  # what it would copy is unknown: said, not passed over
-                return self.ask(f"copies {os.path.relpath(path, self.top)}, a folder that could not be looked "
-                                f"into, over {target} ({name})")
-            there = target / os.path.relpath(path, source)
-            if os.path.lexists(there) and not os.path.isdir(there):
-                return self.ask(f"overwrites {os.path.relpath(there, self.top)} ({name})")
-
-    def copy_targets(self, name: str, sources: list, destination: Word, overwrite: bool) -> None:
-        """A folder as the destination receives each source under its own name."""
-        if destination.expands or not os.path.isdir(self.path(destination)):
-            return self.check_write(destination, overwrite, how=name)
-        if self.outside(destination):
-            return None if self.refused_by_sandbox(self.path(destination)) else \
-                self.ask(f"writes {self.leads(self.path(destination))}, outside the workspace")
-        if own := self.own_folder(self.path(destination), itself=True):
-            return self.ask(f"writes into {own}/, the program's own folder (its session logs and saved outputs)")
-        for source in sources:
-            if source.expands and overwrite:
-                return self.ask(f"copies files named only when it runs into {destination} ({name} {source})")
-            names = self.matching(source) if source.globs else [str(self.path(source))]
-            for found in names:
-                target = self.path(destination) / os.path.basename(os.path.normpath(found))
-                if os.path.isdir(found) and not os.path.islink(found):  # src/. copies what src holds
-                    inside = str(source).rstrip("/").endswith("/.") or str(source) in (".", "./") or \
-                        name == "rsync" and str(source).endswith("/")  # rsync src/ copies what src holds
-                    self.tree_over(name, Path(found), self.path(destination) if inside else target, overwrite)
-                elif overwrite and os.path.lexists(target) and not os.path.isdir(target):
-                    self.ask(f"overwrites {os.path.relpath(target, self.top)} ({name})")
+        self.check_operands([word for k, word in enumerate(args)
+                             if not (k and args[k - 1] in flags)])

@@ -88,7 +88,8 @@ def call_handler(box: Toolbox, tool: Tool, call: ToolCall, args: dict) -> tuple:
     """(output, failed) of a call the hooks allowed; a tool's own error is its output, and
     arguments its schema does not list are left out, and named."""
     name = tool.name
-    known = {key: value for key, value in args.items() if key in tool.input_schema.get("properties", {})}
+    listed = tool.input_schema.get("properties", {})
+    known = {key: value for key, value in args.items() if key in listed}
     spinner_to = None if tool.subagent else box.spinner_to  # a subagent shows its own work
     try:
         with Spinner(spinner_to, f"running {name}"):
