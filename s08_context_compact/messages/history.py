@@ -6,9 +6,9 @@ the program wrote itself and takes those marks off before a request, and changes
 history: appending a message and putting a rewritten one in place, each recorded in the
 session log the same moment.
 
-Machinery the chapter does not need: code.py reads and changes the history through these
-functions (user_turns.py adds the user's prompt itself, with what --list needs to know), and
-what a layer decides stays in code.py.
+Machinery the chapter does not need. It carries a change out and never decides one: which
+change to make is a layer's decision. The session log it is handed records each change the
+same moment; token_counts.py, beside it, measures the history.
 """
 
 import re
@@ -16,7 +16,8 @@ import re
 from ..basics import one_line
 
 OWN = "_s08"  # on a block the program wrote: its kind ("snip", "placeholder", ...)
-# The fields the program puts on the blocks it wrote, with their types; stripped before sending.
+# The fields the program puts on the blocks it wrote, with their types;
+# stripped before sending.
 PROGRAM_FIELDS = {OWN: str, "snipped": int, "saved_at": str, "summary_by": str, "checks": list}
 # The texts the program's own blocks start with, for the model to read. A user may type any
 # of them: the program knows its own blocks by the OWN field, never by their text.
@@ -41,7 +42,8 @@ def blocks_of(message: dict) -> list:
 
 
 def is_tool_result_message(message: dict) -> bool:
-    return message["role"] == "user" and any(b.get("type") == "tool_result" for b in blocks_of(message))
+    return message["role"] == "user" and any(b.get("type") == "tool_result"
+                                             for b in blocks_of(message))
 
 
 def result_text(block: dict) -> str:
@@ -51,12 +53,14 @@ def result_text(block: dict) -> str:
     return "\n".join(part.get("text", "") for part in content if part.get("type") == "text")
 
 
-NO_REPLY = "(no reply)"  # stands in for a reply of only blanks: the API refuses an empty assistant message
+# stands in for a reply of only blanks: the API refuses an empty assistant message
+NO_REPLY = "(no reply)"
 
 
 def said_text(message: dict) -> str:
     """What the model wrote in a message, without the program's placeholders."""
-    return "".join(b["text"] for b in blocks_of(message) if b.get("type") == "text" and OWN not in b)
+    return "".join(b["text"] for b in blocks_of(message)
+                   if b.get("type") == "text" and OWN not in b)
 
 
 def own_text(kind: str, text: str, **fields) -> dict:
@@ -64,8 +68,10 @@ def own_text(kind: str, text: str, **fields) -> dict:
     return {"type": "text", "text": text, OWN: kind, **fields}
 
 
-def replace_result(block: dict, content: str, kind: str | None = None, saved_at: str | None = None) -> dict:
-    """A copy of a tool result with new content; kind and saved_at mark a preview or a placeholder."""
+def replace_result(block: dict, content: str, kind: str | None = None,
+                   saved_at: str | None = None) -> dict:
+    """A copy of a tool result with new content;
+    kind and saved_at mark a preview or a placeholder."""
     marks = {OWN: kind, **({"saved_at": str(saved_at)} if saved_at else {})} if kind else {}
     return {**block, "content": content, **marks}
 
@@ -75,7 +81,8 @@ def sendable(message: dict) -> dict:
     content = blocks_of(message)
     if not any(OWN in block for block in content):
         return message
-    return {**message, "content": [{k: v for k, v in b.items() if k not in PROGRAM_FIELDS} for b in content]}
+    return {**message, "content": [{k: v for k, v in b.items() if k not in PROGRAM_FIELDS}
+                                   for b in content]}
 
 
 def is_request_block(block: dict) -> bool:
@@ -85,13 +92,16 @@ def is_request_block(block: dict) -> bool:
 
 def user_words(messages: list) -> list:
     """Every text block the user typed, oldest first (our own markers left out)."""
-    return [b["text"] for m in messages if m["role"] == "user" for b in blocks_of(m) if is_request_block(b)]
+    return [b["text"] for m in messages if m["role"] == "user"
+            for b in blocks_of(m) if is_request_block(b)]
 
 
 def with_text(message: dict, *texts) -> dict:
     """A copy of a user message with text blocks (or strings) appended after its tool results."""
-    return {**message, "content": blocks_of(message) + [t if isinstance(t, dict) else {"type": "text", "text": t}
-                                                        for t in texts]}
+    return {**message,
+            "content": blocks_of(message) + [t if isinstance(t, dict)
+                                             else {"type": "text", "text": t}
+                                             for t in texts]}
 
 
 def last_reply_text(messages: list) -> str:
@@ -124,7 +134,9 @@ def what_was_done(removed: list, tools: dict) -> str:
                for m in removed for b in blocks_of(m) if b.get("type") == "tool_result"}
     done = {"read": [], "wrote": [], "ran": []}
     for message in removed:
-        for call in [b for b in blocks_of(message) if b.get("type") == "tool_use" and isinstance(b.get("input"), dict)]:
+        calls = [b for b in blocks_of(message)
+                 if b.get("type") == "tool_use" and isinstance(b.get("input"), dict)]
+        for call in calls:
             tool = tools.get(call["name"])
             if tool is None:
                 continue
@@ -135,13 +147,15 @@ def what_was_done(removed: list, tools: dict) -> str:
             elif tool.writes and isinstance(path, str):
                 done["wrote"].append(path)
             elif tool.runs and isinstance(command, str):
-                code = "timed out" if ended and not ended.group(1) else f"exit {ended.group(1) if ended else 0}"
+                code = ("timed out" if ended and not ended.group(1)
+                        else f"exit {ended.group(1) if ended else 0}")
                 done["ran"].append(f"`{one_line(command, 60)}` ({code})")
     lines = []
     for kind, items in done.items():
         unique = list(dict.fromkeys(items))
         if unique:
-            lines.append(f"\n{kind}: " + (f"{len(unique) - 8} more, then " if len(unique) > 8 else "")
+            lines.append(f"\n{kind}: "
+                         + (f"{len(unique) - 8} more, then " if len(unique) > 8 else "")
                          + ", ".join(unique[-8:]))
     return " What they did:" + "".join(lines) if lines else ""
 
@@ -151,11 +165,13 @@ def append_message(log, counter, messages: list, message: dict) -> None:
     loop's token counter says whether the message is the one the last usage measured."""
     messages.append(message)
     if log:  # a reply's usage measures the history up to it: --resume starts exact
-        log.message(message, counter.anchor_tokens if message is counter.last_anchored() else None)
+        log.message(message,
+                    counter.anchor_tokens if message is counter.last_anchored() else None)
 
 
 def replace_history(log, messages: list, new: list, reason: str) -> None:
-    """Put a rewritten history in place (same list object), and record what changed in the log, if any."""
+    """Put a rewritten history in place (same list object),
+    and record what changed in the log, if any."""
     if new is messages:
         return
     if log:
@@ -164,7 +180,8 @@ def replace_history(log, messages: list, new: list, reason: str) -> None:
 
 
 def cut_long_texts(message: dict, max_chars: int) -> dict:
-    """A copy with every long text and tool result cut to max_chars (for a summary request only)."""
+    """A copy with every long text and tool result cut to max_chars
+    (for a summary request only)."""
     def cut(text: str) -> str:
         return text if len(text) <= max_chars else text[:max_chars] + " [... cut to fit ...]"
     content = []
@@ -180,11 +197,15 @@ def cut_long_texts(message: dict, max_chars: int) -> dict:
 def paths_read(messages: list, tools: dict) -> set:
     """The paths a tool that reads a file read in these messages whose results are still there
     whole (not cleared to a pointer, not a stub pointing elsewhere)."""
-    whole = {b.get("tool_use_id") for m in messages for b in blocks_of(m) if b.get("type") == "tool_result"
-             and OWN not in b and not result_text(b).startswith("(unchanged: ")}  # repeat_reads' stub
+    whole = {b.get("tool_use_id") for m in messages for b in blocks_of(m)
+             if b.get("type") == "tool_result"
+             and OWN not in b
+             and not result_text(b).startswith("(unchanged: ")}  # repeat_reads' stub
     readers = {name: tool.reads for name, tool in tools.items() if tool.reads}
     return {b["input"].get(readers[b.get("name")]) for m in messages for b in blocks_of(m)
-            if b.get("name") in readers and b.get("id") in whole and isinstance(b.get("input"), dict)}
+            if b.get("name") in readers
+            and b.get("id") in whole
+            and isinstance(b.get("input"), dict)}
 
 
 def current_request(messages: list) -> dict | None:
@@ -199,7 +220,8 @@ def current_request(messages: list) -> dict | None:
 
 
 def group_starts(messages: list) -> list:
-    """Indexes where the history may be cut: each assistant message starts a group with its results."""
+    """Indexes where the history may be cut:
+    each assistant message starts a group with its results."""
     return [i for i, m in enumerate(messages) if m["role"] == "assistant"]
 
 

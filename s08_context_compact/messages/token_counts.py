@@ -1,9 +1,9 @@
 """Counting tokens without a tokenizer: an estimate of what a request carries (ASCII at four
-characters a token, anything else one each), the newest items that fit a budget, the head of a
-text that fits, and the TokenCounter that anchors the estimate to the API's own figures.
+characters a token, anything else one each), the newest items that fit a budget, the head of
+a text that fits, and the TokenCounter that anchors the estimate to the API's own figures.
 
-Machinery the chapter does not need: code.py's context_tokens and over_threshold read the
-TokenCounter, and every layer measures with estimate_tokens.
+Machinery the chapter does not need. It measures a history and never changes one: what to
+cut once the count passes the threshold is the compaction layers' decision.
 """
 
 import json
@@ -23,13 +23,15 @@ def estimate_text_tokens(text: str) -> int:
 def estimate_tokens(messages: list) -> int:
     """A character-based estimate of what is sent: ASCII at 4 characters a token, anything
     else one each."""
-    return sum(estimate_text_tokens(json.dumps(sendable(m), ensure_ascii=False)) for m in messages)
+    return sum(estimate_text_tokens(json.dumps(sendable(m), ensure_ascii=False))
+               for m in messages)
 
 
 
 def newest_within(items: list, max_tokens: int, size) -> list:
     """The newest items that together cost at most max_tokens, in their order. Used wherever
-    recent things are kept and older ones let go: recent groups, user messages, ledger lines."""
+    recent things are kept and older ones let go: recent groups, user messages, ledger
+    lines."""
     kept, used = [], 0
     for item in reversed(items):
         used += size(item)
@@ -55,7 +57,8 @@ class TokenCounter:
     only messages added or changed since are estimated."""
 
     def __init__(self):
-        self.sizes = {}              # id(message) -> (message, estimate): each message measured once
+        # id(message) -> (message, estimate): each message measured once
+        self.sizes = {}
         self.anchor_tokens = None
         self.anchor_messages = []
 
@@ -97,7 +100,8 @@ class TokenCounter:
         if before and after:  # something was rewritten: compare what is gone with what is new
             now = {id(m) for m in after}
             gone = [m for m in before if id(m) not in now]
-            if same == 0 and len(gone) == len(before):  # nothing in common (a summary): the anchor says nothing
+            # nothing in common (a summary): the anchor says nothing
+            if same == 0 and len(gone) == len(before):
                 return overhead + self.estimate(messages)
             then = {id(m) for m in before}
             before, after = gone, [m for m in after if id(m) not in then]

@@ -8,10 +8,11 @@ command, which the operating system cannot take. Each problem is said in words t
 can act on. Parked: a call whose input no longer fits the window keeps its short
 arguments; the long ones go to .task_outputs/tool-results/ and a pointer stays.
 
-Machinery the chapter does not need: safety/tool_calls.py calls check_tool_input (and
-code.py's run_todo_write todo_problem) and answers a call whose input could not be read with
-refused_result, and command_line/agent_values.py calls park_oversized_inputs; model_calls.py asks
-input_problem of every reply, and the session log of every block it replays.
+Machinery the chapter does not need. The checks return a problem in words, or None:
+check_tool_input for a call's input, todo_problem for a todo list, input_problem for whether
+a reply's input can be kept in the history at all. refused_result is the answer to a call
+whose input could not be read. park_oversized_inputs returns a new history and saves through
+the store it is handed. Running the call is not its job: safety/ runs it.
 """
 
 import json
@@ -21,12 +22,14 @@ from dataclasses import dataclass, replace
 from ..basics import one_line
 
 JSON_TYPES = {"string": str, "integer": int, "array": list, "object": dict, "boolean": bool}
-MAX_INPUT_DEPTH = 64                # no tool takes more than 3 levels; Python's recursion ends near 1,000
+# no tool takes more than 3 levels; Python's recursion ends near 1,000
+MAX_INPUT_DEPTH = 64
 OS_STRINGS = {"path": "a file path", "pattern": "a file pattern", "command": "a shell command"}
-PARK_ARGUMENT_CHARS = 200           # a parked call keeps arguments this short, so it still reads as a call
+# a parked call keeps arguments this short, so it still reads as a call
+PARK_ARGUMENT_CHARS = 200
 JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
-TOO_DEEP = (f"nests lists and objects more than {MAX_INPUT_DEPTH} levels deep; send the arguments as the "
-            "tool's schema lists them, with nothing nested deeper")
+TOO_DEEP = (f"nests lists and objects more than {MAX_INPUT_DEPTH} levels deep; "
+            "send the arguments as the tool's schema lists them, with nothing nested deeper")
 
 
 def nesting_depth(value, limit: int = MAX_INPUT_DEPTH) -> int:
@@ -35,7 +38,9 @@ def nesting_depth(value, limit: int = MAX_INPUT_DEPTH) -> int:
     deepest, todo = 0, [(value, 1)]
     while todo:
         item, depth = todo.pop()
-        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
+        children = (item.values() if isinstance(item, dict)
+                    else item if isinstance(item, list)
+                    else None)
         if children is None:
             continue
         deepest = max(deepest, depth)
@@ -84,30 +89,35 @@ def check_tool_input(schema: dict, args) -> str | None:
         wrong_bool = python_type is int and isinstance(value, bool)
         if python_type and (not isinstance(value, python_type) or wrong_bool):
             return f"argument '{key}' must be of type {expected}, got {type(value).__name__}"
-        if isinstance(value, str) and not re.search(schema["properties"][key].get("pattern", ""), value):
+        pattern = schema["properties"][key].get("pattern", "")
+        if isinstance(value, str) and not re.search(pattern, value):
             return f"argument '{key}' must not be blank" if value.isspace() or not value else \
                 f"argument '{key}' must match {schema['properties'][key]['pattern']}"
         if key in OS_STRINGS and isinstance(value, str) and "\0" in value:
-            return f"argument '{key}' contains a NUL character (\\u0000), which {OS_STRINGS[key]} cannot hold"
+            return (f"argument '{key}' contains a NUL character (\\u0000), "
+                    f"which {OS_STRINGS[key]} cannot hold")
     return None
 
 
 @dataclass(frozen=True)
 class Disk:
-    """Where a long input is saved, and how a failure to save is said: once (warned: said already)."""
+    """Where a long input is saved, and how a failure to save is said:
+    once (warned: said already)."""
     store: object
     say: object
     warned: bool = False
 
 
-def park_oversized_inputs(messages: list, measure, counter, overhead: int, threshold: int, disk: Disk) -> tuple:
+def park_oversized_inputs(messages: list, measure, counter, overhead: int, threshold: int,
+                          disk: Disk) -> tuple:
     """A call whose input makes its message bigger than half the threshold (the rule for a
     long prompt) has each long argument saved to disk and replaced by a pointer; the call
     itself ran with the whole input. Without this the history would never fit again.
     (the history, whether a failure to save has been said); counter is the loop's counter."""
     limit = threshold // 2
     if counter.count(messages, overhead) <= limit:
-        return messages, disk.warned  # the whole context is smaller: no message in it can be over
+        # the whole context is smaller: no message in it can be over
+        return messages, disk.warned
     changed = {}
     for i, message in enumerate(messages):
         if message["role"] != "assistant" or not isinstance(message["content"], list) or \
@@ -121,7 +131,9 @@ def park_oversized_inputs(messages: list, measure, counter, overhead: int, thres
             content.append(block)
         if any(new is not old for new, old in zip(content, message["content"])):
             changed[i] = {**message, "content": content}
-    return ([changed.get(i, message) for i, message in enumerate(messages)] if changed else messages), disk.warned
+    if not changed:
+        return messages, disk.warned
+    return [changed.get(i, message) for i, message in enumerate(messages)], disk.warned
 
 
 def parked(block: dict, measure, disk: Disk) -> tuple:
@@ -139,16 +151,19 @@ def parked(block: dict, measure, disk: Disk) -> tuple:
             path = disk.store.save_output(f"{block['id']}-{key}", text)
         except OSError as err:
             if not disk.warned:  # said once, as the layers say it
-                disk.say(f"[tool input] cannot save a long input of {block['name']} ({err}); it stays in context.")
+                disk.say(f"[tool input] cannot save a long input of {block['name']} ({err}); "
+                         "it stays in context.")
             return block, True
-        kept[key] = (f"[parked: {len(text):,} characters, too many for the context window; saved at {path}, "
-                     "read_file shows it]")
+        kept[key] = (f"[parked: {len(text):,} characters, too many for the context window; "
+                     f"saved at {path}, read_file shows it]")
         saved.append(str(path))
     if not saved:
         return block, disk.warned
     tokens = measure(json.dumps(args, ensure_ascii=False))
-    disk.say(f"[tool input] the input of a {block['name']} call (about {tokens:,} tokens) does not fit the context "
-             f"window; its long arguments were saved to {', '.join(saved)} and the history keeps a pointer.", "layer")
+    disk.say(f"[tool input] the input of a {block['name']} call (about {tokens:,} tokens) "
+             "does not fit the context window; "
+             f"its long arguments were saved to {', '.join(saved)} "
+             "and the history keeps a pointer.", "layer")
     return {**block, "input": kept}, disk.warned
 
 
