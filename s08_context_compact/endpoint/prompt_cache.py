@@ -2,13 +2,15 @@
 cache_control (tools, then system, then messages): a cache read costs 0.1x an input token, a
 cache write 1.25x (2x for the hour). Marks go on copies: the history itself never holds them.
 
-Machinery the chapter does not need: code.py's build_request marks the last tool and calls
-with_cache_breakpoints; the pipeline asks CACHE_TTLS whether the cache has expired.
+Machinery the chapter does not need. It marks copies of the messages and sends nothing:
+model_calls.py, beside it, sends the request. CACHE_TTLS says how long a prefix lives after
+its last read, so a longer pause means the cache is gone.
 """
 
 from ..messages import OWN, blocks_of, is_tool_result_message
 
-CACHE_LIFETIME_SECONDS = 300        # the API's prompt cache forgets a prefix unread this long (CACHE_TTL=1h: an hour)
+# the API's prompt cache forgets a prefix unread this long (CACHE_TTL=1h: an hour)
+CACHE_LIFETIME_SECONDS = 300
 EPHEMERAL = {"type": "ephemeral"}               # the 5-minute cache; CACHE_TTL=1h asks for an hour
 
 CACHE_TTLS = {"5m": CACHE_LIFETIME_SECONDS, "1h": 3600}  # seconds each lives after its last read
@@ -30,7 +32,8 @@ def clearing_point(messages: list, keep_recent: int) -> int | None:
     """The last message before the oldest result micro_compact could clear: where its next
     clearing will start to rewrite the cache."""
     results = [i for i, m in enumerate(messages) if is_tool_result_message(m)
-               for b in blocks_of(m) if b.get("type") == "tool_result" and b.get(OWN) != "placeholder"]
+               for b in blocks_of(m)
+               if b.get("type") == "tool_result" and b.get(OWN) != "placeholder"]
     clearable = results[:-keep_recent] if keep_recent else results
     return clearable[0] - 1 if clearable and clearable[0] > 0 else None
 
@@ -42,6 +45,7 @@ def with_cache_breakpoints(messages: list, keep_recent: int, mark: dict = EPHEME
     so that after a clearing the unchanged prefix before it is still read. With the last
     tool's mark that makes four, the API's limit."""
     marked = list(messages)
-    for index in {len(messages) - 1, len(messages) - 3, clearing_point(messages, keep_recent)} - {-1, -2, -3, None}:
+    wanted = {len(messages) - 1, len(messages) - 3, clearing_point(messages, keep_recent)}
+    for index in wanted - {-1, -2, -3, None}:
         marked[index] = mark_last_block(marked[index], mark)
     return marked

@@ -7,9 +7,10 @@ inside the server arrives as a 200 with no content and no usage; one tool call s
 in pieces arrives as several tool_use blocks that share an id. Both are recognised here,
 where the reply is assembled.
 
-Machinery the chapter does not need: model_calls.py reads a reply with reply_from_events or
-reply_from_body and code.py only ever sees the finished message; of a summary's reply, it
-keeps what extract_summary finds, and raises SummaryError when there is none.
+Machinery the chapter does not need. It folds what arrived into a finished message and says
+what is wrong with one that is no answer; receiving the stream, and trying again after a
+BadReply, is model_calls.py's job, beside it. extract_summary keeps what a summary reply
+holds, and SummaryError is how a summary with nothing usable fails.
 """
 
 import json
@@ -31,7 +32,8 @@ class EmptyReply(BadReply):
     over its context size among the causes)."""
 
     def __init__(self):
-        super().__init__("the endpoint answered with nothing (no content, no usage): the server behind it failed")
+        super().__init__("the endpoint answered with nothing (no content, no usage): "
+                         "the server behind it failed")
 
 
 class ErrorEvent(Exception):
@@ -39,17 +41,22 @@ class ErrorEvent(Exception):
     status_code and body, so context_overflow and api_error_text read it the same way."""
 
     def __init__(self, body):
-        error = body.get("error") if isinstance(body, dict) and isinstance(body.get("error"), dict) else {}
-        self.status_code, self.body, self.kind = 200, body, str(error.get("type") or error.get("code") or "")
+        error = (body.get("error")
+                 if isinstance(body, dict) and isinstance(body.get("error"), dict)
+                 else {})
+        self.status_code, self.body = 200, body
+        self.kind = str(error.get("type") or error.get("code") or "")
         super().__init__(f"{self.kind or 'error'}: {error.get('message', body)}")
 
 
-USAGE_KEYS = ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens", "output_tokens")
+USAGE_KEYS = ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens",
+              "output_tokens")
 
 
 def add_usage(usage: dict, figures) -> None:
-    """Fold one event's usage in: a missing or null figure never lowers one already seen, and
-    one that cannot be a count of tokens (a string, a float, negative, 401 digits) is missing."""
+    """Fold one event's usage in: a missing or null figure never lowers one already seen,
+    and one that cannot be a count of tokens (a string, a float, negative, 401 digits) is
+    missing."""
     for key in USAGE_KEYS:
         value = figures.get(key) if isinstance(figures, dict) else None
         if isinstance(value, int) and is_token_count(value) and value > usage.get(key, 0):
@@ -67,8 +74,8 @@ def apply_event(kind: str, data: dict, blocks: dict, usage: dict, on_text) -> st
         blocks[data["index"]] = block
     elif kind == "content_block_delta":
         block, delta = blocks[data["index"]], data["delta"]
-        field_of = {"text_delta": "text", "input_json_delta": "partial_json", "thinking_delta": "thinking",
-                    "signature_delta": "signature"}
+        field_of = {"text_delta": "text", "input_json_delta": "partial_json",
+                    "thinking_delta": "thinking", "signature_delta": "signature"}
         name = field_of.get(delta["type"])
         if name:
             block[name] = (block.get(name) or "") + delta[name]
@@ -122,8 +129,9 @@ def same_call_runs(blocks: list) -> list:
         last = runs[-1][0] if runs else None
         if block["type"] == "text" and not block.get("text", "").strip():
             continue  # the API refuses an empty text block anyway
-        if block["type"] == "tool_use" and last and last["type"] == "tool_use" and \
-                block.get("id") in (None, "", last.get("id")) and block.get("name") in (None, "", last.get("name")):
+        if (block["type"] == "tool_use" and last and last["type"] == "tool_use"
+                and block.get("id") in (None, "", last.get("id"))
+                and block.get("name") in (None, "", last.get("name"))):
             runs[-1].append(block)
         else:
             runs.append([block])
@@ -143,7 +151,8 @@ def joined_tool_calls(blocks: list) -> list:
         if len(run) == 1:
             calls.append(run[0])
         elif joined.strip() and is_complete(joined) or not all(is_complete(p) for p in pieces if p):
-            calls.append({**run[0], "partial_json": joined, "name": run[0].get("name") or run[-1].get("name")})
+            calls.append({**run[0], "partial_json": joined,
+                          "name": run[0].get("name") or run[-1].get("name")})
         else:
             calls += run  # whole calls, a call with no arguments among them
     return calls
@@ -155,19 +164,23 @@ def finished_blocks(blocks: dict) -> list:
     as sent."""
     content = []
     try:
-        pieces = [{key: value for key, value in blocks[index].items() if value is not None} for index in sorted(blocks)]
+        pieces = [{key: value for key, value in blocks[index].items() if value is not None}
+                  for index in sorted(blocks)]
         for block in joined_tool_calls(pieces):
             if block["type"] == "text":
                 if not block.get("text", "").strip():
                     continue  # the API rejects empty text blocks
                 block = {"type": "text", "text": well_formed(block["text"])}
             elif block["type"] == "thinking" and isinstance(block.get("thinking"), str):
-                block["thinking"] = well_formed(block["thinking"])  # the halves joined: the text that was signed
+                # the halves joined: the text that was signed
+                block["thinking"] = well_formed(block["thinking"])
             elif block["type"] == "tool_use":
-                block = {"type": "tool_use", "id": block["id"], "name": block["name"], "input": tool_input(block)}
+                block = {"type": "tool_use", "id": block["id"], "name": block["name"],
+                         "input": tool_input(block)}
             content.append(block)
     except (KeyError, TypeError, AttributeError) as err:
-        raise BadReply(f"the endpoint sent a malformed content block ({type(err).__name__}: {err})") from None
+        raise BadReply("the endpoint sent a malformed content block "
+                       f"({type(err).__name__}: {err})") from None
     return content
 
 
@@ -175,7 +188,8 @@ def answered(content: list, stop_reason: str, usage: dict) -> tuple:
     """(content, stop_reason, usage) of a reply that is an answer. No content and no usage
     is a failure, not an answer (EmptyReply); no content but usage (the model said only
     blanks) keeps a placeholder, since the API refuses an empty assistant message."""
-    if content or stop_reason == "model_context_window_exceeded":  # that one is an overflow: said elsewhere
+    # that one is an overflow: said elsewhere
+    if content or stop_reason == "model_context_window_exceeded":
         return content, stop_reason, usage
     if not any(usage.get(key) for key in USAGE_KEYS):
         raise EmptyReply()
@@ -191,12 +205,14 @@ def reply_from_events(events, on_text) -> tuple:
         try:
             stop_reason = apply_event(kind, data, blocks, usage, on_text) or stop_reason
         except (KeyError, TypeError, AttributeError) as err:
-            raise BadReply(f"the endpoint sent a malformed {kind} event ({type(err).__name__}: {err})") from None
+            raise BadReply(f"the endpoint sent a malformed {kind} event "
+                           f"({type(err).__name__}: {err})") from None
         started = started or kind == "message_start"
     if not started:
         raise BadReply("the endpoint's reply was empty")
     if stop_reason is None:
-        raise BadReply("the reply stream ended before the message was complete (the connection dropped)")
+        raise BadReply("the reply stream ended before the message was complete "
+                       "(the connection dropped)")
     return answered(finished_blocks(blocks), stop_reason, usage)
 
 
@@ -207,7 +223,8 @@ def reply_from_body(raw: bytes, on_text=None) -> tuple:
         data = json.loads(raw)
     except (ValueError, RecursionError):
         raise BadReply("the endpoint's reply was empty" if not raw.strip() else
-                       f"the endpoint's reply is not JSON: {one_line(raw.decode('utf-8', 'replace'), 60)}") from None
+                       "the endpoint's reply is not JSON: "
+                       f"{one_line(raw.decode('utf-8', 'replace'), 60)}") from None
     if isinstance(data, dict) and data.get("error"):
         raise ErrorEvent(data)
     if not isinstance(data, dict) or not isinstance(data.get("content"), list):
@@ -217,7 +234,8 @@ def reply_from_body(raw: bytes, on_text=None) -> tuple:
     content, stop_reason, usage = answered(finished_blocks(dict(enumerate(data["content"]))),
                                            data.get("stop_reason") or "end_turn", usage)
     for block in content if on_text else []:
-        if block.get("type") == "text" and OWN not in block:  # the placeholder for nothing said is not shown
+        # the placeholder for nothing said is not shown
+        if block.get("type") == "text" and OWN not in block:
             on_text(block["text"])
     return content, stop_reason, usage
 
@@ -227,7 +245,8 @@ class SummaryError(Exception):
 
 
 def extract_summary(text: str) -> str:
-    """What a summary reply keeps: the text inside <summary>, without the <analysis> before it."""
+    """What a summary reply keeps: the text inside <summary>,
+    without the <analysis> before it."""
     text = re.sub(r"<analysis>.*?(</analysis>|$)", "", text, flags=re.S)
     match = re.search(r"<summary>(.*?)(</summary>|$)", text, re.S)
     return (match.group(1) if match else text).strip()
