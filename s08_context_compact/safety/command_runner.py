@@ -3,8 +3,8 @@ redacted on the way, only its head and tail kept in memory; its whole process tr
 with it, on a timeout, Ctrl-C or a signal to the program, those started with setsid
 included.
 
-Machinery the chapter does not need: code.py's run_bash calls run_command and gets the
-text the model reads.
+Machinery the chapter does not need: run_command returns the text the model reads, and
+sandbox.py decides how the command starts, confined or as it is.
 """
 
 import os
@@ -30,29 +30,36 @@ def run_command(command: str, *, cwd: Path, timeout: int, outputs: Path, secrets
     or SIGTERM/SIGHUP to the program (cli.py turns them into exceptions) ends them all.
     Secrets and the program's own settings are not passed on (Sandbox.environment). In the
     sandbox (sandbox.py), its own PID namespace ends whatever the command left running."""
-    captured, tree = CapturedOutput(cwd, outputs.relative_to(cwd), secrets), ProcessTree(sandbox.wrappers)
+    captured = CapturedOutput(cwd, outputs.relative_to(cwd), secrets)
+    tree = ProcessTree(sandbox.wrappers)
     start = sandbox.start(command, cwd, dict(os.environ))
     try:
-        proc = subprocess.Popen(start.argv, cwd=cwd, stdin=subprocess.DEVNULL, env=start.env, pass_fds=start.fds,
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(start.argv, cwd=cwd, stdin=subprocess.DEVNULL, env=start.env,
+                                pass_fds=start.fds, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, start_new_session=True)
     finally:
         start.close()
     reader = threading.Thread(target=captured.drain, args=(proc.stdout,), daemon=True)
-    try:  # from here on, whatever interrupts (even while a thread starts) ends the command's processes
+    # from here on, whatever interrupts (even while a thread starts) ends the command's processes
+    try:
         tree.start_watching(proc.pid)
         reader.start()
         code, ended = proc.wait(timeout=timeout), None
     except subprocess.TimeoutExpired:
         ended = tree.end(proc)
         code = proc.wait()
-    except BaseException as stop:  # Ctrl-C, SIGTERM, SIGHUP: nothing the command started keeps running
-        note = f"The running command ({' '.join(command.split())[:60]}) {ended_what(tree.end(proc))}."
-        stop.__notes__ = [*getattr(stop, "__notes__", []), note]  # add_note(), which Python 3.10 lacks
+    except BaseException as stop:
+        # Ctrl-C, SIGTERM, SIGHUP: nothing the command started keeps running
+        shown = " ".join(command.split())[:60]
+        note = f"The running command ({shown}) {ended_what(tree.end(proc))}."
+        # add_note(), which Python 3.10 lacks
+        stop.__notes__ = [*getattr(stop, "__notes__", []), note]
         captured.finish(None)
         raise
     finally:
         tree.done.set()
-        changed = sandbox.look_again()  # however it ended: a change is recorded for the next start
+        # however it ended: a change is recorded for the next start
+        changed = sandbox.look_again()
     reader.join(timeout=0.5)  # a background child may keep the pipe open; do not wait for it
     saved = captured.finish(call_id)
     shown = captured.as_result(saved and saved.relative_to(cwd)).strip("\n")
@@ -67,9 +74,11 @@ def run_command(command: str, *, cwd: Path, timeout: int, outputs: Path, secrets
 def ended_what(count: int) -> str:
     """What ProcessTree.end() ended, truthfully."""
     if count < 0:
-        return ("was ended with its process group; a process it started that left the group (setsid) may still "
-                "run, as this system has no /proc to find it")
-    return f"and the {count} process{'es' if count != 1 else ''} it started were ended" if count else "was ended"
+        return ("was ended with its process group; a process it started that left the group "
+                "(setsid) may still run, as this system has no /proc to find it")
+    if not count:
+        return "was ended"
+    return f"and the {count} process{'es' if count != 1 else ''} it started were ended"
 
 
 PROC = Path("/proc")
@@ -79,7 +88,8 @@ WATCH_SECONDS = 0.2                 # how often a running command's descendants 
 def process_stat(pid) -> tuple | None:
     """(parent pid, start time) of a process, from /proc; None once it has ended."""
     try:
-        fields = Path(PROC, str(pid), "stat").read_text().rsplit(")", 1)[1].split()  # the name may hold ")"
+        # the name may hold ")"
+        fields = Path(PROC, str(pid), "stat").read_text().rsplit(")", 1)[1].split()
     except (OSError, IndexError):
         return None
     return int(fields[1]), int(fields[19])
@@ -112,7 +122,8 @@ class ProcessTree:
 
     def __init__(self, wrappers: int = 0):
         self.seen, self.done, self.watched = {}, threading.Event(), PROC.is_dir()
-        self.wrappers = wrappers  # processes between the one started and the command's shell: not the command's
+        # processes between the one started and the command's shell: not the command's
+        self.wrappers = wrappers
 
     def start_watching(self, pid: int) -> None:
         if self.watched:
@@ -120,15 +131,18 @@ class ProcessTree:
 
     def watch(self, pid: int) -> None:
         while not self.done.wait(WATCH_SECONDS):
-            self.seen = {**self.seen, **descendants(pid)}  # a new dict: end() may be reading the old one
+            # a new dict: end() may be reading the old one
+            self.seen = {**self.seen, **descendants(pid)}
 
     def end(self, proc) -> int:
         """Kill the command (proc), every descendant still running and its group; how many
         processes besides the command were ended (-1: no /proc, only the group was)."""
         self.done.set()
         family = {**self.seen, **descendants(proc.pid)} if self.watched else {}
-        running = [process for process in family.items() if still_runs(process)]  # counted before any ends
-        proc.kill()  # the shell first: killed, it reports nothing about its children (bwrap: ends them all)
+        # counted before any ends
+        running = [process for process in family.items() if still_runs(process)]
+        # the shell first: killed, it reports nothing about its children (bwrap: ends them all)
+        proc.kill()
         for process in running:
             kill_if_same(process)
         try:
@@ -188,14 +202,16 @@ class CapturedOutput:
             try:
                 if self.file is None:
                     self.folder = own_folder(self.workdir, self.folder)
-                    self.file = tempfile.NamedTemporaryFile(dir=self.folder, prefix=".bash-", suffix=".partial",
-                                                            delete=False)
+                    self.file = tempfile.NamedTemporaryFile(dir=self.folder, prefix=".bash-",
+                                                            suffix=".partial", delete=False)
                 self.file.write(data)
             except OSError as err:
-                self.unsaved = err  # the head and tail are still shown; the note says the rest is lost
+                # the head and tail are still shown; the note says the rest is lost
+                self.unsaved = err
 
     def finish(self, tool_use_id: str | None) -> Path | None:
-        """Stop reading; keep the file under the call's id if the output was cut, else remove it."""
+        """Stop reading; keep the file under the call's id if the output was cut, else remove
+        it."""
         with self.lock:
             self.done = True
             self.keep(self.carry)
@@ -218,10 +234,13 @@ class CapturedOutput:
         if not self.tail:
             return head
         omitted = self.total - len(self.head) - len(self.tail)
-        where = f"the whole output is saved at {saved}; read_file (offset/limit) or grep it for the part you need" \
-            if saved else "redirect the output to a file and read the part you need"
-        return f"{head}\n[... {omitted:,} bytes of output omitted ({self.total:,} in all); {where} ...]\n" + \
-            self.tail.decode("utf-8", "replace")
+        if saved:
+            where = (f"the whole output is saved at {saved}; read_file (offset/limit) or grep it "
+                     "for the part you need")
+        else:
+            where = "redirect the output to a file and read the part you need"
+        note = f"[... {omitted:,} bytes of output omitted ({self.total:,} in all); {where} ...]"
+        return f"{head}\n{note}\n" + self.tail.decode("utf-8", "replace")
 
 
 def keep_as(partial: Path, folder: Path, tool_use_id: str) -> Path:

@@ -10,9 +10,9 @@ no command can set back). The program's own writes are looked at the same way (a
 tool's, /undo's and /redo's, which may reach the place through another name it has): only
 a person's save, made while the program does not run, makes the place trusted again.
 
-Machinery the chapter does not need: sandbox.py watches after each tool call, /undo and
-/redo; start-up asks changed_by_command before it reads the program's own .env or the prompt
-history.
+Machinery the chapter does not need: a Watch looks again after each tool call, /undo and
+/redo (sandbox.py's Sandbox.look_again), and changed_by_command says why the program's own
+.env or the prompt history is not to be trusted, before either is read.
 """
 
 import atexit
@@ -64,7 +64,8 @@ def resolution(path) -> tuple:
 def passes_through(path, folder: str) -> list:
     """The links inside folder (a real path) that path's resolution depends on: a command
     that can write in folder can point each of them elsewhere."""
-    return [link for link, _ in resolution(path)[0] if contains(folder, os.path.realpath(os.path.dirname(link)))]
+    links = [link for link, _ in resolution(path)[0]]
+    return [link for link in links if contains(folder, os.path.realpath(os.path.dirname(link)))]
 
 
 def fingerprint(path) -> list:
@@ -76,8 +77,11 @@ def fingerprint(path) -> list:
         info = os.lstat(real) if real else None
     except OSError:
         info = None
-    end = ["missing"] if info is None else [stat.S_IFMT(info.st_mode), info.st_dev, info.st_ino, info.st_nlink,
-                                           info.st_size, info.st_mtime_ns, info.st_ctime_ns]
+    if info is None:
+        end = ["missing"]
+    else:
+        end = [stat.S_IFMT(info.st_mode), info.st_dev, info.st_ino, info.st_nlink,
+               info.st_size, info.st_mtime_ns, info.st_ctime_ns]
     return [[link, text] for link, text in links] + [end]
 
 
@@ -102,7 +106,8 @@ def write_record(path: Path, content: dict) -> None:
 
 def read_record(path: Path) -> dict | None:
     try:
-        with open(os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK), encoding="utf-8") as f:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        with open(fd, encoding="utf-8") as f:
             content = json.loads(f.read(1_000_000))
     except (OSError, ValueError):
         return None
@@ -139,15 +144,17 @@ def changed_by_command(path) -> str:
     changed = read_record(mark)
     if changed and changed.get("path") == path:
         if changed.get("fingerprint") == now:
-            return (f"it was changed while the program ran ({changed.get('when', 'at an unknown time')}), by a "
-                    "command, a file tool or /undo")
+            when = changed.get("when", "at an unknown time")
+            return (f"it was changed while the program ran ({when}), by a command, a file tool "
+                    "or /undo")
         try:
             mark.unlink()  # changed again since, by no command: a person's save
         except OSError:
             pass
     for session in running_sessions():
         if path in session.get("places", {}) and session["places"][path] != now:
-            return f"it changed while the program (pid {session.get('pid')}) runs commands in this folder"
+            return (f"it changed while the program (pid {session.get('pid')}) runs commands in "
+                    "this folder")
     return ""
 
 
@@ -201,7 +208,8 @@ class Watch:
             return self
         self.file = records() / f"session-{os.getpid()}-{time.time_ns()}.json"
         try:
-            write_record(self.file, {"pid": os.getpid(), "started": started_at(os.getpid()), "places": self.began})
+            write_record(self.file, {"pid": os.getpid(), "started": started_at(os.getpid()),
+                                     "places": self.began})
         except OSError as err:
             self.file, self.problem = None, f"{records()}: {err.strerror or err}"
             return self

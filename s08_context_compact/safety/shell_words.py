@@ -16,8 +16,8 @@ MAX_PATTERN_PARTS = 64              # folders in a glob pattern that are looked 
 LOOKED_AT = 20_000                  # names a glob pattern may make the check look at
 BRACE_NAMES = 64                    # names a word's braces may make the check look at
 SEPARATORS = {";", "&&", "||", "|", "|&", "&", "(", ")", ";;", ";&", ";;&"}
-OPERATORS = sorted(SEPARATORS | {"&>>", "&>", ">>", ">|", ">&", "<<<", "<<-", "<<", "<&", "<>", ">", "<"},
-                   key=len, reverse=True)
+OPERATORS = sorted(SEPARATORS | {"&>>", "&>", ">>", ">|", ">&", "<<<", "<<-", "<<", "<&", "<>",
+                                  ">", "<"}, key=len, reverse=True)
 
 
 class Word(str):
@@ -47,7 +47,8 @@ class Lexer:
         self.start_word()
 
     def start_word(self) -> None:
-        self.chars, self.expands, self.globs, self.quoted, self.started = [], False, False, False, False
+        self.chars = []
+        self.expands, self.globs, self.quoted, self.started = False, False, False, False
 
     def add(self, text: str) -> None:
         self.chars.append(text)
@@ -160,7 +161,8 @@ class Lexer:
         else:
             match = re.match(r"\$(\{(\w+)\}|(\w+)|\{[^}]*\}|[?@#$!*-]?)", s[self.i:])
             name = match.group(2) or match.group(3)
-            known = {"HOME": self.home, "PWD": "."}.get(name, "$" if match.group(0) == "$" else None)
+            alone = "$" if match.group(0) == "$" else None  # a lone $, naming nothing, is a $
+            known = {"HOME": self.home, "PWD": "."}.get(name, alone)
             if known is not None:
                 self.expands = before
             self.add(known if known is not None else match.group(0))
@@ -255,7 +257,8 @@ def braces(word: str, limit: int = BRACE_NAMES) -> list:
             continue
         start, end = found
         parts = each[start + 1:end - 1].split(",")[:limit + 1]
-        words = ([each[:start] + part + each[end:] for part in parts] + words)[:limit + 1 - len(done)]
+        grown = [each[:start] + part + each[end:] for part in parts]
+        words = (grown + words)[:limit + 1 - len(done)]
     return done
 
 
@@ -271,7 +274,10 @@ def matching(pattern: str, limit: int, looked_at: int = LOOKED_AT) -> list | Non
     for k, part in enumerate(parts):
         last, found = k == len(parts) - 1, []
         for base in paths:
-            names, scanned = ([part], 1) if not glob.has_magic(part) else listed(base or ".", part, looked_at - seen)
+            if glob.has_magic(part):
+                names, scanned = listed(base or ".", part, looked_at - seen)
+            else:
+                names, scanned = [part], 1
             seen += scanned
             if names is None or seen > looked_at:
                 return None
@@ -294,5 +300,5 @@ def listed(folder: str, part: str, room: int) -> tuple:
     if len(names) > room:
         return None, len(names)
     hidden = part.startswith(".")
-    return [name for name in names if (hidden or not name.startswith(".")) and fnmatch.fnmatchcase(name, part)], \
-        len(names) or 1
+    visible = [name for name in names if hidden or not name.startswith(".")]
+    return [name for name in visible if fnmatch.fnmatchcase(name, part)], len(names) or 1

@@ -13,7 +13,7 @@ source), and any folder holding one of MARKERS (a virtual environment, a cache, 
 name). The program's own folders are not walked. Folders wait on a stack, not in a recursion:
 a tree nested 1,000 deep would end one in a RecursionError.
 
-Machinery the chapter does not need: undo.py records and puts back through these.
+Machinery the chapter does not need: undo.py decides what to record and put back.
 """
 
 import errno
@@ -34,14 +34,16 @@ except ImportError:  # Windows: plain copies
 SKIPPED = {".git", "node_modules", "__pycache__"}  # wherever they are: never sources
 # At the top of the workspace only: deeper, a folder of one of these names may be a source
 SKIPPED_AT_TOP = {".pytest_cache", ".mypy_cache", ".ruff_cache", ".tox", ".hypothesis"}
-MARKERS = {"pyvenv.cfg", "CACHEDIR.TAG"}  # a folder holding one is a virtual environment, or a cache
+# a folder holding one is a virtual environment, or a cache
+MARKERS = {"pyvenv.cfg", "CACHEDIR.TAG"}
 PASSED = "passed over"  # what the walk gives for a folder it does not enter
 # A folder is opened by name from its parent's descriptor: never through a link (O_NOFOLLOW,
 # and with O_DIRECTORY a link or a file fails as ENOTDIR), never kept open by a child program.
-FOLDER_FLAGS = os.O_RDONLY | os.O_CLOEXEC | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0)
+NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+FOLDER_FLAGS = os.O_RDONLY | os.O_CLOEXEC | getattr(os, "O_DIRECTORY", 0) | NOFOLLOW
 # A file the same way, and never waited on (a FIFO put there since it was looked at)
-FILE_FLAGS = os.O_RDONLY | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
-NEW_FILE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0)
+FILE_FLAGS = os.O_RDONLY | os.O_CLOEXEC | NOFOLLOW | getattr(os, "O_NONBLOCK", 0)
+NEW_FILE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | NOFOLLOW
 # What a folder's name failing to open as a folder means: it is gone, a file, or a link now
 NOT_THERE = (errno.ENOENT, errno.ENOTDIR, errno.ELOOP)
 # Folders on the way to the one in use stay open down to this depth, and every this many
@@ -53,7 +55,8 @@ CHUNK = 1 << 20  # a file is read, hashed and copied a megabyte at a time
 FICLONE = getattr(fcntl, "FICLONE", 0x40049409)  # (on Linux; never asked elsewhere)
 # What undo asks of the system relative to a folder's descriptor. Windows offers none of it:
 # there undo records nothing (and says so).
-RELATIVE_CALLS = {os.open, os.stat, os.mkdir, os.rmdir, os.unlink, os.rename, os.symlink, os.readlink}
+RELATIVE_CALLS = {os.open, os.stat, os.mkdir, os.rmdir, os.unlink, os.rename, os.symlink,
+                  os.readlink}
 RELATIVE = os.scandir in os.supports_fd and RELATIVE_CALLS <= os.supports_dir_fd
 
 
@@ -67,7 +70,8 @@ class Folders:
     def __init__(self, root: Path):
         self.root = root
         self.parts = ()  # the names from the workspace to the last folder opened
-        self.held = {}  # depth -> descriptor, on the way to it; the workspace's at 0, from the first open
+        # depth -> descriptor, on the way to it; the workspace's at 0, from the first open
+        self.held = {}
 
     def __enter__(self) -> "Folders":
         return self
@@ -88,7 +92,8 @@ class Folders:
         while depth < len(parts):
             inner = self.open_in(depth, parts[depth], make)
             if depth >= HELD_DEPTH and depth % HELD_DEPTH:
-                os.close(self.held.pop(depth))  # between two held ones: opened again from the one above
+                # between two held ones: opened again from the one above
+                os.close(self.held.pop(depth))
             depth += 1
             self.held[depth] = inner
             self.parts = parts[:depth]
