@@ -2,9 +2,10 @@
 read and written, commands and their exit codes, failing tests, the user's constraints),
 puts it back after every compaction, and checks what the summary kept.
 
-The chapter does not need its inside; it shows how hooks extend the agent: code.py only
-fires the events (PostToolUse, UserPromptSubmit, RestoreContext, PostCompact), and
-nothing in the loop knows the ledger.
+The chapter does not need its inside; it shows how hooks extend the agent: ledger_hooks
+answers four events (PostToolUse, UserPromptSubmit, RestoreContext, PostCompact), and
+what fires them knows nothing of the ledger. summary.py, beside it, fits the ledger's
+lines into what comes back after a summary.
 """
 
 import hashlib
@@ -15,28 +16,35 @@ from typing import NamedTuple
 from ..basics import inside_workspace
 
 MAX_WRITTEN_LISTED = 60              # paths in the line of files written
-FAILURE_TAIL_CHARS = 800            # the end of the latest failed command's output, put back after a summary
-CONSTRAINT_WORDS = re.compile(r"\b(must|mustn't|don't|do not|never|always)\b|必须|不要|不能|不许|禁止|务必|永远|总是",
-                              re.IGNORECASE)  # a user line with one of these is a constraint
+# the end of the latest failed command's output, put back after a summary
+FAILURE_TAIL_CHARS = 800
+# a user line with one of these is a constraint
+CONSTRAINT_WORDS = re.compile(r"\b(must|mustn't|don't|do not|never|always)\b"
+                              r"|必须|不要|不能|不许|禁止|务必|永远|总是",
+                              re.IGNORECASE)
 
 
 def short_hash(path: Path) -> str:
     size = path.stat().st_size
-    data = path.read_bytes() if size <= 8_000_000 else f"{size}:{path.stat().st_mtime_ns}".encode()
+    data = (path.read_bytes() if size <= 8_000_000
+            else f"{size}:{path.stat().st_mtime_ns}".encode())
     return hashlib.sha1(data).hexdigest()[:8]
 
 
 def summary_mentions(key: str, summary: str) -> bool:
     """Whether a summary still carries a fact: most of its words (or CJK characters) appear."""
     lowered = summary.lower()
-    if " " not in key and ("/" in key or "::" in key):  # a path or test id: its last part is what counts
+    # a path or test id: its last part is what counts
+    if " " not in key and ("/" in key or "::" in key):
         return re.split(r"/|::", key)[-1].lower() in lowered
-    parts = re.findall(r"[a-z0-9_.-]{3,}", key.lower()) + sorted(set(re.findall(r"[\u3040-\u9fff]", key)))
+    parts = (re.findall(r"[a-z0-9_.-]{3,}", key.lower())
+             + sorted(set(re.findall(r"[\u3040-\u9fff]", key))))
     return bool(parts) and sum(part in lowered for part in parts) >= 0.6 * len(parts)
 
 
 class Ledger:
-    """Files read and written, commands and exit codes, failing tests, and the user's constraints."""
+    """Files read and written, commands and exit codes, failing tests,
+    and the user's constraints."""
 
     def __init__(self):
         self.reads = {}        # path -> (size, mtime_ns, hash), the most recent read last
@@ -44,7 +52,8 @@ class Ledger:
         self.commands = []     # (command, exit code)
         self.failing = {}      # test ids seen failing, in order
         self.constraints = []  # the user's lines with must / never / 必须 ..., verbatim
-        self.last_failure = None  # (command, exit code, the end of its output): what the model would run again to see
+        # (command, exit code, the end of its output): what the model would run again to see
+        self.last_failure = None
 
     def note_read(self, path: str, target: Path) -> None:
         self.reads.pop(path, None)
@@ -57,10 +66,12 @@ class Ledger:
     def note_command(self, command: str, output: str) -> None:
         code = re.search(r"\[exit code (\d+)\]$", output)
         timed_out = re.search(r"\[timed out after \d+s", output)
-        self.commands.append((command, "timeout" if timed_out else int(code.group(1)) if code else 0))
+        self.commands.append((command,
+                              "timeout" if timed_out else int(code.group(1)) if code else 0))
         if self.commands[-1][1] != 0:
             self.last_failure = (command, self.commands[-1][1], output[-FAILURE_TAIL_CHARS:])
-        elif self.last_failure and self.last_failure[0] == command:  # it passes now: its old error is no news
+        # it passes now: its old error is no news
+        elif self.last_failure and self.last_failure[0] == command:
             self.last_failure = None
         for test in re.findall(r"^(?:FAILED|ERROR) (\S+)|^--- FAIL: (\S+)", output, re.M):
             self.failing[test[0] or test[1]] = True
@@ -75,7 +86,8 @@ class Ledger:
         facts = [("read", p) for p in self.reads] + [("wrote", p) for p in self.writes]
         facts += [("failing test", t) for t in self.failing]
         facts += [("failed command", c) for c, code in self.commands if code != 0]
-        facts += [("constraint", c) for c in self.constraints] + [("todo", t["content"]) for t in todos]
+        facts += [("constraint", c) for c in self.constraints]
+        facts += [("todo", t["content"]) for t in todos]
         return list(dict.fromkeys(facts))
 
     def check(self, summary: str, todos: list) -> tuple:
@@ -91,12 +103,14 @@ class Ledger:
         lines += [f"- ran `{c[:120]}` → exit {code}" for c, code in self.commands[-10:]]
         lines += [f"- saw failing test {t}" for t in self.failing]
         if self.writes:
-            lines.append("- wrote or edited (oldest first): " + ", ".join(list(self.writes)[-MAX_WRITTEN_LISTED:]))
+            lines.append("- wrote or edited (oldest first): "
+                         + ", ".join(list(self.writes)[-MAX_WRITTEN_LISTED:]))
         lines += [f"- the user said: \"{c}\"" for c in self.constraints]
         if self.last_failure:
             command, code, tail = self.last_failure
-            lines.append(f"- the latest failed command, `{command[:120]}` (exit {code}), ended with:\n" +
-                         "\n".join(f"    {line}" for line in tail.splitlines()))
+            lines.append(f"- the latest failed command, `{command[:120]}` (exit {code}), "
+                         "ended with:\n"
+                         + "\n".join(f"    {line}" for line in tail.splitlines()))
         return lines
 
 
@@ -142,21 +156,28 @@ def ledger_hooks(current) -> dict:
         return None
 
     def restore(event: dict):
-        return {"what": "fact ledger", "heading": "Fact ledger (recorded from tool calls and the user's words, "
-                "not from the summary):", "lines": current().ledger.lines()}
+        return {"what": "fact ledger",
+                "heading": "Fact ledger (recorded from tool calls and the user's words, "
+                           "not from the summary):",
+                "lines": current().ledger.lines()}
 
     def check(event: dict):
-        # what the summary keeps, with the messages kept after it as they are (a fact there is not lost)
+        # what the summary keeps, with the messages kept after it as they are
+        # (a fact there is not lost)
         now = current()
         ledger, secrets, todos = now.ledger, now.secrets, now.todos
         kept, total, lost = ledger.check(event["summary"] + event.get("kept", ""), todos)
-        lost_keys = secrets.redact("; ".join(key for _, key in lost))  # a todo may quote a secret: before the cut
+        # a todo may quote a secret: before the cut
+        lost_keys = secrets.redact("; ".join(key for _, key in lost))
         missing = f" (not in the summary: {listed(lost_keys, 200)})" if lost else ""
         facts = f"{total} fact{'' if total == 1 else 's'}"
-        return {"note": f"ledger check: the summary mentions {kept} of {facts} the hooks recorded{missing}; "
+        return {"note": f"ledger check: the summary mentions {kept} of {facts} "
+                        f"the hooks recorded{missing}; "
                         "the ledger itself is restored after it" if total else "",
-                "ledger": {"retained": kept, "total": total, "lost": [f"{kind}: {key}" for kind, key in lost]}}
-    return {"PostToolUse": after_tool, "UserPromptSubmit": on_prompt, "RestoreContext": restore, "PostCompact": check}
+                "ledger": {"retained": kept, "total": total,
+                           "lost": [f"{kind}: {key}" for kind, key in lost]}}
+    return {"PostToolUse": after_tool, "UserPromptSubmit": on_prompt,
+            "RestoreContext": restore, "PostCompact": check}
 
 
 

@@ -3,9 +3,9 @@ tokens (the window comes from the endpoint: CONTEXT_WINDOW, the Models API or a 
 known models). The numbers here are the chapter's defaults, and the ceilings the derived
 values never exceed; the chapter's table gives each rule at a 200,000 and a 12,000 window.
 
-Machinery the chapter does not need to show: code.py's main makes the Settings
-(Settings.for_window), and its loop sizes them again when the endpoint reveals a smaller
-window (Settings.resized).
+Machinery the chapter does not need to show. Settings.for_window derives every size from a
+window, and Settings.resized derives them again when the endpoint reveals a smaller one;
+learning the window is the endpoint's job.
 """
 
 from dataclasses import MISSING, dataclass, fields, replace
@@ -65,7 +65,8 @@ class Settings:
     micro_min_chars: int = MICRO_COMPACT_MIN_CHARS
     retry_base_seconds: float = RETRY_BASE_SECONDS
     idle_timeout: float = IDLE_TIMEOUT  # seconds a stream may send nothing before it is abandoned
-    cache_ttl: str = "5m"       # the prompt cache's life: "5m", or "1h" (writes cost 2×, not 1.25×)
+    # the prompt cache's life: "5m", or "1h" (writes cost 2×, not 1.25×)
+    cache_ttl: str = "5m"
     compact_at: float = 0.0     # COMPACT_AT: the threshold as a share of the window, if lower
     summary_ahead: tuple | None = SUMMARY_AHEAD_SHARES  # SUMMARY_AHEAD: the early mark, or None
 

@@ -1,11 +1,11 @@
 """Where the layers put what they remove before they remove it: full tool results in
-.task_outputs/tool-results/, removed messages as transcripts in .transcripts/. Files are opened
-with "x" (create, never replace, never through a link) under names that are new each time, so
-nothing is ever overwritten, in folders own_folder checked are real: a cloned repository may
-plant a link there.
+.task_outputs/tool-results/, removed messages as transcripts in .transcripts/. Files are
+opened with "x" (create, never replace, never through a link) under names that are new each
+time, so nothing is ever overwritten, in folders own_folder checked are real: a cloned
+repository may plant a link there.
 
-Machinery the chapter does not need: code.py's layers are handed a Store and call its three
-save methods; the Store keeps a list of what it wrote, for the reports.
+Machinery the chapter does not need. A Store saves what it is handed and decides nothing:
+what to remove is each layer's decision. It keeps a list of what it wrote, for the reports.
 """
 
 import json
@@ -13,8 +13,8 @@ import time
 import uuid
 from pathlib import Path
 
-from ..basics import (PROMPTS_DIR, TOOL_RESULTS_DIR, TRANSCRIPT_DIR, holds_exactly, output_names, own_folder,
-                      redact, Redactor, well_formed)
+from ..basics import (PROMPTS_DIR, TOOL_RESULTS_DIR, TRANSCRIPT_DIR, holds_exactly, output_names,
+                      own_folder, redact, Redactor, well_formed)
 
 def save_tool_output(folder: Path, tool_use_id: str, text: str) -> Path:
     """Write one full tool result, byte for byte, and return its path."""
@@ -38,7 +38,8 @@ def save_transcript(folder: Path, messages: list, kind: str, footer: dict | None
     path = folder / f"{kind}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:8]}.jsonl"
     with open(path, "x", encoding="utf-8") as f:
         for record in messages + ([footer] if footer else []):
-            f.write(well_formed(json.dumps(record, ensure_ascii=False)) + "\n")  # a lone emoji half cannot be written
+            # a lone emoji half cannot be written
+            f.write(well_formed(json.dumps(record, ensure_ascii=False)) + "\n")
     return path
 
 
@@ -57,10 +58,12 @@ class Store:
 
     def save_prompt(self, text: str) -> Path:
         return self.wrote(save_tool_output(own_folder(self.workdir, PROMPTS_DIR),
-                                           f"prompt-{uuid.uuid4().hex[:8]}", redact(text, self.secrets)))
+                                           f"prompt-{uuid.uuid4().hex[:8]}",
+                                           redact(text, self.secrets)))
 
     def save_messages(self, messages: list, kind: str, footer: dict | None = None) -> Path:
-        return self.wrote(save_transcript(own_folder(self.workdir, TRANSCRIPT_DIR), self.secrets.redact_json(messages),
+        return self.wrote(save_transcript(own_folder(self.workdir, TRANSCRIPT_DIR),
+                                          self.secrets.redact_json(messages),
                                           kind, self.secrets.redact_json(footer)))
 
     def wrote(self, path: Path) -> Path:

@@ -1,25 +1,28 @@
-"""What the summary layers need beyond code.py: the instruction that asks for a summary, the
-history cut to fit the window for it, a summary built without the model when the model cannot
-write one, and the pieces that come back after a summary (the user's recent words, the files
-read most recently, a hook's lines, the todo list).
+"""The pieces of a summary: the instruction that asks for one, the history cut to fit the
+window for it, a summary built without the model when the model cannot write one, the pieces
+that come back after a summary (the user's recent words, the files read most recently, a
+hook's lines, the todo list), and the new history made of them (replace_with_summary).
 
-Machinery the chapter does not need: code.py's summarize_with_model, make_summary,
-plan_restore and summarize_into call these, and replace_with_summary builds the new history
-for them; when a summary is made, and with what, stays in code.py. Everything here takes
-values (the settings it reads, the files read, the hooks' answers), never the agent.
+Machinery the chapter does not need. It decides neither when a summary is made nor with
+what: the layer that asks for the summary decides, and the endpoint asks the model.
+Everything here takes values (the settings it reads, the files read, the hooks' answers),
+never the agent; the store it is handed saves the whole history before it is replaced.
 """
 
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..basics import inside_workspace, redact
-from ..messages import (CHARS_PER_TOKEN, COMPACT_MARKER, OWN, REACTIVE_MARKER, RESTORED_MARKER, blocks_of,
-                        current_request, cut_long_texts, estimate_text_tokens, estimate_tokens, head_within,
-                        last_reply_text, message_groups, newest_within, own_text, user_words)
+from ..messages import (CHARS_PER_TOKEN, COMPACT_MARKER, OWN, REACTIVE_MARKER, RESTORED_MARKER,
+                        blocks_of, current_request, cut_long_texts, estimate_text_tokens,
+                        estimate_tokens, head_within, last_reply_text, message_groups,
+                        newest_within, own_text, user_words)
 from .ledger import short_hash
 
-POST_COMPACT_MAX_FILES = 5          # after compaction, re-read at most this many of the files read most recently
-SUMMARY_INSTRUCTIONS = """TEXT ONLY, NO TOOLS. Do not call any tool in this answer: this turn only writes a
+# after compaction, re-read at most this many of the files read most recently
+POST_COMPACT_MAX_FILES = 5
+SUMMARY_INSTRUCTIONS = """\
+TEXT ONLY, NO TOOLS. Do not call any tool in this answer: this turn only writes a
 summary, and a tool call here would be lost.
 
 The conversation above is about to be replaced by the summary you write now. The work will
@@ -49,7 +52,8 @@ Reminder: answer with text only. Do not call any tools."""
 
 def summary_instructions(focus: str, limit_tokens: int) -> str:
     extra = f"Focus especially on: {focus}\n" if focus else ""
-    extra += f"Keep the <summary> under {limit_tokens:,} tokens (about {limit_tokens * 3 // 4:,} words).\n"
+    extra += (f"Keep the <summary> under {limit_tokens:,} tokens "
+              f"(about {limit_tokens * 3 // 4:,} words).\n")
     return SUMMARY_INSTRUCTIONS.replace("{extra}", extra)
 
 
@@ -57,8 +61,10 @@ def fit_for_summary(messages: list, max_tokens: int) -> list:
     """The newest whole message groups that fit in max_tokens; tool pairs are never split."""
     if estimate_tokens(messages) <= max_tokens:
         return messages
-    note = {"role": "user", "content": [{"type": "text", "text": "[The oldest messages were left out of "
-                                         "this request to fit the window; they are in the transcript.]"}]}
+    note = {"role": "user",
+            "content": [{"type": "text",
+                         "text": "[The oldest messages were left out of this request "
+                                 "to fit the window; they are in the transcript.]"}]}
     groups = message_groups(messages)
     kept = newest_within(groups, max_tokens - estimate_tokens([note]), estimate_tokens)
     if kept:
@@ -71,10 +77,12 @@ def fit_for_summary(messages: list, max_tokens: int) -> list:
 def fallback_summary(messages: list, todos: list, limit_tokens: int, why: str) -> str:
     """A summary assembled without the model, so compaction succeeds in every case."""
     said = user_words(messages)
-    paths = [b["input"]["path"] for m in messages if m["role"] == "assistant" for b in blocks_of(m)
+    paths = [b["input"]["path"] for m in messages if m["role"] == "assistant"
+             for b in blocks_of(m)
              if b.get("type") == "tool_use" and isinstance(b["input"].get("path"), str)]
     last = last_reply_text(messages)
-    parts = [f"(Assembled without the model, because {why}: the user's messages, the files touched, "
+    parts = [f"(Assembled without the model, because {why}: "
+             "the user's messages, the files touched, "
              "the todo list and the last reply. The transcript has the rest.)",
              "User messages, oldest first:\n" + "\n".join(f"- {t[:500]}" for t in said[-20:]),
              "Files touched: " + (", ".join(dict.fromkeys(paths)) or "none")]
@@ -87,7 +95,8 @@ def fallback_summary(messages: list, todos: list, limit_tokens: int, why: str) -
 
 def render_todos(todos: list) -> str:
     marks = {"pending": "[ ]", "in_progress": "[>]", "completed": "[x]"}
-    return "\n".join(f"{marks[t['status']]} {t['content']}" for t in todos) or "(todo list is empty)"
+    return ("\n".join(f"{marks[t['status']]} {t['content']}" for t in todos)
+            or "(todo list is empty)")
 
 
 def recent_user_messages(messages: list, max_tokens: int) -> str:
@@ -96,31 +105,38 @@ def recent_user_messages(messages: list, max_tokens: int) -> str:
     said = user_words(messages)
     in_flight = bool(messages) and messages[-1]["role"] == "user"
     kept = newest_within(said[:-1] if in_flight else said, max_tokens, estimate_text_tokens)[::-1]
-    return f"{RESTORED_MARKER}: recent user messages, newest first]\n" + "\n".join(f"- {t}" for t in kept) \
-        if kept else ""
+    if not kept:
+        return ""
+    return (f"{RESTORED_MARKER}: recent user messages, newest first]\n"
+            + "\n".join(f"- {t}" for t in kept))
 
 
 def restored_files(reads: dict, workdir: Path, secrets, max_tokens: int, per_file: int,
                    shown: set = frozenset()) -> list:
-    """The most recently read files not still shown, re-read from disk now; a changed or vanished file says so."""
+    """The most recently read files not still shown, re-read from disk now;
+    a changed or vanished file says so."""
     blocks, used = [], 0
     reads = [(path, read) for path, read in reversed(reads.items()) if path not in shown]
     for path, (_, _, digest) in reads[:POST_COMPACT_MAX_FILES]:
         target = inside_workspace(workdir, path)
         if target is None or not target.is_file():
-            blocks.append(f"{RESTORED_MARKER}: {path}] This file was read earlier and has since vanished.")
+            blocks.append(f"{RESTORED_MARKER}: {path}] "
+                          "This file was read earlier and has since vanished.")
             continue
         room = min(per_file, max_tokens - used)
         if room <= 50:
             continue
         with open(target, "rb") as f:
-            raw = f.read(room * CHARS_PER_TOKEN + secrets.reach)  # a key across the cut is read whole
+            # a key across the cut is read whole
+            raw = f.read(room * CHARS_PER_TOKEN + secrets.reach)
         if b"\0" in raw[:8192]:
             continue
-        text = head_within(redact(raw.decode("utf-8", "replace"), secrets), room)  # a file may hold a key
+        # a file may hold a key
+        text = head_within(redact(raw.decode("utf-8", "replace"), secrets), room)
         state = "unchanged since it was read" if short_hash(target) == digest else \
             "it CHANGED since it was last read; this is its content now"
-        cut = "" if len(text.encode()) >= target.stat().st_size else "\n[... cut here; read_file shows the rest]"
+        cut = ("" if len(text.encode()) >= target.stat().st_size
+               else "\n[... cut here; read_file shows the rest]")
         blocks.append(f"{RESTORED_MARKER}: {path}, re-read from disk, {state}]\n{text}{cut}")
         used += estimate_text_tokens(blocks[-1])
     return blocks
@@ -129,7 +145,9 @@ def restored_files(reads: dict, workdir: Path, secrets, max_tokens: int, per_fil
 def hook_restores(answer: dict, max_tokens: int) -> str:
     """What a RestoreContext hook keeps: its newest lines that fit, under its heading."""
     lines = newest_within(answer["lines"], max_tokens, estimate_text_tokens)
-    return f"{RESTORED_MARKER}: {answer['what']}]\n" + "\n".join([answer["heading"]] + lines) if lines else ""
+    if not lines:
+        return ""
+    return f"{RESTORED_MARKER}: {answer['what']}]\n" + "\n".join([answer["heading"]] + lines)
 
 
 def nothing_to_summarize(messages: list, restored: list, tail_tokens: int, slack: int) -> bool:
@@ -191,7 +209,8 @@ def what_comes_back(messages: list, restorable: Restorable, s, fixed: int, shown
     request = current_request(messages)
     fixed += (estimate_text_tokens(request["text"]) if request else 0) + 100
     room = max(s.compacted_max - fixed - s.compacted_max // 3, s.window // 40)
-    parts = [hook_restores(answer, min(s.ledger_tokens, max(room, 0))) for answer in restorable.hooks]
+    parts = [hook_restores(answer, min(s.ledger_tokens, max(room, 0)))
+             for answer in restorable.hooks]
     user_room = min(s.restore_user_tokens, room - sum(map(estimate_text_tokens, parts)))
     parts.append(recent_user_messages(messages, user_room))
     files_room = min(s.restore_files_tokens, room - sum(map(estimate_text_tokens, parts)))
@@ -211,7 +230,7 @@ def replace_with_summary(messages: list, kind: str, summary: str, tail: list, re
                          store, with_previews, footer: dict | None = None) -> list:
     """Save the whole history (the footer last), then one user message with the summary,
     the restored context and, last, the request being worked on; then the tail, its big
-    results saved and previewed (with_previews(message): code.py's preview_results)."""
+    results saved and previewed (with_previews(message) does that to one message)."""
     path = store.save_messages(messages, kind, footer)
     marker = REACTIVE_MARKER if kind == "reactive" else COMPACT_MARKER
     header = (f"{marker}: the earlier conversation was summarized to free context. "
@@ -224,5 +243,6 @@ def replace_with_summary(messages: list, kind: str, summary: str, tail: list, re
     if request and in_flight and current_request(tail) != request:
         first["content"].append(request)
     result = [first] + tail
-    # Every layer hands back a history no larger than it got (a short one would only gain a header)
+    # Every layer hands back a history no larger than it got
+    # (a short one would only gain a header)
     return result if estimate_tokens(result) < estimate_tokens(messages) else messages
