@@ -27,8 +27,9 @@ as at its last reading is not read again, which keeps a record fast. What /undo 
 overwrites or removes is read again and compared by content first: a person's edit of the
 same size, its mtime put back (cp -p, touch -r, rsync -t), is left as it is.
 
-Machinery the chapter does not need: undo_hooks go beside the ledger's; /undo and /redo
-come from user_turns.py.
+Machinery the chapter does not need: undo_hooks start a turn, record before its first
+change and at its end; undo_folders.py reaches each path, and undo_records.py compares two
+records.
 """
 
 import atexit
@@ -42,8 +43,10 @@ from pathlib import Path
 from typing import NamedTuple
 
 from ..basics import one_line, printable, Tool, undo_folder
-from .undo_folders import (FILE_FLAGS, NOT_THERE, PASSED, RELATIVE, Folders, copy_hashing, parts_of,
-                           passed_over, remove_in, shown, walk_folders, write_copy_in)
+from .undo_folders import (FILE_FLAGS, NOT_THERE, PASSED, RELATIVE, Folders, copy_hashing,
+                           parts_of, passed_over, remove_in, shown, walk_folders, write_copy_in)
+from .undo_records import (OTHER_KINDS, SKIPPED_FOLDER, UNSEEN, changed, holds_any,
+                           made_unrecorded, movable, unrecorded)
 
 MAX_FILE_BYTES = 20_000_000
 MAX_FILES = 50_000
@@ -56,15 +59,6 @@ SHOWN_NAMES = 6             # /undo names this many paths of a kind, then counts
 # being read could change again, same size, within the same tick. Its stat key is not
 # trusted, so the next record reads it again.
 RACY_NS = 2 * 10**9
-# A path's entry when what is there could not be seen: a folder that could not be listed, a
-# path under one. Like a file not kept, it is never overwritten or removed, nor is what it holds.
-UNSEEN = (None, "unseen")
-# Entries of what undo passes over: no copy, never overwritten or removed, named by /undo
-# when it is gone or made.
-SKIPPED_FOLDER = (None, "a folder not recorded")
-OTHER_KINDS = [(stat.S_ISFIFO, "a named pipe"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a device"),
-               (stat.S_ISBLK, "a device")]
-NOT_RECORDED = {SKIPPED_FOLDER[1], *(kind for _, kind in OTHER_KINDS)}
 
 
 class StoreError(OSError):
@@ -89,11 +83,6 @@ class Outcome(NamedTuple):
     blocked: list  # a file to put back where something undo does not record stands now
 
 
-def unrecorded(entry: tuple | None) -> bool:
-    """Whether an entry is of something undo passes over (a folder it skips, a pipe...)."""
-    return entry is not None and entry[0] is None and entry[1] in NOT_RECORDED
-
-
 class Undo:
     """The records of the turns that changed files, and the copies they point at."""
 
@@ -102,7 +91,8 @@ class Undo:
         self.max_files = max_files  # a workspace of more files than this is not recorded
         self.said = set()
         self.undo, self.redo = [], []  # Turns
-        self.cache = {}  # relative path -> (stat key, hash); key None: it may not stand for the hash
+        # relative path -> (stat key, hash); key None: it may not stand for the hash
+        self.cache = {}
         self.store, self.stored, self.turn_recorded, self.label = None, 0, True, ""
         self.not_recorded = ""  # why the latest request that could not be recorded was not, named
 
@@ -128,8 +118,8 @@ class Undo:
             return self.once("store", line)
         files = self.record()
         if files is None:
-            self.not_recorded = (f"request {quoted(self.label)} could not be recorded (the workspace has "
-                                 f"over {self.max_files:,} files)")
+            self.not_recorded = (f"request {quoted(self.label)} could not be recorded "
+                                 f"(the workspace has over {self.max_files:,} files)")
             return self.once("too many", f"[undo] the workspace has over {self.max_files:,} files: "
                                           "turns are not recorded, and /undo cannot put files back")
         self.undo = (self.undo + [Turn(self.label, files)])[-MAX_TURNS:]
@@ -147,16 +137,18 @@ class Undo:
         relative to a folder; None when a request can be recorded."""
         if not RELATIVE:
             return ("this system cannot open a file relative to a folder",
-                    "[undo] this system cannot open a file relative to a folder, which undo needs to never "
-                    "write through a link: /undo will not be able to put back what a request changes")
+                    "[undo] this system cannot open a file relative to a folder, which undo "
+                    "needs to never write through a link: /undo will not be able to put back what "
+                    "a request changes")
         try:
             self.folder()
         except OSError as err:
             where = undo_folder()
             return ("no copy can be kept",
-                    f"[undo] cannot keep copies of your files in {where} ({err.strerror or err}): /undo will "
-                    "not be able to put back what a request changes. Make that folder yours and writable, or "
-                    "set XDG_STATE_HOME to a folder that is.")
+                    f"[undo] cannot keep copies of your files in {where} "
+                    f"({err.strerror or err}): /undo will not be able to put back what a request "
+                    "changes. Make that folder yours and writable, or set XDG_STATE_HOME to a "
+                    "folder that is.")
         return None
 
     def record(self) -> dict | None:
@@ -166,9 +158,10 @@ class Undo:
             listed = list(itertools.islice(self.walk(folders), self.max_files + 1))
             if len(listed) > self.max_files:
                 return None
-            if len(listed) > SAY_RECORDING and not self.cache:  # the first record reads them all: say so
-                self.warn(f"[undo] recording the workspace's {len(listed):,} files before the first "
-                          "change, so /undo can put them back…")
+            # the first record reads them all: say so
+            if len(listed) > SAY_RECORDING and not self.cache:
+                self.warn(f"[undo] recording the workspace's {len(listed):,} files before the "
+                          "first change, so /undo can put them back…")
             files = {}
             for relative, folder, name, known in listed:
                 entry = known or self.entry_in(folders, folder, name, relative, False)
@@ -198,8 +191,9 @@ class Undo:
                 yield relative, folder, name, SKIPPED_FOLDER if what == PASSED else None
                 continue
             where = shown(relative or ".")
-            self.once(f"unlisted {where}", f"[undo] {where}/ could not be listed ({what.strerror or what}): its "
-                                           "files are not recorded, and /undo will leave them as they are")
+            self.once(f"unlisted {where}",
+                      f"[undo] {where}/ could not be listed ({what.strerror or what}): its files "
+                      "are not recorded, and /undo will leave them as they are")
             if relative:  # the workspace itself has no entry
                 yield relative, folder, name, UNSEEN
 
@@ -230,16 +224,19 @@ class Undo:
             if stat.S_ISDIR(info.st_mode):
                 return SKIPPED_FOLDER if passed_over(folder, name, relative) else None
         except StoreError as err:  # the store full or gone: the file is there all the same
-            self.once(f"not kept {relative}", f"[undo] {shown(relative)} could not be kept ({err}): /undo "
-                                              "will leave it as it is")
+            self.once(f"not kept {relative}",
+                      f"[undo] {shown(relative)} could not be kept ({err}): /undo will leave it "
+                      "as it is")
             return (None, stat.S_IMODE(info.st_mode))
         except FileNotFoundError:
             return None  # gone since it was listed
         except PermissionError:  # there, but not kept: /undo leaves it as it is, never removes it
             return (None, stat.S_IMODE(info.st_mode))
-        except OSError as err:  # a full disk, an I/O error: there all the same, so never taken for absent
-            self.once(f"not kept {relative}", f"[undo] {shown(relative)} could not be kept "
-                                              f"({err.strerror or err}): /undo will leave it as it is")
+        except OSError as err:
+            # a full disk, an I/O error: there all the same, so never taken for absent
+            self.once(f"not kept {relative}",
+                      f"[undo] {shown(relative)} could not be kept ({err.strerror or err}): /undo "
+                      "will leave it as it is")
             return (None, stat.S_IMODE(info.st_mode))
         return next(((None, kind) for test, kind in OTHER_KINDS if test(info.st_mode)), None)
 
@@ -254,8 +251,9 @@ class Undo:
             if digest is not None:
                 self.cache[relative] = (key, digest)
                 return digest
-        self.once(f"too big {relative}", f"[undo] {shown(relative)} is over {MAX_FILE_BYTES // 10**6} MB: "
-                                         "not kept, so /undo cannot put it back")
+        self.once(f"too big {relative}",
+                  f"[undo] {shown(relative)} is over {MAX_FILE_BYTES // 10**6} MB: not kept, so "
+                  "/undo cannot put it back")
         return None
 
     def copy_in(self, folder: int, name: str) -> tuple:
@@ -313,7 +311,8 @@ class Undo:
             self.undo.pop(0)
             self.once("room", f"[undo] its copies passed {MAX_STORE_BYTES // 10**6} MB: the oldest "
                               "turns can no longer be undone")
-            kept = {entry[0] for turn in self.undo + self.redo for files in (turn.before, turn.after) if files
+            kept = {entry[0] for turn in self.undo + self.redo
+                    for files in (turn.before, turn.after) if files
                     for entry in files.values()}
             kept |= {digest for _, digest in self.cache.values()}
             for copy in self.folder().iterdir():
@@ -343,8 +342,9 @@ class Undo:
         after, caveat = self.record(), ""
         if after is None:
             after, caveat = self.record_paths(turn.before), self.too_many()
-            self.warn(f"[undo] the workspace has over {self.max_files:,} files now: /undo can put back "
-                      "what this request changed or deleted, but not take away the files it created")
+            self.warn(f"[undo] the workspace has over {self.max_files:,} files now: /undo can put "
+                      "back what this request changed or deleted, but not take away the files it "
+                      "created")
         if changed(turn.before, after) <= made_unrecorded(turn.before, after) and not caveat:
             self.undo.pop()
         else:
@@ -357,7 +357,8 @@ class Undo:
         over (trying again could do no more)."""
         records = self.undo if back else self.redo
         if not records and back and self.not_recorded:
-            return f"Nothing to undo: your {self.not_recorded}, so /undo cannot put back what it changed."
+            return (f"Nothing to undo: your {self.not_recorded}, so /undo cannot put back what it "
+                    "changed.")
         if not records and back:
             return ("Nothing to undo: no request since the program started has changed files "
                     "(or all were undone).")
@@ -382,11 +383,12 @@ class Undo:
         now = self.record()
         if now is None:
             return turn._replace(after=self.record_paths(turn.before), caveat=self.too_many())
-        return turn._replace(after=now, caveat="its end was not recorded, so what changed since counts as its own")
+        return turn._replace(after=now, caveat="its end was not recorded, so what changed since "
+                                               "counts as its own")
 
     def too_many(self) -> str:
-        return (f"the files it created are left: at its end the workspace had over {self.max_files:,} files, "
-                "too many to record")
+        return (f"the files it created are left: at its end the workspace had over "
+                f"{self.max_files:,} files, too many to record")
 
     def apply(self, source: dict, target: dict, present: dict) -> Outcome:
         """Each path that differs between the records goes from source's state to target's,
@@ -397,8 +399,10 @@ class Undo:
             removed = target.get(path) is None
             return (not removed, -path.count("/") if removed else path.count("/"))
         blocked = [path for path in changed(source, target)
-                   if unrecorded(present.get(path)) and not unrecorded(target.get(path)) and target.get(path)]
-        if blocked:  # a pipe or a cache folder where a file was: undo never removes what it did not keep
+                   if unrecorded(present.get(path)) and not unrecorded(target.get(path))
+                   and target.get(path)]
+        # a pipe or a cache folder where a file was: undo never removes what it did not keep
+        if blocked:
             return Outcome([], [], [], [], [], blocked)
         outcome = Outcome([], [], [], [], [], [])
         with Folders(self.workdir) as folders:
@@ -475,52 +479,15 @@ def trusted_key(info, read_at: int) -> tuple | None:
     return stat_key(info)
 
 
-def changed(first: dict, second: dict) -> set:
-    """The paths whose entries differ between two records."""
-    return {path for path in first.keys() | second.keys() if first.get(path) != second.get(path)}
-
-
-def holds_any(record: dict, folder: str) -> bool:
-    """Whether a record has a path in the folder."""
-    inside = folder + "/"
-    return any(path.startswith(inside) for path in record)
-
-
-def made_unrecorded(before: dict, after: dict) -> set:
-    """The paths of what undo passes over that a turn made (a cache, a virtual environment):
-    alone, they are no change /undo could take back, nor one it needs to name."""
-    return {path for path, entry in after.items() if path not in before and unrecorded(entry)}
-
-
-def movable(path: str, source: dict, target: dict, present: dict) -> bool:
-    """Whether /undo (or /redo) may change path: it is still as source has it, by content,
-    and what is there and what would replace it are both kept. A file not kept (too big,
-    unreadable) is never overwritten or removed: its content cannot be compared, and /redo
-    could not put it back."""
-    here, going = present.get(path), target.get(path)
-    if here != source.get(path):
-        return False  # changed since the record
-    if here is not None and here[0] is None:
-        return False
-    if any(in_unseen(path, record) for record in (source, target, present)):
-        return False  # a folder on its way could not be listed: what it holds is unknown
-    return going is None or going[0] is not None
-
-
-def in_unseen(path: str, record: dict) -> bool:
-    """Whether a folder that holds path is UNSEEN in the record."""
-    parts = path.split("/")
-    return any(record.get("/".join(parts[:n])) == UNSEEN for n in range(1, len(parts)))
-
-
 def told(back: bool, turn: Turn, outcome: Outcome) -> str:
     """The line /undo or /redo prints: what was put back, what was left and why, what was
     not recorded. It opens with "[" only when files changed (user_turns.py tells the model
     then). Every name in it is shown, never obeyed."""
     said = []
     if outcome.blocked:
-        said.append(f"{len(outcome.blocked)} cannot be put back while something undo does not record (a pipe, a "
-                    f"cache folder) stands where each was ({listed(outcome.blocked)}); move it away")
+        said.append(f"{len(outcome.blocked)} cannot be put back while something undo does not "
+                    f"record (a pipe, a cache folder) stands where each was "
+                    f"({listed(outcome.blocked)}); move it away")
     if outcome.done:
         said.append(f"{len(outcome.done)} put back as they were ({listed(outcome.done)})")
     if outcome.kept:
@@ -531,15 +498,17 @@ def told(back: bool, turn: Turn, outcome: Outcome) -> str:
     if outcome.made:
         said.append(f"{len(outcome.made)} not recorded, so not taken away ({listed(outcome.made)})")
     if outcome.same and not said:  # only then: what undo passes over, as it was, is no news
-        said.append(f"{len(outcome.same)} not recorded, and already as they were ({listed(outcome.same)})")
+        said.append(f"{len(outcome.same)} not recorded, and already as they were "
+                    f"({listed(outcome.same)})")
     if back and turn.caveat:
         said.append(turn.caveat)
     request = quoted(turn.label)
     what = f"your request {request}" if back else f"the /undo of your request {request}"
     command = "/undo" if back else "/redo"
     if worth_trying_again(outcome):
-        return (f"Nothing was put back of the files {what} changed: " + ("; ".join(said) or "none differs") +
-                f". Nothing changed, so {command} will try this request again.")
+        return (f"Nothing was put back of the files {what} changed: "
+                + ("; ".join(said) or "none differs")
+                + f". Nothing changed, so {command} will try this request again.")
     if not outcome.done:
         return f"Nothing was put back of the files {what} changed: " + "; ".join(said) + "."
     opening = "[undo] files" if back else "[redo] files"
