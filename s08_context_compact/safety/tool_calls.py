@@ -1,10 +1,10 @@
 """Running the model's tool calls: each is checked against its tool's schema, let through or
-refused by the PreToolUse hooks (code.py's permission check is one), run, its output
+refused by the PreToolUse hooks (the permission check is one), run, its output
 redacted, then shown and answered with a tool_result. A batch cut short by Ctrl-C answers
 every call left, so no tool_use goes unanswered.
 
-Machinery the chapter does not need: code.py's use_tools hands a batch here with what it
-takes of the loop (a Toolbox), never the agent.
+Machinery the chapter does not need: a batch comes with what it takes of the loop (a
+Toolbox), never the agent, and its tool_results go back for the loop to append.
 """
 
 from dataclasses import dataclass
