@@ -1,8 +1,8 @@
 """Every folder and file the program owns, named once: the folders it writes in the workspace,
 the files beside its code, and what it keeps for you outside any workspace.
 
-Machinery the chapter does not need: code.py, the session log, the sandbox, undo and start-up
-read their paths here, so that a path changed here is changed everywhere.
+Machinery the chapter does not need: every other module reads its paths here, so that a
+path changed here is changed everywhere.
 """
 
 import os
@@ -10,7 +10,8 @@ from pathlib import Path
 
 # In the workspace: the program's own folders. The model's tools never write there, and the
 # sandbox lets a command read them only.
-TRANSCRIPT_DIR = ".transcripts"                  # session logs, what the layers removed, session pictures
+# session logs, what the layers removed, session pictures
+TRANSCRIPT_DIR = ".transcripts"
 TASK_OUTPUTS_DIR = ".task_outputs"
 TOOL_RESULTS_DIR = ".task_outputs/tool-results"  # tool results too big to keep whole in context
 PROMPTS_DIR = ".task_outputs/prompts"            # prompts too long to send whole

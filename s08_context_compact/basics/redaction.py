@@ -2,10 +2,10 @@
 every form they take on the way out: as they are, JSON-escaped (once or twice, with and
 without ensure_ascii), spread over numbered lines, or cut at an edge the program made.
 
-Machinery the chapter does not need: cli.py builds one Redactor from the secrets; code.py
-and the tools redact with it where content enters the history, before anything is cut;
-the endpoint, the session log, the store and the screen keep a last net over what they
-send, write or show. This module says what a secret is and does the replacing.
+Machinery the chapter does not need: one Redactor is built from the secrets at start-up.
+Content is redacted with it where it enters the history, before anything is cut, and again
+as a last net wherever it is sent, written or shown. This module says what a secret is and
+does the replacing.
 """
 
 import base64
@@ -19,15 +19,17 @@ from .surrogates import well_formed
 SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD", re.IGNORECASE)
 URL_PASSWORD = re.compile(r"[a-z][a-z0-9+.-]*://[^:/@\s]*:([^@/\s]{8,})@", re.IGNORECASE)
 # The program's own settings: a request carries the model's id, so these are not secrets.
-SETTINGS_NAMES = ("MODEL_ID", "ANTHROPIC_BASE_URL", "CONTEXT_WINDOW", "API_CONNECT_TIMEOUT", "API_IDLE_TIMEOUT",
-                  "CACHE_TTL", "S08_HISTORY")
+SETTINGS_NAMES = ("MODEL_ID", "ANTHROPIC_BASE_URL", "CONTEXT_WINDOW", "API_CONNECT_TIMEOUT",
+                  "API_IDLE_TIMEOUT", "CACHE_TTL", "S08_HISTORY")
 REDACTED = "[redacted]"
 MIN_SECRET = 8                      # shorter values, and shorter pieces of a secret, do not count
 LINE_BREAK = re.compile(r"\r\n|\r|\n")
-NUMBERED = r"(?:[ ]{{0,12}}\d{{1,12}}{tab})?"  # read_file's (and cat -n's) "    12\t" after a break
+# read_file's (and cat -n's) "    12\t" after a break
+NUMBERED = r"(?:[ ]{{0,12}}\d{{1,12}}{tab})?"
 # How a text looks inside JSON text: json.dumps without its quotes, with and without
 # ensure_ascii, applied once or twice (a JSON file read by a tool, then logged).
-ESCAPE = {"raw": lambda s: json.dumps(s, ensure_ascii=False)[1:-1], "ascii": lambda s: json.dumps(s)[1:-1]}
+ESCAPE = {"raw": lambda s: json.dumps(s, ensure_ascii=False)[1:-1],
+          "ascii": lambda s: json.dumps(s)[1:-1]}
 ENCODINGS = ((), ("raw",), ("ascii",), ("raw", "raw"), ("raw", "ascii"), ("ascii", "raw"))
 # The notes the program writes where it cut a text: "…" (one_line), " [line cut at ...]"
 # (read_file), " [... cut to fit ...]" (summaries), "\n[... cut here" (restored files),
@@ -42,7 +44,8 @@ def secret_values(environ, dotenv_files: tuple = ()) -> list:
     workspace's .env files (this program's own settings aside); and the password of any
     user:password@host URL among all of them. A value of several lines counts whole, and
     so does each of its lines of 8 or more characters (Redactor)."""
-    values = {v.strip() for k, v in environ.items() if SECRET_NAME.search(k) and len(v.strip()) >= MIN_SECRET}
+    values = {v.strip() for k, v in environ.items()
+              if SECRET_NAME.search(k) and len(v.strip()) >= MIN_SECRET}
     urls = set(environ.values())  # ANTHROPIC_BASE_URL may carry a proxy's password
     for found in dotenv_files:
         values |= {v.strip() for k, v in found.items()
@@ -52,7 +55,8 @@ def secret_values(environ, dotenv_files: tuple = ()) -> list:
     return sorted(values, key=len, reverse=True)
 
 
-WRAP = r"(?:\r?\n)?"                # where a wrapped form may be broken: any 16 columns hold a whole atom
+# where a wrapped form may be broken: any 16 columns hold a whole atom
+WRAP = r"(?:\r?\n)?"
 
 
 def shell_forms(value: str) -> set:
@@ -86,35 +90,44 @@ class Redactor:
     lines are, so a word a secret starts with is not taken out of code."""
 
     def __init__(self, secrets=()):
-        # A value with bytes that are not UTF-8 (from the environment) is looked for as text shows it
+        # A value with bytes that are not UTF-8 (from the environment): looked for as text shows it
         secrets = [well_formed(value).strip() for value in secrets]
         self.values = sorted({v for v in secrets if len(v) >= MIN_SECRET}, key=len, reverse=True)
         forms, self.literals, self.starts, self.reach, short = {}, set(), set(), 0, set()
+        # (one_line shows a secret's tabs and line breaks as spaces)
         for value in {form for value in self.values for form in (value, " ".join(value.split()))}:
-            lines = LINE_BREAK.split(value)  # (one_line shows a secret's tabs and line breaks as spaces)
-            pieces = [line.strip() for line in lines if len(line.strip()) >= MIN_SECRET] if len(lines) > 1 else [value]
+            lines = LINE_BREAK.split(value)
+            if len(lines) > 1:
+                pieces = [line.strip() for line in lines if len(line.strip()) >= MIN_SECRET]
+            else:
+                pieces = [value]
             for encoding in ENCODINGS:
                 self.literals |= {encoded(piece, encoding) for piece in pieces}
                 self.starts.add(encoded(value, encoding))  # what a stream holds back the start of
                 if len(lines) > 1:
                     source, size = self.whole_form(lines, encoding)
                     forms[source], self.reach = size, max(self.reach, size)
-                    if not pieces:  # no line is long enough to count alone: the longest finds the whole
+                    # no line is long enough to count alone: the longest finds the whole
+                    if not pieces:
                         short.add(encoded(max(lines, key=len), encoding))
         for literal in self.literals:
             forms[re.escape(literal)] = len(literal.encode())
             self.reach = max(self.reach, len(literal.encode()))
         self.starts |= self.literals
         wrapped = {form for value in self.values for form in shell_forms(value)}
-        for form in wrapped:  # hex and base64 come wrapped at 60 or 76 columns: a line break may fall anywhere
+        # hex and base64 come wrapped at 60 or 76 columns: a line break may fall anywhere
+        for form in wrapped:
             forms[WRAP.join(map(re.escape, form))] = size = len(form) + 2 * (len(form) // 16 + 1)
             self.reach = max(self.reach, size)
-        self.reach += MIN_SECRET if forms else 0  # read this far past a cut, and a secret across it is whole
+        # read this far past a cut, and a secret across it is whole
+        self.reach += MIN_SECRET if forms else 0
         self.atoms = short | {literal[:MIN_SECRET] for literal in self.literals} | \
             {literal[-MIN_SECRET:] for literal in self.literals} | \
-            {form[k:k + MIN_SECRET] for form in wrapped for k in range(0, len(form) - MIN_SECRET + 1, MIN_SECRET)}
+            {form[k:k + MIN_SECRET] for form in wrapped
+             for k in range(0, len(form) - MIN_SECRET + 1, MIN_SECRET)}
         self.atoms_bytes = [atom.encode() for atom in self.atoms]
-        ordered = "|".join(sorted(forms, key=forms.get, reverse=True))  # the longest form wins where several start
+        # the longest form wins where several start
+        ordered = "|".join(sorted(forms, key=forms.get, reverse=True))
         self.pattern = re.compile(ordered) if forms else None
         self.pattern_bytes = re.compile(ordered.encode()) if forms else None
 
@@ -122,11 +135,13 @@ class Redactor:
     def whole_form(lines: list, encoding: tuple) -> tuple:
         """A secret of several lines as a pattern (any line break, a line number after it may
         be), and the most bytes it can match."""
-        breaks = sorted({encoded(b, encoding) for b in ("\r\n", "\r", "\n")}, key=len, reverse=True)
+        breaks = sorted({encoded(b, encoding) for b in ("\r\n", "\r", "\n")},
+                        key=len, reverse=True)
         tab = encoded("\t", encoding)
         between = f"(?:{'|'.join(map(re.escape, breaks))})" + NUMBERED.format(tab=re.escape(tab))
         parts = [encoded(line, encoding) for line in lines]
-        size = sum(len(p.encode()) for p in parts) + (len(parts) - 1) * (len(breaks[0]) + 24 + len(tab))
+        longest_break = len(breaks[0]) + 24 + len(tab)
+        size = sum(len(p.encode()) for p in parts) + (len(parts) - 1) * longest_break
         return between.join(map(re.escape, parts)), size
 
     @staticmethod
@@ -155,7 +170,8 @@ class Redactor:
         text = "\n".join(lines)
         if not self.values or not self.may_hold(text):
             return lines
-        text = self.pattern.sub(lambda m: "\n".join([REDACTED] * (m.group().count("\n") + 1)), text)
+        text = self.pattern.sub(lambda m: "\n".join([REDACTED] * (m.group().count("\n") + 1)),
+                                text)
         return self.cut_pieces(text).split("\n")
 
     def redact_bytes(self, data: bytes) -> bytes:
@@ -192,7 +208,8 @@ class Redactor:
         last = self.redact_serialized(text)
         try:
             return clean if last is text else json.loads(last)
-        except ValueError:  # a match outside a string (a number, say): the strings are clean already
+        except ValueError:
+            # a match outside a string (a number, say): the strings are clean already
             return clean
 
     def redact_serialized(self, text: str) -> str:
@@ -281,15 +298,19 @@ class HeldBack:
             return piece
         text = self.held + piece
         keep = self.redactor.open_start(text)
-        if keep < len(text) and self.redactor.may_hold(text):  # a whole secret across that point goes whole
-            keep = min([keep] + [m.start() for m in self.redactor.pattern.finditer(text) if m.start() < keep < m.end()])
+        # a whole secret across that point goes whole
+        if keep < len(text) and self.redactor.may_hold(text):
+            across = [m.start() for m in self.redactor.pattern.finditer(text)
+                      if m.start() < keep < m.end()]
+            keep = min([keep] + across)
         self.held = text[keep:]
         return self.redactor.redact(text[:keep])
 
     def finish(self) -> str:
         """What is still held back, the stream having ended there (it is a cut edge)."""
         text, self.held = self.held, ""
-        if len(text) >= MIN_SECRET and self.redactor.open_start(text) == 0:  # all of it the start of one
+        # all of it the start of one
+        if len(text) >= MIN_SECRET and self.redactor.open_start(text) == 0:
             return REDACTED
         return self.redactor.redact(text, cut_end=True)
 
@@ -335,7 +356,8 @@ def put_back(secrets: Redactor, text: str, original: str) -> str | None:
     lines = text.split("\n")
     keys = [line.rstrip("\r") for line in lines]
     out = []
-    for op, i1, i2, j1, j2 in difflib.SequenceMatcher(None, shown, keys, autojunk=False).get_opcodes():
+    matcher = difflib.SequenceMatcher(None, shown, keys, autojunk=False)
+    for op, i1, i2, j1, j2 in matcher.get_opcodes():
         new = lines[j1:j2]
         wanted = sum(line.count(REDACTED) for line in new)
         if not wanted:

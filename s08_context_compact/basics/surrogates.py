@@ -8,12 +8,11 @@ arrive with each byte that is not UTF-8 as a half of its own, U+DC80 to U+DCFF
 U+FFFD as a UTF-8 decoder shows them (as in a command's output), and any other half
 alone becomes U+FFFD too.
 
-Machinery the chapter does not need: model_calls.py makes a reply well formed as it is
-assembled, and each request as it is sent (the last net); session_log.py a record as it
-is read back and a line as it is written; compaction/store.py's save_transcript a line of
-a transcript; tool_calls.py a tool's output; startup.py the system prompt; redaction.py
-a secret's value, to be found as text shows it. workspace_files.py takes a name the model
-was shown with U+FFFD back to the name on disk (on_disk).
+Machinery the chapter does not need: well_formed and well_formed_deep make a text, a reply,
+a request or a log record writable wherever one is assembled, sent, read back or written,
+and a secret's value findable as text shows it; shown_so_far holds back a first half at the
+end of what has streamed. workspace_files.py takes a name the model was shown with U+FFFD
+back to the name on disk (on_disk).
 """
 
 import re
@@ -44,7 +43,8 @@ def well_formed_deep(value, depth: int = 100):
         return value
     if isinstance(value, dict):
         items = {well_formed(key): well_formed_deep(item, depth - 1) for key, item in value.items()}
-        same = items.keys() == value.keys() and all(items[key] is item for key, item in value.items())
+        same = items.keys() == value.keys() and all(items[key] is item
+                                                    for key, item in value.items())
         return value if same else items
     if isinstance(value, list):
         items = [well_formed_deep(item, depth - 1) for item in value]

@@ -2,9 +2,9 @@
 the model's text wrapped as it streams. (What the lines say about the work is
 command_line/work_lines.py's; the prompt the person types at is command_line/repl.py's.)
 
-Machinery the chapter does not need: code.py says what happened (agent.say) and this
-module decides how it looks, from a Screen: the few values the agent hands down. Nothing
-reaches the screen as it came: control characters in file contents, command output, file
+Machinery the chapter does not need: what happened is said elsewhere, and this module
+decides how it looks, from a Screen: the few values handed down to it. Nothing reaches
+the screen as it came: control characters in file contents, command output, file
 names or the model's text are shown, not obeyed (printable).
 """
 
@@ -22,7 +22,8 @@ from .redaction import Redactor
 SPINNER_FRAMES = "|/-\\"
 
 
-STYLES = {"layer": "\033[36m", "tool": "\033[2m", "error": "\033[31m", "dim": "\033[2m", "title": "\033[1m"}
+STYLES = {"layer": "\033[36m", "tool": "\033[2m", "error": "\033[31m", "dim": "\033[2m",
+          "title": "\033[1m"}
 
 
 @dataclass(frozen=True)
@@ -54,7 +55,8 @@ class Spinner:
         for frame in iter(int, 1):  # forever, until stop()
             if self.done.wait(0.1 if frame else 0.5):  # nothing for quick work
                 return
-            self.stream.write(f"\r{SPINNER_FRAMES[frame % 4]} {self.label} {time.monotonic() - started:.1f}s ")
+            seconds = time.monotonic() - started
+            self.stream.write(f"\r{SPINNER_FRAMES[frame % 4]} {self.label} {seconds:.1f}s ")
             self.stream.flush()
 
     def stop(self) -> None:
@@ -72,7 +74,8 @@ class Spinner:
 # sequences that set the clipboard, clear the screen or retitle the window), DEL, the
 # bidirectional marks and overrides that reorder what is shown, and lone surrogates (bytes
 # of a file name that were not UTF-8). Tabs and newlines are text.
-CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e"
+                     "\u2066-\u2069\ud800-\udfff]")
 
 
 def printable(text: str) -> str:
@@ -120,7 +123,8 @@ def cut_to_width(line: str, width: int) -> str:
 
 
 WIDE = "\u1100-\u115f\u2e80-\u9fff\uac00-\ud7af\uf900-\ufaff\ufe30-\ufe4f\uff00-\uffef"
-BREAKABLE = re.compile(f"[{WIDE}]|[^\\s{WIDE}]+|\\s+")  # a wide character, a word, or spaces: lines break between
+# a wide character, a word, or spaces: lines break between
+BREAKABLE = re.compile(f"[{WIDE}]|[^\\s{WIDE}]+|\\s+")
 
 
 def wrapped(line: str, width: int) -> list:
@@ -205,10 +209,12 @@ def say_on(screen: Screen, text: str, style: str = "", cut: bool = False) -> Non
     prefix = f"  [{screen.label}] " if screen.label else ""
     # The last net before the screen: a line may end where a preview was cut, inside a secret;
     # and control characters from files, commands or the model are shown, never obeyed
-    lines = [prefix + screen.secrets.redact(line, cut_end=True).expandtabs() for line in printable(text).split("\n")]
+    lines = [prefix + screen.secrets.redact(line, cut_end=True).expandtabs()
+             for line in printable(text).split("\n")]
     if columns := terminal_columns(screen.fit_width):
-        lines = [part for line in lines for part in ([cut_to_width(line, columns - 1)] if cut else
-                                                     wrapped(line, columns - 1))]
+        lines = [part for line in lines
+                 for part in ([cut_to_width(line, columns - 1)] if cut else
+                              wrapped(line, columns - 1))]
     text = "\n".join(lines)
     screen.out(f"{STYLES[style]}{text}\033[0m" if screen.color and style else text)
 
@@ -219,7 +225,8 @@ class WarningsOnce:
 
     def __init__(self, stream):
         self.stream, self.seen = stream, set()
-        warnings.filterwarnings("always", r"The model .* is deprecated", DeprecationWarning)  # not hidden: said once
+        # not hidden: said once
+        warnings.filterwarnings("always", r"The model .* is deprecated", DeprecationWarning)
         warnings.showwarning = self.show
 
     def show(self, message, *_) -> None:
@@ -228,7 +235,8 @@ class WarningsOnce:
             return
         self.seen.add(text)
         columns = shutil.get_terminal_size().columns if self.stream.isatty() else None
-        print("\n".join(wrapped(text, columns - 1) if columns else [text]), file=self.stream, flush=True)
+        print("\n".join(wrapped(text, columns - 1) if columns else [text]), file=self.stream,
+              flush=True)
 
 
 def terminal_columns(fit_width: bool) -> int | None:
@@ -242,12 +250,14 @@ class StreamedText:
     after Ctrl-C it stays in the history (the interrupted reply the user saw)."""
 
     def __init__(self, screen: Screen):
-        self.out, self.wrap, self.shown = screen.out, WordWrap(terminal_columns(screen.fit_width)), []
+        self.out, self.shown = screen.out, []
+        self.wrap = WordWrap(terminal_columns(screen.fit_width))
         self.held = screen.secrets.stream()
 
     def __call__(self, chunk: str) -> None:
         chunk = self.held.feed(chunk)  # any secret in it replaced, even one split over chunks
-        self.shown.append(chunk)  # first: a Ctrl-C while the chunk is being printed must not lose it
+        # first: a Ctrl-C while the chunk is being printed must not lose it
+        self.shown.append(chunk)
         self.out(self.wrap.feed(printable(chunk)), end="", flush=True)
 
     def finish(self, complete: bool = True) -> None:

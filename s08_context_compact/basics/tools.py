@@ -6,7 +6,8 @@ ledger notes what a tool reads, writes or runs, the permission check looks at th
 touches, the sandbox tells the model about the tool that runs commands, and the work line
 shows its main argument.
 
-Machinery the chapter does not need: code.py declares the nine tools with it.
+Machinery the chapter does not need: each tool is declared with it once, and definitions
+gives every tool's definition as the API takes it.
 """
 
 from dataclasses import dataclass, field
@@ -47,7 +48,8 @@ class Tool:
 
     def definition(self) -> dict:
         """As the API takes it."""
-        return {"name": self.name, "description": self.description, "input_schema": self.input_schema}
+        return {"name": self.name, "description": self.description,
+                "input_schema": self.input_schema}
 
 
 def definitions(tools: dict) -> list:
