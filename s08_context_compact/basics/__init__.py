@@ -12,8 +12,9 @@ from .surrogates import HALF_ESCAPE, shown_so_far, well_formed, well_formed_deep
 from .terminal import (STYLES, counted, cut_to_width, display_width, format_tokens, one_line,
                        printable, say_on, Screen, Spinner, StreamedText, terminal_columns,
                        WarningsOnce, wrapped)
+from .glob_search import glob_files
 from .workspace_files import (FOLDER, INSTRUCTIONS_TAG, discover_skills, edit_file,
-                           file_kind, glob_files, holds_exactly, in_own_folder, inside_workspace,
+                           file_kind, holds_exactly, in_own_folder, inside_workspace,
                            open_log, open_regular, output_names, own_folder, path_risk,
                            program_places, project_instructions, read_lines, resolved, ToolError,
                            walk_tree, write_file)

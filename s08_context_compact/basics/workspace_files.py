@@ -1,15 +1,15 @@
 """Safe file I/O in the workspace: paths that cannot escape it, writes that leave the old
 file whole when they fail, files read line by line however big they are, and the
-project's own instructions for agents (AGENTS.md) read safely for the system prompt. The workspace is often a repository
-just cloned, so what it holds is not trusted: the program's own folders must be real
-folders (never a planted link), and skills are read only from regular files.
+project's own instructions for agents (AGENTS.md) read safely for the system prompt. The
+workspace is often a repository just cloned, so what it holds is not trusted: the
+program's own folders must be real folders (never a planted link), and skills are read
+only from regular files.
 
-Machinery the chapter does not need: the tools in code.py call these, and so do the
-session log, start-up (skills, AGENTS.md), the ledger and command_runner.py; undo.py and
-command_risks.py walk the workspace with walk_tree, which never recurses.
+Machinery the chapter does not need: the file tools' work is done here, and walk_tree
+walks the workspace without recursing; glob_search.py matches the glob tool's patterns
+on that walk.
 """
 
-import fnmatch
 import functools
 import os
 import re
@@ -25,11 +25,11 @@ from .surrogates import well_formed
 READ_MAX_CHARS = 200_000            # one read_file call returns at most this much
 READ_MAX_LINE_CHARS = 2_000         # minified files: cut single lines, not whole reads
 EDIT_MAX_BYTES = 10_000_000         # edit_file loads the whole file: refuse bigger ones
-GLOB_MAX_RESULTS = 200
-GLOB_MAX_PARTS = 64               # a pattern of more folders than this is refused: no tree is that deep
 SKILL_MAX_BYTES = 100_000           # a SKILL.md bigger than this is skipped, not read
-INSTRUCTION_FILES = ("AGENTS.md", "CLAUDE.md")  # the project's instructions for agents: the first one there
-INSTRUCTIONS_MAX_CHARS = 20_000     # about 5,000 tokens, sent with every request; a longer file is cut
+# the project's instructions for agents: the first one there
+INSTRUCTION_FILES = ("AGENTS.md", "CLAUDE.md")
+# about 5,000 tokens, sent with every request; a longer file is cut
+INSTRUCTIONS_MAX_CHARS = 20_000
 INSTRUCTIONS_TAG = "project_instructions"
 
 
@@ -83,9 +83,8 @@ def inside_workspace(workdir: Path, path: str) -> Path | None:
     when it lands outside the workspace, or nowhere (a loop of links)."""
     root = workdir.resolve()
     target = resolved(on_disk(root, path))
-    return target if target is not None and (target == root or target.is_relative_to(root)) else None
-
-
+    inside = target is not None and (target == root or target.is_relative_to(root))
+    return target if inside else None
 
 
 @functools.cache  # the same for the whole run: the permission check asks it at every write
@@ -93,13 +92,14 @@ def program_places() -> tuple:
     """What the program runs or reads when it starts, as real paths: its code, .env.example,
     and the Python that runs it (the interpreter, its prefixes, the base installation a
     virtual environment was made from, every folder on sys.path, and the user site where
-    that Python reads one, made or not; the folder of compiled code PYTHONPYCACHEPREFIX names).
-    A command must not change them: the next start would run that change outside any
+    that Python reads one, made or not; the folder of compiled code PYTHONPYCACHEPREFIX
+    names). A command must not change them: the next start would run that change outside any
     sandbox (a sitecustomize.py, a .pth, a patched module, a rewritten .pyc)."""
     import site  # only here: the list is asked for once, at start-up
     import sysconfig
-    places = [PROGRAM, DOTENV_EXAMPLE, sys.executable, sys.prefix, sys.exec_prefix, sys.base_prefix,
-              sys.base_exec_prefix, *site.getsitepackages(), *sysconfig.get_paths().values(), *sys.path]
+    places = [PROGRAM, DOTENV_EXAMPLE, sys.executable, sys.prefix, sys.exec_prefix,
+              sys.base_prefix, sys.base_exec_prefix, *site.getsitepackages(),
+              *sysconfig.get_paths().values(), *sys.path]
     found = [os.path.realpath(place) for place in places if place and os.path.exists(place)]
     if site.ENABLE_USER_SITE:  # never inside a virtual environment
         found.append(os.path.realpath(site.getusersitepackages()))
@@ -124,8 +124,9 @@ def in_own_folder(workdir: Path, path, itself: bool = True) -> str | None:
     """The program's own folder a path in the workspace is in, if any (links followed);
     unless itself, the folder itself does not count."""
     target, root = resolved(on_disk(workdir.resolve(), path)), workdir.resolve()
-    return next((own for own in OWN_FOLDERS if target is not None and target.is_relative_to(root / own) and
-                 (itself or target != root / own)), None)
+    return next((own for own in OWN_FOLDERS
+                 if target is not None and target.is_relative_to(root / own)
+                 and (itself or target != root / own)), None)
 
 
 def path_risk(workdir: Path, path: str, writes: bool) -> tuple:
@@ -135,9 +136,11 @@ def path_risk(workdir: Path, path: str, writes: bool) -> tuple:
     if inside_workspace(workdir, path) is None:
         return "deny", f"{path} is outside the workspace {workdir}"
     if writes and (own := in_own_folder(workdir, path)):
-        return "deny", f"{path} is in {own}/, the program's own folder (session logs, saved outputs)"
+        return ("deny", f"{path} is in {own}/, the program's own folder (session logs, "
+                "saved outputs)")
     if writes and (code := in_program(workdir, path)):
-        return "ask", f"changes {path}, in {code}: the program's own code or settings, which the next start runs"
+        return ("ask", f"changes {path}, in {code}: the program's own code or settings, which "
+                "the next start runs")
     return "allow", ""
 
 
@@ -156,14 +159,15 @@ def own_folder(workdir: Path, relative) -> Path:
         mode = os.lstat(folder).st_mode
         if not stat.S_ISDIR(mode):
             what = f"a link to {os.readlink(folder)}" if stat.S_ISLNK(mode) else file_kind(mode)
-            raise OSError(f"{folder.relative_to(workdir)} is {what}, not a folder: the program writes only into "
-                          "real folders inside the workspace; remove or rename it")
+            raise OSError(f"{folder.relative_to(workdir)} is {what}, not a folder: the program "
+                          "writes only into real folders inside the workspace; remove or rename it")
     return folder
 
 
 def file_kind(mode: int) -> str:
-    kinds = [(stat.S_ISREG, "a file"), (stat.S_ISDIR, "a folder"), (stat.S_ISLNK, "a symbolic link"),
-             (stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISSOCK, "a socket")]
+    kinds = [(stat.S_ISREG, "a file"), (stat.S_ISDIR, "a folder"),
+             (stat.S_ISLNK, "a symbolic link"), (stat.S_ISFIFO, "a named pipe (FIFO)"),
+             (stat.S_ISSOCK, "a socket")]
     return next((name for test, name in kinds if test(mode)), "a device")
 
 
@@ -199,7 +203,8 @@ def open_log(path: Path, *, new: bool):
     own_folder(path.parent.parent, path.parent.name)
     if not new:
         try:
-            return open(open_regular(path, os.O_WRONLY | os.O_APPEND), "a", encoding="utf-8"), False
+            fd = open_regular(path, os.O_WRONLY | os.O_APPEND)
+            return open(fd, "a", encoding="utf-8"), False
         except FileNotFoundError:
             pass
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL | NO_LINK, 0o666)
@@ -218,8 +223,9 @@ def read_lines(target: Path, path: str, offset: int, limit: int, secrets=()) -> 
     to use instead."""
     with open(target, "rb") as f:
         if b"\0" in f.read(8192):
-            raise ToolError(f"{path} is a binary file ({target.stat().st_size:,} bytes); read_file shows "
-                            "text only. Use bash (for example `file` or `xxd | head`) to inspect it.")
+            raise ToolError(f"{path} is a binary file ({target.stat().st_size:,} bytes); "
+                            "read_file shows text only. Use bash (for example `file` or "
+                            "`xxd | head`) to inspect it.")
         f.seek(0)
         return numbered_lines(f, path, offset, limit, Redactor.of(secrets))
 
@@ -245,9 +251,11 @@ def numbered_lines(f, path: str, offset: int, limit: int, secrets: Redactor) -> 
             more = number
             break
         line = raw.decode("utf-8", "replace").rstrip("\r\n")
-        lines.append(line if raw.endswith(b"\n") else secrets.redact(line, cut_end=True))  # bounded_lines may cut it
+        # bounded_lines may cut it
+        lines.append(line if raw.endswith(b"\n") else secrets.redact(line, cut_end=True))
         size += min(len(line), READ_MAX_LINE_CHARS) + 8
-    out = [f"{n:>6}\t{cut_line(line)}" for n, line in enumerate(secrets.redact_lines(lines), start=offset)]
+    out = [f"{n:>6}\t{cut_line(line)}"
+           for n, line in enumerate(secrets.redact_lines(lines), start=offset)]
     if more:
         out.append(f"[more lines follow; call read_file with offset={more} to continue]")
     if not out:
@@ -312,21 +320,24 @@ def replace_content(target: Path, path: str, data: bytes) -> None:
     sharing one content; any other file is replaced atomically (write_atomically)."""
     info = target.stat() if target.exists() else None
     if info and (not info.st_mode & 0o222 or not os.access(target, os.W_OK)):
-        raise ToolError(f"{path} is read-only (mode {stat.S_IMODE(info.st_mode):04o}): someone protected it "
-                        "against changes, so it was left as it is. Ask the user before changing it.")
+        raise ToolError(f"{path} is read-only (mode {stat.S_IMODE(info.st_mode):04o}): someone "
+                        "protected it against changes, so it was left as it is. Ask the user "
+                        "before changing it.")
     try:
         if info and info.st_nlink > 1:
             write_in_place(target, data)
         else:
             write_atomically(target, data)
     except OSError as err:
-        raise ToolError(f"could not write {path} ({err.strerror or err}); the file is unchanged.") from None
+        raise ToolError(f"could not write {path} ({err.strerror or err}); the file is "
+                        "unchanged.") from None
 
 
 def utf8_name(name: str) -> str:
     """A file name whose bytes are not UTF-8, with those bytes as \ufffd: it can be logged and
-    sent to the model (an undecodable name arrives with lone surrogates). It keeps any control
-    characters the name has; terminal.printable shows them, where the name reaches the screen."""
+    sent to the model (an undecodable name arrives with lone surrogates). It keeps any
+    control characters the name has; terminal.printable shows them, where the name reaches
+    the screen."""
     return name.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
 
 
@@ -348,10 +359,11 @@ def keep_secrets(path: str, content: str, original: str, secrets: Redactor) -> s
         return content
     restored = put_back(secrets, content, original)
     if restored is None:
-        raise ToolError(f"{path} holds secrets you were shown as {REDACTED}, and your text has {REDACTED} where "
-                        "it is not clear which one it stands for; writing it would replace a real value with that "
-                        "placeholder. Leave the lines that hold secrets as they are (change the lines around them "
-                        "with edit_file), or ask the user to change those values.")
+        raise ToolError(f"{path} holds secrets you were shown as {REDACTED}, and your text has "
+                        f"{REDACTED} where it is not clear which one it stands for; writing it "
+                        "would replace a real value with that placeholder. Leave the lines that "
+                        "hold secrets as they are (change the lines around them with edit_file), "
+                        "or ask the user to change those values.")
     return restored
 
 
@@ -359,7 +371,8 @@ def write_file(target: Path, path: str, content: str, secrets: Redactor = Redact
     """Create or replace a file; a write that fails leaves the old one as it was, and a
     secret it held is never replaced by the placeholder the model saw."""
     target.parent.mkdir(parents=True, exist_ok=True)
-    content = keep_secrets(path, content, current_text(target) if REDACTED in content else "", secrets)
+    original = current_text(target) if REDACTED in content else ""
+    content = keep_secrets(path, content, original, secrets)
     data = content.encode("utf-8", "surrogatepass")
     replace_content(target, path, data)
     return f"Wrote {len(data):,} bytes to {path}"
@@ -374,13 +387,15 @@ def occurrences(text: str, part: str) -> int:
     return count
 
 
-def edit_file(target: Path, path: str, old_text: str, new_text: str, secrets: Redactor = Redactor()) -> str:
+def edit_file(target: Path, path: str, old_text: str, new_text: str,
+              secrets: Redactor = Redactor()) -> str:
     """Replace the one occurrence of old_text (as the model was shown it, secrets as
     [redacted], if need be); the file is left whole if anything fails."""
     if not target.is_file():
         raise ToolError(f"{path} not found. Call glob to list files, or write_file to create it.")
     if target.stat().st_size > EDIT_MAX_BYTES:
-        raise ToolError(f"{path} is {target.stat().st_size:,} bytes, too big for edit_file; use bash (sed, patch).")
+        raise ToolError(f"{path} is {target.stat().st_size:,} bytes, too big for edit_file; "
+                        "use bash (sed, patch).")
     try:
         text = target.read_bytes().decode("utf-8")  # bytes, so CRLF and lone CR stay as they are
     except UnicodeDecodeError:
@@ -397,76 +412,11 @@ def edit_file(target: Path, path: str, old_text: str, new_text: str, secrets: Re
     if count != 1:
         hint = "read the file again and copy the exact text (whitespace matters)" if count == 0 \
             else "include more surrounding lines so it matches exactly once"
-        raise ToolError(f"old_text was found {count} times in {path} (overlapping matches count); it must occur "
-                        f"exactly once: {hint}.")
+        raise ToolError(f"old_text was found {count} times in {path} (overlapping matches "
+                        f"count); it must occur exactly once: {hint}.")
     edited = keep_secrets(path, text.replace(old_text, new_text, 1), original, secrets)
     replace_content(target, path, edited.encode("utf-8"))
     return f"Edited {path}"
-
-
-def glob_files(workdir: Path, base: Path, pattern: str, path: str) -> str:
-    """The files under base matching pattern, relative to the workspace; never outside it, never .git.
-    A folder that could not be listed is named after the matches."""
-    parts = Path(pattern).parts
-    if Path(pattern).is_absolute() or ".." in parts:
-        raise ToolError("glob patterns are relative to the workspace: drop the leading / and any '..'.")
-    if not parts or len(parts) > GLOB_MAX_PARTS:
-        raise ToolError(f"a glob pattern names 1 to {GLOB_MAX_PARTS} levels of folders, such as '**/*.py'.")
-    root = workdir.resolve()
-    depth = None if "**" in parts else len(parts)  # without **, nothing deeper can match
-    matches, unlisted = [], []
-    places = {str(base): past_stars({0}, parts)}  # a folder's places in the pattern, for its entries
-    for found, what in walk_tree(str(base), skip=frozenset({".git"}), depth=depth):
-        if isinstance(what, OSError):
-            unlisted.append(utf8_name(os.path.relpath(found, root)))
-            continue
-        folder, name = os.path.split(found)
-        here = advance(places[folder], name, parts)
-        if what == FOLDER:
-            places[found] = here
-        if len(parts) in here and inside(root, found):
-            matches.append(utf8_name(os.path.relpath(found, root)))
-    matches.sort()
-    shown = "\n".join(matches[:GLOB_MAX_RESULTS]) or f"No files match {pattern!r} under {path}."
-    if len(matches) > GLOB_MAX_RESULTS:
-        shown += f"\n[showing {GLOB_MAX_RESULTS} of {len(matches)} matches; use a narrower pattern]"
-    if unlisted:
-        shown += f"\n[{len(unlisted)} folder(s) could not be listed, so not searched: {', '.join(sorted(unlisted)[:10])}]"
-    return shown
-
-
-def inside(root: Path, found: str) -> bool:
-    """Whether a path the walk found stays in the workspace: only a link can lead out (or in a
-    loop), as the walk never goes through one; and never .git, wherever base was."""
-    if ".git" in Path(os.path.relpath(found, root)).parts:
-        return False
-    if not os.path.islink(found):
-        return True
-    real = resolved(Path(found))
-    return real is not None and real.is_relative_to(root)
-
-
-def advance(places: set, name: str, parts: tuple) -> set:
-    """The places in a pattern's parts a path reaches by one more name, from the places its
-    folder reached; a path matches when the place past the last part is among them. ** stands
-    for any number of folders, none included. No backtracking, no recursion, however many **
-    the pattern holds."""
-    moved = set()
-    for at in places:
-        if at < len(parts) and parts[at] == "**":
-            moved.add(at)
-        elif at < len(parts) and fnmatch.fnmatch(name, parts[at]):
-            moved.add(at + 1)
-    return past_stars(moved, parts)
-
-
-def past_stars(places: set, parts: tuple) -> set:
-    """The places, and the place after each ** among them (a ** may stand for no folder)."""
-    more = set(places)
-    for at in range(min(places, default=len(parts)), len(parts)):
-        if at in more and parts[at] == "**":
-            more.add(at + 1)
-    return more
 
 
 FOLDER, OTHER = "folder", "other"
@@ -499,7 +449,8 @@ def walk_tree(top: str, skip: frozenset = frozenset(), depth: int | None = None)
 
 
 def real_folder(entry: os.DirEntry) -> bool:
-    """A folder itself, not a link to one (a folder that cannot be looked at is walked as a file)."""
+    """A folder itself, not a link to one (a folder that cannot be looked at is walked as a
+    file)."""
     try:
         return entry.is_dir(follow_symlinks=False)
     except OSError:
@@ -522,9 +473,11 @@ def discover_skills(folders: list, warn=print) -> dict:
                 continue
             match = re.match(r"^---\s*\n(.*?)\n---\s*\n?(.*)$", text, re.S)
             meta = dict(re.findall(r"^(\w+):\s*(.+?)\s*$", match.group(1), re.M)) if match else {}
-            name = well_formed(meta.get("name", path.parent.name))  # load_skill is called with the name shown
+            # load_skill is called with the name shown
+            name = well_formed(meta.get("name", path.parent.name))
             skills.setdefault(name, {"description": meta.get("description", ""),
-                                     "body": (match.group(2) if match else text).strip(), "path": path})
+                                     "body": (match.group(2) if match else text).strip(),
+                                     "path": path})
     return skills
 
 
@@ -582,10 +535,11 @@ def project_instructions(workdir: Path, secrets: list) -> tuple:
         text = redact(data.decode("utf-8", "replace"), secrets).strip()
         if len(text) > INSTRUCTIONS_MAX_CHARS or size > len(data):
             kept = text[:INSTRUCTIONS_MAX_CHARS].rsplit("\n", 1)[0]  # cut between lines
-            text = f"{kept}\n[{name} is {size:,} bytes; cut here, at {len(kept):,} characters: read_file {name} " \
-                "for the rest]"
-            notes.append(f"[instructions] {name} is {size:,} bytes; requests carry its first {len(kept):,} "
-                         f"characters (the bound is {INSTRUCTIONS_MAX_CHARS:,}).")
-        return (f'The project\'s instructions for agents, from its {name} (they hold for the whole session):\n'
+            text = (f"{kept}\n[{name} is {size:,} bytes; cut here, at {len(kept):,} characters: "
+                    f"read_file {name} for the rest]")
+            notes.append(f"[instructions] {name} is {size:,} bytes; requests carry its first "
+                         f"{len(kept):,} characters (the bound is {INSTRUCTIONS_MAX_CHARS:,}).")
+        return (f"The project's instructions for agents, from its {name} (they hold for the "
+                "whole session):\n"
                 f'<{INSTRUCTIONS_TAG} file="{name}">\n{text}\n</{INSTRUCTIONS_TAG}>'), notes
     return "", notes
