@@ -2,8 +2,10 @@
 and .env files, the checks made before the first prompt, and a clean exit on Ctrl-C or a
 closed pipe.
 
-Machinery the chapter does not need: code.py's main() asks configure() for what it needs
-to build the agent, and runs; SIGTERM and SIGHUP end it cleanly (Stop).
+Machinery the chapter does not need. configure() turns the arguments and the settings into
+a Config, enough to build the agent (or an exit code), and builds nothing itself; run() runs
+the program so that SIGTERM and SIGHUP end it cleanly (Stop). startup.py, beside it, holds
+the checks; repl.py reads the prompts once the agent is built.
 """
 
 import argparse
@@ -17,18 +19,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 if sys.version_info < (3, 10):  # before the modules below, which a Python this old cannot run
-    sys.exit(f"This program needs Python 3.10 or newer; this is Python {sys.version.split()[0]}. Make the "
-             "virtual environment with a newer python3 (README.md, section \"Set up\").")
+    sys.exit(f"This program needs Python 3.10 or newer; this is Python {sys.version.split()[0]}. "
+             "Make the virtual environment with a newer python3 "
+             "(README.md, section \"Set up\").")
 
-from ..endpoint import (CONNECT_TIMEOUT, DEFAULT_WINDOW_SOURCE, IDLE_TIMEOUT, MAX_CONTEXT_WINDOW, MIN_CONTEXT_WINDOW,
-                        Endpoint, discover_endpoint, make_client)
+from ..endpoint import (CONNECT_TIMEOUT, DEFAULT_WINDOW_SOURCE, IDLE_TIMEOUT, MAX_CONTEXT_WINDOW,
+                        MIN_CONTEXT_WINDOW, Endpoint, discover_endpoint, make_client)
 from ..basics import (OWN_DOTENV, PROGRAM, printable, project_instructions, Redactor,
                       secret_values, WarningsOnce, well_formed)
 from ..safety import Sandbox, find_sandbox, start_up_line
 from ..session import SessionRefused, find_session, list_sessions, logged_endpoint
 from .session_picture import report_line
-from .startup import (PROXIES, SETTINGS, StartupError, unread_dotenv, base_url_setting, check_credentials, check_model, keep_keys_home,
-                     load_dotenv_files, same_file, tidy_settings, trusted_own)
+from .startup import (PROXIES, SETTINGS, StartupError, unread_dotenv, base_url_setting,
+                      check_credentials, check_model, keep_keys_home, load_dotenv_files,
+                      same_file, tidy_settings, trusted_own)
 from .repl import banner
 
 
@@ -44,8 +48,9 @@ DOTENV_HELP = """{problem}
 or export {them} in your shell. .env.example has every setting, with the base URL
 and a model id for each compatible provider (README.md, section "Set up")."""
 
-MISSING_LINES = {"key": "    ANTHROPIC_API_KEY=<your key>   (or ANTHROPIC_AUTH_TOKEN=<token> for a proxy)",
-                 "model": "    MODEL_ID=claude-sonnet-5-5     (or the model id your endpoint uses)"}
+MISSING_LINES = {
+    "key": "    ANTHROPIC_API_KEY=<your key>   (or ANTHROPIC_AUTH_TOKEN=<token> for a proxy)",
+    "model": "    MODEL_ID=claude-sonnet-5-5     (or the model id your endpoint uses)"}
 
 
 def dotenv_paths() -> list:
@@ -54,23 +59,26 @@ def dotenv_paths() -> list:
 
 def missing_settings(dotenv_found: dict) -> str:
     """What to tell a person when the key or the model is not set ("" when both are)."""
-    missing = ([] if os.getenv("ANTHROPIC_API_KEY") or os.getenv("ANTHROPIC_AUTH_TOKEN") else ["key"]) + \
-        ([] if os.getenv("MODEL_ID") else ["model"])
+    has_key = os.getenv("ANTHROPIC_API_KEY") or os.getenv("ANTHROPIC_AUTH_TOKEN")
+    missing = ([] if has_key else ["key"]) + ([] if os.getenv("MODEL_ID") else ["model"])
     if not missing:
         return ""
     problem = " ".join({"key": "Neither ANTHROPIC_API_KEY nor ANTHROPIC_AUTH_TOKEN is set.",
                         "model": "MODEL_ID is not set."}[m] for m in missing)
     if not dotenv_found:
         return SETUP_HELP.format(problem=problem)
-    return DOTENV_HELP.format(problem=problem, path=next(iter(dotenv_found)), them="them" if missing[1:] else "it",
+    return DOTENV_HELP.format(problem=problem, path=next(iter(dotenv_found)),
+                              them="them" if missing[1:] else "it",
                               lines="\n".join(MISSING_LINES[m] for m in missing))
 
 
-SHOWN_VALUE_CHARS = 40               # a setting's value quoted in an error: a pasted page stays one line
+# a setting's value quoted in an error: a pasted page stays one line
+SHOWN_VALUE_CHARS = 40
 # A number in a setting: plain digits with a decimal point at most. float() would take inf,
 # nan, 1e999, 1_000 and full-width digits, and int() 4,000 digits of a window too big to use.
 DECIMAL = re.compile(r"[0-9]{1,12}(\.[0-9]{0,12})?|\.[0-9]{1,12}")
-MIN_SECONDS, MAX_SECONDS = 1, 3600  # a timeout under a second fails every call; over an hour is no timeout
+# a timeout under a second fails every call; over an hour is no timeout
+MIN_SECONDS, MAX_SECONDS = 1, 3600
 
 
 def shown_value(name: str, value: str) -> str:
@@ -88,20 +96,21 @@ def seconds_setting(name: str, default: float) -> float:
     value = os.getenv(name, "").strip()
     seconds = decimal(value) if value else default
     if seconds is None or not MIN_SECONDS <= seconds <= MAX_SECONDS:
-        raise ValueError(f"{shown_value(name, value)} must be a number of seconds between {MIN_SECONDS} and "
-                         f"{MAX_SECONDS}, such as 120.")
+        raise ValueError(f"{shown_value(name, value)} must be a number of seconds "
+                         f"between {MIN_SECONDS} and {MAX_SECONDS}, such as 120.")
     return seconds
 
 
 def settings_in_utf8() -> None:
     """A setting whose value holds bytes that are not UTF-8 (a shell in another encoding, a
-    script's stray byte) cannot go into a request, a header or a URL: name it, before any is sent."""
+    script's stray byte) cannot go into a request, a header or a URL: name it, before any is
+    sent."""
     for name in SETTINGS:
         value = os.environ.get(name, "")
         if well_formed(value) != value:  # where: the value may be a key, never shown
             at = next(k for k, char in enumerate(value) if well_formed(char) != char)
-            raise ValueError(f"{name} holds a byte that is not UTF-8 (character {at + 1} of {len(value)}); "
-                             "type the value again.")
+            raise ValueError(f"{name} holds a byte that is not UTF-8 "
+                             f"(character {at + 1} of {len(value)}); type the value again.")
 
 
 def window_setting() -> int | None:
@@ -109,8 +118,10 @@ def window_setting() -> int | None:
     value = os.getenv("CONTEXT_WINDOW", "").strip()
     if not value:
         return None
-    if not re.fullmatch(r"[0-9]{1,12}", value) or not MIN_CONTEXT_WINDOW <= int(value) <= MAX_CONTEXT_WINDOW:
-        raise ValueError(f"{shown_value('CONTEXT_WINDOW', value)} must be a whole number of tokens between "
+    if (not re.fullmatch(r"[0-9]{1,12}", value)
+            or not MIN_CONTEXT_WINDOW <= int(value) <= MAX_CONTEXT_WINDOW):
+        raise ValueError(f"{shown_value('CONTEXT_WINDOW', value)} "
+                         "must be a whole number of tokens between "
                          f"{MIN_CONTEXT_WINDOW} and {MAX_CONTEXT_WINDOW}, such as 200000.")
     return int(value)
 
@@ -136,21 +147,26 @@ def compaction_settings() -> dict:
     if value := os.getenv("COMPACT_AT", "").strip():
         found["compact_at"] = share(value)
         if not 0.1 <= found["compact_at"] <= 1:
-            raise ValueError(f"{shown_value('COMPACT_AT', value)} must be a share of the context window "
+            raise ValueError(f"{shown_value('COMPACT_AT', value)} "
+                             "must be a share of the context window "
                              "between 0.1 and 1 (for example 0.7, or 70%).")
     if value := os.getenv("SUMMARY_AHEAD", "").strip().lower():
         shares = None if value == "off" else tuple(share(v.strip()) for v in value.split("-"))
         if shares is not None and not (len(shares) == 2 and 0.1 <= shares[0] <= shares[1] <= 1):
-            raise ValueError(f"{shown_value('SUMMARY_AHEAD', value)} must be off, or the earliest and the latest "
-                             "share of the threshold at which a summary starts in the background, such as 0.6-0.95.")
+            raise ValueError(f"{shown_value('SUMMARY_AHEAD', value)} "
+                             "must be off, or the earliest and the latest "
+                             "share of the threshold at which a summary starts in the background, "
+                             "such as 0.6-0.95.")
         found["summary_ahead"] = shares
     return found
 
 
 def withheld_settings(shell: dict) -> tuple:
-    """The program's settings, which no command is given: its endpoint, its model, its proxies
-    (they may carry a password), except a proxy your shell set, which your commands use too."""
-    return tuple(name for name in SETTINGS if not (name in PROXIES and shell.get(name, "").strip()))
+    """The program's settings, which no command is given: its endpoint, its model, its
+    proxies (they may carry a password), except a proxy your shell set, which your commands
+    use too."""
+    return tuple(name for name in SETTINGS
+                 if not (name in PROXIES and shell.get(name, "").strip()))
 
 
 def switch_setting(name: str) -> bool:
@@ -162,21 +178,24 @@ def switch_setting(name: str) -> bool:
 
 
 def parse_arguments(argv):
-    parser = argparse.ArgumentParser(description="s08: a coding agent with context compaction. "
-                                     "Run it in the folder the agent should work in.",
-                                     epilog="Configuration (environment or .env): MODEL_ID, ANTHROPIC_API_KEY or "
-                                     "ANTHROPIC_AUTH_TOKEN, and optionally ANTHROPIC_BASE_URL, CONTEXT_WINDOW, "
-                                     "API_CONNECT_TIMEOUT, API_IDLE_TIMEOUT, CACHE_TTL, COMPACT_AT, SUMMARY_AHEAD, "
-                                     "SANDBOX, SANDBOX_NETWORK, S08_HISTORY. At the prompt, /help lists the commands. README.md has the rest.")
+    parser = argparse.ArgumentParser(
+        description="s08: a coding agent with context compaction. "
+                    "Run it in the folder the agent should work in.",
+        epilog="Configuration (environment or .env): MODEL_ID, ANTHROPIC_API_KEY or "
+               "ANTHROPIC_AUTH_TOKEN, and optionally ANTHROPIC_BASE_URL, CONTEXT_WINDOW, "
+               "API_CONNECT_TIMEOUT, API_IDLE_TIMEOUT, CACHE_TTL, COMPACT_AT, SUMMARY_AHEAD, "
+               "SANDBOX, SANDBOX_NETWORK, S08_HISTORY. "
+               "At the prompt, /help lists the commands. README.md has the rest.")
     parser.add_argument("--resume", nargs="?", const="latest", metavar="ID",
                         help="continue the most recent session in this folder, or session ID")
     parser.add_argument("--list", action="store_true", help="list this folder's sessions and exit")
     parser.add_argument("--report", nargs="?", const="latest", metavar="ID",
-                        help="write a picture of the most recent session in this folder (or session ID) as an "
-                        "HTML page, say where, and exit")
+                        help="write a picture of the most recent session in this folder "
+                        "(or session ID) as an HTML page, say where, and exit")
     parser.add_argument("--demo", action="store_true",
                         help="watch every layer fire, offline: a scripted model, no API key needed")
-    parser.add_argument("--no-pause", action="store_true", help="with --demo: do not wait for Enter between steps")
+    parser.add_argument("--no-pause", action="store_true",
+                        help="with --demo: do not wait for Enter between steps")
     return parser.parse_args(argv)
 
 
@@ -206,44 +225,53 @@ class Config:
     endpoint: Endpoint = None
     idle_timeout: float = IDLE_TIMEOUT
     cache_ttl: str = "5m"
-    compaction: dict = field(default_factory=dict)  # COMPACT_AT and SUMMARY_AHEAD, as Settings fields
+    # COMPACT_AT and SUMMARY_AHEAD, as Settings fields
+    compaction: dict = field(default_factory=dict)
     sandbox: Sandbox = field(default_factory=Sandbox)  # how bash commands are confined (SANDBOX)
     resume: Path | None = None
     interactive: bool = False
     secrets: Redactor = field(default_factory=Redactor)
     instructions: str = ""                        # the workspace's AGENTS.md, for the system prompt
-    notes: list = field(default_factory=list)     # what start-up tidied or found, said before the first prompt
+    # what start-up tidied or found, said before the first prompt
+    notes: list = field(default_factory=list)
     screen: dict = field(default_factory=dict)    # how the agent shows things: a terminal, or not
 
 
 def configure(argv) -> Config | int:
-    """The configuration, or an exit code once --list (or a mistake, explained) has been dealt with."""
+    """The configuration, or an exit code once --list (or a mistake, explained) has been
+    dealt with."""
     args = parse_arguments(argv)
     if (args.demo or not (args.list or args.report)) and (missing := missing_requirements()):
         root = PROGRAM.parent
+        make_venv = "" if (root / ".venv").is_dir() else "python3 -m venv .venv && "
         print(INSTALL_HELP.format(python=sys.executable, missing=" and ".join(missing), root=root,
-                                  make_venv="" if (root / ".venv").is_dir() else "python3 -m venv .venv && "),
+                                  make_venv=make_venv),
               file=sys.stderr)
         return 2
     if args.demo:
         return Config(demo=True, pause=sys.stdin.isatty() and not args.no_pause)
     if args.list:
-        print(list_sessions(Path.cwd(), shutil.get_terminal_size().columns if sys.stdout.isatty() else None))
+        columns = shutil.get_terminal_size().columns if sys.stdout.isatty() else None
+        print(list_sessions(Path.cwd(), columns))
         return 0
     if args.report:
         try:
             said, address = report_line(find_session(Path.cwd(), args.report))
         except ValueError as err:
-            said, address = f"[report] {err}".replace("start one without --resume", "start one first"), ""
-        print(printable(said + ("\n" + address if address else "")), file=sys.stdout if address else sys.stderr)
+            said = f"[report] {err}".replace("start one without --resume", "start one first")
+            address = ""
+        print(printable(said + ("\n" + address if address else "")),
+              file=sys.stdout if address else sys.stderr)
         return 0 if address else 2
     try:
         return configure_session(args)
-    except StartupError as err:  # a setting it cannot start with: one line that names it and the fix
+    # a setting it cannot start with: one line that names it and the fix
+    except StartupError as err:
         print(err, file=sys.stderr)
         return 2
     except ValueError as err:
-        print(f"{err} Set it in .env or in your shell (README.md, section Configuration).", file=sys.stderr)
+        print(f"{err} Set it in .env or in your shell (README.md, section Configuration).",
+              file=sys.stderr)
         return 2
 
 
@@ -256,7 +284,8 @@ def configure_session(args) -> Config | int:
     paths = [path for path in dotenv_paths() if read or not same_file(path, own_path)]
     dotenv_found, ignored = load_dotenv_files(paths, own=own)
     notes = [untrusted, ignored, keep_keys_home(dotenv_found, shell, own)] + tidy_settings()
-    WarningsOnce(sys.stderr)  # the SDK's deprecation warnings: once each, wrapped like our own lines
+    # the SDK's deprecation warnings: once each, wrapped like our own lines
+    WarningsOnce(sys.stderr)
     if missing := missing_settings(dotenv_found):
         # what start-up found first: why a .env was not read is often why a setting is missing
         unread = [unread_dotenv(path) for path in dotenv_paths() if path not in dotenv_found]
@@ -275,24 +304,32 @@ def configure_session(args) -> Config | int:
     client = make_client(seconds_setting("API_CONNECT_TIMEOUT", CONNECT_TIMEOUT), idle)
     logged = logged_endpoint(resume, model) if resume else None
     endpoint = discover_endpoint(client, model, logged, configured=window_setting())
-    if not endpoint.models_api and (logged or {}).get("models_api", True) is not False:  # a 404 just now
+    # a 404 just now
+    if not endpoint.models_api and (logged or {}).get("models_api", True) is not False:
         notes.append(check_model(client, model))
     ttl = ttl_setting()
     compaction = compaction_settings()
-    sandbox = find_sandbox(switch_setting("SANDBOX"), switch_setting("SANDBOX_NETWORK"), own_env=dotenv_paths()[-1],
+    sandbox = find_sandbox(switch_setting("SANDBOX"), switch_setting("SANDBOX_NETWORK"),
+                           own_env=dotenv_paths()[-1],
                            workdir=workdir, withheld=withheld_settings(shell))
-    notes.append(start_up_line(sandbox, workdir, set_by_shell=shell.get("SANDBOX", "").strip().lower() == "off"))
-    secrets = Redactor(secret_values(os.environ, tuple(dotenv_found.values())))  # built once: every form of each
+    set_by_shell = shell.get("SANDBOX", "").strip().lower() == "off"
+    notes.append(start_up_line(sandbox, workdir, set_by_shell=set_by_shell))
+    # built once: every form of each
+    secrets = Redactor(secret_values(os.environ, tuple(dotenv_found.values())))
     instructions, said = project_instructions(workdir, secrets)
-    sys.stdout.reconfigure(line_buffering=True, errors="replace")  # line by line; never dies on a character
+    # line by line; never dies on a character
+    sys.stdout.reconfigure(line_buffering=True, errors="replace")
     sys.stdin.reconfigure(errors="replace")  # bytes that are not UTF-8 must not end the session
     terminal = sys.stdout.isatty()
-    return Config(model=model, workdir=workdir, client=client, endpoint=endpoint, idle_timeout=idle, cache_ttl=ttl,
-                  compaction=compaction, sandbox=sandbox, resume=resume, interactive=sys.stdin.isatty(),
+    return Config(model=model, workdir=workdir, client=client, endpoint=endpoint,
+                  idle_timeout=idle, cache_ttl=ttl,
+                  compaction=compaction, sandbox=sandbox, resume=resume,
+                  interactive=sys.stdin.isatty(),
                   secrets=secrets, instructions=instructions,
                   notes=[note for note in notes + said if note],
                   screen={"show_status": terminal, "color": terminal and not os.getenv("NO_COLOR"),
-                          "fit_width": terminal, "spinner_to": sys.stdout if terminal else None})
+                          "fit_width": terminal,
+                          "spinner_to": sys.stdout if terminal else None})
 
 
 def say_what_start_up_found(agent, config) -> None:
@@ -304,15 +341,16 @@ def say_what_start_up_found(agent, config) -> None:
         agent.say(note)
     endpoint = agent.endpoint
     if endpoint.startup_problem:
-        agent.say(f"[endpoint] {endpoint.startup_problem} The first message will fail the same way until "
-                  "this is fixed.", "error")
+        agent.say(f"[endpoint] {endpoint.startup_problem} "
+                  "The first message will fail the same way until this is fixed.", "error")
     if endpoint.window_source == DEFAULT_WINDOW_SOURCE:
-        agent.say(f"[window] nothing says how big {endpoint.model}'s window is; assuming {endpoint.window:,} "
-                  "tokens. Set CONTEXT_WINDOW if you know it; otherwise the endpoint's first \"too long\" "
-                  "answer will tell.")
+        agent.say(f"[window] nothing says how big {endpoint.model}'s window is; "
+                  f"assuming {endpoint.window:,} tokens. Set CONTEXT_WINDOW if you know it; "
+                  "otherwise the endpoint's first \"too long\" answer will tell.")
 
 
-STOP_SIGNALS = [getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name)]  # Windows: no SIGHUP
+# Windows: no SIGHUP
+STOP_SIGNALS = [getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name)]
 
 
 class Stop(BaseException):
@@ -328,26 +366,31 @@ def stop_on_signal(signum: int, frame) -> None:
 
 def run(main) -> int:
     """main(), with the ways out a person (or the system) causes handled quietly. SIGTERM
-    and SIGHUP end the running command's processes (commands.run_command does, as the
+    and SIGHUP end the running command's processes (safety's run_command does, as the
     exception passes) and exit with 128 + the signal's number, as a shell would report."""
     for stop_signal in STOP_SIGNALS:
         signal.signal(stop_signal, stop_on_signal)
     try:
         return main()
-    except SessionRefused as err:  # --resume of a session open elsewhere, or changed outside the program
+    # --resume of a session open elsewhere, or changed outside the program
+    except SessionRefused as err:
         print(printable(str(err)), file=sys.stderr)
         return 2
-    except KeyboardInterrupt:  # Ctrl-C before the prompt is up (or at the demo's pause): leave quietly
+    # Ctrl-C before the prompt is up (or at the demo's pause): leave quietly
+    except KeyboardInterrupt:
         print(file=sys.stderr)  # ...and let the shell's prompt start on a line of its own
         return 130
-    except BrokenPipeError:  # the reader went away (`| head`): nothing left to say, and no one to say it to
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the exit flush cannot fail again
+    # the reader went away (`| head`): nothing left to say, and no one to say it to
+    except BrokenPipeError:
+        # so the exit flush cannot fail again
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141  # 128 + SIGPIPE, as a shell command would
     except Stop as stop:
         signum = stop.args[0]
         ended = " ".join(getattr(stop, "__notes__", []))
         try:  # after SIGHUP the terminal may be gone
-            print(f"\n[{signal.Signals(signum).name}] the program ends. {ended}".rstrip(), file=sys.stderr)
+            print(f"\n[{signal.Signals(signum).name}] the program ends. {ended}".rstrip(),
+                  file=sys.stderr)
         except OSError:
             pass
         return 128 + signum

@@ -1,8 +1,9 @@
 """The REPL: the prompt a person types at, with pastes of several lines, the commands' help,
 a question that asks for a yes, and the prompts kept between runs.
 
-Machinery the chapter does not need: code.py's main hands the session to start_repl, and each
-line typed goes to user_turns.py's take_line.
+Machinery the chapter does not need. It reads what a person types and decides nothing
+about it: each message goes to the take_line it is handed, and user_turns.py, beside it,
+decides what the message does.
 """
 
 import os
@@ -55,7 +56,8 @@ def read_message(interactive: bool) -> str | None:
             line = line[:-1] + ("" if more is None else "\n" + more)
             if more is None:
                 break
-    if readline and readline.get_current_history_length() > first + 1:  # one entry for the message, not a line each
+    # one entry for the message, not a line each
+    if readline and readline.get_current_history_length() > first + 1:
         for index in reversed(range(first, readline.get_current_history_length())):
             readline.remove_history_item(index)
         readline.add_history(line)
@@ -63,7 +65,8 @@ def read_message(interactive: bool) -> str | None:
 
 
 def read_more(interactive: bool) -> str | None:
-    """The next line of a message of several lines; None at the end of input (Ctrl-D ends the message)."""
+    """The next line of a message of several lines;
+    None at the end of input (Ctrl-D ends the message)."""
     try:
         return read_line(interactive, "... ")
     except EOFError:
@@ -78,13 +81,16 @@ def repl(agent, interactive: bool, messages: list, take_line) -> int:
     try:
         code = read_and_take(agent, interactive, messages, take_line)
     except BaseException as leaving:  # SIGTERM or SIGHUP: cli.py says it, with this note
-        if interactive and not isinstance(leaving, KeyboardInterrupt) and agent.log and agent.log.resume_command():
+        if (interactive and not isinstance(leaving, KeyboardInterrupt)
+                and agent.log and agent.log.resume_command()):
             note = f"To come back to this session later: {agent.log.resume_command()}"
-            leaving.__notes__ = [*getattr(leaving, "__notes__", []), note]  # add_note(), which Python 3.10 lacks
+            # add_note(), which Python 3.10 lacks
+            leaving.__notes__ = [*getattr(leaving, "__notes__", []), note]
         raise
     if interactive and agent.log and agent.log.resume_command():
         agent.say("To come back to this session later:", "dim")
-        agent.out(f"  {agent.log.resume_command()}")  # one line however narrow the terminal: copied whole
+        # one line however narrow the terminal: copied whole
+        agent.out(f"  {agent.log.resume_command()}")
     return code
 
 
@@ -96,7 +102,9 @@ def read_and_take(agent, interactive: bool, messages: list, take_line) -> int:
         except EOFError:
             line = None
             if interactive and "readline" not in sys.modules:
-                agent.out("")  # end the prompt's line (readline does it itself), so the shell's prompt starts on its own
+                # end the prompt's line (readline does it itself),
+                # so the shell's prompt starts on its own
+                agent.out("")
         except KeyboardInterrupt:
             interrupts += 1
             if interrupts >= 2:
@@ -105,7 +113,9 @@ def read_and_take(agent, interactive: bool, messages: list, take_line) -> int:
             else:
                 agent.say("\n(press Ctrl-C again, or type q, to quit)")
                 continue
-        if line is None or line.strip() in ("q", "exit", "quit") or line.split()[:1] in (["/exit"], ["/quit"]):
+        if (line is None
+                or line.strip() in ("q", "exit", "quit")
+                or line.split()[:1] in (["/exit"], ["/quit"])):
             return 1 if failed and not interactive else 0
         interrupts = 0
         if line.strip() and not take_line(agent, messages, line.strip()):
@@ -117,8 +127,11 @@ def terminal_confirm(interactive: bool):
         if not interactive:
             return False, "no one could confirm it (standard input is not a terminal)"
         # wrapped between words like every other line; input() shows the last one
-        *above, last = wrapped(f"{printable(question)} [y/N]", shutil.get_terminal_size().columns - 1)
-        try:  # Ctrl-C here cancels the turn, as anywhere else (use_tools answers the call as interrupted)
+        *above, last = wrapped(f"{printable(question)} [y/N]",
+                               shutil.get_terminal_size().columns - 1)
+        # Ctrl-C here cancels the turn, as anywhere else
+        # (use_tools answers the call as interrupted)
+        try:
             if above:
                 print("\n".join(above))
             answer = answer_without_history(f"{last} ").strip().lower()
@@ -134,7 +147,8 @@ def answer_without_history(question: str) -> str:
     readline = sys.modules.get("readline")  # loaded by start_repl on a terminal, if there is one
     if readline is None:
         return input(question)
-    kept = [readline.get_history_item(n) for n in range(1, readline.get_current_history_length() + 1)]
+    kept = [readline.get_history_item(n)
+            for n in range(1, readline.get_current_history_length() + 1)]
     readline.clear_history()
     try:
         return input(question)
@@ -151,8 +165,10 @@ def start_repl(agent, interactive: bool, messages: list, take_line) -> int:
         import readline  # arrow keys, history and whole pastes at the prompt
     except ImportError:  # Windows has no readline: a plain prompt
         return repl(agent, interactive, messages, take_line)
-    readline.parse_and_bind("set enable-bracketed-paste on")  # a paste of many lines is one message
-    readline.parse_and_bind("set enable-active-region off")  # ...without showing it in reverse video
+    # a paste of many lines is one message...
+    readline.parse_and_bind("set enable-bracketed-paste on")
+    # ...without showing it in reverse video
+    readline.parse_and_bind("set enable-active-region off")
     path, refused = history_place(history_file(), agent.workdir)
     if refused:
         agent.say(refused)
@@ -170,9 +186,10 @@ def start_repl(agent, interactive: bool, messages: list, take_line) -> int:
 
 
 def history_place(path: Path | None, workdir: Path) -> tuple:
-    """(the history file to read and write, or None; a line saying why not). The program writes
-    it outside the sandbox, so only what a command cannot have planted is used: a regular file,
-    or nothing yet, reached through no link in the workspace and changed by no command."""
+    """(the history file to read and write, or None; a line saying why not). The program
+    writes it outside the sandbox, so only what a command cannot have planted is used: a
+    regular file, or nothing yet, reached through no link in the workspace and changed by no
+    command."""
     if path is None:
         return None, ""
     try:
@@ -184,32 +201,38 @@ def history_place(path: Path | None, workdir: Path) -> tuple:
     else:
         why = "" if stat.S_ISREG(mode) else file_kind(mode)
     links = passes_through(path, os.path.realpath(workdir))
-    why = why or (links and f"reached through a link inside the workspace ({links[0]})") or changed_by_command(path)
+    why = (why
+           or (links and f"reached through a link inside the workspace ({links[0]})")
+           or changed_by_command(path))
     if not why:
         return path, ""
-    return None, (f"[history] {path} is not used ({why}): prompts are neither read from it nor kept in it. Remove "
-                  "it, or set S08_HISTORY to another file (off keeps none).")
+    return None, (f"[history] {path} is not used ({why}): "
+                  "prompts are neither read from it nor kept in it. "
+                  "Remove it, or set S08_HISTORY to another file (off keeps none).")
 
 
 def banner(agent) -> None:
     sandbox = ("on" if agent.sandbox.network else "on, no network") if agent.sandbox.on else "off"
-    agent.say(f"s08 context compact · {agent.settings.model} · window {agent.settings.window:,} tokens · "
+    agent.say(f"s08 context compact · {agent.settings.model} · "
+              f"window {agent.settings.window:,} tokens · "
               f"workspace {agent.workdir} · sandbox {sandbox}\n"
               "Type /help for commands, q to quit.")
 
 
 def save_history(readline, path: Path, secrets) -> None:
-    """Keep the last 1,000 one-line prompts, with any secret redacted and the file readable by its
-    owner only."""
+    """Keep the last 1,000 one-line prompts, with any secret redacted and the file readable by
+    its owner only."""
     for index in reversed(range(readline.get_current_history_length())):
         item = readline.get_history_item(index + 1) or ""
-        if "\n" in item:  # the file holds a line an entry: a paste of several lines would come back in pieces
+        # the file holds a line an entry: a paste of several lines would come back in pieces
+        if "\n" in item:
             readline.remove_history_item(index)
         elif (clean := redact(item, secrets)) != item:
             readline.replace_history_item(index, clean)
     readline.set_history_length(1000)
     try:
-        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o600))  # never a link's
+        # never a link's
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o600))
         readline.write_history_file(path)
         path.chmod(0o600)  # a regular file: looked at just now, and no command runs between turns
     except OSError:

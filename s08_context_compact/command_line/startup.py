@@ -3,9 +3,10 @@ types by hand (a key with a newline pasted in, a base URL with a typo or a trail
 and whether the endpoint knows the model. Each mistake is one line that names the
 setting and the fix, never a traceback, and never a retry blamed on the network.
 
-Machinery the chapter does not need: cli.py calls these while it builds the configuration,
-and code.py's main builds the system prompt (build_system_prompt) and opens the session's
-log (open_session) once the agent exists.
+Machinery the chapter does not need. Each check returns a note, or raises StartupError,
+and builds nothing: cli.py, beside it, gathers the notes into the configuration. Here too
+are build_system_prompt, the system prompt, and open_session, which opens the agent's
+session log (session/ keeps its records).
 """
 
 import difflib
@@ -36,9 +37,10 @@ class StartupError(Exception):
 # Any other name a cloned repository's .env could set would act outside the sandbox:
 # LD_PRELOAD runs its library in every program started, PYTHONPATH its code, and a proxy
 # setting sends each request, your key in its headers, through a host it chose.
-SETTINGS = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "MODEL_ID", "ANTHROPIC_BASE_URL", "CONTEXT_WINDOW",
-            "API_CONNECT_TIMEOUT", "API_IDLE_TIMEOUT", "CACHE_TTL", "COMPACT_AT", "SUMMARY_AHEAD",
-            "SANDBOX", "SANDBOX_NETWORK", "S08_HISTORY", "HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY", "NO_PROXY")
+SETTINGS = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "MODEL_ID", "ANTHROPIC_BASE_URL",
+            "CONTEXT_WINDOW", "API_CONNECT_TIMEOUT", "API_IDLE_TIMEOUT", "CACHE_TTL", "COMPACT_AT",
+            "SUMMARY_AHEAD", "SANDBOX", "SANDBOX_NETWORK", "S08_HISTORY",
+            "HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY", "NO_PROXY")
 # Of those, what only your shell or the program's own .env may set: a proxy moves your key,
 # and the others guard the machine from the folder's content (the sandbox, the history file
 # it hides). ANTHROPIC_BASE_URL is kept apart: a folder may name its endpoint for its own key.
@@ -51,9 +53,10 @@ def load_dotenv_files(paths: list, own: Path | None) -> tuple:
     variable already set (and not empty) wins, so the working folder's file wins over the
     next. From a file other than own, names in OWN_ONLY are left out, and ${VAR} is taken as
     it is: expanded, it could send any variable of yours to the host the file names. From any
-    file, names that are not in SETTINGS are left out. Returns ({path: {name: value}}, a note naming what was left out).
-    A folder named .env (often a virtual environment) or anything else that is not a regular
-    file is passed over; a file that cannot be read, or is not UTF-8, is a StartupError."""
+    file, names that are not in SETTINGS are left out. Returns ({path: {name: value}}, a note
+    naming what was left out). A folder named .env (often a virtual environment) or anything
+    else that is not a regular file is passed over; a file that cannot be read, or is not
+    UTF-8, is a StartupError."""
     found, ignored = {}, {}
     for path in paths:
         mine = same_file(path, own)
@@ -64,7 +67,8 @@ def load_dotenv_files(paths: list, own: Path | None) -> tuple:
         for name, value in values.items():
             if name not in SETTINGS or name in OWN_ONLY and not mine:
                 ignored.setdefault(path, []).append(name)
-            elif value is not None and not os.environ.get(name, "").strip():  # set but empty is not set
+            # set but empty is not set
+            elif value is not None and not os.environ.get(name, "").strip():
                 os.environ[name] = value
     return found, ignored_note(ignored)
 
@@ -81,18 +85,25 @@ def read_dotenv(path: Path, expand: bool) -> dict | None:
     except FileNotFoundError:
         return None
     except OSError as err:
-        fix = f"Make it readable (chmod 600 {path})" if err.errno in (errno.EACCES, errno.EPERM) else \
-            "It is a loop of links: make it a file" if err.errno == errno.ELOOP else "Make it readable"
-        raise StartupError(f"{path} cannot be read ({err.strerror or err}). {fix} or remove it.") from None
+        if err.errno in (errno.EACCES, errno.EPERM):
+            fix = f"Make it readable (chmod 600 {path})"
+        elif err.errno == errno.ELOOP:
+            fix = "It is a loop of links: make it a file"
+        else:
+            fix = "Make it readable"
+        raise StartupError(f"{path} cannot be read ({err.strerror or err}). "
+                           f"{fix} or remove it.") from None
     return dotenv_values(stream=io.StringIO(dotenv_text(path, data)), interpolate=expand)
 
 
 def unread_dotenv(path: Path) -> str:
     """Why a .env that is there was not read, in one line ("" when nothing is there)."""
     if os.path.islink(path) and not os.path.exists(path):
-        return f"[config] {path} is a link to {os.readlink(path)}, which does not exist: nothing is read from it."
+        return (f"[config] {path} is a link to {os.readlink(path)}, which does not exist: "
+                "nothing is read from it.")
     if os.path.isdir(path):
-        return f"[config] {path} is a folder (a virtual environment?), not a file of settings: it is passed over."
+        return (f"[config] {path} is a folder (a virtual environment?), not a file of settings: "
+                "it is passed over.")
     return ""
 
 
@@ -112,11 +123,13 @@ def ignored_note(ignored: dict) -> str:
     parts = []
     for path, names in ignored.items():
         shown = ", ".join(printable_name(name) for name in names[:8])
-        shown += f" and {len(names) - 8} more" if len(names) > 8 else ""  # a hostile file may hold thousands
+        # a hostile file may hold thousands
+        shown += f" and {len(names) - 8} more" if len(names) > 8 else ""
         parts.append(f"{path} sets {shown}")
-    return (f"[config] {'; '.join(parts)}: ignored. A .env gives only the settings .env.example lists, and "
-            "only your shell or the program's own .env, when trusted, sets SANDBOX, SANDBOX_NETWORK, S08_HISTORY or "
-            "a proxy.")
+    return (f"[config] {'; '.join(parts)}: ignored. "
+            "A .env gives only the settings .env.example lists, and "
+            "only your shell or the program's own .env, when trusted, "
+            "sets SANDBOX, SANDBOX_NETWORK, S08_HISTORY or a proxy.")
 
 
 def printable_name(name: str) -> str:
@@ -135,28 +148,33 @@ def keep_keys_home(found: dict, shell: dict, own: Path | None) -> str:
                 or shell.get("ANTHROPIC_BASE_URL", "").strip():
             continue
         in_use = [name for name in CREDENTIALS if os.environ.get(name, "").strip()]
-        if all(values.get(name) == os.environ[name] and not shell.get(name, "").strip() for name in in_use):
+        if all(values.get(name) == os.environ[name] and not shell.get(name, "").strip()
+               for name in in_use):
             continue  # its own key, to its own endpoint
         del os.environ["ANTHROPIC_BASE_URL"]
-        mine = next((v.get("ANTHROPIC_BASE_URL") for p, v in found.items() if same_file(p, own)), None)
+        mine = next((v.get("ANTHROPIC_BASE_URL") for p, v in found.items() if same_file(p, own)),
+                    None)
         if mine:  # the program's own .env named one too: the folder's came first, and hid it
             os.environ["ANTHROPIC_BASE_URL"] = mine
-        return (f"[config] {path} sets ANTHROPIC_BASE_URL but not the key in use, so it was ignored: your key "
-                "is not sent to a host that file chose. " + ("The program's own .env names the endpoint used."
-                                                             if mine else "Set the URL in your shell or in the "
-                                                             "program's own .env."))
+        return (f"[config] {path} sets ANTHROPIC_BASE_URL but not the key in use, "
+                "so it was ignored: your key "
+                "is not sent to a host that file chose. "
+                + ("The program's own .env names the endpoint used." if mine
+                   else "Set the URL in your shell or in the program's own .env."))
     return ""
 
 
 def dotenv_text(path: Path, data: bytes) -> str:
     if data.startswith((b"\xff\xfe", b"\xfe\xff")):
-        raise StartupError(f"{path} is saved as UTF-16. Save it as UTF-8 (in your editor: Save with Encoding, UTF-8).")
+        raise StartupError(f"{path} is saved as UTF-16. "
+                           "Save it as UTF-8 (in your editor: Save with Encoding, UTF-8).")
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as err:
         line = data[:err.start].count(b"\n") + 1
-        raise StartupError(f"{path} is not UTF-8 text (line {line} holds the byte {data[err.start]:#04x}). Save it "
-                           "as UTF-8 (in your editor: Save with Encoding, UTF-8).") from None
+        raise StartupError(f"{path} is not UTF-8 text "
+                           f"(line {line} holds the byte {data[err.start]:#04x}). Save it as UTF-8 "
+                           "(in your editor: Save with Encoding, UTF-8).") from None
 
 
 def tidy_settings() -> list:
@@ -169,8 +187,8 @@ def tidy_settings() -> list:
         if value is not None and value != value.strip():
             os.environ[name] = value.strip()
             what = "a line break" if value.strip(" \t") != value.strip() else "a space"
-            notes.append(f"[config] {name} has {what} before or after it, which the program leaves out; take it "
-                         "out of .env or your shell.")
+            notes.append(f"[config] {name} has {what} before or after it, "
+                         "which the program leaves out; take it out of .env or your shell.")
     return notes
 
 
@@ -179,11 +197,13 @@ def check_credentials() -> None:
     ASCII) cannot go in an HTTP header: say which setting, before any request."""
     for name in CREDENTIALS:
         value = os.environ.get(name, "")
-        bad = next((k for k, char in enumerate(value) if not (char.isascii() and char.isprintable()) or
-                    char.isspace()), None)
+        bad = next((k for k, char in enumerate(value)
+                    if not (char.isascii() and char.isprintable()) or char.isspace()),
+                   None)
         if bad is not None:
             char = "a space" if value[bad] == " " else repr(value[bad])
-            raise StartupError(f"{name} has a character no key has ({char} at position {bad + 1} of {len(value)}). "
+            raise StartupError(f"{name} has a character no key has "
+                               f"({char} at position {bad + 1} of {len(value)}). "
                                "Copy the key again into .env or your shell.")
 
 
@@ -194,25 +214,30 @@ def base_url_setting() -> str:
     if not url:
         return ""
     shown = re.sub(r"//[^/@\s]*@", "//", url)  # a proxy's user:password never goes on screen
-    fix = "Set it to the endpoint's address, such as https://api.anthropic.com, or remove it to use Anthropic's API."
+    fix = ("Set it to the endpoint's address, such as https://api.anthropic.com, "
+           "or remove it to use Anthropic's API.")
     try:
         parts = urlsplit(url)
         parts.port  # noqa: B018  (raises ValueError for a port that is not a number)
     except ValueError as err:
-        raise StartupError(f"ANTHROPIC_BASE_URL={shown!r} is not a usable URL ({err}). {fix}") from None
+        raise StartupError(f"ANTHROPIC_BASE_URL={shown!r} is not a usable URL ({err}). "
+                           f"{fix}") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise StartupError(f"ANTHROPIC_BASE_URL={shown!r} is not a usable URL (it must start with https:// or "
-                           f"http:// and name a host). {fix}")
+        raise StartupError(f"ANTHROPIC_BASE_URL={shown!r} is not a usable URL "
+                           f"(it must start with https:// or http:// and name a host). {fix}")
     try:
         httpx2.URL(url)  # the HTTP library's own parser is stricter than urlsplit
     except httpx2.InvalidURL as err:
-        raise StartupError(f"ANTHROPIC_BASE_URL={shown!r} is not a usable URL ({err}). {fix}") from None
+        raise StartupError(f"ANTHROPIC_BASE_URL={shown!r} is not a usable URL ({err}). "
+                           f"{fix}") from None
     trimmed = re.sub(r"/v1(/messages)?/*$", "", url)
     if trimmed == url:
         return ""
     os.environ["ANTHROPIC_BASE_URL"] = trimmed
-    return (f"[config] ANTHROPIC_BASE_URL ends in {url[len(trimmed):]}, which the program adds itself; "
-            f"using {shown[:len(shown) - len(url) + len(trimmed)]} (take the ending off in .env or your shell).")
+    return (f"[config] ANTHROPIC_BASE_URL ends in {url[len(trimmed):]}, "
+            "which the program adds itself; "
+            f"using {shown[:len(shown) - len(url) + len(trimmed)]} "
+            "(take the ending off in .env or your shell).")
 
 
 def listed_models(client) -> tuple | None:
@@ -220,15 +245,17 @@ def listed_models(client) -> tuple | None:
     None when it lists none. An OpenAI-shaped list (vLLM, LiteLLM, OpenRouter, llama.cpp)
     may leave out models the endpoint serves anyway."""
     try:
-        page = client.with_options(max_retries=0, timeout=10).get("/v1/models", cast_to=object,
-                                                                   options={"params": {"limit": 1000}})
+        page = client.with_options(max_retries=0, timeout=10).get(
+            "/v1/models", cast_to=object, options={"params": {"limit": 1000}})
     except anthropic.APIError:
         return None
     data = page.get("data") if isinstance(page, dict) else None
     if not isinstance(data, list) or not data:
         return None
-    entries = [entry for entry in data if isinstance(entry, dict) and isinstance(entry.get("id"), str)]
-    return [entry["id"] for entry in entries], all(entry.get("type") == "model" for entry in entries)
+    entries = [entry for entry in data
+               if isinstance(entry, dict) and isinstance(entry.get("id"), str)]
+    return ([entry["id"] for entry in entries],
+            all(entry.get("type") == "model" for entry in entries))
 
 
 def closest(model: str, ids: list) -> list:
@@ -248,11 +275,12 @@ def check_model(client, model: str) -> str:
     ids, anthropic_list = found
     suggestions = ", ".join(closest(model, ids))
     if anthropic_list:
-        raise StartupError(f"MODEL_ID={model!r}: the endpoint has no such model. The closest of the "
-                           f"{len(ids)} it lists: {suggestions}. Set MODEL_ID in .env or your shell.")
-    return (f"[endpoint] MODEL_ID={model!r} is not among the {len(ids)} models the endpoint lists (closest: "
-            f"{suggestions}). Some endpoints serve more than they list; if the first message fails with 404, "
-            "fix MODEL_ID.")
+        raise StartupError(f"MODEL_ID={model!r}: the endpoint has no such model. "
+                           f"The closest of the {len(ids)} it lists: {suggestions}. "
+                           "Set MODEL_ID in .env or your shell.")
+    return (f"[endpoint] MODEL_ID={model!r} is not among the {len(ids)} models the endpoint lists "
+            f"(closest: {suggestions}). Some endpoints serve more than they list; "
+            "if the first message fails with 404, fix MODEL_ID.")
 
 
 def trusted_own(own: Path, workdir: Path) -> tuple:
@@ -268,28 +296,34 @@ def trusted_own(own: Path, workdir: Path) -> tuple:
         info = os.stat(own)
     except OSError:
         info = None  # missing, or unreadable: read_dotenv says so
-    names = info.st_nlink if info and stat.S_ISREG(info.st_mode) else 1  # a folder's count is not names
+    # a folder's count is not names
+    names = info.st_nlink if info and stat.S_ISREG(info.st_mode) else 1
     if names > 1:
-        return None, False, (f"[config] the program's own .env ({own}) has {names} names (hard links): a command "
-                             "could read your key through another, so it is not read. Make it a file of its own "
+        return None, False, (f"[config] the program's own .env ({own}) has {names} names "
+                             "(hard links): a command could read your key through another, "
+                             "so it is not read. Make it a file of its own "
                              f"(cp {own} {own}.new && mv {own}.new {own}).")
     links = passes_through(own, work)
     changed = changed_by_command(own)
     if not links and not changed:
         return own, True, ""
-    read_as = ("it is read like a cloned repository's .env: SANDBOX, SANDBOX_NETWORK, S08_HISTORY and proxies are "
-               "not taken from it, and ANTHROPIC_BASE_URL only with a key from the same file")
+    read_as = ("it is read like a cloned repository's .env: "
+               "SANDBOX, SANDBOX_NETWORK, S08_HISTORY and proxies are not taken from it, "
+               "and ANTHROPIC_BASE_URL only with a key from the same file")
     if changed:
-        return None, True, (f"[config] the program's own .env ({own}) is not trusted: {changed}. Until you check "
-                            f"it and save it again (touch {own} will do), {read_as}.")
+        return None, True, (f"[config] the program's own .env ({own}) is not trusted: {changed}. "
+                            "Until you check it and save it again "
+                            f"(touch {own} will do), {read_as}.")
     what = "a link" if links == [str(own)] else f"reached through a link ({links[0]})"
-    return None, True, (f"[config] the program's own .env ({own}) is {what} inside the working folder: a command "
-                        f"could put another file in its place, so {read_as}. Make it a file, or start the program "
-                        "in another folder.")
+    return None, True, (f"[config] the program's own .env ({own}) is {what} "
+                        "inside the working folder: a command "
+                        f"could put another file in its place, so {read_as}. "
+                        "Make it a file, or start the program in another folder.")
 
 
 def open_session(agent, resume: Path | None) -> list:
-    """The agent's session log, new or the one given continued (session_log.py); its history."""
+    """The agent's session log, new or the one given continued (session_log.py);
+    its history."""
     setup = LogSetup(agent.workdir, agent.settings, agent.endpoint, agent.secrets, agent.say)
     agent.log, history = open_session_log(setup, resume, agent.state.counter)
     return history
