@@ -5,7 +5,8 @@ time, so nothing is ever overwritten, in folders own_folder checked are real: a 
 repository may plant a link there.
 
 Machinery the chapter does not need. A Store saves what it is handed and decides nothing:
-what to remove is each layer's decision. It keeps a list of what it wrote, for the reports.
+what to remove is each layer's decision. It keeps a list of what it wrote, so that the line
+said after a layer runs can name where its text went.
 """
 
 import json
@@ -47,7 +48,8 @@ def save_transcript(folder: Path, messages: list, kind: str, footer: dict | None
 class Store:
     """Where the layers put what they remove, in the workspace: full tool outputs, and
     removed messages as transcripts. The history is redacted where content enters it; this
-    is the last net before the disk. It keeps a list of what it wrote, for the reports."""
+    is the last net before the disk. It keeps a list of what it wrote (written), so that the
+    line said after a layer runs can name where its text went."""
 
     def __init__(self, workdir: Path, secrets=()):
         self.workdir, self.secrets, self.written = workdir, Redactor.of(secrets), []
