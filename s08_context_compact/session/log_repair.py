@@ -15,7 +15,8 @@ from ..basics import counted
 
 def unanswered(calls: list) -> list:
     return [{"type": "tool_result", "tool_use_id": c["id"], "is_error": True,
-             "content": "Interrupted: the program stopped before this call finished."} for c in calls]
+             "content": "Interrupted: the program stopped before this call finished."}
+            for c in calls]
 
 
 # What the Messages API takes in a block of each type (cache marks aside: the program adds
@@ -23,10 +24,13 @@ def unanswered(calls: list) -> list:
 BLOCK_KEYS = {"text": {"type", "text", "citations"}, "tool_use": {"type", "id", "name", "input"},
               "tool_result": {"type", "tool_use_id", "content", "is_error"},
               "thinking": {"type", "thinking", "signature"}, "redacted_thinking": {"type", "data"},
-              "image": {"type", "source"}, "document": {"type", "source", "title", "context", "citations"}}
+              "image": {"type", "source"},
+              "document": {"type", "source", "title", "context", "citations"}}
+# What a block of each kind must hold (of text, tool_use and tool_result: is_message checks)
 REQUIRED = {"thinking": {"thinking": str, "signature": str}, "redacted_thinking": {"data": str},
-            "image": {"source": dict}, "document": {"source": dict}}  # (text, tool_use, tool_result: is_message)
-SENT_BY = {"tool_use": "assistant", "thinking": "assistant", "redacted_thinking": "assistant", "tool_result": "user"}
+            "image": {"source": dict}, "document": {"source": dict}}
+SENT_BY = {"tool_use": "assistant", "thinking": "assistant", "redacted_thinking": "assistant",
+           "tool_result": "user"}
 REPAIRS = {"dropped": "dropped {}", "renamed": "renamed {}", "text": "turned {} into text",
            "emptied": "replaced {} by {{}}", "answered": "answered {} as interrupted"}
 
@@ -34,7 +38,8 @@ REPAIRS = {"dropped": "dropped {}", "renamed": "renamed {}", "text": "turned {} 
 def right_type(value, kind: type) -> bool:
     if kind is int:
         return isinstance(value, int) and not isinstance(value, bool)
-    return isinstance(value, kind) and (kind is not list or all(isinstance(item, str) for item in value))
+    return isinstance(value, kind) and (kind is not list
+                                        or all(isinstance(item, str) for item in value))
 
 
 def clean_block(block: dict, role: str, found: Counter) -> dict | None:
@@ -44,12 +49,17 @@ def clean_block(block: dict, role: str, found: Counter) -> dict | None:
     if kind not in BLOCK_KEYS or SENT_BY.get(kind, role) != role:
         found["dropped", "unknown or misplaced block"] += 1
         return None
-    program = PROGRAM_FIELDS if isinstance(block.get(OWN), str) else {}  # the program's fields, on its own blocks
+    # the program's fields, on its own blocks
+    program = PROGRAM_FIELDS if isinstance(block.get(OWN), str) else {}
     for key in [k for k in block if k not in BLOCK_KEYS[kind]]:
         if key in program and right_type(block[key], program[key]):
             continue
-        what = "cache mark" if key == "cache_control" else "bad program marker" if key in PROGRAM_FIELDS \
-            else "unknown field"
+        if key == "cache_control":
+            what = "cache mark"
+        elif key in PROGRAM_FIELDS:
+            what = "bad program marker"
+        else:
+            what = "unknown field"
         found["dropped", what] += 1
         block = {k: v for k, v in block.items() if k != key}
     if kind == "text" and not block["text"].strip():
@@ -60,7 +70,8 @@ def clean_block(block: dict, role: str, found: Counter) -> dict | None:
         return {**block, "input": {}}
     if kind == "tool_result":
         return clean_result(block, found)
-    if not all(isinstance(block.get(key), kind_of) for key, kind_of in REQUIRED.get(kind, {}).items()):
+    required = REQUIRED.get(kind, {})
+    if not all(isinstance(block.get(key), kind_of) for key, kind_of in required.items()):
         found["dropped", "unknown or misplaced block"] += 1
         return None
     return block
@@ -79,8 +90,10 @@ def clean_result(block: dict, found: Counter) -> dict:
     if isinstance(content, str) or parts_ok:
         return block
     found["text", "tool result"] += 1
-    texts = [p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str)] \
-        if isinstance(content, list) else []
+    texts = []
+    if isinstance(content, list):
+        texts = [p["text"] for p in content
+                 if isinstance(p, dict) and isinstance(p.get("text"), str)]
     text = "\n".join(texts) if texts else "(no output)" if content is None else json.dumps(content)
     return {**block, "content": text.strip() or "(no output)"}
 
@@ -90,8 +103,9 @@ def clean_message(message: dict, found: Counter) -> dict | None:
     refuses an empty message, the last assistant one aside, and a new prompt follows that)."""
     if set(message) - {"role", "content"}:
         found["dropped", "unknown field"] += len(set(message) - {"role", "content"})
-    content = [b for b in (clean_block(block, message["role"], found) for block in blocks_of(message)) if b] \
-        if not isinstance(message["content"], str) or message["content"].strip() else []
+    blank = isinstance(message["content"], str) and not message["content"].strip()
+    cleaned = (clean_block(block, message["role"], found) for block in blocks_of(message))
+    content = [] if blank else [b for b in cleaned if b]
     if not content:
         found["dropped", "empty message"] += 1
         return None
@@ -125,7 +139,9 @@ def answer_calls(message: dict, calls: list, found: Counter) -> list:
             found["dropped", "orphaned tool result"] += 1
             continue
         waiting.remove(match)
-        results.append(block if match[1]["id"] == block["tool_use_id"] else {**block, "tool_use_id": match[1]["id"]})
+        renamed = match[1]["id"]
+        results.append(block if renamed == block["tool_use_id"]
+                       else {**block, "tool_use_id": renamed})
     if waiting:
         found["answered", "unanswered call"] += len(waiting)
     return results + unanswered([call for _, call in waiting]) + \
@@ -149,18 +165,22 @@ def repair_history(messages: list, found: Counter | None = None) -> list:
                 found["dropped", "leading assistant message"] += 1
                 continue
             if calls:
-                repaired.append({"role": "user", "content": answer_calls({"content": []}, calls, found)})
+                answers = answer_calls({"content": []}, calls, found)
+                repaired.append({"role": "user", "content": answers})
             message, calls = unique_ids(message, used, found)
-            if repaired[-1]["role"] == "assistant":  # two replies in a row: the API takes them as one
+            # two replies in a row: the API takes them as one
+            if repaired[-1]["role"] == "assistant":
                 message = {**message, "content": blocks_of(repaired.pop()) + blocks_of(message)}
             repaired.append(message)
             continue
         content = answer_calls(message, calls, found)
         calls = []
         if repaired and repaired[-1]["role"] == "user":
-            repaired[-1] = {**repaired[-1], "content": blocks_of(repaired[-1]) + content}  # keep the roles alternating
+            # keep the roles alternating
+            repaired[-1] = {**repaired[-1], "content": blocks_of(repaired[-1]) + content}
         elif content:
-            repaired.append(message if content == blocks_of(message) else {**message, "content": content})
+            repaired.append(message if content == blocks_of(message)
+                            else {**message, "content": content})
     if calls:
         repaired.append({"role": "user", "content": answer_calls({"content": []}, calls, found)})
     return repaired

@@ -5,9 +5,9 @@ signed (log_checks.py), repaired where a crash, an edit or an older version brok
 the API takes (log_repair.py). A session is open in one program at a time: the program
 that writes a log holds a lock on it.
 
-Machinery the chapter does not need: the history's changes reach it through history.py
-(append_message, replace_history) and user_turns.py (the user's prompt); code.py never sees a
-record's layout.
+Machinery the chapter does not need: a SessionLog takes each change as a message, a
+rewrite or the whole history, and keeps the layout of a record to itself; log_checks.py
+signs each line, and log_repair.py makes what is read back valid.
 """
 
 import json
@@ -25,9 +25,8 @@ from pathlib import Path
 from ..messages import last_reply_text
 from .log_checks import Chain, trusted_lines, without_check
 from .log_repair import repair_history, what_was_repaired
-from ..basics import (HALF_ESCAPE, TRANSCRIPT_DIR, counted, cut_to_width, display_width, file_kind,
-                      one_line, open_log, open_regular, printable, Redactor, well_formed,
-                      well_formed_deep)
+from ..basics import (HALF_ESCAPE, TRANSCRIPT_DIR, counted, file_kind, one_line, open_log,
+                      open_regular, Redactor, well_formed, well_formed_deep)
 
 try:
     import fcntl  # a lock on the log, so two programs never append to one session
@@ -51,10 +50,13 @@ class SessionInUse(SessionRefused):
 
 def interpreter() -> str:
     """How to name the Python that runs this program in a command to type: "python" when
-    that is the one the shell finds, else its full path (a virtual environment not activated)."""
-    found = shutil.which("python")  # the folder matters: a venv's python links to the one it came from
-    same = found and os.path.dirname(os.path.abspath(found)) == os.path.dirname(os.path.abspath(sys.executable)) \
-        and os.path.realpath(found) == os.path.realpath(sys.executable)
+    that is the one the shell finds, else its full path (a virtual environment not
+    activated)."""
+    # the folder matters: a venv's python links to the one it came from
+    found = shutil.which("python")
+    same_folder = found and (os.path.dirname(os.path.abspath(found))
+                             == os.path.dirname(os.path.abspath(sys.executable)))
+    same = same_folder and os.path.realpath(found) == os.path.realpath(sys.executable)
     return "python" if same else shlex.quote(sys.executable)
 
 
@@ -65,22 +67,26 @@ class SessionLog:
     the history the log holds so far: if the file is deleted while the program runs, the
     log is written again from it, and --resume still finds the session."""
 
-    def __init__(self, path: Path, secrets=(), warn=print, header: dict | None = None, endpoint=None):
+    def __init__(self, path: Path, secrets=(), warn=print, header: dict | None = None,
+                 endpoint=None):
         self.path, self.secrets, self.warn = path, Redactor.of(secrets), warn
         self.header = header or {"type": "session", "id": path.stem.removeprefix("session-")}
-        self.file = None  # opened with the first record: a session with no messages leaves no file
+        # opened with the first record: a session with no messages leaves no file
+        self.file = None
         self.failed = False
         self.endpoint = endpoint
         self.facts = endpoint.facts() if endpoint else None  # the endpoint facts written last
-        self.history, self.last_prompt = [], None  # what the log holds, to write it again if it is lost
-        self.chain = Chain()  # each line signed, so --resume knows the program's lines from anything else's
+        # what the log holds, to write it again if it is lost
+        self.history, self.last_prompt = [], None
+        # each line signed, so --resume knows the program's lines from anything else's
+        self.chain = Chain()
         self.limits = None  # those the file's last call record gave
 
     def message(self, message: dict, context_tokens: int | None = None, prompt: str | None = None,
                 merged: bool = False) -> None:
-        """A message that entered the history (merged: it replaced the last one). context_tokens
-        is the endpoint's count of the history up to it, so --resume starts exact; prompt is
-        what the user typed, for --list and the recap."""
+        """A message that entered the history (merged: it replaced the last one).
+        context_tokens is the endpoint's count of the history up to it, so --resume starts
+        exact; prompt is what the user typed, for --list and the recap."""
         record = {"type": "replace_last" if merged else "message", "message": message}
         if context_tokens:
             record["context_tokens"] = context_tokens
@@ -92,11 +98,13 @@ class SessionLog:
         else:
             self.history.append(message)
         if prompt is not None:
-            self.header.setdefault("prompt", prompt)  # the first one, for --list if the log is written again
+            # the first one, for --list if the log is written again
+            self.header.setdefault("prompt", prompt)
             self.last_prompt = prompt
 
     def rewrite(self, old: list, new: list, reason: str) -> None:
-        """A rewrite of the history, as what changed: runs of the old history and new messages."""
+        """A rewrite of the history, as what changed: runs of the old history and new
+        messages."""
         self.write({"type": "rewrite", "reason": reason, "parts": rewrite_parts(old, new)})
         self.history = list(new)
 
@@ -106,20 +114,23 @@ class SessionLog:
         self.history, self.last_prompt = list(messages), extra.get("prompt", self.last_prompt)
 
     def resume_command(self) -> str:
-        """The command that comes back to this session, once it holds something to come back to."""
+        """The command that comes back to this session, once it holds something to come back
+        to."""
         if self.file is None or self.failed:
             return ""
         return f"{interpreter()} {shlex.quote(sys.argv[0])} --resume"
 
     def layer(self, name: str, saved_to: list, tokens_saved: int) -> None:
-        self.write({"type": "layer", "layer": name, "saved_to": saved_to, "tokens_saved": tokens_saved})
+        self.write({"type": "layer", "layer": name, "saved_to": saved_to,
+                    "tokens_saved": tokens_saved})
 
-    def call(self, size: int, exact: bool, usage: dict, label: str, settings, mark: int | None) -> None:
-        """One model call: the context it carried, the limits it was held to then (the settings,
-        and the early mark of a summary written ahead, if on), what it was billed as.
-        session_picture.py draws the session from these."""
-        self.write({"type": "call", "context_tokens": size, "exact": exact, "usage": usage, "what": label,
-                    "window": settings.window, "threshold": settings.threshold,
+    def call(self, size: int, exact: bool, usage: dict, label: str, settings,
+             mark: int | None) -> None:
+        """One model call: the context it carried, the limits it was held to then (the
+        settings, and the early mark of a summary written ahead, if on), what it was billed
+        as. session_picture.py draws the session from these."""
+        self.write({"type": "call", "context_tokens": size, "exact": exact, "usage": usage,
+                    "what": label, "window": settings.window, "threshold": settings.threshold,
                     "micro_trigger": settings.micro_trigger, "mark": mark})
 
     def write(self, record: dict) -> None:
@@ -132,13 +143,15 @@ class SessionLog:
                 records.append({"type": "endpoint", **self.facts})
             for each in records + [record]:
                 each = self.leaner(each)
-                line = well_formed(self.secrets.json_text(each))  # no secret in any form; no lone half of an emoji
+                # no secret in any form; no lone half of an emoji
+                line = well_formed(self.secrets.json_text(each))
                 self.file.write(self.chain.signed(line) + "\n")
             self.file.flush()
             os.fsync(self.file.fileno())
         except (OSError, SessionInUse) as err:
             self.failed = True  # say it once; the session itself goes on
-            self.warn(f"[session log] cannot write {self.path} ({err}); this session will not be resumable.")
+            self.warn(f"[session log] cannot write {self.path} ({err}); this session will not be "
+                      "resumable.")
 
     def leaner(self, record: dict) -> dict:
         """A call record without what records_of puts back (CALL_DEFAULTS, LIMITS)."""
@@ -161,7 +174,8 @@ class SessionLog:
             now, opened = os.stat(self.path, follow_symlinks=False), os.fstat(self.file.fileno())
         except OSError:
             return False
-        return (now.st_dev, now.st_ino) == (opened.st_dev, opened.st_ino) and opened.st_size == self.file.tell()
+        same_file = (now.st_dev, now.st_ino) == (opened.st_dev, opened.st_ino)
+        return same_file and opened.st_size == self.file.tell()
 
     def reopen(self) -> list:
         """Open the file (create it for a new session); the records to write first: the
@@ -170,11 +184,14 @@ class SessionLog:
         if lost:
             self.file.close()
             self.file = None
-        found = lost and os.path.lexists(self.path)  # replaced by something else: kept aside, never appended to
+        # replaced by something else: kept aside, never appended to
+        found = lost and os.path.lexists(self.path)
         if found:
-            kept = self.path.with_name(f"{self.path.name}.replaced-{time.strftime('%Y%m%d-%H%M%S')}")
-            kept = next(k for n in range(1000) if not (k := kept.with_name(f"{kept.name}-{n}" if n else kept.name)
-                                                      ).exists())  # twice in a second: neither overwritten
+            stamp = time.strftime("%Y%m%d-%H%M%S")
+            kept = self.path.with_name(f"{self.path.name}.replaced-{stamp}")
+            # twice in a second: neither overwritten
+            names = (kept.with_name(f"{kept.name}-{n}" if n else kept.name) for n in range(1000))
+            kept = next(k for k in names if not k.exists())
             os.rename(self.path, kept)
         self.file, created = open_log(self.path, new=lost)
         self.lock()
@@ -184,13 +201,17 @@ class SessionLog:
         self.limits = None  # a new file: its first call record gives them
         records = [self.header]
         if lost:
-            what = f"replaced or changed (what was found there is kept as {kept.name})" if found else "deleted"
-            self.warn(f"[session log] {self.path} was {what} while the program ran; it is written again with "
-                      f"the session so far, so --resume still finds it.")
+            if found:
+                what = f"replaced or changed (what was found there is kept as {kept.name})"
+            else:
+                what = "deleted"
+            self.warn(f"[session log] {self.path} was {what} while the program ran; it is written "
+                      f"again with the session so far, so --resume still finds it.")
             records += [{"type": "endpoint", **self.facts}] if self.facts else []
         if self.history:
+            prompt = {"prompt": self.last_prompt} if self.last_prompt else {}
             records.append({"type": "history", "reason": "the log was lost; written again",
-                            "messages": self.history, **({"prompt": self.last_prompt} if self.last_prompt else {})})
+                            "messages": self.history, **prompt})
         return records
 
     def open(self) -> None:
@@ -207,9 +228,10 @@ class SessionLog:
                 fcntl.flock(self.file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             self.close()
-            raise SessionInUse(f"Session {self.path.stem.removeprefix('session-')} is open in another program "
-                               "right now (two programs would mix their records in its log). Quit that one first, "
-                               "or start a new session without --resume.") from None
+            session = self.path.stem.removeprefix("session-")
+            raise SessionInUse(f"Session {session} is open in another program right now (two "
+                               "programs would mix their records in its log). Quit that one "
+                               "first, or start a new session without --resume.") from None
 
     def close(self) -> None:
         """Close the log, and so release its lock."""
@@ -271,7 +293,8 @@ def is_message(value) -> bool:
         return False
     content = value.get("content")
     return isinstance(content, str) or isinstance(content, list) and all(
-        isinstance(b, dict) and all(isinstance(b.get(k), str) for k in BLOCK_FIELDS.get(b.get("type"), ("type",)))
+        isinstance(b, dict)
+        and all(isinstance(b.get(k), str) for k in BLOCK_FIELDS.get(b.get("type"), ("type",)))
         for b in content)
 
 
@@ -282,8 +305,9 @@ def read_session(path: Path, warn=None, chain: Chain | None = None) -> list:
     says how many. A chain given goes on from the last line trusted."""
     lines, last, problem = trusted_lines(log_lines(path))
     if problem and not lines:
-        raise SessionRefused(f"Session {path.stem.removeprefix('session-')} is not resumed: {problem}. Start a new "
-                             "session without --resume (the file is left as it is).")
+        raise SessionRefused(f"Session {path.stem.removeprefix('session-')} is not resumed: "
+                             f"{problem}. Start a new session without --resume (the file is left "
+                             "as it is).")
     if problem and warn:
         warn(f"[session log] {path.name}: {problem}")
     if chain:
@@ -298,8 +322,12 @@ def read_session(path: Path, warn=None, chain: Chain | None = None) -> list:
         elif kind == "history" and isinstance(record.get("messages"), list) and \
                 all(is_message(m) for m in record["messages"]):
             history = record["messages"]
-        elif kind == "rewrite" and (rewritten := apply_rewrite(history, record.get("parts"))) is not None:
-            history = rewritten
+        elif kind == "rewrite":
+            rewritten = apply_rewrite(history, record.get("parts"))
+            if rewritten is None:
+                skipped += 1
+            else:
+                history = rewritten
         elif kind not in ("session", "endpoint", "layer", "call"):
             skipped += 1
     if skipped and warn:
@@ -357,66 +385,15 @@ def session_logs(workdir: Path, skipped: list | None = None) -> list:
         if stat.S_ISREG(info.st_mode):
             found.append((info.st_mtime, path.name, path))
         else:
-            skipped.append(f"{TRANSCRIPT_DIR}/{path.name}: {file_kind(info.st_mode)}, not a regular file")
+            kind = file_kind(info.st_mode)
+            skipped.append(f"{TRANSCRIPT_DIR}/{path.name}: {kind}, not a regular file")
     return [path for *_, path in sorted(found)]
-
-
-def list_sessions(workdir: Path, width: int | None = None) -> str:
-    """A row a session: its id, when it last changed, its size and its first prompt. On a
-    terminal narrower than a row, each session takes two lines, cut to the width."""
-    rows, skipped = [], []
-    for path in session_logs(workdir, skipped):
-        try:
-            history, first, info = listed_history(path), first_prompt(path), path.stat()
-        except OSError as err:  # gone, or replaced, since it was listed
-            skipped.append(f"{TRANSCRIPT_DIR}/{path.name}: {err.strerror or err}")
-            continue
-        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(info.st_mtime))
-        prompt, history = listed_prompt(path, first, history), history or []
-        session, size = printable(path.stem.removeprefix("session-")), f"{info.st_size / 1024:.1f} KB"
-        row = f"  {session:<24} {when}  {counted(len(history), 'message'):>13}  {size:>11}  {prompt}"
-        if width and display_width(row) >= width:
-            rows += [cut_to_width(f"  {session}  {when}", width - 1),
-                     cut_to_width(f"    {counted(len(history), 'message')}, {size}: {prompt}", width - 1)]
-        else:
-            rows.append(row)
-    listed = "Sessions in this workspace (newest last):\n" + "\n".join(rows) if rows else \
-        "No sessions in this workspace yet."
-    return "\n".join([listed] + [f"  (skipped {printable(why)})" for why in skipped])  # a name may hold escapes
-
-
-def listed_history(path: Path) -> list | None:
-    """The history --list counts, saying what in the log is not trusted; None for a log
-    --resume would refuse, said in a line too."""
-    try:
-        return read_session(path, warn=say_plainly)
-    except SessionRefused as refused:
-        say_plainly(f"[session log] {refused}")
-        return None
-
-
-def say_plainly(text: str) -> None:
-    print(printable(text))  # a session's name may hold escapes
-
-
-def listed_prompt(path: Path, first: str | None, history: list | None) -> str:
-    if history is None:
-        return "(cannot be resumed)"
-    if not first:
-        return "(no prompt yet)"
-    return one_line(printable(first), 50) + ("" if was_answered(path) else " (not answered)")
-
-
-def was_answered(path: Path) -> bool:
-    """Whether the model ever replied in a session: its log keeps the replies a /clear or a
-    summary took out of the history."""
-    return any(r.get("type") in ("message", "replace_last") and isinstance(r.get("message"), dict)
-               and r["message"].get("role") == "assistant" for r in filter(None, log_records(path)))
 
 
 def first_prompt(path: Path) -> str | None:
     """What the user typed first in a session: from the log, which compaction never rewrites."""
-    return next((r["prompt"] for r in filter(None, log_records(path)) if isinstance(r.get("prompt"), str)), None)
+    return next((r["prompt"] for r in filter(None, log_records(path))
+                 if isinstance(r.get("prompt"), str)), None)
 
 
 def find_session(workdir: Path, wanted: str) -> Path:
@@ -426,10 +403,12 @@ def find_session(workdir: Path, wanted: str) -> Path:
         raise ValueError(f"No sessions in {workdir} yet: start one without --resume.")
     if wanted == "latest":
         return logs[-1]
-    found = [path for path in logs if path.stem.removeprefix("session-").startswith(wanted)]  # a prefix will do
+    # a prefix will do
+    found = [path for path in logs if path.stem.removeprefix("session-").startswith(wanted)]
     if len(found) != 1:
-        raise ValueError(f"{'No' if not found else 'More than one'} session {wanted!r} in {workdir / TRANSCRIPT_DIR}"
-                         "; --list shows them.")
+        how_many = "No" if not found else "More than one"
+        raise ValueError(f"{how_many} session {wanted!r} in {workdir / TRANSCRIPT_DIR}; "
+                         "--list shows them.")
     return found[0]
 
 
@@ -468,7 +447,8 @@ def apply_rewrite(history: list, parts) -> list | None:
 
 def last_prompt(path: Path) -> str | None:
     """What the user typed last in a session, as the log recorded it."""
-    prompts = [r["prompt"] for r in filter(None, log_records(path)) if isinstance(r.get("prompt"), str)]
+    prompts = [r["prompt"] for r in filter(None, log_records(path))
+               if isinstance(r.get("prompt"), str)]
     return prompts[-1] if prompts else None
 
 
@@ -497,21 +477,25 @@ def open_session_log(setup: LogSetup, resume: Path | None, counter) -> tuple:
             say(f"[session log] {unsigned}: this session's log is unsigned, "
                 "and --resume will refuse it.")
         return log, []
-    session, first, last = resume.stem.removeprefix("session-"), first_prompt(resume), last_prompt(resume)
-    header = {**session_header(setup, session), **({"prompt": first} if first else {})}  # if written again
+    session = resume.stem.removeprefix("session-")
+    first, last = first_prompt(resume), last_prompt(resume)
+    # if written again
+    header = {**session_header(setup, session), **({"prompt": first} if first else {})}
     log = SessionLog(resume, setup.secrets, say, header, setup.endpoint)
-    log.open()  # before anything is written: a session another program has open is refused (SessionInUse)
+    # before anything is written: a session another program has open is refused (SessionInUse)
+    log.open()
     cut = repair_torn_tail(resume)
     if cut:
-        say(f"[session log] its last line was cut off when the program stopped; removed it ({cut} bytes)")
+        say(f"[session log] its last line was cut off when the program stopped; removed it "
+            f"({cut} bytes)")
     logged, found = read_session(resume, warn=say, chain=log.chain), Counter()
     history, counted_tokens = repair_history(logged, found), logged_context_tokens(resume)
     if found:  # a log edited by hand, written by an older version, or cut short
         say(f"[session log] repaired what the API would refuse: {what_was_repaired(found)}")
     elif counted_tokens:  # nothing was repaired: the usage still measures it
         counter.anchor(counted_tokens, history)  # so the first pass estimates nothing
-    log.replace(history, "resumed", **({"context_tokens": counter.anchor_tokens} if counter.anchor_tokens else {}),
-                **({"prompt": last} if last else {}))
+    measured = {"context_tokens": counter.anchor_tokens} if counter.anchor_tokens else {}
+    log.replace(history, "resumed", **measured, **({"prompt": last} if last else {}))
     say(f"Resumed session {session}: {counted(len(history), 'message')}.")
     for line in recap(last, last_reply_text(history)):  # where the conversation was
         say(line, "dim", cut=True)
@@ -519,8 +503,9 @@ def open_session_log(setup: LogSetup, resume: Path | None, counter) -> tuple:
 
 
 def session_header(setup: LogSetup, session: str) -> dict:
-    return {"type": "session", "id": session, "model": setup.settings.model, "window": setup.settings.window,
-            "workdir": str(setup.workdir), "endpoint": setup.endpoint.facts()}
+    return {"type": "session", "id": session, "model": setup.settings.model,
+            "window": setup.settings.window, "workdir": str(setup.workdir),
+            "endpoint": setup.endpoint.facts()}
 
 
 def recap(request: str | None, reply: str) -> list:
