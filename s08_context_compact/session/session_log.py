@@ -188,9 +188,9 @@ class SessionLog:
         found = lost and os.path.lexists(self.path)
         if found:
             stamp = time.strftime("%Y%m%d-%H%M%S")
-            kept = self.path.with_name(f"{self.path.name}.replaced-{stamp}")
+            aside = self.path.with_name(f"{self.path.name}.replaced-{stamp}")
             # twice in a second: neither overwritten
-            names = (kept.with_name(f"{kept.name}-{n}" if n else kept.name) for n in range(1000))
+            names = (aside.with_name(f"{aside.name}-{n}" if n else aside.name) for n in range(1000))
             kept = next(k for k in names if not k.exists())
             os.rename(self.path, kept)
         self.file, created = open_log(self.path, new=lost)
