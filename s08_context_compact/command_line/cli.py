@@ -265,8 +265,8 @@ def configure(argv) -> Config | int:
         return 0 if address else 2
     try:
         return configure_session(args)
-    # a setting it cannot start with: one line that names it and the fix
     except StartupError as err:
+        # a setting it cannot start with: one line that names it and the fix
         print(err, file=sys.stderr)
         return 2
     except ValueError as err:
@@ -372,16 +372,16 @@ def run(main) -> int:
         signal.signal(stop_signal, stop_on_signal)
     try:
         return main()
-    # --resume of a session open elsewhere, or changed outside the program
     except SessionRefused as err:
+        # --resume of a session open elsewhere, or changed outside the program
         print(printable(str(err)), file=sys.stderr)
         return 2
-    # Ctrl-C before the prompt is up (or at the demo's pause): leave quietly
     except KeyboardInterrupt:
+        # Ctrl-C before the prompt is up (or at the demo's pause): leave quietly
         print(file=sys.stderr)  # ...and let the shell's prompt start on a line of its own
         return 130
-    # the reader went away (`| head`): nothing left to say, and no one to say it to
     except BrokenPipeError:
+        # the reader went away (`| head`): nothing left to say, and no one to say it to;
         # so the exit flush cannot fail again
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141  # 128 + SIGPIPE, as a shell command would

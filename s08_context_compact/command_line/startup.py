@@ -67,9 +67,8 @@ def load_dotenv_files(paths: list, own: Path | None) -> tuple:
         for name, value in values.items():
             if name not in SETTINGS or name in OWN_ONLY and not mine:
                 ignored.setdefault(path, []).append(name)
-            # set but empty is not set
             elif value is not None and not os.environ.get(name, "").strip():
-                os.environ[name] = value
+                os.environ[name] = value  # set but empty is not set
     return found, ignored_note(ignored)
 
 

@@ -70,9 +70,8 @@ class Ledger:
                               "timeout" if timed_out else int(code.group(1)) if code else 0))
         if self.commands[-1][1] != 0:
             self.last_failure = (command, self.commands[-1][1], output[-FAILURE_TAIL_CHARS:])
-        # it passes now: its old error is no news
         elif self.last_failure and self.last_failure[0] == command:
-            self.last_failure = None
+            self.last_failure = None  # it passes now: its old error is no news
         for test in re.findall(r"^(?:FAILED|ERROR) (\S+)|^--- FAIL: (\S+)", output, re.M):
             self.failing[test[0] or test[1]] = True
 
