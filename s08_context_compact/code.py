@@ -27,6 +27,7 @@ import sys
 import time
 from dataclasses import dataclass, field, replace
 from functools import cached_property, partial
+from typing import Callable
 from pathlib import Path
 
 # Run as a script, this folder comes first on sys.path. There code.py would stand in for the
@@ -50,8 +51,9 @@ from s08_context_compact.messages import (
     paths_read, replace_history, replace_result, result_text, said_text, sendable, todo_problem,
     TokenCounter, tool_names, what_was_done, with_text)
 from s08_context_compact.endpoint import (
-    CACHE_TTLS, api_error_text, api_failures, cache_mark, ContextOverflow, count_tokens, Endpoint,
-    extract_summary, make_reply_sendable, model_reply, SummaryError, with_cache_breakpoints)
+    CACHE_TTLS, api_error_text, api_failures, cache_mark, Connection, ContextOverflow,
+    count_tokens, Endpoint, extract_summary, make_reply_sendable, model_reply, send_request,
+    SummaryError, with_cache_breakpoints)
 from s08_context_compact.compaction import (
     fallback_summary, fit_for_summary, ForTheLedger, Ledger, ledger_hooks, nothing_to_summarize,
     render_todos, RepeatReads, replace_with_summary, Restorable, Settings, shorter,
@@ -60,10 +62,10 @@ from s08_context_compact.compaction import (
 from s08_context_compact.safety import (
     command_risks, ForUndo, run_command, run_tool_calls, Sandbox, Toolbox, Undo, undo_hooks)
 from s08_context_compact.command_line import (
-    add_prompt, ahead_loop, build_system_prompt, configure, Lesson, model_connection,
-    open_session, park_long_inputs, park_oversized_request, report_layer, run,
-    say_what_start_up_found, show_status, show_tool_call, show_tool_result, start_repl,
-    take_line, terminal_confirm, turn_failed)
+    add_prompt, build_system_prompt, configure, count_call, Lesson, open_session,
+    park_long_inputs, park_oversized_request, report_layer, run, say_what_start_up_found,
+    show_status, show_tool_call, show_tool_result, start_repl, take_line, terminal_confirm,
+    turn_failed)
 
 
 # ==== PART 1: THE CHAPTER ========================================================================
@@ -103,9 +105,8 @@ class LoopState:
     todos: list = field(default_factory=list)
     loaded_skills: list = field(default_factory=list)
     repeat_reads: RepeatReads = field(default_factory=RepeatReads)  # read twice: a stub
-    last_reply_at: float | None = None              # now() at the last reply: is the cache warm?
+    last_reply_at: float | None = None              # the clock at the last reply: cache warm?
     pending_compact: str | None = None              # the compact tool's focus, until the batch ends
-    ahead: SummaryAhead = field(default_factory=SummaryAhead)  # the summary written ahead, if any
 
 
 @dataclass
@@ -139,11 +140,16 @@ class Agent:
     stats: dict = field(default_factory=dict)         # layer -> {"runs": n, "saved": tokens}
     usage_totals: dict = field(default_factory=dict)  # all calls of the session, summed
     state: LoopState = field(default_factory=LoopState)
+    clock: Callable[[], float] = time.monotonic       # what the cache's life is measured on
+    ahead: SummaryAhead = field(init=False)           # a summary written ahead ("Compact before...")
 
     def __post_init__(self):
         self.secrets = Redactor.of(self.secrets)  # a list of the values will do
         if self.endpoint is None:
             self.endpoint = Endpoint(self.settings.window)
+        # made once, from values: the main agent's asks the model through its own connection
+        writes_ahead = not self.label and self.client is not None
+        self.ahead = SummaryAhead(send_request, self.connection) if writes_ahead else SummaryAhead()
 
     @property
     def screen(self) -> Screen:
@@ -159,6 +165,13 @@ class Agent:
         tools = {name: tool for name, tool in self.tools.items() if not tool.subagent}
         return replace(self, tools=tools, label="task", max_steps=SUBAGENT_MAX_STEPS, log=None,
                        state=LoopState())
+
+    @cached_property
+    def connection(self) -> Connection:
+        """What a model call needs (endpoint/model_calls.py): made once, shared by every call."""
+        s = self.settings
+        return Connection(self.client, self.endpoint, s.retry_base_seconds, s.idle_timeout,
+                          self.screen, self.secrets)
 
     @cached_property
     def store(self) -> Store:
@@ -213,7 +226,7 @@ def context_tokens(agent, messages: list) -> int:
 def exact_context_tokens(agent, messages: list) -> int:
     """Ask the endpoint's count_tokens when it offers one; otherwise the estimate stands."""
     estimate = context_tokens(agent, messages)
-    counted = count_tokens(model_connection(agent), build_request(agent, messages), estimate)
+    counted = count_tokens(agent.connection, build_request(agent, messages), estimate)
     if counted is None:
         return estimate
     agent.state.counter.anchor(counted, messages)
@@ -227,6 +240,19 @@ def over_threshold(agent, messages: list) -> bool:
     if abs(tokens - s.threshold) <= s.threshold * COUNT_TOKENS_MARGIN:
         tokens = exact_context_tokens(agent, messages)
     return tokens > s.threshold
+
+
+# ---- the prompt cache: why the cheap layers wait ------------------------------------------------
+# Every request sends the whole history again; the endpoint caches its prefix, and reading a
+# cached prefix costs a tenth of sending it. A layer that changes a message rewrites the cache
+# from there on, so the cheap layers wait for a trigger, and cut enough at once to be worth it
+# (endpoint/prompt_cache.py places the marks). Once the cache has expired, a rewrite is free.
+
+def cache_is_cold(agent) -> bool:
+    """Whether the last reply came so long ago that the endpoint's prompt cache has expired."""
+    if agent.state.last_reply_at is None:
+        return False
+    return agent.clock() - agent.state.last_reply_at > CACHE_TTLS[agent.settings.cache_ttl]
 
 
 # ---- when the endpoint says the prompt did not fit -----------------------------------------------
@@ -399,25 +425,39 @@ def apply_layer(agent, layer, messages: list, /, **settings) -> list:
 # One model call, guarded at both ends; a breaker after repeated failures; and a summary built
 # without the model (compaction/summary.py), so compaction succeeds in every case.
 
-def summarize_with_model(agent, messages: list, focus: str, limit_tokens: int) -> str:
-    """One summary from the model; raises SummaryError. The request continues the cached
-    conversation, the instruction added at the end (setting tool_choice would invalidate the
-    cache, so words alone forbid tools); estimates are scaled by the endpoint's undercount."""
+def summary_sent(agent, messages: list, instruction: str) -> tuple:
+    """(what a summary request carries: the messages, or the newest that fit the window; the
+    budget in tokens they were fitted to). Estimates are scaled by the endpoint's undercount."""
     s, undercount = agent.settings, agent.endpoint.undercount
-    instruction = summary_instructions(focus, limit_tokens)
     fixed = estimate_text_tokens(instruction) + s.summary_max_tokens
     budget = int((s.window - fixed - agent.overhead) / undercount * ESTIMATE_MARGIN)
     needed = context_tokens(agent, messages) * undercount + fixed
     if s.window * (1 - COUNT_TOKENS_MARGIN) < needed <= s.window:  # too close to call: count
         needed = exact_context_tokens(agent, messages) * undercount + fixed
-    sent = messages if needed <= s.window else fit_for_summary(messages, budget)
+    return (messages if needed <= s.window else fit_for_summary(messages, budget)), budget
+
+
+def summary_request(agent, sent: list, instruction: str) -> tuple:
+    """(the request for a summary, its size in tokens). It continues the cached conversation,
+    the instruction added at the end: setting tool_choice would invalidate the cache, so words
+    alone forbid tools."""
+    request = build_request(agent, sent, extra_text=instruction)
+    return {**request, "max_tokens": agent.settings.summary_max_tokens}, \
+        agent.overhead + estimate_tokens(sent)
+
+
+def summarize_with_model(agent, messages: list, focus: str, limit_tokens: int,
+                         asked=None) -> str:
+    """One summary from the model; raises SummaryError. `asked` is the reply to the first
+    request, if it was asked for ahead (see "Compact before you must")."""
+    instruction = summary_instructions(focus, limit_tokens)
+    sent, budget = summary_sent(agent, messages, instruction)
     for _ in range(SUMMARY_ATTEMPTS):
-        request = build_request(agent, sent, extra_text=instruction)
-        request["max_tokens"] = s.summary_max_tokens
+        request, tokens = summary_request(agent, sent, instruction)
+        first, asked = asked, None
         try:
-            answer = model_reply(model_connection(agent), request,
-                                 agent.overhead + estimate_tokens(sent),
-                                 show_text=False, label="writing the summary")
+            answer = first.reply() if first else model_reply(
+                agent.connection, request, tokens, show_text=False, label="writing the summary")
         except ContextOverflow as err:
             adopt_overflow(agent, err)
             budget = smaller_budget(budget, sent, err.overflow)  # as much less as it was over
@@ -425,6 +465,7 @@ def summarize_with_model(agent, messages: list, focus: str, limit_tokens: int) -
             continue
         except api_failures() as err:
             raise SummaryError(api_error_text(err)) from err
+        count_call(agent, answer, f"writing the summary{' ahead' if first else ''}")
         return extract_summary(said_text(answer.message))  # "(no reply)" is not a summary
     raise SummaryError("too long to summarize even after leaving out the oldest messages")
 
@@ -440,13 +481,13 @@ def breaker_open(agent) -> bool:
     return True
 
 
-def make_summary(agent, messages: list, focus: str, limit: int) -> tuple:
+def make_summary(agent, messages: list, focus: str, limit: int, asked=None) -> tuple:
     """(a summary of at most `limit` tokens, who wrote it), in every case: the model's, else one
     built without it."""
     why = f"{MAX_CONSECUTIVE_SUMMARY_FAILURES} summary calls failed in a row, so no more are made"
     if not breaker_open(agent):
         try:
-            summary = summarize_with_model(agent, messages, focus, limit)
+            summary = summarize_with_model(agent, messages, focus, limit, asked)
             if summary_problem(summary, limit):  # ask once more, for a shorter one
                 summary = summarize_with_model(agent, messages, shorter(focus, limit), limit)
             if summary_problem(summary, limit):
@@ -461,7 +502,7 @@ def make_summary(agent, messages: list, focus: str, limit: int) -> tuple:
     return fallback_summary(messages, agent.state.todos, limit, why), "fallback"
 
 
-# ---- what comes back after a summary -------------------------------------------------------------
+# ---- what is summarized, the summary, what replaces it -------------------------------------------
 # RestoreContext hooks put back what they keep (the fact ledger, compaction/ledger.py, does),
 # then the user's recent words, the files read most recently, the todo list and the skills.
 
@@ -483,20 +524,25 @@ def pre_compact_focus(agent, messages: list, focus: str = "") -> str:
 
 
 def summarize_into(agent, messages: list, tail: list, *, kind: str = "compact", focus: str = "",
-                   prewritten: tuple = ()) -> list:
-    """Both summary layers: the hooks around the summary, what comes back after it, the
-    summary itself (unless one was written ahead: prewritten is its (text, who wrote it), and its
-    PreCompact hooks ran when it started), then the new history."""
-    focus = focus if prewritten else pre_compact_focus(agent, messages, focus)
+                   ahead=None) -> list:
+    """What is summarized (the messages before `tail`), the summary, what replaces it. A summary
+    asked for ahead (`ahead`) covers the messages before its suffix, which stays as the tail if
+    any came; its focus and limit were set, and its PreCompact hooks run, when it was asked for."""
+    tail = ahead.suffix if ahead and ahead.suffix else tail
+    focus = focus if ahead else pre_compact_focus(agent, messages, focus)
     tail_tokens = estimate_tokens(tail)
     restored, limit = plan_restore(agent, messages, tail_tokens,
                                    shown=paths_read(tail, agent.tools))
     little = nothing_to_summarize(messages, restored, tail_tokens, slack=PLACEHOLDER_TOKENS)
-    if kind == "compact" and not prewritten and little:  # a summary would not be smaller
+    if kind == "compact" and not ahead and little:  # a summary would not be smaller
         agent.say("[compact_history] nothing to compact: a summary would not make the context "
                   "smaller")
         return messages
-    summary, source = prewritten or make_summary(agent, messages, focus, limit)
+    if ahead:  # the summary of its snapshot, and what a snip cut after that snapshot
+        summary, source = make_summary(agent, ahead.snapshot, *ahead.about, ahead.asked)
+        summary = "\n\n".join([summary, *ahead.notes])
+    else:
+        summary, source = make_summary(agent, messages, focus, limit)
     # PostCompact hooks check the summary (the ledger does); what they find is kept with it
     answers = fire_hooks(agent, "PostCompact", summary=summary, source=source,
                          kept=json.dumps(tail))
@@ -519,8 +565,7 @@ def summarize_into(agent, messages: list, tail: list, *, kind: str = "compact", 
 
 # ---- the two summary layers ----------------------------------------------------------------------
 # They take the history and their inputs as the cheap layers do: `summarize` is summarize_into
-# bound to the agent, `over_threshold` the threshold check, and `ready` a summary written ahead
-# that is done, if any (summary_ahead.py's Ready: it, and the messages after it, its suffix).
+# bound to the agent (and to a summary asked for ahead, if one is there).
 
 def compact_tail(messages: list) -> list:
     """In the middle of a turn the last call and its results stay, so the model carries on."""
@@ -529,18 +574,8 @@ def compact_tail(messages: list) -> list:
     return []
 
 
-def compact_history(messages: list, *, summarize, over_threshold, ready=None,
-                    focus: str = "") -> list:
-    """Replace the history with a summary, what the work needs back, and the request.
-    A summary written ahead replaces only the part it covers (what came after stays, as
-    ready.suffix); if the result is still over the threshold, it is summarized in turn."""
-    if ready:
-        tail = ready.suffix or compact_tail(messages)
-        swapped = summarize(messages, tail, prewritten=ready.summary)
-        if swapped is not messages and over_threshold(swapped):
-            return summarize(swapped, compact_tail(swapped))
-        if swapped is not messages:
-            return swapped
+def compact_history(messages: list, *, summarize, focus: str = "") -> list:
+    """Replace the history with a summary, what the work needs back, and the request."""
     return summarize(messages, compact_tail(messages), focus=focus)
 
 
@@ -550,19 +585,35 @@ def reactive_tail(messages: list, tail_tokens: int) -> list:
     return [m for group in kept for m in group]
 
 
-def reactive_compact(messages: list, *, summarize, tail_tokens: int, ready=None) -> list:
+def reactive_compact(messages: list, *, summarize, tail_tokens: int) -> list:
     """After "prompt is too long": the same, keeping only the recent groups that fit in
     tail_tokens (a share of the threshold, smaller when the endpoint counted more than we
-    estimated), or what came after a summary written ahead."""
-    if ready and ready.suffix:
-        return summarize(messages, ready.suffix, kind="reactive", prewritten=ready.summary)
-    tail = reactive_tail(messages, tail_tokens)
-    return summarize(messages, tail, kind="reactive", prewritten=ready.summary if ready else ())
+    estimated)."""
+    return summarize(messages, reactive_tail(messages, tail_tokens), kind="reactive")
 
 
-# ---- the pipeline --------------------------------------------------------------------------------
-# Each layer runs through apply_layer; the summary layers get a summary written ahead when one
-# is done (compaction/summary_ahead.py).
+# ---- compact before you must: a summary written ahead --------------------------------------------
+# Past an early mark the summary's request is sent from a thread of its own while the loop goes
+# on (compaction/summary_ahead.py). At the threshold its reply is the summary of what it saw;
+# what came after is kept. The loop waits only for what is left of it.
+
+def summarize_ahead(agent, messages: list) -> None:
+    """Past the early mark, ask for the summary of the history as it stands, in the
+    background; what follows until the threshold stays verbatim, so it leaves that room."""
+    tokens = context_tokens(agent, messages)
+    covered = agent.ahead.due(messages, tokens, agent.settings)
+    if not covered or breaker_open(agent):
+        return
+    snapshot = messages[:covered]
+    focus = pre_compact_focus(agent, snapshot)
+    kept_tokens = estimate_tokens(messages[covered:]) + agent.settings.threshold - tokens
+    shown = paths_read(messages[covered:], agent.tools)
+    _, limit = plan_restore(agent, messages, kept_tokens, shown=shown)
+    instruction = summary_instructions(focus, limit)
+    request, sent_tokens = summary_request(agent, summary_sent(agent, snapshot, instruction)[0],
+                                           instruction)
+    agent.ahead.start(messages, covered, request, sent_tokens, about=(focus, limit))
+
 
 def kept_after(agent, ready) -> list:
     """What came after a summary written ahead, through the layers that cost no call (each
@@ -580,45 +631,30 @@ def kept_after(agent, ready) -> list:
 
 
 def run_compact_history(agent, messages: list, focus: str = "") -> list:
-    """compact_history through apply_layer, with a summary written ahead if one is done."""
-    ready = agent.state.ahead.take(ahead_loop(agent), messages, focus)
+    """compact_history through apply_layer, with a summary written ahead if there is one; when
+    what it left is still over the threshold, that is summarized in turn."""
+    ready = agent.ahead.take(messages, agent.settings, agent.overhead,
+                             agent.state.counter.estimate, focus)
     if ready:
         ready = replace(ready, suffix=kept_after(agent, ready))
-    return apply_layer(agent, compact_history, messages, summarize=partial(summarize_into, agent),
-                       over_threshold=partial(over_threshold, agent), ready=ready, focus=focus)
+    summarize = partial(summarize_into, agent, ahead=ready)
+    result = apply_layer(agent, compact_history, messages, summarize=summarize, focus=focus)
+    if ready and result is not messages and over_threshold(agent, result):
+        result = apply_layer(agent, compact_history, result, summarize=partial(summarize_into, agent))
+    return result
 
 
 def run_reactive_compact(agent, messages: list) -> list:
     """reactive_compact through apply_layer: the tail's size is a share of the threshold,
     smaller when the endpoint counts more tokens than we estimate."""
     tail_tokens = int(agent.settings.threshold * REACTIVE_TAIL_SHARE / agent.endpoint.undercount)
-    ready = agent.state.ahead.take(ahead_loop(agent), messages, max_suffix=tail_tokens)
-    return apply_layer(agent, reactive_compact, messages, summarize=partial(summarize_into, agent),
-                       tail_tokens=tail_tokens, ready=ready)
+    ready = agent.ahead.take(messages, agent.settings, agent.overhead,
+                             agent.state.counter.estimate, max_suffix=tail_tokens)
+    return apply_layer(agent, reactive_compact, messages, tail_tokens=tail_tokens,
+                       summarize=partial(summarize_into, agent, ahead=ready))
 
 
-def now() -> float:
-    """The clock the cache's lifetime is measured on (tests/benchmark.py replaces it)."""
-    return time.monotonic()
-
-
-def cache_is_cold(agent) -> bool:
-    """Whether the last reply came so long ago that the endpoint's prompt cache has expired."""
-    if agent.state.last_reply_at is None:
-        return False
-    return now() - agent.state.last_reply_at > CACHE_TTLS[agent.settings.cache_ttl]
-
-
-def summarize_ahead(agent, messages: list, covered: int, tokens: int) -> None:
-    """Start in the background (compaction/summary_ahead.py) the summary of the first `covered`
-    messages; what follows until the threshold stays verbatim, so it leaves that room. The
-    hooks run here, not there."""
-    focus = pre_compact_focus(agent, messages[:covered])
-    kept_tokens = estimate_tokens(messages[covered:]) + agent.settings.threshold - tokens
-    shown = paths_read(messages[covered:], agent.tools)
-    _, limit = plan_restore(agent, messages, kept_tokens, shown=shown)
-    agent.state.ahead.start(ahead_loop(agent), messages, covered, make_summary, focus, limit)
-
+# ---- putting it together: the pipeline -----------------------------------------------------------
 
 def compact_pipeline(agent, messages: list) -> list:
     """The four layers in order: cheap ones first, the summary only when still over threshold."""
@@ -626,14 +662,11 @@ def compact_pipeline(agent, messages: list) -> list:
     # Budget runs first: it saves big new results before anything else could shorten them.
     messages = apply_layer(agent, tool_result_budget, messages, max_chars=s.budget_chars,
                            preview_chars=s.preview_chars, store=store)
-    # snip and micro wait for a trigger: each rewrites the cached prompt after the point it
-    # changes. After an idle gap the cache has expired anyway, so a rewrite costs nothing extra.
+    # snip and micro wait for their trigger, which is lower once the cache is cold. Past the
+    # threshold, with a summary the steps outrun in flight, micro clears whatever it can.
     cold = cache_is_cold(agent)
-    trigger = s.micro_trigger * COLD_TRIGGER_SHARE if cold else s.micro_trigger
-    # Past the threshold, with a summary the steps outrun still being written, clearing every
-    # old result costs less than waiting for it.
-    outrun = not cold and agent.state.ahead.outrun(s) and over_threshold(agent, messages)
-    if context_tokens(agent, messages) > trigger:
+    outrun = not cold and agent.ahead.outrun(s) and over_threshold(agent, messages)
+    if context_tokens(agent, messages) > s.micro_trigger * (COLD_TRIGGER_SHARE if cold else 1):
         messages = apply_layer(agent, snip_compact, messages, keep_head=s.snip_keep_head,
                                keep_tail=s.snip_keep_tail, at_least=s.snip_at_least,
                                min_tokens=0 if cold else s.snip_min_tokens, store=store,
@@ -643,10 +676,7 @@ def compact_pipeline(agent, messages: list) -> list:
                                clear_at_least=0 if cold or outrun else s.clear_at_least)
     if over_threshold(agent, messages):
         messages = run_compact_history(agent, messages)
-    tokens = context_tokens(agent, messages)
-    covered = agent.state.ahead.due(ahead_loop(agent), messages, tokens)
-    if covered:  # past the early mark: the loop goes on while the summary is written
-        summarize_ahead(agent, messages, covered, tokens)
+    summarize_ahead(agent, messages)  # past the early mark: a summary starts in the background
     return messages
 
 
@@ -655,9 +685,10 @@ def compact_pipeline(agent, messages: list) -> list:
 def call_model(agent, messages: list) -> tuple:
     """One model call: (assistant message, stop_reason). The main agent's text is shown as
     it arrives. Raises ContextOverflow when the prompt did not fit."""
-    answer = model_reply(model_connection(agent), build_request(agent, messages),
+    answer = model_reply(agent.connection, build_request(agent, messages),
                          context_tokens(agent, messages), show_text=not agent.label)
-    reply, agent.state.last_reply_at = answer.message, now()
+    count_call(agent, answer)  # what it cost: added up, and logged
+    reply, agent.state.last_reply_at = answer.message, agent.clock()
     if answer.prompt_tokens:  # usage is exact: it anchors the size of history + reply
         output = answer.usage.get("output_tokens") or agent.state.counter.size(reply)
         agent.state.counter.anchor(answer.prompt_tokens + output, messages + [reply])

@@ -138,18 +138,25 @@ class Printed(list):
 @pytest.fixture
 def make_agent(s08, fake, workspace, sandbox):
     """Build an Agent wired to the fake server, as main() would, with printing captured."""
-    def build(window=200_000, confirm=None, server=None, **overrides):
+    def build(window=200_000, confirm=None, server=None, idle=None, retry=0.0, **overrides):
+        """idle: seconds a stream may be silent (the client's read timeout too); retry: the
+        pause before a retry. The agent makes its connection from them once, as main() does."""
         server = server or fake
         client = anthropic.Anthropic(api_key="test", base_url=server.url, max_retries=0)
+        if idle is not None:
+            client = client.with_options(timeout=anthropic.Timeout(idle, connect=2))
         skills = discover_skills([workspace / "skills", CODE.parent / "skills"])
         # no waiting; and no summary written in the background, whose requests would interleave with
         # the scripted ones at a time no test sets (test_summary_ahead.py turns it on and orders them)
-        settings = replace(Settings.for_window("claude-test", window), retry_base_seconds=0.0, summary_ahead=None)
+        settings = replace(Settings.for_window("claude-test", window), retry_base_seconds=retry,
+                           summary_ahead=None)
+        settings = settings if idle is None else replace(settings, idle_timeout=idle)
         chosen = overrides.get("sandbox", sandbox)
         overrides = {"tools": chosen.tools(s08.TOOLS), "sandbox": chosen, **overrides}
+        out = overrides.pop("out", None)
         agent = s08.Agent(client=client, settings=settings,
                           workdir=workspace, system=build_system_prompt(workspace, skills),
-                          skills=skills, out=Printed(),
+                          skills=skills, out=Printed() if out is None else out,
                           confirm=confirm or (lambda q: (False, "no one could confirm it (test)")),
                           **overrides)
         s08.install_default_hooks(agent)

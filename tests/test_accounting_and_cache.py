@@ -1,6 +1,7 @@
 """Token accounting anchored to usage, prompt caching, and cache-aware compaction."""
 
 import json
+from types import SimpleNamespace
 
 from conftest import assert_requests_valid, assert_valid, blocks, plain, user
 from conftest import chat as _chat
@@ -79,8 +80,7 @@ def test_near_the_threshold_count_tokens_decides(s08, make_agent):
 
 
 def test_count_tokens_missing_is_remembered(s08, make_agent, fake):
-    agent = make_agent(window=20_000)
-    agent.client = agent.client.with_options(base_url=fake.url + "/nothing-here")
+    agent = make_agent(window=20_000, server=SimpleNamespace(url=fake.url + "/nothing-here"))
     assert s08.exact_context_tokens(agent, [user("x")]) > 0
     assert agent.endpoint.can_count_tokens is False
 
@@ -182,9 +182,9 @@ def test_after_the_cache_has_expired_snip_and_micro_act_below_their_trigger(s08,
     size = s08.context_tokens(agent, history)
     s = agent.settings
     assert s.micro_trigger * s08.COLD_TRIGGER_SHARE < size < s.micro_trigger, "between the cold and warm triggers"
-    agent.state.last_reply_at = s08.now() - 60  # a minute ago: the cache is warm, clearing would cost
+    agent.state.last_reply_at = agent.clock() - 60  # a minute ago: the cache is warm, clearing would cost
     assert s08.compact_pipeline(agent, history) is history
-    agent.state.last_reply_at = s08.now() - CACHE_TTLS["5m"] - 60  # past the cache's life
+    agent.state.last_reply_at = agent.clock() - CACHE_TTLS["5m"] - 60  # past the cache's life
     cleared = s08.compact_pipeline(agent, history)
     placeholders = [b for m in cleared for b in blocks(m) if b.get(OWN) == "placeholder"]
     assert len(placeholders) == 8 - s.keep_recent, "everything clearable is cleared: the cache is cold anyway"

@@ -397,9 +397,7 @@ def test_an_error_event_that_will_not_pass_is_reported_once(s08, make_agent, fak
 
 
 def test_an_endpoint_that_never_answers_is_abandoned(s08, make_agent, fake):
-    agent = make_agent()
-    agent.settings = s08.replace(agent.settings, idle_timeout=0.5)
-    agent.client = agent.client.with_options(timeout=anthropic.Timeout(0.5, connect=2))
+    agent = make_agent(idle=0.5)
     fake.reply(hang(5), text("finally"))
     messages = []
     s08.take_turn(agent, messages, "hello")
@@ -410,9 +408,7 @@ def test_an_endpoint_that_never_answers_is_abandoned(s08, make_agent, fake):
 
 @pytest.mark.parametrize("style", ["event", "data", "comment"])
 def test_keep_alives_alone_do_not_hold_a_turn(s08, make_agent, fake, style):
-    agent = make_agent()
-    agent.settings = s08.replace(agent.settings, idle_timeout=0.6)
-    agent.client = agent.client.with_options(timeout=anthropic.Timeout(0.6, connect=2))
+    agent = make_agent(idle=0.6)
     fake.reply(pings_only(20, style), text("finally"))
     started = time.monotonic()
     messages = []
@@ -424,9 +420,7 @@ def test_keep_alives_alone_do_not_hold_a_turn(s08, make_agent, fake, style):
 
 
 def test_a_reply_that_drips_is_abandoned_and_said_for_what_it_is(s08, make_agent, fake):
-    agent = make_agent()
-    agent.settings = s08.replace(agent.settings, idle_timeout=0.6)
-    agent.client = agent.client.with_options(timeout=anthropic.Timeout(0.6, connect=2))
+    agent = make_agent(idle=0.6)
     fake.reply(drip(0.1), text("finally"))
     s08.take_turn(agent, [], "hello")
     said = agent.out.text

@@ -101,8 +101,7 @@ def test_a_character_cut_between_two_reads_arrives_whole(s08, make_agent):
 
 
 def test_a_slow_stream_that_keeps_sending_text_is_not_abandoned(s08, make_agent, fake):
-    agent = make_agent()
-    agent.settings = s08.replace(agent.settings, idle_timeout=1.0)
+    agent = make_agent(idle=1.0)
     words = "word " * 64  # eight pieces of 40 characters, 0.3 s apart: 2.4 s in all, never 1 s idle
     fake.reply(dict(text(words), chunk_delay=0.3))
     messages = []

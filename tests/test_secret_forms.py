@@ -18,7 +18,6 @@ from s08_context_compact.basics.redaction import REDACTED, Redactor
 from s08_context_compact.basics import workspace_files as workspace_files
 from s08_context_compact.compaction.summary import restored_files
 from s08_context_compact.basics import one_line
-from s08_context_compact.command_line import model_connection
 from s08_context_compact.compaction import Store
 from s08_context_compact.endpoint import model_reply
 
@@ -248,8 +247,8 @@ def test_the_last_nets_catch_every_form_in_what_is_sent_logged_and_saved(s08, ma
     said = " ".join(f"<{form}>" for secret in SHAPES.values() for form in forms_of(secret))
     history = [{"role": "user", "content": [{"type": "text", "text": said}]}]  # as an old, unredacted log had it
     agent = make_agent(secrets=REDACTOR)
-    model_reply(model_connection(agent), s08.build_request(agent, history), 1_000, show_text=False)
-    count_tokens(model_connection(agent), s08.build_request(agent, history), 1_000)
+    model_reply(agent.connection, s08.build_request(agent, history), 1_000, show_text=False)
+    count_tokens(agent.connection, s08.build_request(agent, history), 1_000)
     store = Store(workspace, REDACTOR)
     saved = [store.save_messages(history, "snip", {"summary": said}), store.save_output("toolu_1", said)]
     SessionLog(workspace / "session.jsonl", REDACTOR).message(history[0], prompt=said)

@@ -134,8 +134,7 @@ def test_agents_md_is_in_every_request_and_its_size_in_context(fake, workspace, 
 # ---------------------------------------------------------------- a flaky endpoint
 
 def test_retry_after_zero_still_backs_off(s08, make_agent, fake):
-    agent = make_agent()
-    agent.settings = replace(agent.settings, retry_base_seconds=0.03)
+    agent = make_agent(retry=0.03)
     flaky = error(500, "api_error", "Internal server error", retry=True, retry_after=0)
     fake.reply(flaky, flaky, flaky, text("Back."))
     assert s08.take_turn(agent, [], "hello") and "Back." in agent.out.text

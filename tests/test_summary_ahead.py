@@ -15,7 +15,7 @@ import pytest
 import cli_runner
 from conftest import Printed, Terminal, assert_valid, cli_env, context_report, run_cli, wait_until
 from s08_context_compact.offline.fake_anthropic import count_tokens, error, held, server_error, text, tool_use
-from s08_context_compact.command_line import ahead_loop, open_session, take_line
+from s08_context_compact.command_line import open_session, take_line
 
 WINDOW = 24_000              # threshold 15,600 tokens
 EARLY = (0.6, 0.6)           # the early mark held at 60% of the threshold, so the tests know when it comes
@@ -42,9 +42,20 @@ def notes_read(count: int) -> list:
     return messages
 
 
+def start_now(s08, agent, messages: list) -> None:
+    """A summary written ahead of the history as it stands, wherever the early mark is."""
+    settings = agent.settings
+    agent.settings = replace(settings, summary_ahead=(0.0, 0.0))
+    try:
+        s08.summarize_ahead(agent, messages)
+    finally:
+        agent.settings = settings
+    assert agent.ahead.job
+
+
 def ahead_agent(make_agent, out=None):
-    agent = make_agent(window=WINDOW)
-    agent.settings, agent.out = replace(agent.settings, summary_ahead=EARLY), agent.out if out is None else out
+    agent = make_agent(window=WINDOW, out=out)
+    agent.settings = replace(agent.settings, summary_ahead=EARLY)
     return agent
 
 
@@ -85,7 +96,7 @@ def test_the_loop_goes_on_while_the_summary_is_written_and_the_swap_keeps_what_c
     fake.summary(held(text(f"<summary>{SUMMARY}</summary>"), gate=gate))
 
     def step(body):
-        if agent.state.ahead.job:  # started: its request is on its way (the worker makes its client first)
+        if agent.ahead.job:  # started: its request is on its way (the worker makes its client first)
             wait_until(lambda: fake.summary_requests)
         seen.append((len(fake.summary_requests), gate.is_set()))
         if sum(1 for summaries, _ in seen if summaries) == 3:  # three steps served while it was written
@@ -160,7 +171,7 @@ def test_a_summary_in_flight_that_more_came_after_is_used_not_written_again(s08,
     paths = set(re.findall(r"out/f\d+\.txt", json.dumps(before[len(snapshot):])))
     assert paths and all(path in kept or path in saved for path in paths)
     assert count_tokens(swap) < agent.settings.threshold
-    assert agent.state.ahead.discarded == 0 and agent.state.ahead.used >= 1
+    assert agent.ahead.discarded == 0 and agent.ahead.used >= 1
 
 
 def start_one_in_flight(s08, fake, make_agent, out=None):
@@ -170,7 +181,7 @@ def start_one_in_flight(s08, fake, make_agent, out=None):
     fake.reply(*[write(k) for k in range(10)], text("Ten written."))
     messages = []
     assert s08.take_turn(agent, messages, "write ten files")
-    job = agent.state.ahead.job
+    job = agent.ahead.job
     assert job is not None and not job.done.is_set()
     wait_until(lambda: fake.summary_requests)
     return agent, messages, job
@@ -210,11 +221,11 @@ def test_a_second_ctrl_c_while_waiting_for_the_same_summary_calls_it_off(s08, fa
     fake.reply(*[write(k) for k in range(20)], text("All written."))
     messages = []
     assert take_line(agent, messages, "write the files", s08.LESSON)
-    job = agent.state.ahead.job
+    job = agent.ahead.job
     assert "it goes on in the background" in agent.out.text and job and job.thread.is_alive()
     assert take_line(agent, messages, "go on", s08.LESSON)  # at the threshold it is waited for again
     assert "Ctrl-C again calls it off" in agent.out.text
-    assert "called off: Ctrl-C again while waiting for it" in agent.out.text and agent.state.ahead.job is None
+    assert "called off: Ctrl-C again while waiting for it" in agent.out.text and agent.ahead.job is None
     called_off(fake, job)
     assert_valid(messages)
     assert SUMMARY not in json.dumps(messages)
@@ -259,8 +270,8 @@ def test_a_summarizer_that_always_fails_is_called_three_times_in_all(s08, fake, 
     messages = []
     for prompt in ["start", half, *["go on", half] * 4]:
         assert s08.take_turn(agent, messages, prompt)
-        if agent.state.ahead.job:  # started in this turn: let it fail before the next prompt
-            wait_until(lambda: agent.state.ahead.job.done.is_set())
+        if agent.ahead.job:  # started in this turn: let it fail before the next prompt
+            wait_until(lambda: agent.ahead.job.done.is_set())
     printed = agent.out.text
     assert "[summary ahead] writing a summary" in printed and "summary by fallback" in printed
     assert "[compact_history]" in printed  # summaries asked for at the threshold as well
@@ -276,11 +287,11 @@ def test_reactive_compaction_uses_the_summary_that_is_ready(s08, fake, make_agen
         """Small writes until a summary is asked for; its answer goes, and the next request is
         refused as too long, by about as much as the fake counts it (so the window is learned)."""
         n = len(fake.main_requests)
-        if "ready" not in state and agent.state.ahead.job:  # started: its request is on its way
+        if "ready" not in state and agent.ahead.job:  # started: its request is on its way
             wait_until(lambda: fake.summary_requests)
         if "ready" not in state and fake.summary_requests:
             gate.set()
-            wait_until(lambda: agent.state.ahead.job and agent.state.ahead.job.done.is_set())
+            wait_until(lambda: agent.ahead.job and agent.ahead.job.done.is_set())
             state["ready"] = n
         if state.get("ready", n) < n and "refused" not in state:
             state["refused"] = True
@@ -314,10 +325,10 @@ def test_the_cheap_layers_shortening_the_snapshot_do_not_spoil_the_swap(s08, fak
     agent = ahead_agent(make_agent)
     fake.summary(text(f"<summary>{SUMMARY}</summary>"))
     messages = notes_read(40)
-    covered = agent.state.ahead.due(ahead_loop(agent), messages, 10_000_000)
+    start_now(s08, agent, messages)
+    covered = agent.ahead.job.covered
     assert covered == len(messages)  # all of it: it ends with a complete call and its results
-    s08.summarize_ahead(agent, messages, covered, 10_000)
-    wait_until(lambda: agent.state.ahead.job.done.is_set())
+    wait_until(lambda: agent.ahead.job.done.is_set())
     messages += [{"role": "assistant", "content": [{"type": "tool_use", "id": "new", "name": "read_file",
                                                     "input": {"path": "new.md"}}]},
                  {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "new", "content": "new"}]}]
@@ -330,8 +341,8 @@ def test_the_cheap_layers_shortening_the_snapshot_do_not_spoil_the_swap(s08, fak
     assert result[1:] == shortened[-len(after):]  # what came after the snapshot, as the layers left it
     assert_valid(result)
     # a snip that reaches past the snapshot: the summary is set aside, not swapped in wrong
-    s08.summarize_ahead(agent, messages, covered, 10_000)
-    wait_until(lambda: agent.state.ahead.job.done.is_set())
+    start_now(s08, agent, messages[:covered])
+    wait_until(lambda: agent.ahead.job.done.is_set())
     fake.summary(text("<summary>written at the threshold</summary>"))
     cut = messages[:3] + messages[-2:]
     result = s08.run_compact_history(agent, cut)
@@ -386,7 +397,7 @@ def test_a_subagent_compacts_as_before_and_the_summary_in_flight_goes_on(s08, fa
     fake.reply(tool_use("task", {"prompt": "count the files", "description": "count"}), text("Six files."),
                text("The subagent counted six."))
     assert s08.take_turn(agent, messages, "ask a subagent to count the files")
-    assert agent.state.ahead.job is job and job.thread.is_alive()  # untouched by the subagent's loop
+    assert agent.ahead.job is job and job.thread.is_alive()  # untouched by the subagent's loop
     assert len(fake.summary_requests) == 1
     take_line(agent, messages, "/clear", s08.LESSON)
     called_off(fake, job)
@@ -424,9 +435,8 @@ def test_a_snip_that_took_the_first_reply_after_the_snapshot_keeps_its_note(s08,
 
     for k in range(10):
         messages += read_pair(f"old{k}", "y" * 2_000)
-    covered = agent.state.ahead.due(ahead_loop(agent), messages, 10_000_000)
-    s08.summarize_ahead(agent, messages, covered, 10_000)
-    wait_until(lambda: agent.state.ahead.job.done.is_set())
+    start_now(s08, agent, messages)
+    wait_until(lambda: agent.ahead.job.done.is_set())
     for k in range(30):
         messages += read_pair(f"new{k}", "ok")
     snipped = s08.snip_compact(messages, keep_head=3, keep_tail=47, at_least=20, tools=s08.TOOLS, store=agent.store)
@@ -444,8 +454,8 @@ def test_words_merged_into_the_snapshots_last_message_set_the_summary_aside(s08,
     agent = ahead_agent(make_agent)
     fake.summary(text(f"<summary>{SUMMARY}</summary>"), text("<summary>written at the threshold</summary>"))
     messages = notes_read(12)
-    s08.summarize_ahead(agent, messages, agent.state.ahead.due(ahead_loop(agent), messages, 10_000_000), 10_000)
-    wait_until(lambda: agent.state.ahead.job.done.is_set())
+    start_now(s08, agent, messages)
+    wait_until(lambda: agent.ahead.job.done.is_set())
     assert add_user_text(messages, "and then fix the typo in n3.md")  # joined the results the snapshot ended with
     result = s08.run_compact_history(agent, messages)
     assert "where its snapshot ended changed" in agent.out.text and "swapped in" not in agent.out.text
@@ -476,7 +486,7 @@ def test_the_early_mark_leaves_a_summary_the_steps_it_takes(s08, make_agent):
     ahead.durations.extend([80.0] * 4)  # slower than the steps fill the whole threshold: right after a compaction
     assert ahead.placed(threshold, shares) == (0, "right after a compaction: the steps add 24,000 tokens while a "
                                                   "summary is written, more than the threshold holds")
-    agent.state.ahead, agent.settings = ahead, replace(agent.settings, summary_ahead=shares)
+    agent.ahead, agent.settings = ahead, replace(agent.settings, summary_ahead=shares)
     assert "the next starts at 0 tokens: right after a compaction" in context_report(s08, agent, [])  # and says why
     ahead.durations.extend([0.1] * 4)
     assert ahead.mark(threshold, shares) == int(threshold * 0.95)  # and never after the latest
@@ -505,8 +515,8 @@ def test_a_summary_set_aside_is_in_the_sessions_picture_with_why(s08, fake, make
     fake.reply(text("Read."))
     assert s08.take_turn(agent, messages, "read the notes")
     messages += notes_read(12)[1:]
-    s08.summarize_ahead(agent, messages, agent.state.ahead.due(ahead_loop(agent), messages, 10_000_000), 10_000)
-    ahead = agent.state.ahead  # /clear starts the loop's state anew
+    start_now(s08, agent, messages)
+    ahead = agent.ahead  # /clear starts the loop's state anew
     wait_until(lambda: ahead.job.done.is_set())
     take_line(agent, messages, "/clear", s08.LESSON)
     assert ahead.discarded == 1 and "[summary ahead] set aside: /clear" in agent.out.text
@@ -522,8 +532,8 @@ def test_words_put_in_place_of_withdrawn_ones_are_not_taken_for_the_snapshots(s0
     fake.summary(text(f"<summary>{SUMMARY}</summary>"), text("<summary>written at the threshold</summary>"))
     messages = notes_read(12)
     add_user_text(messages, "P2: the words taken back")
-    s08.summarize_ahead(agent, messages, agent.state.ahead.due(ahead_loop(agent), messages, 10_000_000), 10_000)
-    wait_until(lambda: agent.state.ahead.job.done.is_set())
+    start_now(s08, agent, messages)
+    wait_until(lambda: agent.ahead.job.done.is_set())
     messages[-1] = {**messages[-1], "content": messages[-1]["content"][:-1]}  # withdrawn, as a failed turn does
     add_user_text(messages, "P3: rename frob to frob_v2")
     messages.append({"role": "assistant", "content": [{"type": "text", "text": "Renamed."}]})
@@ -543,8 +553,8 @@ def test_a_snip_past_the_snapshot_keeps_the_request_it_put_back(s08, fake, make_
 
     for k in range(3):
         messages += read_pair(f"old{k}", "y" * 2_000)
-    s08.summarize_ahead(agent, messages, agent.state.ahead.due(ahead_loop(agent), messages, 10_000_000), 10_000)
-    wait_until(lambda: agent.state.ahead.job.done.is_set())
+    start_now(s08, agent, messages)
+    wait_until(lambda: agent.ahead.job.done.is_set())
     messages += [{"role": "assistant", "content": [{"type": "text", "text": "Done reading."}]},
                  {"role": "user", "content": [{"type": "text", "text": "NEW REQUEST: port the parser to Rust."}]}]
     for k in range(12):

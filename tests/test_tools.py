@@ -197,7 +197,7 @@ def test_load_skill_returns_the_body(s08, agent, workspace):
     (workspace / "skills" / "deploy").mkdir(parents=True)
     (workspace / "skills" / "deploy" / "SKILL.md").write_text(
         "---\nname: deploy\ndescription: How we ship\n---\nRun make release.\n")
-    fresh = type(agent)(**{**agent.__dict__, "skills": discover_skills([workspace / "skills"])})
+    fresh = s08.replace(agent, skills=discover_skills([workspace / "skills"]))
     out, failed = call(s08, fresh, "load_skill", name="deploy")
     assert not failed and "Run make release." in out
     out, failed = call(s08, fresh, "load_skill", name="nope")

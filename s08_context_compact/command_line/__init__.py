@@ -10,4 +10,4 @@ from .work_lines import TOOL_MARK, report_layer, show_tool_call, show_tool_resul
 from .session_picture import report_line
 from .user_turns import (add_prompt, handle_command, Lesson, park_oversized_request, record_interruption,
                          show_status, take_line, turn_failed)
-from .agent_values import ahead_loop, model_connection, park_long_inputs
+from .agent_values import count_call, park_long_inputs

@@ -21,7 +21,7 @@ from ..messages import append_message, blocks_of, estimate_text_tokens, own_text
 from .work_lines import context_report, status_line
 from .session_picture import report_line
 from ..basics import printable
-from .agent_values import ahead_loop, park_long_inputs
+from .agent_values import count_call, park_long_inputs
 from .repl import HELP
 
 
@@ -150,7 +150,8 @@ def handle_command(agent, messages: list, line: str, lesson: Lesson) -> bool:
         compacted = lesson.compact(agent, messages, focus.strip())
         replace_history(agent.log, messages, compacted, "/compact")
     elif command == "/clear":
-        agent.state.ahead.drop(ahead_loop(agent), "/clear")
+        agent.ahead.drop("/clear")
+        count_call(agent)  # what it cost, logged
         replace_history(agent.log, messages, [], "/clear")
         # a new conversation: nothing read, no todos, no facts
         agent.state, agent.ledger = lesson.new_state(), Ledger()

@@ -204,7 +204,7 @@ def context_report(agent, messages: list, total: int, measure) -> str:
         how = f"window − {format_tokens(s.max_output)} output − {format_tokens(s.window - s.max_output - s.threshold)} " \
               "buffer" + (f"; COMPACT_AT={s.compact_at:g} would come later, so it is held here" if s.compact_at else "")
     lines.append(f"Auto-compact above {format_tokens(s.threshold)} tokens ({how})")
-    said = agent.state.ahead.describe(agent.settings)
+    said = agent.ahead.describe(agent.settings)
     lines.append(said[0].upper() + said[1:])
     lines.append(f"Cheap layers: tool results ≤ {s.budget_chars:,} chars a message; above "
                  f"{format_tokens(s.micro_trigger)} tokens, snip past {s.snip_keep_head + s.snip_keep_tail} messages "

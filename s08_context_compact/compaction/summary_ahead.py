@@ -1,32 +1,26 @@
-"""Summaries written ahead: the summary compact_history will need, started in the
-background at an early mark, so the loop rarely waits for one at the threshold.
+"""Summaries written ahead: the summary compact_history will need, asked for in the background
+at an early mark, so the loop rarely waits for one at the threshold.
 
-Machinery the chapter does not need: the loop calls these verbs on its SummaryAhead, on its
-own thread (code.py: due, start, take, outrun; command_line/: drop, and log_mark and describe
-for the log and /context), and never meets the thread, the lock or the cancellation. The
-first five but outrun take a loop: the few values
-it reads of the loop (command_line's AheadLoop holds them: settings, overhead, counter (the
-loop's token counter), screen and say, log, failures (summary failures in a row),
-writes_ahead (the main agent, with a client), and what it does for the worker: worker(say)
-makes what it writes with, connect(worker, on_request) gives it its own connection,
-billed(worker) tells what it was billed and failed, and keep(Settled) hands back to the loop
-what a job came to).
+Made once for an agent from values: the function that asks the model (`ask`, model_calls.py's
+send_request) and the agent's Connection. The loop uses a few verbs and never meets the
+thread, the lock or the cancellation:
 
-    ahead.due(loop, messages, tokens)     how many messages to summarize now, or None
-    ahead.start(loop, messages, covered, write, *args)
-                                          write(loop.worker(say), messages[:covered], *args),
-                                          in a thread
-    ahead.take(loop, messages, ...)       a Ready summary and the messages after it, or None
-    ahead.drop(loop, why)                 call it off (/clear, a focus, a second Ctrl-C)
-    ahead.outrun(settings)                whether the steps outrun the summary being written
+    ahead.due(messages, tokens, settings)    how many messages to summarize now, or None
+    ahead.start(messages, covered, request, sent_tokens, about)
+                                             ask(request) on a thread of its own, over a
+                                             connection of its own that can be cut
+    ahead.take(messages, settings, ...)      a Ready: the answer, the snapshot it answers,
+                                             and the messages after it; or None
+    ahead.drop(why)                          call it off (/clear, a focus, a second Ctrl-C)
+    ahead.outrun(settings)                   whether the steps outrun the summary in flight
 
-Leaving the program cancels every worker still running (call_off_all, at exit).
-
-The worker never touches the history or the agent the loop uses: it gets a snapshot (a list
-of the history's plain dicts, never changed by anyone) and a copy of the agent with its own
-HTTP connection, counter and usage (command_line makes it; nothing here reads it), and hands
-back a value. The loop decides, at the threshold, whether and how to use it, and counts what
-the worker's call failed, once.
+The worker sends one request, already built, and hands back what came of it (Asked: the
+reply, which carries what it cost, or the error). It never touches the history: its request
+was built from a snapshot, a list of the history's plain dicts that no one changes. Turning
+the reply into a summary, retrying, counting a failure and paying for the call are the
+loop's, on its own thread. What a summary set aside cost waits in
+`unpaid` for the loop to add it up. Leaving the program cancels every worker still running
+(call_off_all, at exit).
 """
 
 import atexit
@@ -37,16 +31,19 @@ import threading
 import time
 import weakref
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import Callable
 
+from ..basics import Screen, Spinner, say_on
+from ..endpoint import Answer, api_failures, Connection, ContextOverflow, own_connection
 from ..messages import OWN, blocks_of, is_request_block
-from ..basics import Spinner
 
 RECENT_PASSES = 16       # the steps the lead is measured on
-RECENT_SUMMARIES = 4     # the lead is their upper median: one slow summary does not move every mark after it
-SHARES = (0.5, 0.5, 0.75)  # the upper median of a summary's seconds and of a step's; a big step's tokens
+RECENT_SUMMARIES = 4     # the lead is their upper median: one slow summary moves no mark after it
+SHARES = (0.5, 0.5, 0.75)  # upper medians: a summary's seconds, a step's; a big step's tokens
 JOIN_SECONDS = 5.0       # a worker called off ends within this (its connection is cut at once)
 WAIT_POLL_SECONDS = 0.2  # how often a wait for a summary in flight looks up (Ctrl-C stays prompt)
+LABEL = "writing the summary ahead"
 
 
 class Cancelled(BaseException):
@@ -54,42 +51,51 @@ class Cancelled(BaseException):
 
 
 @dataclass(frozen=True)
-class Ready:
-    summary: tuple          # (summary text, who wrote it), as make_summary returns it
-    suffix: list            # the history after the snapshot, kept verbatim
-    room: int | None = None  # tokens the suffix may take for the next summary to be ready in time
+class Asked:
+    """What the worker's request came to: the reply (with what it cost), or why there is none."""
+    answer: Answer | None = None
+    error: BaseException | None = None
+
+    def reply(self) -> Answer:
+        """The reply, or what stopped it raised again, on the loop's thread."""
+        if self.error is not None:
+            raise self.error
+        return self.answer
 
 
 @dataclass(frozen=True)
-class Settled:
-    """What a job came to, handed back to the loop (AheadLoop.keep): what it was billed, whether it
-    said the breaker opened, and its summary call's outcome: one more failure in a row (True),
-    a summary from the model, which ends the run (False), or neither (None)."""
-    usage: dict
-    breaker_announced: bool
-    failed: bool | None
+class Ready:
+    """A summary asked for ahead, to be swapped in: what its request asked, what came of it,
+    and what stays after the part it covers."""
+    asked: Asked
+    snapshot: list          # the messages its request summarized
+    about: tuple            # what the loop said it was for when it started (its focus, its limit)
+    suffix: list            # the history after the snapshot, kept verbatim
+    notes: tuple = ()       # what a snip cut after the snapshot: its note, the request it put back
+    room: int | None = None  # tokens the suffix may take for the next summary to be ready in time
 
 
 @dataclass(eq=False)  # a job is itself, not its fields
 class Job:
-    """One summary in the background: its snapshot, its thread, and what it came back with."""
-    covered: int                       # messages in the snapshot
-    last: dict                         # the snapshot's last message: the suffix starts after it
+    """One summary in the background: its snapshot, its thread, and what came of it."""
+    snapshot: list                     # the messages summarized; the suffix starts after the last
     tokens: int                        # the context's size when it started
-    snipped: int                       # messages snipped before its snapshot (the newest snip note's count)
+    snipped: int                       # messages snipped before its snapshot (the newest note's count)
+    about: tuple
     started: float
-    worker: object = None              # what the worker writes with (loop.worker made it): opaque here
     thread: threading.Thread = None
     done: threading.Event = field(default_factory=threading.Event)
     cancelled: threading.Event = field(default_factory=threading.Event)
     sockets: list = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
-    heard: list = field(default_factory=list)   # what the worker would have said, said by the loop later
-    failures: int = 0                  # summary failures in a row when it started
-    ended_alone: bool = False          # it ended before it was called off: what it failed counts
+    heard: list = field(default_factory=list)   # what the worker said, said by the loop later
     interrupted: bool = False          # Ctrl-C stopped a wait for it once; it went on
-    result: tuple | None = None
+    asked: Asked | None = None         # None while it runs, and when it was called off
     seconds: float = 0.0
+
+    @property
+    def covered(self) -> int:
+        return len(self.snapshot)
 
     def on_request(self, request) -> None:
         """Every request the worker sends: a trace hook hands back the connection it opens."""
@@ -99,7 +105,8 @@ class Job:
 
     def trace(self, event: str, info: dict) -> None:
         # TLS wraps the connected socket in a new one: the TLS one is what a read blocks on
-        if event.endswith((".connect_tcp.complete", ".connect_unix_socket.complete", ".start_tls.complete")):
+        opened = (".connect_tcp.complete", ".connect_unix_socket.complete", ".start_tls.complete")
+        if event.endswith(opened):
             sock = info["return_value"].get_extra_info("socket")
             with self.lock:
                 self.sockets.append(sock)
@@ -138,15 +145,22 @@ def call_off_all() -> None:
 
 
 class SummaryAhead:
-    """At most one summary in the background, and what the session measured of them."""
+    """At most one summary in the background, and what the session measured of them. Off
+    (`ask` None) for a loop that compacts as before: a subagent, a session without a client."""
 
-    def __init__(self):
+    def __init__(self, ask: Callable | None = None, connection: Connection | None = None):
+        self.ask, self.connection = ask, connection
+        self.screen = connection.screen if connection else Screen()
         self.job = None
-        self.passes = deque(maxlen=RECENT_PASSES)   # (time, context tokens, within a turn) at each pass
+        self.passes = deque(maxlen=RECENT_PASSES)   # (time, context tokens, within a turn) a pass
         self.durations = deque(maxlen=RECENT_SUMMARIES)  # seconds the recent summaries took
         self.made = self.used = self.discarded = 0
         self.waits = []                             # seconds the loop waited, per summary used
         self.discarded_usage = {}                   # what the summaries set aside were billed
+        self.unpaid = []                            # (reply, label) of those, to be added up
+
+    def say(self, text: str, style: str = "") -> None:
+        say_on(self.screen, text, style)
 
     # ---- when to start ---------------------------------------------------------------------------
 
@@ -192,7 +206,7 @@ class SummaryAhead:
         """The early mark as the session log records it with each call: None when off."""
         return self.mark(settings.threshold, settings.summary_ahead) if settings.summary_ahead else None
 
-    def room_to_keep(self, s, overhead: int, summary: str) -> int | None:
+    def room_to_keep(self, s, overhead: int, summary_chars: int) -> int | None:
         """Tokens the part kept after a swap may take for the next summary to be ready in time:
         the threshold less its lead, the system prompt and tools, the summary (four characters a
         token) and what comes back after it (a fortieth of the window); None before one is timed.
@@ -202,181 +216,196 @@ class SummaryAhead:
         lead = s.threshold - int(s.threshold * shares[0]) if shares and shares[0] == shares[1] else self.lead()
         if lead is None:
             return None
-        return max(s.threshold - lead, 0) - overhead - len(summary) // 4 - s.window // 40
+        return max(s.threshold - lead, 0) - overhead - summary_chars // 4 - s.window // 40
 
-    def due(self, loop, messages: list, tokens: int) -> int | None:
+    def due(self, messages: list, tokens: int, settings) -> int | None:
         """After a pipeline pass (and its compaction, if any): how many messages to summarize
-        now, or None. The snapshot is the whole history as the next request will send it, which ends
-        with the user's words or a complete call and its results: a summary can cover nothing
-        newer. Its request and that next one share their prefix, so one writes the cache the
-        other reads."""
-        within_a_turn = any(b.get("type") == "tool_result" for b in blocks_of(messages[-1])) if messages else False
+        now, or None. The snapshot is the whole history as the next request will send it, which
+        ends with the user's words or a complete call and its results: a summary can cover
+        nothing newer. Its request and that next one share their prefix, so one writes the
+        cache the other reads."""
+        last = blocks_of(messages[-1]) if messages else []
+        within_a_turn = any(b.get("type") == "tool_result" for b in last)
         self.passes.append((time.monotonic(), tokens, within_a_turn))
-        shares = loop.settings.summary_ahead
-        if self.job or not shares or not loop.writes_ahead:
+        shares = settings.summary_ahead
+        if self.job or not shares or not self.ask:
             return None  # one at a time; off; a subagent compacts as before
-        if tokens < self.mark(loop.settings.threshold, shares):
+        if tokens < self.mark(settings.threshold, shares):
             return None
-        return len(messages) if len(messages) > 2 and messages[-1]["role"] == "user" else None
+        if len(messages) > 2 and messages[-1]["role"] == "user":
+            return len(messages)
+        return None
 
     def outrun(self, settings) -> bool:
-        """Whether the summary still being written is one the steps outrun: it takes longer than
-        they take to fill the room above the earliest share (the mark was placed below it for
-        that), or none has been timed yet. Never with a pinned mark: the tests and the demo pin
-        it so each run goes the same way."""
+        """Whether the summary still being written is one the steps outrun: it takes longer
+        than they take to fill the room above the earliest share (the mark was placed below it
+        for that), or none has been timed yet. Never with a pinned mark: the tests and the demo
+        pin it so each run goes the same way."""
         shares, threshold = settings.summary_ahead, settings.threshold
         if self.job is None or self.job.done.is_set() or not shares or shares[0] == shares[1]:
             return False
         return self.lead() is None or self.placed(threshold, shares)[0] < int(threshold * shares[0])
 
-    # ---- the worker --------------------------------------------------------------------------------
+    # ---- the worker --------------------------------------------------------------------------
 
-    def start(self, loop, messages: list, covered: int, write, *args) -> None:
-        """write(what loop.worker made, messages[:covered], *args) in a thread; it returns
-        (summary, who wrote it). The snapshot is a new list of the same dicts, which no one changes."""
+    def start(self, messages: list, covered: int, request: dict, sent_tokens: int,
+              about: tuple = ()) -> None:
+        """ask(request) in a thread, over a connection of its own; `request` summarizes
+        messages[:covered], the snapshot: a new list of the same dicts, which no one changes.
+        `about` comes back with the answer (Ready.about)."""
         snapshot = messages[:covered]
-        job = Job(covered=covered, last=messages[covered - 1],
-                  snipped=snip_count(snapshot), tokens=self.passes[-1][1] if self.passes else 0,
-                  started=time.monotonic(), failures=loop.failures)
-        job.worker, close = loop.worker(job.say), None
+        tokens = self.passes[-1][1] if self.passes else 0
+        job = Job(snapshot, tokens, snip_count(snapshot), about, time.monotonic())
+        screen = Screen(job.say, secrets=self.screen.secrets)  # nothing on screen: said later
 
         def work():
-            nonlocal close
+            close = None
             try:
-                close = loop.connect(job.worker, job.on_request)  # its own connection, to cut
-                job.result = write(job.worker, snapshot, *args)
+                connection, close = own_connection(replace(self.connection, screen=screen),
+                                                   job.on_request)
+                job.asked = Asked(self.ask(connection, request, sent_tokens, label=LABEL))
             except Cancelled:
                 pass
-            except Exception as err:  # a fault in the worker must not pass in silence: the loop says it
+            except (ContextOverflow, *api_failures()) as err:  # the loop decides what it means
+                job.asked = Asked(error=err)
+            except Exception as err:  # a fault in the worker must not pass in silence
                 job.heard.append(f"[summary ahead] failed: {type(err).__name__}: {err}")
             finally:
                 job.seconds = time.monotonic() - job.started
-                job.ended_alone = not job.cancelled.is_set()  # else a failure may be the cut's
                 if close:
                     close()
                 job.done.set()
 
         job.thread = threading.Thread(target=work, name="summary-ahead", daemon=True)
         RUNNING.add(job)
-        job.thread.start()  # before anything that Ctrl-C could interrupt: a job set is a job running
+        job.thread.start()  # before anything Ctrl-C could interrupt: a job set is a job running
         self.job, self.made = job, self.made + 1
-        loop.say(f"[summary ahead] writing a summary of {len(snapshot)} messages in the background "
-                 f"({job.tokens:,} tokens in context); the work goes on", "layer")
+        self.say(f"[summary ahead] writing a summary of {len(snapshot)} messages in the "
+                 f"background ({job.tokens:,} tokens in context); the work goes on", "layer")
 
-    # ---- at the threshold ------------------------------------------------------------------------
+    # ---- at the threshold --------------------------------------------------------------------
 
-    def take(self, loop, messages: list, focus: str = "", max_suffix: int | None = None) -> Ready | None:
-        """The summary written ahead, to replace the history up to its snapshot; the messages
-        after that are handed back to be kept. Waits for one still in flight (it started earlier
-        than a new one would, and what it leaves is shortened without a call). None when there
-        is none, or it cannot be used (said, and set aside): the history changed where its
-        snapshot ended, or, given max_suffix (reactive_compact's tail), more came after it."""
+    def take(self, messages: list, settings, overhead: int, measure, focus: str = "",
+             max_suffix: int | None = None) -> Ready | None:
+        """The summary asked for ahead, to replace the history up to its snapshot; the
+        messages after that are handed back to be kept. Waits for one still in flight (it
+        started earlier than a new one would, and what it leaves is shortened without a call).
+        None when there is none, or it cannot be used (said, and set aside): the history
+        changed where its snapshot ended, or, given max_suffix (reactive_compact's tail),
+        more came after it than measure(suffix) allows."""
         job = self.job
         if job is None:
             return None
         if focus:
-            self.drop(loop, "a summary with a focus was asked for")
+            self.drop("a summary with a focus was asked for")
             return None
-        # The snapshot's last message: the very message, as layers copy only what they change;
-        # or, copied, where it was less what snips removed (layers never add or move a message; a
-        # snip removes some, and its note counts them), and holding no block it did not hold.
-        removed = snip_count(messages) - job.snipped
-        end = next((i for i, m in enumerate(messages) if m is job.last), None)  # no layer copied it
-        if end is None and 0 < job.covered - removed <= len(messages) and same_message(
-                messages[job.covered - removed - 1], job.last):
-            end = job.covered - removed - 1  # copied (a result cleared), where it should be
-        start = None if end is None else end + 1
-        snip_note = put_back = None
-        if start is None and removed > 0:  # a snip took that message: what it kept after its note is all newer
-            start, snip_note, put_back = newer_snip(messages, job.snipped)
+        start, snip_note, put_back = self.suffix_start(job, messages)
         if start is None or messages[start:start + 1] and messages[start]["role"] != "assistant":
-            self.drop(loop, "the history where its snapshot ended changed")
+            self.drop("the history where its snapshot ended changed")
             return None
         suffix = messages[start:]
-        if max_suffix is not None and loop.counter.estimate(suffix) > max_suffix:
-            self.drop(loop, "more came after its snapshot than the tail that may stay")
+        if max_suffix is not None and measure(suffix) > max_suffix:
+            self.drop("more came after its snapshot than the tail that may stay")
             return None
-        waited = self.wait(loop, job)
+        waited = self.wait(job)
+        if job.asked is None:  # a fault, said: the summary is made at the threshold
+            self.drop("it failed; the summary is written now")
+            return None
         self.job = None
-        if job.result is None:  # it failed outright: the summary is made here, as without one ahead
-            self.set_aside(loop, job, "set aside", "it failed; the summary is written now")
-            return None
-        self.settle(loop, job)
+        self.settle(job)
         self.used += 1
         self.waits.append(waited)
-        kept = f"the {len(suffix)} after them are kept verbatim" if suffix else "nothing came after them"
-        loop.say(f"[summary ahead] swapped in: it covers the first {start} messages (written in "
+        kept = (f"the {len(suffix)} after them are kept verbatim" if suffix
+                else "nothing came after them")
+        self.say(f"[summary ahead] swapped in: it covers the first {start} messages (written in "
                  f"{job.seconds:.1f}s); {kept}; the work waited {waited:.1f}s", "layer")
-        summary, source = job.result
-        if snip_note:  # the messages after the snapshot that the snip cut: where they went, and what they did
+        notes = ()
+        if snip_note:  # what the snip cut after the snapshot: where it went, what it did
             # and the request it put back, unless that is still the request being worked on,
             # which comes back last anyway
-            newer = any(is_request_block(b) for m in suffix if m["role"] == "user" for b in blocks_of(m))
+            newer = any(is_request_block(b) for m in suffix if m["role"] == "user"
+                        for b in blocks_of(m))
             carried = put_back if newer or messages[-1]["role"] == "assistant" else []
-            summary = "\n\n".join([summary, snip_note, *carried])
-        return Ready((summary, source), suffix, self.room_to_keep(loop.settings, loop.overhead, summary))
+            notes = (snip_note, *carried)
+        said = job.asked.answer.message["content"] if job.asked.answer else []
+        chars = sum(len(b.get("text", "")) for b in said) + sum(map(len, notes))
+        room = self.room_to_keep(settings, overhead, chars)
+        return Ready(job.asked, job.snapshot, job.about, suffix, notes, room)
 
-    def wait(self, loop, job: Job) -> float:
+    def suffix_start(self, job: Job, messages: list) -> tuple:
+        """(where the messages after the snapshot begin, or None; the note of a snip that cut
+        past the snapshot, and the request it put back, if one did)."""
+        # The snapshot's last message: the very message, as layers copy only what they change;
+        # or, copied, where it was less what snips removed (layers never add or move a message;
+        # a snip removes some, and its note counts them), holding no block it did not hold.
+        last, removed = job.snapshot[-1], snip_count(messages) - job.snipped
+        end = next((i for i, m in enumerate(messages) if m is last), None)  # no layer copied it
+        where = job.covered - removed - 1
+        if end is None and 0 <= where < len(messages) and same_message(messages[where], last):
+            end = where  # copied (a result cleared), where it should be
+        if end is not None:
+            return end + 1, None, None
+        if removed > 0:  # a snip took that message: what it kept after its note is all newer
+            return newer_snip(messages, job.snipped)
+        return None, None, None
+
+    def wait(self, job: Job) -> float:
         """Seconds spent waiting for the job to finish. Ctrl-C stops the wait and leaves the job
-        writing, to be swapped in at the threshold once ready; Ctrl-C in a later wait for the same
-        job calls it off (as /clear does). Either way the turn ends as interrupted."""
+        writing, to be swapped in at the threshold once ready; Ctrl-C in a later wait for the
+        same job calls it off (as /clear does). Either way the turn ends as interrupted."""
         if job.done.is_set():
             return 0.0
         began = time.monotonic()
         try:
             stop = "Ctrl-C again calls it off" if job.interrupted else "Ctrl-C stops waiting"
-            loop.say(f"[summary ahead] waiting for the summary being written in the background ({stop})",
-                     "dim")
-            with Spinner(loop.screen.spinner_to, "finishing the summary started in the background"):
+            self.say(f"[summary ahead] waiting for the summary being written in the background "
+                     f"({stop})", "dim")
+            with Spinner(self.screen.spinner_to, "finishing the summary started in the background"):
                 while not job.done.wait(WAIT_POLL_SECONDS) and job.thread.is_alive():
                     pass
         except KeyboardInterrupt:
             if job.interrupted:  # the second time: the person does not want to wait for this one
-                self.drop(loop, "Ctrl-C again while waiting for it")
+                self.drop("Ctrl-C again while waiting for it")
             else:
                 job.interrupted = True
-                loop.say("[summary ahead] it goes on in the background, to be swapped in when "
+                self.say("[summary ahead] it goes on in the background, to be swapped in when "
                          "ready (Ctrl-C while waiting for it again calls it off)", "dim")
             raise
         return time.monotonic() - began
 
-    def settle(self, loop, job: Job, aside: str = "") -> dict:
-        """On the loop's thread, once a job is over: what it said, paid (and why that was set
-        aside) and failed; what it paid and failed goes back to the loop (loop.keep). Returns
-        what it paid, read once: a worker past its join may still add to its own count."""
+    def settle(self, job: Job) -> None:
+        """On the loop's thread, once a job is over: what it said, and how long it took."""
         RUNNING.discard(job)
         for line in job.heard:
-            loop.say(line, "dim")
-        usage, announced, failures = loop.billed(job.worker)
-        # the breaker: said above; a call cut short by calling it off is no failure of the endpoint
-        loop.keep(Settled(usage, announced,
-                          outcome(failures, job.failures, job.result) if job.ended_alone else None))
-        if loop.log and any(usage.values()):  # paid, used or not: the session's picture shows it
-            label = f"writing the summary ahead ({aside})" if aside else "writing the summary ahead"
-            loop.log.call(job.tokens, False, usage, label, loop.settings, self.log_mark(loop.settings))
-        if job.result is not None and job.done.is_set() and not job.cancelled.is_set():
+            self.say(line, "dim")
+        if job.asked and job.asked.answer and not job.cancelled.is_set():
             self.durations.append(job.seconds)
-        return usage
 
-    def drop(self, loop, why: str) -> None:
-        """Call off the summary in flight, or set aside the one ready: it never reaches the history."""
+    def drop(self, why: str) -> None:
+        """Call off the summary in flight, or set aside the one ready: it never reaches the
+        history. What it cost waits in `unpaid`, with why, for the loop to add up."""
         job, self.job = self.job, None
         if job is None:
             return
         finished = job.done.is_set()
         job.cancel()
-        job.heard = [line for line in job.heard if not line.startswith("[api]")]  # its retries no longer matter
-        self.set_aside(loop, job, "set aside" if finished else "called off", why)
-
-    def set_aside(self, loop, job: Job, what: str, why: str) -> None:
-        """Settle a job that never reaches the history: counted, and what it was billed logged with the reason."""
-        usage = self.settle(loop, job, f"{what}: {why}")
+        job.heard = [line for line in job.heard if not line.startswith("[api]")]  # moot now
+        self.settle(job)
+        what = "set aside" if finished else "called off"
+        answer = job.asked.answer if job.asked else None
+        if answer is not None:
+            self.unpaid.append((answer, f"{LABEL} ({what}: {why})"))
+            for kind, value in answer.usage.items():
+                self.discarded_usage[kind] = self.discarded_usage.get(kind, 0) + value
         self.discarded += 1
-        for kind, value in usage.items():
-            self.discarded_usage[kind] = self.discarded_usage.get(kind, 0) + value
-        loop.say(f"[summary ahead] {what}: {why}", "dim")
+        self.say(f"[summary ahead] {what}: {why}", "dim")
 
-    # ---- what /context shows ------------------------------------------------------------------
+    def bills(self) -> list:
+        """What summaries set aside cost, each (reply, label), handed over once."""
+        unpaid, self.unpaid = self.unpaid, []
+        return unpaid
+
+    # ---- what /context shows -----------------------------------------------------------------
 
     def describe(self, settings) -> str:
         shares = settings.summary_ahead
@@ -387,23 +416,14 @@ class SummaryAhead:
             mark, why = self.placed(settings.threshold, shares)
             state = f"none in flight; the next starts at {mark:,} tokens: {why}"
         elif job.done.is_set():
-            state = f"one ready (of the first {job.covered} messages), to be swapped in at the threshold"
+            state = (f"one ready (of the first {job.covered} messages), to be swapped in at the "
+                     "threshold")
         else:
             state = (f"one being written, of the first {job.covered} messages, for "
                      f"{time.monotonic() - job.started:.0f}s")
         waited = f"; waited {sum(self.waits):.1f}s in all" if self.used else ""
-        return f"summary ahead: {state} ({self.made} made, {self.used} used, {self.discarded} called off or set aside{waited})"
-
-
-def outcome(worker_failures: int, failures: int, result) -> bool | None:
-    """What the worker's summary call came to, to be counted once, on the loop's thread: one more
-    failure in a row (True; after any the loop counted meanwhile), or, from the model, an end to
-    the run (False); None when neither."""
-    if worker_failures > failures:
-        return True
-    if worker_failures == 0 and result is not None:
-        return False
-    return None
+        return (f"summary ahead: {state} ({self.made} made, {self.used} used, {self.discarded} "
+                f"called off or set aside{waited})")
 
 
 def snip_count(messages: list) -> int:

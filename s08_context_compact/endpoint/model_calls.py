@@ -6,6 +6,7 @@ Machinery the chapter does not need: code.py calls model_reply(...) with a Conne
 few values a call needs) and gets an Answer, or a ContextOverflow when the prompt did not fit.
 """
 
+import copy
 import importlib.util
 import os
 import random
@@ -13,13 +14,14 @@ import re
 import sys
 import time
 from dataclasses import dataclass, replace
+from functools import cache
 
 from ..messages import fresh_id, input_problem
 from .overflow import (EMPTY_REPLY_OVERFLOW, MIN_CONTEXT_WINDOW, ContextOverflow, context_overflow, learned_window,
                        is_token_count)
 from .replies import USAGE_KEYS, BadReply, EmptyReply, ErrorEvent, reply_from_body, reply_from_events
 from .request_forms import PLAIN_TEXT_NOTE, PLAIN_TEXT_PROOF, plain_text_request, redacted_request
-from ..basics import Screen, Spinner, StreamedText, one_line, say_on, well_formed_deep
+from ..basics import Redactor, Screen, Spinner, StreamedText, one_line, say_on, well_formed_deep
 
 
 def lazy_import(name: str):
@@ -262,19 +264,16 @@ def stream_reply(client, idle: float, request: dict, on_text=None) -> tuple:
 
 @dataclass(frozen=True)
 class Connection:
-    """What a call to the model needs: the client; what the session knows of the endpoint
-    (shared with subagents, and learned into as calls go); the settings (the retry pause,
-    the idle timeout, the limits the log records); the screen (a retry said, the spinner, the
-    text as it streams); the secrets, never sent; the session log, if any, with the early
-    mark it records; and count(figures), which keeps the usage of each call."""
-    client: object
+    """What a call to the model needs, made once for an agent: the client; what the session
+    knows of the endpoint (shared with subagents, and learned into as calls go); how long to
+    pause before a retry and to wait for a silent stream; the screen (a retry said, the
+    spinner, the text as it streams); the secrets, which no request carries."""
+    client: "anthropic.Anthropic"
     endpoint: "Endpoint"
-    settings: object
+    retry_base_seconds: float
+    idle: float
     screen: Screen
-    secrets: object               # a Redactor: what no request may carry, given, never a default
-    count: object                 # count(usage figures): the caller keeps the last call's and the totals
-    log: object = None
-    mark: int | None = None       # where a summary written ahead starts, for the log's call records
+    secrets: Redactor
 
     def say(self, text: str, style: str = "") -> None:
         say_on(self.screen, text, style)
@@ -282,11 +281,42 @@ class Connection:
 
 @dataclass(frozen=True)
 class Answer:
+    """A reply, and what it cost: the caller adds the usage up and logs it."""
     message: dict               # the assistant message, strings_only dicts
     stop_reason: str
     usage: dict
-    prompt_tokens: int | None   # the prompt's size by usage, None when usage could not be trusted
-    note: str = ""              # what was learned of the endpoint on the way, said once the reply is shown
+    prompt_tokens: int | None   # the prompt's size by usage; None when usage is not trusted
+    sent_tokens: int = 0        # the prompt's size as estimated before it was sent
+    note: str = ""              # what was learned of the endpoint, said once the reply is shown
+
+    @property
+    def figures(self) -> dict:
+        """The usage as the session keeps it: every key of USAGE_KEYS, 0 where not given."""
+        return usage_figures(self.usage)
+
+    @property
+    def context_tokens(self) -> int:
+        return self.prompt_tokens or self.sent_tokens
+
+
+def own_connection(connection: Connection, on_request) -> tuple:
+    """(a copy of the connection with an HTTP client of its own, what closes it), for a
+    request on another thread that may have to be cut: every request it sends goes through
+    on_request. The endpoint's facts are a copy too: what that request learns stays there.
+    The certificates are loaded once (it takes tens of milliseconds)."""
+    http = httpx2.Client(verify=tls_context(), event_hooks={"request": [on_request]})
+    try:
+        client = connection.client.with_options(http_client=http)
+    except BaseException:
+        http.close()  # it will not run: nothing may keep its connections open
+        raise
+    own = replace(connection, client=client, endpoint=copy.copy(connection.endpoint))
+    return own, http.close
+
+
+@cache
+def tls_context():
+    return httpx2.create_ssl_context()  # as a client makes its own: the system's or SSL_CERT_FILE's
 
 
 def send_request(connection: Connection, request: dict, sent_tokens: int, on_text=None,
@@ -316,7 +346,7 @@ def send_request(connection: Connection, request: dict, sent_tokens: int, on_tex
     if endpoint.plain_text:
         request = plain_text_request(request)
     try:
-        content, stop_reason, usage = with_retries(attempt, connection.settings.retry_base_seconds, connection.say)
+        content, stop_reason, usage = with_retries(attempt, connection.retry_base_seconds, connection.say)
     except EmptyReply:  # empty every time: a prompt over the window, if it was large for what is known of it
         if endpoint.overflowed_silently(sent_tokens):
             raise ContextOverflow(EMPTY_REPLY_OVERFLOW, sent_tokens, max_tokens) from None
@@ -330,16 +360,13 @@ def send_request(connection: Connection, request: dict, sent_tokens: int, on_tex
     if overflow:
         raise ContextOverflow(overflow, sent_tokens, max_tokens)
     prompt_tokens, usage = usage_prompt_tokens(endpoint, usage, sent_tokens)
-    connection.count(usage_figures(usage))
-    if connection.log:
-        connection.log.call(prompt_tokens or sent_tokens, bool(prompt_tokens), usage, label, connection.settings,
-                            connection.mark)
     endpoint.accepted(prompt_tokens or sent_tokens, max_tokens, measured=bool(prompt_tokens), usage=usage)
     # A secret the model repeats in its text goes no further. Its tool inputs run as written (a
     # .env value may be an ordinary word it means); they are redacted wherever they are sent,
     # logged, saved or shown.
     content = [secrets.redact_deep(b) if b.get("type") == "text" else b for b in content]
-    return Answer({"role": "assistant", "content": content}, stop_reason, usage, prompt_tokens, " ".join(notes))
+    return Answer({"role": "assistant", "content": content}, stop_reason, usage, prompt_tokens,
+                  sent_tokens, " ".join(notes))
 
 
 def reply_in_a_form_it_takes(connection: Connection, request: dict, on_text, notes: list) -> tuple:
@@ -347,7 +374,7 @@ def reply_in_a_form_it_takes(connection: Connection, request: dict, on_text, not
     the server's chat template takes only strings. Plain text is kept for the session once
     it answered where the blocks got nothing on two requests: one passing failure is not
     enough to give up the prompt cache."""
-    endpoint, client, idle = connection.endpoint, connection.client, connection.settings.idle_timeout
+    endpoint, client, idle = connection.endpoint, connection.client, connection.idle
     try:
         return stream_reply(client, idle, request, on_text)
     except EmptyReply:
