@@ -44,7 +44,7 @@ import anthropic
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the program, as a package
 from s08_context_compact.offline.fake_anthropic import FakeAnthropic, held, text, tool_uses  # noqa: E402
-from s08_context_compact.command_line import ahead_loop, build_system_prompt, open_session  # noqa: E402
+from s08_context_compact.command_line import build_system_prompt, open_session  # noqa: E402
 from s08_context_compact.compaction import Settings  # noqa: E402
 from s08_context_compact.endpoint import model_reply  # noqa: E402
 from s08_context_compact.messages import append_message, blocks_of, estimate_tokens, replace_history, result_text  # noqa: E402
@@ -245,14 +245,15 @@ def play(code, session: Session, settings, workdir: Path, cheap_layers: bool = T
     """Play a session with one configuration; return its figures."""
     clock = Stopwatch(code)
     time_now, rng = SimulatedClock(), random.Random(seed)
-    swaps = {**clock.swaps(), "now": time_now.peek}
+    swaps = clock.swaps()
     if not cheap_layers:
         swaps.update({name: unchanged(name) for name in ("tool_result_budget", "snip_compact", "micro_compact")})
     with FakeAnthropic(context_window=settings.window, clock=time_now) as fake, swapped(code, **swaps):
         fake.default_summary = obedient_summary
         client = anthropic.Anthropic(api_key="benchmark", base_url=fake.url, max_retries=0)
         agent = code.Agent(client=client, settings=settings, workdir=workdir, tools=session.tools(code.TOOLS),
-                           system=build_system_prompt(workdir, {}), out=lambda *a, **k: None)
+                           system=build_system_prompt(workdir, {}), out=lambda *a, **k: None,
+                           clock=time_now.peek)  # the cache's life on the simulated clock
         code.install_default_hooks(agent)  # the ledger records the session as it would for a user
         messages = open_session(agent, None)  # the session log, as for a user
         for prompt, replies in session.turns:
@@ -458,7 +459,7 @@ def ahead_play(code, workdir: Path, window: int, ahead: bool, spread: float = 0.
             fake.replies.clear()
             fake.reply(*[step] * 24, text(f"Turn {turn} done."))
             code.take_turn(agent, messages, f"Turn {turn}: read the modules and take notes")
-        seconds, ahead = time.perf_counter() - started, agent.state.ahead
+        seconds, ahead = time.perf_counter() - started, agent.ahead
         figures = {"seconds": seconds, "summaries": len(fake.summary_requests),
                    "summary seconds": sum(summary_seconds), "waited": waited[0],
                    "compactions": len(waits), "no wait": sum(1 for w in waits if w < 0.01),  # "waited 0.0s"
@@ -466,7 +467,7 @@ def ahead_play(code, workdir: Path, window: int, ahead: bool, spread: float = 0.
                    "set aside billed": billed(ahead.discarded_usage), "model calls": len(fake.main_requests),
                    "tokens after a compaction": statistics.mean(after) if after else 0}
         # one in flight at the end is the session's end, not a waste
-        ahead.drop(ahead_loop(agent), "the session ended")
+        ahead.drop("the session ended")
         return {**figures, "billed input": sum(billed(u) for u in fake.usage_log)}
 
 
