@@ -41,7 +41,7 @@ if not __package__:
     spec.loader.exec_module(sys.modules.setdefault(spec.name, util.module_from_spec(spec)))
 
 from s08_context_compact.basics import (
-    OWN_SKILLS, TOOL_RESULTS_DIR, definitions, discover_skills, edit_file, glob_files,
+    TOOL_RESULTS_DIR, definitions, edit_file, glob_files,
     inside_workspace, one_line, path_risk, read_lines, redact, Redactor, say_on, Screen, Tool,
     ToolCall, ToolError, write_file)
 from s08_context_compact.messages import (
@@ -62,10 +62,9 @@ from s08_context_compact.compaction import (
 from s08_context_compact.safety import (
     command_risks, ForUndo, run_command, run_tool_calls, Sandbox, Toolbox, Undo, undo_hooks)
 from s08_context_compact.command_line import (
-    add_prompt, build_system_prompt, configure, count_call, Lesson, open_session,
-    park_long_inputs, park_oversized_request, report_layer, run, say_what_start_up_found,
-    show_status, show_tool_call, show_tool_result, start_repl, take_line, terminal_confirm,
-    turn_failed)
+    add_prompt, build_agent, configure, count_call, Lesson, park_long_inputs,
+    park_oversized_request, report_layer, run, show_status, show_tool_call, show_tool_result,
+    start_session, turn_failed)
 
 
 # ==== PART 1: THE CHAPTER ========================================================================
@@ -592,28 +591,9 @@ def reactive_compact(messages: list, *, summarize, tail_tokens: int) -> list:
     return summarize(messages, reactive_tail(messages, tail_tokens), kind="reactive")
 
 
-# ---- compact before you must: a summary written ahead --------------------------------------------
-# Past an early mark the summary's request is sent from a thread of its own while the loop goes
-# on (compaction/summary_ahead.py). At the threshold its reply is the summary of what it saw;
-# what came after is kept. The loop waits only for what is left of it.
-
-def summarize_ahead(agent, messages: list) -> None:
-    """Past the early mark, ask for the summary of the history as it stands, in the
-    background; what follows until the threshold stays verbatim, so it leaves that room."""
-    tokens = context_tokens(agent, messages)
-    covered = agent.ahead.due(messages, tokens, agent.settings)
-    if not covered or breaker_open(agent):
-        return
-    snapshot = messages[:covered]
-    focus = pre_compact_focus(agent, snapshot)
-    kept_tokens = estimate_tokens(messages[covered:]) + agent.settings.threshold - tokens
-    shown = paths_read(messages[covered:], agent.tools)
-    _, limit = plan_restore(agent, messages, kept_tokens, shown=shown)
-    instruction = summary_instructions(focus, limit)
-    request, sent_tokens = summary_request(agent, summary_sent(agent, snapshot, instruction)[0],
-                                           instruction)
-    agent.ahead.start(messages, covered, request, sent_tokens, about=(focus, limit))
-
+# ---- the summary layers as the pipeline runs them ------------------------------------------------
+# Through apply_layer, with the summary written ahead if one is there (agent.ahead.take waits for
+# one in flight; "Compact before you must" below starts them).
 
 def kept_after(agent, ready) -> list:
     """What came after a summary written ahead, through the layers that cost no call (each
@@ -676,8 +656,30 @@ def compact_pipeline(agent, messages: list) -> list:
                                clear_at_least=0 if cold or outrun else s.clear_at_least)
     if over_threshold(agent, messages):
         messages = run_compact_history(agent, messages)
-    summarize_ahead(agent, messages)  # past the early mark: a summary starts in the background
     return messages
+
+
+# ---- compact before you must: a summary written ahead --------------------------------------------
+# Past an early mark the summary's request is sent from a thread of its own while the loop goes
+# on (compaction/summary_ahead.py). At the threshold its reply is the summary of what it saw;
+# what came after is kept. The loop waits only for what is left of it.
+
+def summarize_ahead(agent, messages: list) -> None:
+    """Past the early mark, ask for the summary of the history as it stands, in the
+    background; what follows until the threshold stays verbatim, so it leaves that room."""
+    tokens = context_tokens(agent, messages)
+    covered = agent.ahead.due(messages, tokens, agent.settings)
+    if not covered or breaker_open(agent):
+        return
+    snapshot = messages[:covered]
+    focus = pre_compact_focus(agent, snapshot)
+    kept_tokens = estimate_tokens(messages[covered:]) + agent.settings.threshold - tokens
+    shown = paths_read(messages[covered:], agent.tools)
+    _, limit = plan_restore(agent, messages, kept_tokens, shown=shown)
+    instruction = summary_instructions(focus, limit)
+    request, sent_tokens = summary_request(agent, summary_sent(agent, snapshot, instruction)[0],
+                                           instruction)
+    agent.ahead.start(messages, covered, request, sent_tokens, about=(focus, limit))
 
 
 # ---- the agent loop ------------------------------------------------------------------------------
@@ -705,6 +707,7 @@ def agent_loop(agent, messages: list) -> str | None:
         parked = park_long_inputs(agent, messages, estimate_text_tokens)
         replace_history(agent.log, messages, parked, "input parked")
         replace_history(agent.log, messages, compact_pipeline(agent, messages), "compaction")
+        summarize_ahead(agent, messages)  # past the early mark: a summary starts in the background
         stubs = true_stubs(messages, agent.state.repeat_reads.stubs)
         replace_history(agent.log, messages, stubs, "read stubs re-pointed")
         try:
@@ -988,30 +991,16 @@ def install_default_hooks(agent) -> None:
 # ==== PART 3: MAIN ================================================================================
 
 def main(argv=None) -> int:
-    """command_line/cli.py reads the arguments and the configuration; this builds the agent from
-    them, opens the session and hands it to the REPL (command_line/repl.py)."""
+    """command_line/ reads the arguments and the configuration, builds the agent from them with
+    its hooks, and hands it to the REPL with the lesson's turn."""
     config = configure(argv)  # or the exit code, once --list or a mistake has been dealt with
     if isinstance(config, int):
         return config
     if config.demo:
         from s08_context_compact.offline import demo  # a scripted model drives this very module
         return demo.run(sys.modules[__name__], pause=config.pause)
-    compact_at = config.compaction.get("compact_at", 0)
-    settings = replace(Settings.for_window(config.model, config.endpoint.window, compact_at),
-                       idle_timeout=config.idle_timeout, cache_ttl=config.cache_ttl,
-                       **config.compaction)
-    # a skill skipped is said after the banner
-    skills = discover_skills([config.workdir / "skills", OWN_SKILLS], warn=config.notes.append)
-    agent = Agent(client=config.client, settings=settings, workdir=config.workdir, skills=skills,
-                  tools=config.sandbox.tools(TOOLS), sandbox=config.sandbox,
-                  endpoint=config.endpoint, confirm=terminal_confirm(config.interactive),
-                  system=build_system_prompt(config.workdir, skills, config.instructions),
-                  secrets=config.secrets, **config.screen)
-    install_default_hooks(agent)
-    say_what_start_up_found(agent, config)  # the banner first, then what start-up found
-    agent.undo.at(config.workdir, agent.say).check_store()  # before a request could lose a file
-    messages = open_session(agent, config.resume)
-    return start_repl(agent, config.interactive, messages, partial(take_line, lesson=LESSON))
+    agent = build_agent(config, Agent, TOOLS, install_default_hooks)
+    return start_session(agent, config, LESSON)
 
 
 if __name__ == "__main__":

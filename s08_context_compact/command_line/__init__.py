@@ -11,3 +11,4 @@ from .session_picture import report_line
 from .user_turns import (add_prompt, handle_command, Lesson, park_oversized_request, record_interruption,
                          show_status, take_line, turn_failed)
 from .agent_values import count_call, park_long_inputs
+from .start import build_agent, start_session

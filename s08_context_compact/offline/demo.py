@@ -21,9 +21,9 @@ from pathlib import Path
 import anthropic
 
 from .fake_anthropic import FakeAnthropic, error, server_error, text, tool_use
-from ..command_line import TOOL_MARK, handle_command, report_line
-from ..basics import (OWN_FOLDERS, TASK_OUTPUTS_DIR, TRANSCRIPT_DIR, STYLES, cut_to_width,
-                      format_tokens, printable, terminal_columns)
+from ..command_line import build_system_prompt, handle_command, open_session, report_line, TOOL_MARK
+from ..basics import (discover_skills, OWN_FOLDERS, TASK_OUTPUTS_DIR, TRANSCRIPT_DIR, STYLES,
+                      cut_to_width, format_tokens, printable, terminal_columns)
 
 WINDOW = 12_000
 SCRIPTED = "(scripted) "
@@ -211,13 +211,13 @@ def run(code, pause: bool) -> int:
         settings = replace(code.Settings.for_window("scripted-demo-model", WINDOW),
                            retry_base_seconds=0.05,
                            summary_ahead=(0.8, 0.8))
-        skills = code.discover_skills([Path(code.__file__).resolve().parent / "skills"])
+        skills = discover_skills([Path(code.__file__).resolve().parent / "skills"])
         agent = code.Agent(client=client, settings=settings,
                            workdir=workspace, tools=code.TOOLS, skills=skills,
                            color=terminal, fit_width=terminal,
                            # named by its folder alone: the sizes (and the chapter's picture)
                            # are the same wherever the system keeps temporary folders
-                           system=code.build_system_prompt(Path(workspace.name), skills),
+                           system=build_system_prompt(Path(workspace.name), skills),
                            confirm=lambda question: (False, "the demo answers no"),
                            out=FoldedReplies())
         agent.out.agent = agent
@@ -227,7 +227,7 @@ def run(code, pause: bool) -> int:
             "drives the real agent loop and compaction pipeline of code.py, "
             "through the real SDK, against a local fake API with a "
             f"{WINDOW:,}-token window. No key, no network.\nWorkspace: {workspace}", "title")
-        messages = code.open_session(agent, None)
+        messages = open_session(agent, None)
         for number, (name, what, prompt, script) in enumerate(STEPS, start=1):
             play_step(code, agent, fake, messages, f"{number}/{len(STEPS)} {name}",
                       what, prompt, script, say)
