@@ -3,7 +3,7 @@ edit with its -/+ lines), a line for what a compaction layer did, the /context r
 what fills the window, and the status line after a turn.
 
 Machinery the chapter does not need: code.py hands show_tool_call and show_tool_result to
-the tool calls (safety/tool_calls.py) and calls report_layer after each layer; user_turns.py
+the tool calls (tool_calls.py) and calls report_layer after each layer; user_turns.py
 calls context_report and status_line.
 """
 
@@ -30,7 +30,7 @@ def show_tool_call(agent, name: str, args: dict) -> None:
 def main_argument(tool: Tool, args: dict) -> str:
     """What a call is about, in a few words: the command, the path, the pattern (the argument
     the tool's declaration names, basics/tools.py)."""
-    if not isinstance(args, dict):  # refused (safety/tool_calls.py); shown as it came
+    if not isinstance(args, dict):  # refused (tool_calls.py); shown as it came
         return one_line(json.dumps(args, ensure_ascii=False))
     name, path = tool.name, str(args.get(tool.path_argument, ""))
     if tool.reads and ("offset" in args or "limit" in args):

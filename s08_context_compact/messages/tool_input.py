@@ -73,7 +73,7 @@ def input_problem(value) -> str | None:
 def check_tool_input(schema: dict, args) -> str | None:
     """Return what is wrong with a tool call's input, or None when it fits the schema.
     Arguments the schema does not list are not wrong (JSON Schema allows them); the call is
-    run without them (safety/tool_calls.py)."""
+    run without them (command_line/tool_calls.py)."""
     if not isinstance(args, dict):
         return "the input must be a JSON object"
     if nesting_depth(args) > MAX_INPUT_DEPTH:  # first: everything after may recurse

@@ -7,5 +7,4 @@ from .command_risks import command_risks
 from .command_runner import run_command
 from .next_start import changed_by_command, passes_through
 from .sandbox import find_sandbox, Sandbox, start_up_line
-from .tool_calls import run_tool_calls, Toolbox
 from .undo import ForUndo, Undo, undo_hooks
