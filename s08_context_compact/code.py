@@ -60,11 +60,11 @@ from s08_context_compact.compaction import (
     smaller_budget, Store, summary_instructions, summary_problem, SummaryAhead, true_stubs,
     what_comes_back)
 from s08_context_compact.safety import (
-    command_risks, ForUndo, run_command, run_tool_calls, Sandbox, Toolbox, Undo, undo_hooks)
+    command_risks, ForUndo, run_command, Sandbox, Undo, undo_hooks)
 from s08_context_compact.command_line import (
     add_prompt, build_agent, configure, count_call, Lesson, park_long_inputs,
-    park_oversized_request, report_layer, run, show_status, show_tool_call, show_tool_result,
-    start_session, turn_failed)
+    park_oversized_request, report_layer, run, run_tool_calls, show_status, start_session,
+    Toolbox, turn_failed)
 
 
 # ==== PART 1: THE CHAPTER ========================================================================
@@ -150,15 +150,17 @@ class Agent:
         writes_ahead = not self.label and self.client is not None
         self.ahead = SummaryAhead(send_request, self.connection) if writes_ahead else SummaryAhead()
 
-    @property
+    @cached_property
     def screen(self) -> Screen:
-        """What basics/terminal.py needs to show a line; made anew, as a field may change."""
+        """What basics/terminal.py needs to show a line, made once from the fields above."""
         return Screen(self.out, self.color, self.fit_width, self.spinner_to, self.label,
                       self.secrets)
 
-    def say(self, text: str, style: str = "", cut: bool = False) -> None:
-        """Tell the user something (basics/terminal.py decides how it looks)."""
-        say_on(self.screen, text, style, cut)
+    @cached_property
+    def say(self) -> Callable:
+        """say(text, style="", cut=False): tell the user something (basics/terminal.py decides
+        how it looks). A value made once: what is handed it holds a Screen, not the agent."""
+        return partial(say_on, self.screen)
 
     def subagent(self) -> "Agent":
         tools = {name: tool for name, tool in self.tools.items() if not tool.subagent}
@@ -810,11 +812,8 @@ TIMEOUT = {"type": "integer", "description": f"seconds, default {BASH_TIMEOUT}, 
 def use_tools(agent, tool_uses: list, refused: dict, history: list) -> tuple:
     """Run every call in order, each through the hooks (PreToolUse may deny it; PostToolUse
     sees its output); a refused call is answered with why, and after Ctrl-C every call left
-    as interrupted (safety/tool_calls.py). Returns (results, interrupted)."""
-    box = Toolbox(agent.tools, partial(run_tool, agent), partial(fire_hooks, agent),
-                  partial(show_tool_call, agent), partial(show_tool_result, agent), agent.say,
-                  agent.spinner_to, agent.secrets, agent.sandbox.look_again)
-    return run_tool_calls(box, tool_uses, refused, history)
+    as interrupted (command_line/tool_calls.py). Returns (results, interrupted)."""
+    return run_tool_calls(agent, Toolbox(run_tool, fire_hooks), tool_uses, refused, history)
 
 
 def run_tool(agent, tool: Tool, call: ToolCall, args: dict) -> str:
@@ -977,15 +976,19 @@ def install_default_hooks(agent) -> None:
     agent.hooks = {event: [] for event in HOOK_EVENTS}
     agent.hooks["PreToolUse"].append(permission_hook(agent))
 
-    # What each reads of the agent, as it is when a hook runs: /clear puts in a new ledger and state
-    def for_the_ledger():
-        return ForTheLedger(agent.workdir, agent.ledger, agent.secrets, agent.state.todos)
+    # Each is handed what it reads of the agent as it is when it runs: /clear puts in a new
+    # ledger and a new loop state.
+    def for_the_ledger(hook):
+        return lambda event: hook(event, ForTheLedger(agent.workdir, agent.ledger, agent.secrets,
+                                                      agent.state.todos))
 
-    def for_undo():
-        return ForUndo(agent.undo, agent.workdir, agent.say)
+    def for_undo(hook):
+        return lambda event: hook(event, ForUndo(agent.undo, agent.workdir, agent.say))
 
-    for event, hook in [*ledger_hooks(for_the_ledger).items(), *undo_hooks(for_undo).items()]:
-        agent.hooks[event].append(hook)
+    for event, hook in ledger_hooks().items():
+        agent.hooks[event].append(for_the_ledger(hook))
+    for event, hook in undo_hooks().items():
+        agent.hooks[event].append(for_undo(hook))
 
 
 # ==== PART 3: MAIN ================================================================================

@@ -73,6 +73,17 @@ def test_each_folder_has_a_readme_with_a_line_for_each_file_and_the_folders_it_i
         assert named == imports[folder], f"{folder}/README.md says it imports {named}, it imports {imports[folder]}"
 
 
+# The house's floors, bottom first, declared once: a folder imports only from those below it.
+ORDER = ("basics", "messages", "endpoint", "compaction", "safety", "session", "command_line", "offline")
+
+
+def test_each_folder_imports_only_from_the_folders_declared_below_it():
+    assert sorted(ORDER) == sorted(FOLDERS), "a new folder takes its place in ORDER"
+    for folder, imported_folders in folder_imports().items():
+        above = [f for f in imported_folders if ORDER.index(f) >= ORDER.index(folder)]
+        assert not above, f"{folder}/ imports {above}, which ORDER puts above it"
+
+
 def test_imports_flow_one_way_between_folders_through_their_faces_and_never_reach_code_py():
     imports = folder_imports()
 
@@ -177,12 +188,46 @@ package = os.path.join(root, "s08_context_compact")
 below = tuple(os.path.join(package, folder) + os.sep for folder in sys.argv[2].split(","))
 found = set()
 
+import dataclasses, functools
+
+# Whether the agent, a copy of it or its loop state is reachable from a value: through a
+# partial's function and arguments, a closure's cells, a bound method's object, a dataclass's
+# fields, or the items of a tuple, list or dict.
+def reaches_the_agent(value, depth=0, seen=None):
+    seen = set() if seen is None else seen
+    if id(value) in seen or depth > 6:
+        return False
+    seen.add(id(value))
+    if isinstance(value, (code.Agent, code.LoopState)):
+        return True
+    if isinstance(value, functools.partial):
+        parts = [value.func, *value.args, *value.keywords.values()]
+    elif hasattr(value, "__self__") and not isinstance(value.__self__, type(sys)):
+        parts = [value.__self__, getattr(value, "__func__", None)]
+    elif hasattr(value, "__closure__") and hasattr(value, "__code__"):
+        parts = [cell.cell_contents for cell in value.__closure__ or () if cell_filled(cell)]
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        parts = [getattr(value, f.name, None) for f in dataclasses.fields(value)]
+    elif isinstance(value, (tuple, list)):
+        parts = list(value)[:64]
+    elif isinstance(value, dict):
+        parts = list(value.values())[:64]
+    else:
+        return False
+    return any(reaches_the_agent(part, depth + 1, seen) for part in parts)
+
+def cell_filled(cell):
+    try:
+        cell.cell_contents
+        return True
+    except ValueError:
+        return False
+
 def watch(frame, event, arg):
     if event != "call" or not frame.f_code.co_filename.startswith(below):
         return
     for name, value in frame.f_locals.items():
-        values = value if isinstance(value, (tuple, list)) else (value,)
-        if any(isinstance(each, (code.Agent, code.LoopState)) for each in values):
+        if reaches_the_agent(value):
             where = os.path.relpath(frame.f_code.co_filename, package)
             found.add(f"{where}:{frame.f_code.co_name}({name})")
 

@@ -3,32 +3,27 @@ refused by the PreToolUse hooks (the permission check is one), run, its output
 redacted, then shown and answered with a tool_result. A batch cut short by Ctrl-C answers
 every call left, so no tool_use goes unanswered.
 
-Machinery the chapter does not need: a batch comes with what it takes of the loop (a
-Toolbox), never the agent, and its tool_results go back for the loop to append.
+Machinery the chapter does not need: the lesson's two functions it calls come as a Toolbox;
+its tool_results go back for the loop to append.
 """
 
 from dataclasses import dataclass
+from typing import Callable
 
 from ..basics import Spinner, Tool, ToolCall, ToolError, redact, well_formed
 from ..endpoint import ContextOverflow, api_failures
 from ..messages import check_tool_input, refused_result
+from .work_lines import show_tool_call, show_tool_result
 
 
 @dataclass(frozen=True)
 class Toolbox:
-    """What running the model's tool calls takes of the loop."""
-    tools: dict          # name -> Tool (basics/tools.py): a call is checked against its schema
-    run: object          # run(tool, call, input): the tool's output; raises ToolError
-    fire: object         # fire(event, **payload): the hooks' answers
-    show_call: object    # show_call(name, input): the line the person sees as a call starts
-    show_result: object  # show_result(name, input, output, failed)
-    say: object
-    spinner_to: object   # a terminal stream for the spinner while a tool runs, or None
-    secrets: object      # what no output may carry (a Redactor)
-    look_again: object = str  # after a call: a line when it changed what the next start reads
+    """The lesson's part in running a tool call, which nothing here imports."""
+    run: Callable    # run(agent, tool, call, input): a call the hooks allowed; raises ToolError
+    fire: Callable   # fire(agent, event, **payload): the hooks' answers
 
 
-def run_tool_calls(box: Toolbox, tool_uses: list, refused: dict, history: list) -> tuple:
+def run_tool_calls(agent, box: Toolbox, tool_uses: list, refused: dict, history: list) -> tuple:
     """(a tool_result for every call, in order; whether Ctrl-C cut the batch short). A call
     whose input could not be read (refused) is answered with why; each handler is handed
     the history the calls were made in."""
@@ -37,35 +32,36 @@ def run_tool_calls(box: Toolbox, tool_uses: list, refused: dict, history: list) 
         for block in tool_uses:
             if block["id"] in refused:
                 why = refused[block["id"]]
-                box.show_result(block["name"], {}, f"{block['name']}: {why}", failed=True)
+                show_tool_result(agent, block["name"], {}, f"{block['name']}: {why}",
+                                 failed=True)
                 results.append(refused_result(block, why))
             else:
-                results.append(answer_call(box, block, history))
+                results.append(answer_call(agent, box, block, history))
         return results, False
     except KeyboardInterrupt as stop:
         ended = getattr(stop, "__notes__", None)  # what run_command ended, as SIGTERM's exit says
         if ended:
-            box.say(" ".join(ended), "dim")
+            agent.say(" ".join(ended), "dim")
         for block in tool_uses[len(results):]:
             results.append({"type": "tool_result", "tool_use_id": block["id"], "is_error": True,
                             "content": "Interrupted by the user before this finished."})
         return results, True
 
 
-def answer_call(box: Toolbox, block: dict, history: list) -> dict:
+def answer_call(agent, box: Toolbox, block: dict, history: list) -> dict:
     """Run one tool call through the hooks; always returns a tool_result block. The hooks
     are told the tool's declaration, and read what it does there."""
     name, args = block["name"], block["input"]
-    box.show_call(name, args)  # "● bash  wc -l *.py" (command_line/work_lines.py)
-    tool = box.tools.get(name)
+    show_tool_call(agent, name, args)  # "● bash  wc -l *.py" (command_line/work_lines.py)
+    tool = agent.tools.get(name)
     schema = tool.input_schema if tool else None
     problem = check_tool_input(schema, args) if schema else None
     denied = []
     if schema and not problem:
-        answers = box.fire("PreToolUse", name=name, input=args, tool=tool)
+        answers = box.fire(agent, "PreToolUse", name=name, input=args, tool=tool)
         denied = [answer["deny"] for answer in answers if "deny" in answer]
     if schema is None:
-        available = ", ".join(box.tools)
+        available = ", ".join(agent.tools)
         output, failed = f"Error: unknown tool '{name}'. Available tools: {available}.", True
     elif problem:
         output = f"Error: {name} was called wrongly: {problem}. Call it again with valid input."
@@ -73,27 +69,29 @@ def answer_call(box: Toolbox, block: dict, history: list) -> dict:
     elif denied:
         output, failed = denied[0], True
     else:
-        output, failed = call_handler(box, tool, ToolCall(block["id"], history), args)
-        output += box.look_again()  # a file tool may reach the program's own .env by another name
-        box.fire("PostToolUse", name=name, input=args, output=output, is_error=failed, tool=tool)
+        output, failed = call_handler(agent, box, tool, ToolCall(block["id"], history), args)
+        # a file tool may reach the program's own .env by another name
+        output += agent.sandbox.look_again()
+        box.fire(agent, "PostToolUse", name=name, input=args, output=output, is_error=failed,
+                 tool=tool)
     # A path or a name with bytes that are not UTF-8, as U+FFFD (a request cannot carry them);
     # then no secret a tool printed reaches the model or the disk.
-    output = redact(well_formed(output), box.secrets)
-    box.show_result(name, args, output, failed)  # a preview; for an edit, its −/+ lines
+    output = redact(well_formed(output), agent.secrets)
+    show_tool_result(agent, name, args, output, failed)  # a preview; for an edit, its −/+ lines
     result = {"type": "tool_result", "tool_use_id": block["id"], "content": output}
     return {**result, "is_error": True} if failed else result
 
 
-def call_handler(box: Toolbox, tool: Tool, call: ToolCall, args: dict) -> tuple:
+def call_handler(agent, box: Toolbox, tool: Tool, call: ToolCall, args: dict) -> tuple:
     """(output, failed) of a call the hooks allowed; a tool's own error is its output, and
     arguments its schema does not list are left out, and named."""
     name = tool.name
     listed = tool.input_schema.get("properties", {})
     known = {key: value for key, value in args.items() if key in listed}
-    spinner_to = None if tool.subagent else box.spinner_to  # a subagent shows its own work
+    spinner_to = None if tool.subagent else agent.spinner_to  # a subagent shows its own work
     try:
         with Spinner(spinner_to, f"running {name}"):
-            output, failed = box.run(tool, call, known), False
+            output, failed = box.run(agent, tool, call, known), False
     except ToolError as err:
         output, failed = f"Error: {err}", True
     except (OSError, ValueError, ContextOverflow, *api_failures()) as err:

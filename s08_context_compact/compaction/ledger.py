@@ -129,14 +129,13 @@ class ForTheLedger(NamedTuple):
     todos: list
 
 
-def ledger_hooks(current) -> dict:
+def ledger_hooks() -> dict:
     """The ledger as a plug-in on the hooks: it records after each tool call and each user
     prompt, puts itself back after a summary (RestoreContext), and checks what the summary
-    kept (PostCompact). current() gives what they read as a ForTheLedger, as it is when they
-    run (/clear puts in a new ledger and todo list)."""
-    def after_tool(event: dict):
+    kept (PostCompact). Each hook(event, now) is handed what it reads as a ForTheLedger, as
+    it is when it runs (/clear puts in a new ledger and todo list)."""
+    def after_tool(event: dict, now: ForTheLedger):
         tool, args = event.get("tool"), event["input"]
-        now = current()
         workdir, ledger, secrets = now.workdir, now.ledger, now.secrets
         if event["is_error"] or tool is None:
             return None
@@ -150,20 +149,19 @@ def ledger_hooks(current) -> dict:
             ledger.note_command(secrets.redact(args[tool.runs]), secrets.redact(event["output"]))
         return None
 
-    def on_prompt(event: dict):
-        current().ledger.note_prompt(event["prompt"])
+    def on_prompt(event: dict, now: ForTheLedger):
+        now.ledger.note_prompt(event["prompt"])
         return None
 
-    def restore(event: dict):
+    def restore(event: dict, now: ForTheLedger):
         return {"what": "fact ledger",
                 "heading": "Fact ledger (recorded from tool calls and the user's words, "
                            "not from the summary):",
-                "lines": current().ledger.lines()}
+                "lines": now.ledger.lines()}
 
-    def check(event: dict):
+    def check(event: dict, now: ForTheLedger):
         # what the summary keeps, with the messages kept after it as they are
         # (a fact there is not lost)
-        now = current()
         ledger, secrets, todos = now.ledger, now.secrets, now.todos
         kept, total, lost = ledger.check(event["summary"] + event.get("kept", ""), todos)
         # a todo may quote a secret: before the cut

@@ -553,17 +553,16 @@ class ForUndo(NamedTuple):
     say: object
 
 
-def undo_hooks(current) -> dict:
-    """The record taken before a turn's first change, as hooks beside the ledger's. current() gives
-    what they read as a ForUndo, as it is when they run. Stop fires when the main agent's turn
-    ends, however it ended."""
-    def on_prompt(event: dict):
-        current().undo.new_turn(event["prompt"])
+def undo_hooks() -> dict:
+    """The record taken before a turn's first change, as hooks beside the ledger's. Each
+    hook(event, now) is handed what it reads as a ForUndo, as it is when it runs. Stop fires
+    when the main agent's turn ends, however it ended."""
+    def on_prompt(event: dict, now: ForUndo):
+        now.undo.new_turn(event["prompt"])
 
-    def before_tool(event: dict):
-        now = current()
+    def before_tool(event: dict, now: ForUndo):
         now.undo.at(now.workdir, now.say).before_change(event.get("tool"))
 
-    def after_turn(event: dict):
-        current().undo.end_turn()  # fired however the main agent's turn ended
+    def after_turn(event: dict, now: ForUndo):
+        now.undo.end_turn()  # fired however the main agent's turn ended
     return {"UserPromptSubmit": on_prompt, "PreToolUse": before_tool, "Stop": after_turn}
