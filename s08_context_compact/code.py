@@ -454,11 +454,11 @@ def summarize_with_model(agent, messages: list, focus: str, limit_tokens: int,
     instruction = summary_instructions(focus, limit_tokens)
     sent, budget = summary_sent(agent, messages, instruction)
     for _ in range(SUMMARY_ATTEMPTS):
-        request, tokens = summary_request(agent, sent, instruction)
         first, asked = asked, None
         try:
             answer = first.reply() if first else model_reply(
-                agent.connection, request, tokens, show_text=False, label="writing the summary")
+                agent.connection, *summary_request(agent, sent, instruction), show_text=False,
+                label="writing the summary")
         except ContextOverflow as err:
             adopt_overflow(agent, err)
             budget = smaller_budget(budget, sent, err.overflow)  # as much less as it was over
