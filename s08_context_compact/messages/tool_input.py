@@ -12,7 +12,8 @@ Machinery the chapter does not need. The checks return a problem in words, or No
 check_tool_input for a call's input, todo_problem for a todo list, input_problem for whether
 a reply's input can be kept in the history at all. refused_result is the answer to a call
 whose input could not be read. park_oversized_inputs returns a new history and saves through
-the store it is handed. Running the call is not its job: safety/ runs it.
+the store it is handed. Running a call that passed is the next job, and
+command_line/tool_calls.py's.
 """
 
 import json
