@@ -27,7 +27,7 @@ import sys
 import time
 from dataclasses import dataclass, field, replace
 from functools import cached_property, partial
-from typing import Callable
+from typing import Callable, TextIO
 from pathlib import Path
 
 # Run as a script, this folder comes first on sys.path. There code.py would stand in for the
@@ -41,17 +41,16 @@ if not __package__:
     spec.loader.exec_module(sys.modules.setdefault(spec.name, util.module_from_spec(spec)))
 
 from s08_context_compact.basics import (
-    TOOL_RESULTS_DIR, definitions, edit_file, glob_files,
-    inside_workspace, one_line, path_risk, read_lines, redact, Redactor, say_on, Screen, Tool,
-    ToolCall, ToolError, write_file)
+    definitions, edit_file, glob_files, one_line, path_risk, read_lines, redact, Redactor,
+    say_on, Screen, Tool, TOOL_RESULTS_DIR, ToolCall, ToolError, workspace_path, write_file)
 from s08_context_compact.messages import (
-    CHARS_PER_TOKEN, NOTE_MARKER, OWN, PERSISTED_TAG, PLACEHOLDER_PREFIX, SNIP_MARKER,
-    append_message, blocks_of, current_request, estimate_text_tokens, estimate_tokens,
-    group_starts, head_within, is_tool_result_message, message_groups, newest_within, own_text,
-    paths_read, replace_history, replace_result, result_text, said_text, sendable, todo_problem,
-    TokenCounter, tool_names, what_was_done, with_text)
+    append_message, blocks_of, CHARS_PER_TOKEN, current_request, estimate_text_tokens,
+    estimate_tokens, group_starts, head_within, is_tool_result_message, message_groups,
+    newest_within, NOTE_MARKER, OWN, own_text, paths_read, PERSISTED_TAG, PLACEHOLDER_PREFIX,
+    replace_history, replace_result, result_text, said_text, sendable, SNIP_MARKER,
+    todo_problem, TokenCounter, tool_names, what_was_done, with_text)
 from s08_context_compact.endpoint import (
-    CACHE_TTLS, api_error_text, api_failures, cache_mark, Connection, ContextOverflow,
+    api_error_text, api_failures, cache_mark, CACHE_TTLS, Connection, ContextOverflow,
     count_tokens, Endpoint, extract_summary, make_reply_sendable, model_reply, send_request,
     SummaryError, with_cache_breakpoints)
 from s08_context_compact.compaction import (
@@ -61,6 +60,8 @@ from s08_context_compact.compaction import (
     what_comes_back)
 from s08_context_compact.safety import (
     command_risks, ForUndo, run_command, Sandbox, Undo, undo_hooks)
+from s08_context_compact.session import (
+    SessionLog)
 from s08_context_compact.command_line import (
     add_prompt, build_agent, configure, count_call, Lesson, park_long_inputs,
     park_oversized_request, report_layer, run, run_tool_calls, show_status, start_session,
@@ -112,23 +113,23 @@ class LoopState:
 class Agent:
     """What an agent loop runs with: the client, the settings, the workspace, what the
     session shares with subagents (endpoint, ledger, accounting), and the loop's state."""
-    client: object
+    client: object                  # the SDK's client; naming its type would load the SDK
     settings: Settings
     workdir: Path
     system: str
     tools: dict                     # name -> Tool: each declared once (part 2)
     skills: dict = field(default_factory=dict)
     hooks: dict = field(default_factory=dict)
-    confirm: object = None          # confirm(question) -> (allowed, reason)
-    out: object = print
+    confirm: Callable[[str], tuple] = None  # confirm(question) -> (allowed, reason)
+    out: Callable[..., None] = print
     label: str = ""
     max_steps: int = MAX_STEPS_PER_TURN
     show_status: bool = False       # a status line after each turn (terminals only)
     color: bool = False             # ANSI colours: a terminal, and NO_COLOR unset
     fit_width: bool = False         # output is a terminal: fit lines to its width
-    spinner_to: object = None       # a terminal stream for the waiting spinner
+    spinner_to: TextIO | None = None  # a terminal stream for the waiting spinner
     secrets: Redactor = field(default_factory=Redactor)  # never shown or written, in any form
-    log: object = None              # the SessionLog (none for subagents)
+    log: SessionLog | None = None   # none for subagents
     endpoint: Endpoint = None       # shared with subagents; made from settings if not given
     ledger: Ledger = field(default_factory=Ledger)
     undo: Undo = field(default_factory=Undo)          # what /undo puts back; shared with subagents
@@ -241,6 +242,27 @@ def over_threshold(agent, messages: list) -> bool:
     if abs(tokens - s.threshold) <= s.threshold * COUNT_TOKENS_MARGIN:
         tokens = exact_context_tokens(agent, messages)
     return tokens > s.threshold
+
+
+def summary_sent(agent, messages: list, instruction: str) -> tuple:
+    """(what a summary request carries: the messages, or the newest that fit the window; the
+    budget in tokens they were fitted to). Estimates are scaled by the endpoint's undercount."""
+    s, undercount = agent.settings, agent.endpoint.undercount
+    fixed = estimate_text_tokens(instruction) + s.summary_max_tokens
+    budget = int((s.window - fixed - agent.overhead) / undercount * ESTIMATE_MARGIN)
+    needed = context_tokens(agent, messages) * undercount + fixed
+    if s.window * (1 - COUNT_TOKENS_MARGIN) < needed <= s.window:  # too close to call: count
+        needed = exact_context_tokens(agent, messages) * undercount + fixed
+    return (messages if needed <= s.window else fit_for_summary(messages, budget)), budget
+
+
+def summary_request(agent, sent: list, instruction: str) -> tuple:
+    """(the request for a summary, its size in tokens). It continues the cached conversation,
+    the instruction added at the end: setting tool_choice would invalidate the cache, so words
+    alone forbid tools."""
+    request = build_request(agent, sent, extra_text=instruction)
+    return {**request, "max_tokens": agent.settings.summary_max_tokens}, \
+        agent.overhead + estimate_tokens(sent)
 
 
 # ---- the prompt cache: why the cheap layers wait ------------------------------------------------
@@ -426,27 +448,6 @@ def apply_layer(agent, layer, messages: list, /, **settings) -> list:
 # One model call, guarded at both ends; a breaker after repeated failures; and a summary built
 # without the model (compaction/summary.py), so compaction succeeds in every case.
 
-def summary_sent(agent, messages: list, instruction: str) -> tuple:
-    """(what a summary request carries: the messages, or the newest that fit the window; the
-    budget in tokens they were fitted to). Estimates are scaled by the endpoint's undercount."""
-    s, undercount = agent.settings, agent.endpoint.undercount
-    fixed = estimate_text_tokens(instruction) + s.summary_max_tokens
-    budget = int((s.window - fixed - agent.overhead) / undercount * ESTIMATE_MARGIN)
-    needed = context_tokens(agent, messages) * undercount + fixed
-    if s.window * (1 - COUNT_TOKENS_MARGIN) < needed <= s.window:  # too close to call: count
-        needed = exact_context_tokens(agent, messages) * undercount + fixed
-    return (messages if needed <= s.window else fit_for_summary(messages, budget)), budget
-
-
-def summary_request(agent, sent: list, instruction: str) -> tuple:
-    """(the request for a summary, its size in tokens). It continues the cached conversation,
-    the instruction added at the end: setting tool_choice would invalidate the cache, so words
-    alone forbid tools."""
-    request = build_request(agent, sent, extra_text=instruction)
-    return {**request, "max_tokens": agent.settings.summary_max_tokens}, \
-        agent.overhead + estimate_tokens(sent)
-
-
 def summarize_with_model(agent, messages: list, focus: str, limit_tokens: int,
                          asked=None) -> str:
     """One summary from the model; raises SummaryError. `asked` is the reply to the first
@@ -539,11 +540,9 @@ def summarize_into(agent, messages: list, tail: list, *, kind: str = "compact", 
         agent.say("[compact_history] nothing to compact: a summary would not make the context "
                   "smaller")
         return messages
-    if ahead:  # the summary of its snapshot, and what a snip cut after that snapshot
-        summary, source = make_summary(agent, ahead.snapshot, *ahead.about, ahead.asked)
-        summary = "\n\n".join([summary, *ahead.notes])
-    else:
-        summary, source = make_summary(agent, messages, focus, limit)
+    summary, source = make_summary(agent, ahead.snapshot, *ahead.about, ahead.asked) if ahead \
+        else make_summary(agent, messages, focus, limit)
+    summary = "\n\n".join([summary, *(ahead.notes if ahead else ())])  # what a snip cut after it
     # PostCompact hooks check the summary (the ledger does); what they find is kept with it
     answers = fire_hooks(agent, "PostCompact", summary=summary, source=source,
                          kept=json.dumps(tail))
@@ -821,13 +820,6 @@ def run_tool(agent, tool: Tool, call: ToolCall, args: dict) -> str:
     return tool.run(agent, call, **args)
 
 
-def workspace_path(agent, path: str) -> Path:
-    target = inside_workspace(agent.workdir, path)
-    if target is None:
-        raise ToolError(f"{path} is outside the workspace {agent.workdir}. Use a path inside it.")
-    return target
-
-
 def run_bash(agent, call: ToolCall, command: str, timeout: int = BASH_TIMEOUT) -> str:
     return run_command(command, cwd=agent.workdir, timeout=max(1, min(timeout, 600)),
                        sandbox=agent.sandbox, outputs=agent.workdir / TOOL_RESULTS_DIR,
@@ -836,7 +828,7 @@ def run_bash(agent, call: ToolCall, command: str, timeout: int = BASH_TIMEOUT) -
 
 def run_read_file(agent, call: ToolCall, path: str, offset: int = 1,
                   limit: int = READ_DEFAULT_LINES) -> str:
-    target = workspace_path(agent, path)
+    target = workspace_path(agent.workdir, path)
     if not target.is_file():
         raise ToolError(f"{path} not found (or not a file). Call glob to list files.")
     offset, limit = max(offset, 1), max(limit, 1)
@@ -846,15 +838,15 @@ def run_read_file(agent, call: ToolCall, path: str, offset: int = 1,
 
 
 def run_write_file(agent, call: ToolCall, path: str, content: str) -> str:
-    return write_file(workspace_path(agent, path), path, content, agent.secrets)
+    return write_file(workspace_path(agent.workdir, path), path, content, agent.secrets)
 
 
 def run_edit_file(agent, call: ToolCall, path: str, old_text: str, new_text: str) -> str:
-    return edit_file(workspace_path(agent, path), path, old_text, new_text, agent.secrets)
+    return edit_file(workspace_path(agent.workdir, path), path, old_text, new_text, agent.secrets)
 
 
 def run_glob(agent, call: ToolCall, pattern: str, path: str = ".") -> str:
-    return glob_files(agent.workdir, workspace_path(agent, path), pattern, path)
+    return glob_files(agent.workdir, workspace_path(agent.workdir, path), pattern, path)
 
 
 def run_todo_write(agent, call: ToolCall, items: list) -> str:
@@ -875,10 +867,7 @@ def run_task(agent, call: ToolCall, prompt: str, description: str = "") -> str:
     try:
         final = agent_loop(child, work) or "(the subagent stopped without a final answer)"
     finally:
-        try:
-            where = f"saved at {child.store.save_messages(work, 'task')}"
-        except OSError as err:
-            where = f"not saved ({err})"
+        where = child.store.where_saved(work, "task")
     agent.say(f"[task] subagent finished; its calls and results are {where}")
     return f"{final}\n\n[the subagent's calls and results are {where}]"
 

@@ -253,7 +253,7 @@ def test_the_summary_reads_on_three_screens():
     three screens or fewer. The rest of the summary's machinery is compaction/summary.py."""
     lines = CODE.read_text(encoding="utf-8").splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("# ---- the summary"))
-    end = next(i for i, line in enumerate(lines) if line.startswith("# ---- the pipeline"))
+    end = next(i for i, line in enumerate(lines) if line.startswith("# ---- the summary layers as the pipeline"))
     assert "def compact_history(" in "\n".join(lines[start:end]) and "def reactive_compact(" in "\n".join(lines[start:end])
     assert end - start <= 3 * SCREEN_LINES, f"{end - start} lines"
 

@@ -13,6 +13,7 @@ import shutil
 import threading
 import time
 import unicodedata
+from typing import Callable, TextIO
 import warnings
 from dataclasses import dataclass, field
 
@@ -29,10 +30,10 @@ STYLES = {"layer": "\033[36m", "tool": "\033[2m", "error": "\033[31m", "dim": "\
 @dataclass(frozen=True)
 class Screen:
     """What showing a line needs: where it goes, how it looks, and what never shows."""
-    out: object = print                  # out(text, end=..., flush=...)
+    out: Callable[..., None] = print     # out(text, end=..., flush=...)
     color: bool = False                  # ANSI colours
     fit_width: bool = False              # lines fitted to the terminal's width
-    spinner_to: object = None            # a terminal stream for the waiting spinner, or None
+    spinner_to: TextIO | None = None     # a terminal stream for the waiting spinner, or None
     label: str = ""                      # a subagent's lines start with it
     secrets: Redactor = field(default_factory=Redactor)
 

@@ -87,6 +87,14 @@ def inside_workspace(workdir: Path, path: str) -> Path | None:
     return target if inside else None
 
 
+def workspace_path(workdir: Path, path: str) -> Path:
+    """inside_workspace, or a ToolError that tells the model what to do instead."""
+    target = inside_workspace(workdir, path)
+    if target is None:
+        raise ToolError(f"{path} is outside the workspace {workdir}. Use a path inside it.")
+    return target
+
+
 @functools.cache  # the same for the whole run: the permission check asks it at every write
 def program_places() -> tuple:
     """What the program runs or reads when it starts, as real paths: its code, .env.example,

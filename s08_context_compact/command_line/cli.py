@@ -221,7 +221,7 @@ class Config:
     pause: bool = False
     model: str = ""
     workdir: Path = field(default_factory=Path.cwd)
-    client: object = None
+    client: object = None  # the SDK's client; naming its type would load the SDK
     endpoint: Endpoint = None
     idle_timeout: float = IDLE_TIMEOUT
     cache_ttl: str = "5m"

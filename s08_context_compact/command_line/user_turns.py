@@ -14,6 +14,7 @@ new conversation, the others report). take_turn calls these around the parts tha
 """
 
 from dataclasses import dataclass
+from typing import Callable
 
 from ..compaction import Ledger
 from ..endpoint import ContextOverflow, explain_api_error
@@ -123,10 +124,10 @@ def show_status(agent, messages: list, tokens: int) -> None:
 @dataclass(frozen=True)
 class Lesson:
     """What a line typed at the prompt reaches in code.py, which nothing here imports."""
-    take_turn: object   # take_turn(agent, messages, prompt): False when an API error ended it
-    compact: object     # run_compact_history(agent, messages, focus): the history, compacted
-    new_state: object   # LoopState: what a new conversation (/clear) starts from
-    context_tokens: object  # context_tokens(agent, messages): what the next request will carry
+    take_turn: Callable   # take_turn(agent, messages, prompt): False when an API error ended it
+    compact: Callable     # run_compact_history(agent, messages, focus): the history, compacted
+    new_state: Callable   # LoopState: what a new conversation (/clear) starts from
+    context_tokens: Callable  # context_tokens(agent, messages): what the next request will carry
 
 
 def take_line(agent, messages: list, line: str, lesson: Lesson) -> bool:

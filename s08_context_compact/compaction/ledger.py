@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 from typing import NamedTuple
 
-from ..basics import inside_workspace
+from ..basics import inside_workspace, Redactor
 
 MAX_WRITTEN_LISTED = 60              # paths in the line of files written
 # the end of the latest failed command's output, put back after a summary
@@ -125,7 +125,7 @@ class ForTheLedger(NamedTuple):
     """What the ledger's hooks read of the session, as it is when they run."""
     workdir: Path
     ledger: "Ledger"
-    secrets: object     # a Redactor
+    secrets: Redactor
     todos: list
 
 

@@ -68,6 +68,13 @@ class Store:
                                           self.secrets.redact_json(messages),
                                           kind, self.secrets.redact_json(footer)))
 
+    def where_saved(self, messages: list, kind: str) -> str:
+        """Save a transcript; say where it went, or why it could not be saved."""
+        try:
+            return f"saved at {self.save_messages(messages, kind)}"
+        except OSError as err:
+            return f"not saved ({err})"
+
     def wrote(self, path: Path) -> Path:
         self.written.append(path.relative_to(self.workdir))
         return self.written[-1]

@@ -12,7 +12,7 @@ never the agent; the store it is handed saves the whole history before it is rep
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..basics import inside_workspace, redact
+from ..basics import inside_workspace, redact, Redactor
 from ..messages import (CHARS_PER_TOKEN, COMPACT_MARKER, OWN, REACTIVE_MARKER, RESTORED_MARKER,
                         blocks_of, current_request, cut_long_texts, estimate_text_tokens,
                         estimate_tokens, head_within, last_reply_text, message_groups,
@@ -194,7 +194,7 @@ class Restorable:
     hooks: list                 # what RestoreContext hooks answered: {what, heading, lines}
     reads: dict                 # the files read (path -> (size, mtime, digest)), oldest first
     workdir: Path
-    secrets: object             # a read file may hold a key
+    secrets: Redactor           # a read file may hold a key
     todos: list
     skills: list                # the skills loaded
 

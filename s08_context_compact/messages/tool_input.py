@@ -19,6 +19,8 @@ command_line/tool_calls.py's.
 import json
 import re
 from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Callable, Protocol
 
 from ..basics import one_line
 
@@ -100,12 +102,17 @@ def check_tool_input(schema: dict, args) -> str | None:
     return None
 
 
+class Saves(Protocol):
+    """Where a tool's input too long for the context is saved (compaction/store.py's Store)."""
+    def save_output(self, tool_use_id: str, text: str) -> Path: ...
+
+
 @dataclass(frozen=True)
 class Disk:
     """Where a long input is saved, and how a failure to save is said:
     once (warned: said already)."""
-    store: object
-    say: object
+    store: Saves
+    say: Callable[..., None]
     warned: bool = False
 
 

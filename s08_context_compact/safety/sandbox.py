@@ -20,6 +20,7 @@ import sys
 import tempfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import BinaryIO
 
 from ..basics import (OWN_DOTENV, OWN_FOLDERS, SECRET_NAME, history_file, own_folder,
                       program_places, state_folder)
@@ -288,7 +289,7 @@ class Confined:
     open descriptors, closed once started)."""
     argv: list
     env: dict
-    settings: object = None
+    settings: BinaryIO | None = None  # the file bubblewrap reads the environment from
     blanks: list = field(default_factory=list)
 
     @property

@@ -40,7 +40,7 @@ import stat
 import tempfile
 import time
 from pathlib import Path
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 from ..basics import one_line, printable, Tool, undo_folder
 from .undo_folders import (FILE_FLAGS, NOT_THERE, PASSED, RELATIVE, Folders, copy_hashing,
@@ -550,7 +550,7 @@ class ForUndo(NamedTuple):
     """What undo's hooks read of the session, as it is when they run."""
     undo: Undo
     workdir: Path
-    say: object
+    say: Callable[..., None]
 
 
 def undo_hooks() -> dict:

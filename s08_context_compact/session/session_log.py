@@ -20,8 +20,11 @@ import time
 import uuid
 from collections import Counter
 from dataclasses import dataclass
+from typing import Callable
 from pathlib import Path
 
+from ..compaction import Settings
+from ..endpoint import Endpoint
 from ..messages import last_reply_text
 from .log_checks import Chain, trusted_lines, without_check
 from .log_repair import repair_history, what_was_repaired
@@ -124,7 +127,7 @@ class SessionLog:
         self.write({"type": "layer", "layer": name, "saved_to": saved_to,
                     "tokens_saved": tokens_saved})
 
-    def call(self, size: int, exact: bool, usage: dict, label: str, settings,
+    def call(self, size: int, exact: bool, usage: dict, label: str, settings: Settings,
              mark: int | None) -> None:
         """One model call: the context it carried, the limits it was held to then (the
         settings, and the early mark of a summary written ahead, if on), what it was billed
@@ -458,10 +461,10 @@ class LogSetup:
     (the model and window of the settings, the endpoint's facts, which it also watches), the
     secrets that never go in it, and how a problem with it is said."""
     workdir: Path
-    settings: object
-    endpoint: object
-    secrets: object
-    say: object
+    settings: Settings
+    endpoint: Endpoint
+    secrets: Redactor
+    say: Callable[..., None]
 
 
 def open_session_log(setup: LogSetup, resume: Path | None, counter) -> tuple:
