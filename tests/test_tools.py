@@ -4,7 +4,7 @@ import json
 import time
 
 import pytest
-from s08_context_compact.basics import Tool
+from s08_context_compact.basics import Tool, workspace_path
 from s08_context_compact.command_line import handle_command
 from s08_context_compact.offline.fake_anthropic import text, tool_use
 from s08_context_compact.safety import command_runner as commands  # noqa: E402
@@ -224,7 +224,7 @@ def test_a_tool_declared_once_is_recorded_by_undo_and_the_ledger_and_checked(s08
     back what it wrote, the ledger brings its file back after a summary, the permission check
     keeps it inside the workspace, and the work line shows its path."""
     def run_append_line(agent, call, path: str, line: str) -> str:
-        with open(s08.workspace_path(agent.workdir, path), "a", encoding="utf-8") as f:
+        with open(workspace_path(agent.workdir, path), "a", encoding="utf-8") as f:
             f.write(line + "\n")
         return f"appended a line to {path}"
 
