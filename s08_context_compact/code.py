@@ -60,12 +60,11 @@ from s08_context_compact.compaction import (
     what_comes_back)
 from s08_context_compact.safety import (
     command_risks, ForUndo, run_command, Sandbox, Undo, undo_hooks)
-from s08_context_compact.session import (
-    SessionLog)
+from s08_context_compact.session import SessionLog
 from s08_context_compact.command_line import (
     add_prompt, build_agent, configure, count_call, Lesson, park_long_inputs,
-    park_oversized_request, report_layer, run, run_tool_calls, show_status, start_session,
-    Toolbox, turn_failed)
+    park_oversized_request, report_layer, run, run_tool_calls, say_status,
+    start_session, Toolbox, turn_failed)
 
 
 # ==== PART 1: THE CHAPTER ========================================================================
@@ -781,7 +780,7 @@ def take_turn(agent, messages: list, prompt: str) -> bool:
         return False
     finally:  # an answer, an API error, Ctrl-C, the step limit: undo records what the turn left
         fire_hooks(agent, "Stop", messages=messages, final=final)
-    show_status(agent, messages, context_tokens(agent, messages))
+    say_status(agent, messages, context_tokens(agent, messages))
     return True
 
 

@@ -179,7 +179,7 @@ def use_tool(s08, agent, block: dict, history: list = ()) -> dict:
     return results[0]
 
 
-def context_report(s08, agent, messages: list) -> str:
+def context_breakdown(s08, agent, messages: list) -> str:
     """What /context prints for this history (the command itself, through the agent's output)."""
     before = len(agent.out)
     handle_command(agent, messages, "/context", s08.LESSON)

@@ -8,7 +8,7 @@ import time
 import anthropic
 import pytest
 
-from conftest import assert_valid, blocks, chat, user, wait_until, context_report
+from conftest import assert_valid, blocks, chat, user, wait_until, context_breakdown
 from s08_context_compact.offline.fake_anthropic import (OVERFLOWS, FakeAnthropic, broken_tool_json, count_tokens, drip, error_event, hang,
                             error, malformed, pings_only, text, tool_use)
 from s08_context_compact.endpoint import model_calls as endpoint_module
@@ -180,7 +180,7 @@ def test_an_overflow_teaches_the_window_and_the_session_is_not_refused_again(s08
         assert agent.settings.window == 12_000 and agent.settings.threshold < 12_000
         assert "read them all" in agent.out.text
         assert "Window: 12,000 tokens, from the endpoint's overflow message; the endpoint counts max_tokens" \
-            in context_report(s08, agent, messages)
+            in context_breakdown(s08, agent, messages)
 
 
 # ---------------------------------------------------------------- usage from any endpoint
@@ -197,7 +197,7 @@ def test_the_context_size_never_falls_to_zero_or_double(s08, make_agent, style):
         true_size = sum(fake.usage_log[-1][k] for k in endpoint_module.USAGE_KEYS)
         measured = s08.context_tokens(agent, messages)
         assert 0.8 * true_size < measured < 1.2 * true_size, (style, measured, true_size)
-        report = context_report(s08, agent, messages)
+        report = context_breakdown(s08, agent, messages)
         if style == "none":
             assert "Usage: the endpoint reported no input usage" in report
         if style == "includes_cache":

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import cli_runner
 import pytest
-from conftest import CODE, Terminal, run_cli, context_report
+from conftest import CODE, Terminal, run_cli, context_breakdown
 from s08_context_compact.offline.fake_anthropic import FakeAnthropic, error, text, tool_use
 from s08_context_compact.basics import terminal  # noqa: E402
 from s08_context_compact.command_line import handle_command
@@ -227,9 +227,9 @@ def test_a_refused_key_is_named_at_start_and_the_first_message_says_where(worksp
 
 def test_one_message_is_one_message(s08, make_agent):
     agent = make_agent()
-    report = context_report(s08, agent, [{"role": "user", "content": [{"type": "text", "text": "hi"}]}])
+    report = context_breakdown(s08, agent, [{"role": "user", "content": [{"type": "text", "text": "hi"}]}])
     assert report.startswith("Context: 1 message, ")
-    assert context_report(s08, agent, []).startswith("Context: 0 messages, ")
+    assert context_breakdown(s08, agent, []).startswith("Context: 0 messages, ")
 
 
 def test_a_request_the_endpoint_refuses_is_not_worth_sending_again(fake, workspace):

@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 from s08_context_compact.safety import sandbox as sandbox_module
-from conftest import context_report, processes_with, run_cli, wait_until
+from conftest import context_breakdown, processes_with, run_cli, wait_until
 from s08_context_compact.offline.fake_anthropic import text, tool_use, tool_uses
 
 FOUND = sandbox_module.find_sandbox()
@@ -127,9 +127,9 @@ def test_the_network_setting_closes_the_network(s08, make_agent, fake, workspace
 def test_the_program_says_which_mode_it_runs_in(s08, make_agent, fake):
     agent = make_agent(sandbox=sandbox_module.find_sandbox(network=False))
     assert "Commands: sandbox bubblewrap: read-only outside the workspace, network off" in \
-        context_report(s08, agent, [])
+        context_breakdown(s08, agent, [])
     agent = make_agent(sandbox=sandbox_module.find_sandbox(wanted=False))
-    assert "Commands: sandbox off: SANDBOX=off" in context_report(s08, agent, [])
+    assert "Commands: sandbox off: SANDBOX=off" in context_breakdown(s08, agent, [])
 
 
 def path_without_bwrap(folder, bwrap: str | None = None) -> str:

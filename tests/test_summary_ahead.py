@@ -13,7 +13,7 @@ from dataclasses import replace
 import pytest
 
 import cli_runner
-from conftest import Printed, Terminal, assert_valid, cli_env, context_report, run_cli, wait_until
+from conftest import Printed, Terminal, assert_valid, cli_env, context_breakdown, run_cli, wait_until
 from s08_context_compact.offline.fake_anthropic import count_tokens, error, held, server_error, text, tool_use
 from s08_context_compact.command_line import open_session, take_line
 
@@ -195,7 +195,7 @@ def called_off(fake, job) -> None:
 
 def test_clear_calls_off_the_summary_in_flight(s08, fake, make_agent):
     agent, messages, job = start_one_in_flight(s08, fake, make_agent)
-    assert "one being written, of the first" in context_report(s08, agent, messages)
+    assert "one being written, of the first" in context_breakdown(s08, agent, messages)
     take_line(agent, messages, "/clear", s08.LESSON)
     called_off(fake, job)
     assert messages == [] and "[summary ahead] called off: /clear" in agent.out.text
@@ -487,7 +487,7 @@ def test_the_early_mark_leaves_a_summary_the_steps_it_takes(s08, make_agent):
     assert ahead.placed(threshold, shares) == (0, "right after a compaction: the steps add 24,000 tokens while a "
                                                   "summary is written, more than the threshold holds")
     agent.ahead, agent.settings = ahead, replace(agent.settings, summary_ahead=shares)
-    assert "the next starts at 0 tokens: right after a compaction" in context_report(s08, agent, [])  # and says why
+    assert "the next starts at 0 tokens: right after a compaction" in context_breakdown(s08, agent, [])  # and says why
     ahead.durations.extend([0.1] * 4)
     assert ahead.mark(threshold, shares) == int(threshold * 0.95)  # and never after the latest
 

@@ -9,7 +9,7 @@ from .startup import build_system_prompt, open_session
 from .work_lines import TOOL_MARK, report_layer, show_tool_call, show_tool_result
 from .session_picture import report_line
 from .user_turns import (add_prompt, handle_command, Lesson, park_oversized_request, record_interruption,
-                         show_status, take_line, turn_failed)
+                         say_status, take_line, turn_failed)
 from .agent_values import count_call, park_long_inputs
 from .start import build_agent, start_session
 from .tool_calls import run_tool_calls, Toolbox

@@ -234,7 +234,7 @@ class Config:
     instructions: str = ""                        # the workspace's AGENTS.md, for the system prompt
     # what start-up tidied or found, said before the first prompt
     notes: list = field(default_factory=list)
-    screen: dict = field(default_factory=dict)    # how the agent shows things: a terminal, or not
+    display: dict = field(default_factory=dict)  # the Agent's display fields: a terminal, or not
 
 
 def configure(argv) -> Config | int:
@@ -327,7 +327,7 @@ def configure_session(args) -> Config | int:
                   interactive=sys.stdin.isatty(),
                   secrets=secrets, instructions=instructions,
                   notes=[note for note in notes + said if note],
-                  screen={"show_status": terminal, "color": terminal and not os.getenv("NO_COLOR"),
+                  display={"show_status": terminal, "color": terminal and not os.getenv("NO_COLOR"),
                           "fit_width": terminal,
                           "spinner_to": sys.stdout if terminal else None})
 

@@ -29,7 +29,7 @@ def build_agent(config, make, tools: dict, install_hooks):
                  tools=config.sandbox.tools(tools), sandbox=config.sandbox,
                  endpoint=config.endpoint, confirm=terminal_confirm(config.interactive),
                  system=build_system_prompt(config.workdir, skills, config.instructions),
-                 secrets=config.secrets, **config.screen)
+                 secrets=config.secrets, **config.display)
     install_hooks(agent)
     return agent
 

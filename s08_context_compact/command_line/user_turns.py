@@ -19,7 +19,7 @@ from typing import Callable
 from ..compaction import Ledger
 from ..endpoint import ContextOverflow, explain_api_error
 from ..messages import append_message, blocks_of, estimate_text_tokens, own_text, replace_history, with_text
-from .work_lines import context_report, status_line
+from .work_lines import context_breakdown, status_line
 from .session_picture import report_line
 from ..basics import printable
 from .agent_values import count_call, park_long_inputs
@@ -115,7 +115,7 @@ def withdraw_unanswered_prompt(agent, messages: list, asked: dict) -> bool:
     return True
 
 
-def show_status(agent, messages: list, tokens: int) -> None:
+def say_status(agent, messages: list, tokens: int) -> None:
     """After a turn on a terminal: how full the context is, and how far from auto-compact."""
     if agent.show_status:
         agent.say(status_line(agent.settings, tokens, exact=agent.state.counter.measures(messages)), "dim")
@@ -145,7 +145,7 @@ def take_line(agent, messages: list, line: str, lesson: Lesson) -> bool:
 
 def handle_command(agent, messages: list, line: str, lesson: Lesson) -> bool:
     """/compact summarizes now, with an optional focus; /clear starts a new conversation;
-    every command then says what it did (report_command)."""
+    every command then says what it did (say_command_done)."""
     command, _, focus = line.partition(" ")
     if command == "/compact" and messages:
         compacted = lesson.compact(agent, messages, focus.strip())
@@ -157,19 +157,19 @@ def handle_command(agent, messages: list, line: str, lesson: Lesson) -> bool:
         # a new conversation: nothing read, no todos, no facts
         agent.state, agent.ledger = lesson.new_state(), Ledger()
     tokens = lesson.context_tokens(agent, messages)
-    return report_command(agent, messages, command, tokens)
+    return say_command_done(agent, messages, command, tokens)
 
 
-def report_command(agent, messages: list, command: str, tokens: int) -> bool:
+def say_command_done(agent, messages: list, command: str, tokens: int) -> bool:
     """What a command says once it has run; True, for a command is never an API error."""
     if command == "/help":
         agent.say(HELP)
     elif command == "/context":
-        agent.say(context_report(agent, messages, tokens, measure=estimate_text_tokens))
+        agent.say(context_breakdown(agent, messages, tokens, measure=estimate_text_tokens))
     elif command == "/compact":
         if not messages:
             agent.say("Nothing to compact yet.")
-        show_status(agent, messages, tokens)
+        say_status(agent, messages, tokens)
     elif command == "/clear":
         agent.say("(A new conversation. The session log keeps the old one: --resume cannot bring it back, "
                   "but .transcripts/ has every message.)")

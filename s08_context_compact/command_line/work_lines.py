@@ -4,7 +4,7 @@ what fills the window, and the status line after a turn.
 
 Machinery the chapter does not need: code.py hands show_tool_call and show_tool_result to
 the tool calls (tool_calls.py) and calls report_layer after each layer; user_turns.py
-calls context_report and status_line.
+calls context_breakdown and status_line.
 """
 
 import difflib
@@ -180,7 +180,7 @@ def context_parts(agent, messages: list, total: int, measure) -> dict:
     return parts
 
 
-def context_report(agent, messages: list, total: int, measure) -> str:
+def context_breakdown(agent, messages: list, total: int, measure) -> str:
     """What /context prints: what fills the window, part by part (parts add up to total),
     so the rows add up to the window; then the thresholds, the cache and the savings."""
     s = agent.settings
