@@ -63,7 +63,7 @@ from s08_context_compact.safety import (
 from s08_context_compact.session import SessionLog
 from s08_context_compact.command_line import (
     add_prompt, build_agent, configure, count_call, Lesson, park_long_inputs,
-    park_oversized_request, report_layer, run, run_tool_calls, say_status,
+    park_oversized_request, show_layer, run, run_tool_calls, say_status,
     start_session, Toolbox, turn_failed)
 
 
@@ -439,7 +439,7 @@ def apply_layer(agent, layer, messages: list, /, **settings) -> list:
         return messages
     saved = agent.state.counter.estimate(messages) - agent.state.counter.estimate(result)
     # counted for /context, said, and logged (command_line/work_lines.py)
-    report_layer(agent, name, messages, result, saved, agent.store.written[first_new:])
+    show_layer(agent, name, messages, result, saved, agent.store.written[first_new:])
     return result
 
 
@@ -610,7 +610,7 @@ def kept_after(agent, ready) -> list:
                        store=agent.store, tools=agent.tools)
 
 
-def run_compact_history(agent, messages: list, focus: str = "") -> list:
+def compact_now(agent, messages: list, focus: str = "") -> list:
     """compact_history through apply_layer, with a summary written ahead if there is one; when
     what it left is still over the threshold, that is summarized in turn."""
     ready = agent.ahead.take(messages, agent.settings, agent.overhead,
@@ -624,7 +624,7 @@ def run_compact_history(agent, messages: list, focus: str = "") -> list:
     return result
 
 
-def run_reactive_compact(agent, messages: list) -> list:
+def compact_on_overflow(agent, messages: list) -> list:
     """reactive_compact through apply_layer: the tail's size is a share of the threshold,
     smaller when the endpoint counts more tokens than we estimate."""
     tail_tokens = int(agent.settings.threshold * REACTIVE_TAIL_SHARE / agent.endpoint.undercount)
@@ -655,7 +655,7 @@ def compact_pipeline(agent, messages: list) -> list:
                                min_chars=s.micro_min_chars, store=store,
                                clear_at_least=0 if cold or outrun else s.clear_at_least)
     if over_threshold(agent, messages):
-        messages = run_compact_history(agent, messages)
+        messages = compact_now(agent, messages)
     return messages
 
 
@@ -723,7 +723,7 @@ def agent_loop(agent, messages: list) -> str | None:
             if shrank and context_tokens(agent, messages) <= agent.settings.threshold:
                 continue  # it fits the window learned: only the reply's room was too big
             reactive_retries += 1
-            compacted = run_reactive_compact(agent, messages)
+            compacted = compact_on_overflow(agent, messages)
             replace_history(agent.log, messages, compacted, "reactive_compact")
             if not shrank and context_tokens(agent, messages) >= err.sent_tokens:
                 raise  # nothing was freed: sent again, the request would be refused again
@@ -748,7 +748,7 @@ def agent_loop(agent, messages: list) -> str | None:
             raise KeyboardInterrupt
         if agent.state.pending_compact is not None:
             focus, agent.state.pending_compact = agent.state.pending_compact, None
-            compacted = run_compact_history(agent, messages, focus)
+            compacted = compact_now(agent, messages, focus)
             replace_history(agent.log, messages, compacted, "compact tool")
     agent.say(f"[stopped after {agent.max_steps} model calls in one turn; "
               "send a message to continue]")
@@ -786,7 +786,7 @@ def take_turn(agent, messages: list, prompt: str) -> bool:
 
 # What a line typed at the prompt reaches here: command_line/user_turns.py's take_line runs
 # a prompt as a turn, and the REPL's commands (/compact summarizes now, /clear starts anew).
-LESSON = Lesson(take_turn=take_turn, compact=run_compact_history, new_state=LoopState,
+LESSON = Lesson(take_turn=take_turn, compact=compact_now, new_state=LoopState,
                 context_tokens=context_tokens)
 
 

@@ -215,7 +215,7 @@ def test_the_summary_request_continues_the_cached_conversation(s08, make_agent, 
         fake.reply(tool_use("read_file", {"path": "spec.md"}), text("Read the spec."))
         s08.take_turn(agent, messages, "read the spec")
         fake.summary(text("<summary>Read the spec.</summary>"))
-        messages[:] = s08.run_compact_history(agent, messages, focus="keep the requirements")
+        messages[:] = s08.compact_now(agent, messages, focus="keep the requirements")
         summary = fake.summary_requests[0]
         assert "tool_choice" not in summary and summary["tools"] == fake.main_requests[0]["tools"], \
             "a changed tool_choice would invalidate the cached messages"

@@ -84,7 +84,8 @@ def defined_at(tree) -> dict:
 # reads them.
 SETTINGS_TREE = ast.parse(MODULE_PATHS["settings"].read_text(encoding="utf-8"))
 SETTINGS_NAMES = set(defined_at(SETTINGS_TREE)) | {node.target.id for node in ast.walk(SETTINGS_TREE)
-                                                    if isinstance(node, ast.AnnAssign)}
+                                                    if isinstance(node, ast.AnnAssign)} | \
+    {node.name for node in ast.walk(SETTINGS_TREE) if isinstance(node, ast.FunctionDef)}  # Settings' methods
 WORDS = words_in_code(TREE) | SETTINGS_NAMES
 DEFINED_AT = defined_at(TREE)
 

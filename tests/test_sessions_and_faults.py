@@ -31,7 +31,7 @@ def test_every_message_and_rewrite_is_logged_as_it_happens(s08, fake, make_agent
     s08.take_turn(agent, messages, "read a.txt")
     assert session_log.read_session(agent.log.path) == messages
     s08.take_turn(agent, messages, "run it")
-    replace_history(agent.log, messages, s08.run_compact_history(agent, messages), "/compact")
+    replace_history(agent.log, messages, s08.compact_now(agent, messages), "/compact")
     assert session_log.read_session(agent.log.path) == messages
     records = [json.loads(line) for line in agent.log.path.read_text().splitlines()]
     rewrites = [r for r in records if r["type"] == "rewrite"]

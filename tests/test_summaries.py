@@ -99,7 +99,7 @@ def test_after_compaction_the_work_comes_back_in_order(s08, fake, make_agent, wo
     (workspace / "a.py").write_text("def a():\n    return 42\n")
     (workspace / "b.py").unlink()
     add_user_text(messages, "now the next step")
-    messages[:] = s08.run_compact_history(agent, messages)
+    messages[:] = s08.compact_now(agent, messages)
     s08.agent_loop(agent, messages)
     texts = first_texts(fake.main_requests[-1])
     expected = ["[Compacted: the earlier conversation was summarized",
@@ -130,7 +130,7 @@ def test_read_stub_for_an_unchanged_file_but_not_after_compaction(s08, fake, mak
     results = {b["tool_use_id"]: b["content"] for m in messages for b in blocks(m) if b.get("type") == "tool_result"}
     assert "line one" in results["toolu_r1"]
     assert results["toolu_r2"].startswith("(unchanged: notes.txt") and "toolu_r1" in results["toolu_r2"]
-    messages[:] = s08.run_compact_history(agent, messages)
+    messages[:] = s08.compact_now(agent, messages)
     s08.take_turn(agent, messages, "read it once more")
     last = [b for b in blocks(messages[-2]) if b.get("type") == "tool_result"][0]
     assert "line one" in last["content"], "after compaction the content is no longer in context: no stub"
@@ -163,7 +163,7 @@ def test_the_ledger_records_what_happened_and_checks_the_summary(s08, fake, make
     assert ledger.constraints == ["You must keep Python 3.9 support.", "不要修改测试文件。"]
     fake.summary(text("<summary>Read app.py and wrote fix.py; test_greets fails. Keep Python 3.9 "
                       "support.</summary>"))
-    messages[:] = s08.run_compact_history(agent, messages)
+    messages[:] = s08.compact_now(agent, messages)
     transcript = next((workspace / ".transcripts").glob("compact-*.jsonl"))
     event = json.loads(transcript.read_text().splitlines()[-1])
     kept, total, lost = ledger.check(event["summary"], agent.state.todos)
@@ -178,7 +178,7 @@ def test_the_summary_is_shown_and_recorded(s08, fake, make_agent):
     fake.summary(text("<analysis>private</analysis><summary>1. Primary request: ship it.\n"
                       "2. Key concepts: none.</summary>"))
     messages = chat(2, 4_000) + [user("go")]
-    messages[:] = s08.run_compact_history(agent, messages, focus="the release")
+    messages[:] = s08.compact_now(agent, messages, focus="the release")
     assert "    1. Primary request: ship it." in agent.out.text and "private" not in agent.out.text
     assert "Focus especially on: the release" in instruction(fake.summary_requests[0])
 
@@ -189,7 +189,7 @@ def test_after_a_summary_later_layer_lines_do_not_repeat_it(s08, fake, make_agen
     agent = make_agent(window=20_000)
     fake.summary(text("<summary>1. Primary request: the old plan.</summary>"))
     messages = chat(2, 4_000) + [user("go")]
-    messages[:] = s08.run_compact_history(agent, messages)
+    messages[:] = s08.compact_now(agent, messages)
     for n in range(4):
         messages += [{"role": "assistant", "content": [{"type": "tool_use", "id": f"r{n}", "name": "read_file",
                                                         "input": {"path": f"f{n}.py"}}]},

@@ -336,7 +336,7 @@ def test_the_cheap_layers_shortening_the_snapshot_do_not_spoil_the_swap(s08, fak
     shortened = s08.micro_compact(messages, keep_recent=1, min_chars=100, clear_at_least=0, store=agent.store)
     shortened = s08.snip_compact(shortened, keep_head=3, keep_tail=12, at_least=20, tools=s08.TOOLS, store=agent.store)
     assert len(shortened) < len(messages) and shortened[-4:] != after[-4:]  # both acted
-    result = s08.run_compact_history(agent, shortened)
+    result = s08.compact_now(agent, shortened)
     assert SUMMARY in json.dumps(result[0]) and "swapped in" in agent.out.text
     assert result[1:] == shortened[-len(after):]  # what came after the snapshot, as the layers left it
     assert_valid(result)
@@ -345,7 +345,7 @@ def test_the_cheap_layers_shortening_the_snapshot_do_not_spoil_the_swap(s08, fak
     wait_until(lambda: agent.ahead.job.done.is_set())
     fake.summary(text("<summary>written at the threshold</summary>"))
     cut = messages[:3] + messages[-2:]
-    result = s08.run_compact_history(agent, cut)
+    result = s08.compact_now(agent, cut)
     assert "where its snapshot ended changed" in agent.out.text and "written at the threshold" in json.dumps(result[0])
 
 
@@ -441,7 +441,7 @@ def test_a_snip_that_took_the_first_reply_after_the_snapshot_keeps_its_note(s08,
         messages += read_pair(f"new{k}", "ok")
     snipped = s08.snip_compact(messages, keep_head=3, keep_tail=47, at_least=20, tools=s08.TOOLS, store=agent.store)
     assert "[Snipped" in json.dumps(snipped[2]) and '"new0"' not in json.dumps(snipped)  # it took the boundary
-    result = s08.run_compact_history(agent, snipped)
+    result = s08.compact_now(agent, snipped)
     assert SUMMARY in json.dumps(result[0]) and "[Snipped" in json.dumps(result[0]) and "swapped in" in agent.out.text
     assert result[1:] == snipped[3:]  # every message the snip kept after its note, as it is
     assert_valid(result)
@@ -457,7 +457,7 @@ def test_words_merged_into_the_snapshots_last_message_set_the_summary_aside(s08,
     start_now(s08, agent, messages)
     wait_until(lambda: agent.ahead.job.done.is_set())
     assert add_user_text(messages, "and then fix the typo in n3.md")  # joined the results the snapshot ended with
-    result = s08.run_compact_history(agent, messages)
+    result = s08.compact_now(agent, messages)
     assert "where its snapshot ended changed" in agent.out.text and "swapped in" not in agent.out.text
     assert SUMMARY not in json.dumps(result) and "written at the threshold" in json.dumps(result[0])
     assert "fix the typo in n3.md" in json.dumps(result)
@@ -537,7 +537,7 @@ def test_words_put_in_place_of_withdrawn_ones_are_not_taken_for_the_snapshots(s0
     messages[-1] = {**messages[-1], "content": messages[-1]["content"][:-1]}  # withdrawn, as a failed turn does
     add_user_text(messages, "P3: rename frob to frob_v2")
     messages.append({"role": "assistant", "content": [{"type": "text", "text": "Renamed."}]})
-    result = s08.run_compact_history(agent, messages)
+    result = s08.compact_now(agent, messages)
     assert "where its snapshot ended changed" in agent.out.text and SUMMARY not in json.dumps(result)
     assert "P3: rename frob to frob_v2" in json.dumps(fake.summary_requests[-1])  # the summary written now saw it
     assert_valid(result)
@@ -563,7 +563,7 @@ def test_a_snip_past_the_snapshot_keeps_the_request_it_put_back(s08, fake, make_
         messages.append({"role": "assistant", "content": [{"type": "text", "text": "Ported; the tests pass."}]})
     snipped = s08.snip_compact(messages, keep_head=3, keep_tail=10, at_least=4, tools=s08.TOOLS, store=agent.store)
     assert "NEW REQUEST" in json.dumps(snipped[2])  # the snip put it back after its note
-    result = s08.run_compact_history(agent, snipped)
+    result = s08.compact_now(agent, snipped)
     assert "swapped in" in agent.out.text
     if finished:  # with the summary, whatever room the user's recent words get
         assert "NEW REQUEST: port the parser to Rust." in result[0]["content"][0]["text"]

@@ -6,7 +6,7 @@ What the rest of the program may use from this folder."""
 from .cli import configure, run, say_what_start_up_found
 from .repl import start_repl, terminal_confirm
 from .startup import build_system_prompt, open_session
-from .work_lines import TOOL_MARK, report_layer, show_tool_call, show_tool_result
+from .work_lines import TOOL_MARK, show_layer, show_tool_call, show_tool_result
 from .session_picture import report_line
 from .user_turns import (add_prompt, handle_command, Lesson, park_oversized_request, record_interruption,
                          say_status, take_line, turn_failed)

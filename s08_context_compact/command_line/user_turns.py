@@ -8,7 +8,7 @@ not send it twice. /undo and /redo put files back (undo.py), and the model is to
 
 Machinery the chapter does not need: the REPL hands each line to take_line, which hands a
 prompt to code.py's take_turn (given in a Lesson, as nothing here imports code.py) and runs
-a command (handle_command: /compact calls code.py's run_compact_history, /clear starts a
+a command (handle_command: /compact calls code.py's compact_now, /clear starts a
 new conversation, the others report). take_turn calls these around the parts that teach
 (the hooks, the loop).
 """
@@ -125,7 +125,7 @@ def say_status(agent, messages: list, tokens: int) -> None:
 class Lesson:
     """What a line typed at the prompt reaches in code.py, which nothing here imports."""
     take_turn: Callable   # take_turn(agent, messages, prompt): False when an API error ended it
-    compact: Callable     # run_compact_history(agent, messages, focus): the history, compacted
+    compact: Callable     # compact_now(agent, messages, focus): the history, compacted
     new_state: Callable   # LoopState: what a new conversation (/clear) starts from
     context_tokens: Callable  # context_tokens(agent, messages): what the next request will carry
 

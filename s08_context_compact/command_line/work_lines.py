@@ -3,7 +3,7 @@ edit with its -/+ lines), a line for what a compaction layer did, the /context r
 what fills the window, and the status line after a turn.
 
 Machinery the chapter does not need: code.py hands show_tool_call and show_tool_result to
-the tool calls (tool_calls.py) and calls report_layer after each layer; user_turns.py
+the tool calls (tool_calls.py) and calls show_layer after each layer; user_turns.py
 calls context_breakdown and status_line.
 """
 
@@ -118,7 +118,7 @@ def count_changes(name: str, before: list, after: list) -> int:
     return changed
 
 
-def report_layer(agent, name: str, before: list, after: list, saved: int, written: list) -> None:
+def show_layer(agent, name: str, before: list, after: list, saved: int, written: list) -> None:
     """What a layer did, counted (the session's stats: /context shows them), said and logged.
     written is what the run saved; the result layers may point at a copy saved earlier, so
     they name the folder, not new files."""

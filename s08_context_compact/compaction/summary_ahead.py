@@ -1,9 +1,9 @@
 """Summaries written ahead: the summary compact_history will need, asked for in the background
 at an early mark, so the loop rarely waits for one at the threshold.
 
-Made once for an agent from values: the function that asks the model (`ask`, model_calls.py's
-send_request) and the agent's Connection. The loop uses a few verbs and never meets the
-thread, the lock or the cancellation:
+Machinery the chapter does not need, made once for an agent from values: the function that
+asks the model (`ask`, endpoint's send_request) and the agent's Connection. The loop uses a few
+verbs and never meets the thread, the lock or the cancellation:
 
     ahead.due(messages, tokens, settings)    how many messages to summarize now, or None
     ahead.start(messages, covered, request, sent_tokens, about)
