@@ -5,7 +5,7 @@ Before every model call the history goes through a pipeline, cheapest layer firs
 
     history ──▶ tool_result_budget  newest results too big?   → full text to disk, a preview stays
             ──▶ snip_compact        past 70% of the threshold → the middle to a transcript
-                                    and over 50 messages?
+                                    and over 50 messages?     (20 at least go at once)
             ──▶ micro_compact       past 70% of the threshold → old results become pointers
             ──▶ compact_history     still over the threshold? → a summary, what the work needs
             ──▶ model call ── "too long", in any endpoint's words ──▶ learn the window,
@@ -78,7 +78,7 @@ ESTIMATE_MARGIN = 0.85              # sizing by estimate alone, assume it may be
 COLD_TRIGGER_SHARE = 0.5            # snip and micro trigger at this share of micro_trigger
                                     # once the prompt cache has expired (CACHE_TTLS)
 PLACEHOLDER_TOKENS = 60             # a placeholder's size, long path included; rather too high
-SUMMARY_ATTEMPTS = 4                # "too long" retries, each dropping more of the oldest messages
+SUMMARY_ATTEMPTS = 4                # tries at a summary call; after "too long", with fewer messages
 MAX_CONSECUTIVE_SUMMARY_FAILURES = 3  # circuit breaker: stop paying for summaries that fail
 MAX_REACTIVE_RETRIES = 1            # refused again with nothing new learned: the turn ends
 REACTIVE_TAIL_SHARE = 0.25          # reactive_compact keeps recent messages up to this share
@@ -637,7 +637,8 @@ def compact_on_overflow(agent, messages: list) -> list:
 # ---- putting it together: the pipeline -----------------------------------------------------------
 
 def compact_pipeline(agent, messages: list) -> list:
-    """The four layers in order: cheap ones first, the summary only when still over threshold."""
+    """The four layers in order: cheap ones first, the summary (a call or a few) only when
+    still over the threshold."""
     s, store = agent.settings, agent.store
     # Budget runs first: it saves big new results before anything else could shorten them.
     messages = apply_layer(agent, tool_result_budget, messages, max_chars=s.budget_chars,
