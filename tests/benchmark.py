@@ -180,14 +180,6 @@ def swapped(module, **replacements):
             setattr(module, name, value)
 
 
-def unchanged(name: str):
-    """A layer that never acts, for "cheap layers off"."""
-    def layer(messages, **settings):
-        return messages
-    layer.__name__ = name
-    return layer
-
-
 class Stopwatch:
     """The pipeline's own time per model call: time inside compact_pipeline minus the time
     it waited for the API (summary and count_tokens calls)."""
@@ -246,8 +238,8 @@ def play(code, session: Session, settings, workdir: Path, cheap_layers: bool = T
     clock = Stopwatch(code)
     time_now, rng = SimulatedClock(), random.Random(seed)
     swaps = clock.swaps()
-    if not cheap_layers:
-        swaps.update({name: unchanged(name) for name in ("tool_result_budget", "snip_compact", "micro_compact")})
+    if not cheap_layers:  # settings no session reaches: no result over the budget, no trigger passed
+        settings = replace(settings, budget_chars=10**15, micro_trigger=10**15)
     with FakeAnthropic(context_window=settings.window, clock=time_now) as fake, swapped(code, **swaps):
         fake.default_summary = obedient_summary
         client = anthropic.Anthropic(api_key="benchmark", base_url=fake.url, max_retries=0)
