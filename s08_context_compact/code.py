@@ -500,6 +500,8 @@ def make_summary(agent, messages: list, focus: str, limit: int, asked=None) -> t
             failures = f"{agent.summary_failures}/{MAX_CONSECUTIVE_SUMMARY_FAILURES}"
             agent.say(f"[summary] failed ({failures}): {err}; using one built without the model")
             why = "the summary call failed"
+    elif asked and asked.answer:  # asked for before the breaker opened: paid for all the same
+        count_call(agent, asked.answer, "writing the summary ahead (the breaker is open)")
     return fallback_summary(messages, agent.state.todos, limit, why), "fallback"
 
 

@@ -571,3 +571,21 @@ def test_a_snip_past_the_snapshot_keeps_the_request_it_put_back(s08, fake, make_
         assert json.dumps(result[0]).count("NEW REQUEST: port the parser") == 1
         assert result[0]["content"][-1]["text"] == "NEW REQUEST: port the parser to Rust."
     assert_valid(result)
+
+
+def test_a_summary_ready_when_the_breaker_has_opened_is_paid_for_and_not_used(s08, fake, make_agent):
+    """Asked for before three summaries failed in a row: its reply is not used (the breaker
+    says no more model summaries), but what it cost is counted and logged."""
+    agent = ahead_agent(make_agent)
+    messages = open_session(agent, None)
+    fake.summary(text(f"<summary>{SUMMARY}</summary>"))
+    messages += notes_read(12)
+    start_now(s08, agent, messages)
+    wait_until(lambda: agent.ahead.job.done.is_set())
+    agent.summary_failures = 3  # three failed meanwhile
+    result = s08.compact_now(agent, messages)
+    paid = next(u for u in fake.usage_log if u["summary"])
+    assert SUMMARY not in json.dumps(result) and "summary by fallback" in agent.out.text
+    assert agent.usage_totals.get("output_tokens", 0) >= paid["output_tokens"] > 0
+    logged = agent.log.path.read_text()
+    assert "writing the summary ahead (the breaker is open)" in logged
