@@ -1,52 +1,41 @@
-"""Talking to the endpoint: the SDK client, one request with its retries and timeouts,
-the reply read as it streams, the usage figures as each provider reports them, and what
-the session knows about the endpoint (its window above all) and how it was found.
+"""Talking to the endpoint: one request with its retries and timeouts, the reply read as
+it streams, the usage figures as each provider reports them, and what the session knows
+about the endpoint (its window above all) and how it was found.
 
-Machinery the chapter does not need: code.py calls model_reply(...) with a Connection (the
-few values a call needs) and gets an Answer, or a ContextOverflow when the prompt did not fit.
+Machinery the chapter does not need. model_reply(...) takes a Connection (the few values a
+call needs) and returns an Answer, or raises a ContextOverflow when the prompt did not fit;
+the SDK and its client come from sdk.py, and what a failed call tells a person from
+api_errors.py, beside it.
 """
 
 import copy
-import importlib.util
-import os
 import random
 import re
-import sys
 import time
 from dataclasses import dataclass, replace
 from functools import cache
 
 from ..messages import fresh_id, input_problem
-from .overflow import (EMPTY_REPLY_OVERFLOW, MIN_CONTEXT_WINDOW, ContextOverflow, context_overflow, learned_window,
-                       is_token_count)
-from .replies import USAGE_KEYS, BadReply, EmptyReply, ErrorEvent, reply_from_body, reply_from_events
-from .request_forms import PLAIN_TEXT_NOTE, PLAIN_TEXT_PROOF, plain_text_request, redacted_request
-from ..basics import Redactor, Screen, Spinner, StreamedText, one_line, say_on, well_formed_deep
+from .api_errors import api_error_text, api_failures, key_refused, what_to_do, worth_retrying
+from .overflow import (EMPTY_REPLY_OVERFLOW, MIN_CONTEXT_WINDOW, ContextOverflow,
+                       context_overflow, learned_window, is_token_count)
+from .replies import (USAGE_KEYS, BadReply, EmptyReply, ErrorEvent, reply_from_body,
+                      reply_from_events)
+from .request_forms import (PLAIN_TEXT_NOTE, PLAIN_TEXT_PROOF, plain_text_request,
+                            redacted_request)
+from .sdk import anthropic, httpx2
+from ..basics import (Redactor, Screen, Spinner, StreamedText, one_line, say_on,
+                      well_formed_deep)
 
-
-def lazy_import(name: str):
-    """A module that loads the first time one of its names is used. The SDK takes a second
-    or two to import, and --help, --list or a missing key need none of it."""
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.find_spec(name)
-    if spec is None:
-        return None  # not installed: main() says how to install it
-    spec.loader = importlib.util.LazyLoader(spec.loader)
-    module = sys.modules[name] = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-anthropic = lazy_import("anthropic")  # the official SDK
-httpx2 = lazy_import("httpx2")  # the SDK's HTTP library: its errors can surface while a stream is being read
 
 DEFAULT_CONTEXT_WINDOW = 200_000    # tokens, when neither CONTEXT_WINDOW nor the Models API says
-MAX_API_ATTEMPTS = 4                # a call and up to 3 retries for 429, 5xx and dropped connections
-RETRY_BASE_SECONDS = 1.0            # backoff 1 s, 2 s, 4 s (±20%), longer if the API's retry-after says so
+# A call and up to 3 retries for 429, 5xx and dropped connections.
+MAX_API_ATTEMPTS = 4
+# Backoff 1 s, 2 s, 4 s (±20%), longer if the API's retry-after says so.
+RETRY_BASE_SECONDS = 1.0
 CONNECT_TIMEOUT = 10.0              # seconds to reach the endpoint (API_CONNECT_TIMEOUT)
-IDLE_TIMEOUT = 120.0                # a stream silent this long (pings aside) is abandoned (API_IDLE_TIMEOUT)
-ERROR_CHARS = 300                   # an error's message on screen: pydantic errors can run to pages
+# A stream silent this long (pings aside) is abandoned (API_IDLE_TIMEOUT).
+IDLE_TIMEOUT = 120.0
 MODELS_API_SOURCE = "the Models API (max_input_tokens)"
 DEFAULT_WINDOW_SOURCE = "the default (nothing else said; set CONTEXT_WINDOW if you know it)"
 
@@ -60,18 +49,25 @@ class Endpoint:
     window_source: str = "the settings this agent was given"
     model: str = ""
     counts_output: bool = False       # the window bounds prompt + max_tokens
-    can_count_tokens: bool = True     # False once count_tokens answered 404 (or failed): not asked again
+    # False once count_tokens answered 404 (or failed): not asked again.
+    can_count_tokens: bool = True
     models_api: bool = True           # False once the Models API answered 404
     learned: bool = False             # the window came from an overflow: it caps any other source
     reads_in_input: bool | None = None  # do its input_tokens include the cache reads? (Kimi: yes)
-    largest_accepted: tuple = (0, 0)  # (prompt, prompt + max_tokens) of the biggest request answered
-    largest_measured: int = 0         # the biggest prompt answered, as the endpoint's own usage counted it
+    # (prompt, prompt + max_tokens) of the biggest request answered.
+    largest_accepted: tuple = (0, 0)
+    # The biggest prompt answered, as the endpoint's own usage counted it.
+    largest_measured: int = 0
     largest_once: int = 0             # the same, had input_tokens held the cache reads (unproven)
     usage_note: str = ""              # set when the endpoint's usage could not be taken as it is
-    startup_problem: str = ""         # what the first call at start-up ran into (no connection, a refused key)
-    undercount: float = 1.0           # how many times our estimate the endpoint counted in a refused prompt
-    plain_text: bool = False          # its chat template takes only text as strings (plain_text_request)
-    plain_text_wins: int = 0          # requests plain text answered after the blocks got an empty reply
+    # What the first call at start-up ran into (no connection, a refused key).
+    startup_problem: str = ""
+    # How many times our estimate the endpoint counted in a refused prompt.
+    undercount: float = 1.0
+    # Its chat template takes only text as strings (plain_text_request).
+    plain_text: bool = False
+    # Requests plain text answered after the blocks got an empty reply.
+    plain_text_wins: int = 0
 
     def accepted(self, prompt_tokens: int, max_tokens: int, measured: bool = False,
                  usage: dict | None = None) -> None:
@@ -90,10 +86,12 @@ class Endpoint:
 
     def overflowed_silently(self, sent_tokens: int) -> bool:
         """Whether empty replies (EmptyReply), every try and plain text too, to this request most
-        likely mean a prompt over the window: larger than any request answered, large enough for the program to work in,
-        and the window only assumed (not set by CONTEXT_WINDOW or stated by the Models API)."""
+        likely mean a prompt over the window: larger than any request answered, large enough
+        for the program to work in, and the window only assumed (not set by CONTEXT_WINDOW or
+        stated by the Models API)."""
         known = self.window_source in ("CONTEXT_WINDOW", MODELS_API_SOURCE)
-        return not known and sent_tokens >= MIN_CONTEXT_WINDOW and sent_tokens > self.largest_accepted[0]
+        large_enough = sent_tokens >= MIN_CONTEXT_WINDOW
+        return not known and large_enough and sent_tokens > self.largest_accepted[0]
 
     def learn_from(self, err: ContextOverflow) -> str:
         """Take the window an overflow reveals: the one it states, else one below the refused
@@ -104,38 +102,45 @@ class Endpoint:
         # inside input_tokens: a limit below even that is one refusal's words against its count.
         answered = self.largest_measured if self.reads_in_input is False else self.largest_once
         if overflow.window and overflow.window < answered:
-            return (f"[window] the endpoint named a limit of {overflow.window:,} tokens, but it has answered "
-                    f"{self.largest_measured:,} by its own count; the window stays {self.window:,}")
+            return (f"[window] the endpoint named a limit of {overflow.window:,} tokens, "
+                    f"but it has answered {self.largest_measured:,} by its own count; "
+                    f"the window stays {self.window:,}")
         if overflow.window and overflow.window < self.largest_measured:  # fits with each read once:
             said = "; its input_tokens include the cache reads, counted once now"
             reads = "" if self.reads_in_input else said
             self.reads_in_input, self.largest_measured = True, answered  # they were in input_tokens
         if not overflow.window and err.sent_tokens < MIN_CONTEXT_WINDOW:
-            overflow = replace(overflow, counts_output=True)  # a prompt this small can only be refused for max_tokens
+            # A prompt this small can only be refused for max_tokens.
+            overflow = replace(overflow, counts_output=True)
         self.counts_output = self.counts_output or overflow.counts_output
-        if overflow.prompt_tokens and err.sent_tokens:  # it counted more than we estimated: size by its count
+        # It counted more than we estimated: size by its count.
+        if overflow.prompt_tokens and err.sent_tokens:
             self.undercount = max(self.undercount, overflow.prompt_tokens / err.sent_tokens)
         window = learned_window(overflow, window=self.window, sent_tokens=err.sent_tokens,
                                 max_tokens=err.max_tokens, largest_accepted=self.largest_accepted)
         if window >= self.window:
             return ""
         if overflow.window:
-            said = f"[window] the endpoint's limit is {window:,} tokens (was assuming {self.window:,})"
+            said = (f"[window] the endpoint's limit is {window:,} tokens "
+                    f"(was assuming {self.window:,})")
             if overflow.window < window:  # smaller than this program can work in
-                said = (f"[window] the endpoint's limit is {overflow.window:,} tokens, below the {window:,} this "
-                        f"program needs at least; working with {window:,} (was assuming {self.window:,}). Use a "
-                        "model with a larger window.")
+                said = (f"[window] the endpoint's limit is {overflow.window:,} tokens, "
+                        f"below the {window:,} this program needs at least; "
+                        f"working with {window:,} (was assuming {self.window:,}). "
+                        "Use a model with a larger window.")
             self.window_source = "the endpoint's overflow message"
         elif overflow == EMPTY_REPLY_OVERFLOW:
-            said = (f"[window] the endpoint answered about {err.sent_tokens:,} tokens with an empty reply, as "
-                    f"llama.cpp behind LiteLLM does when a prompt is over its context size; assuming a window of "
-                    f"{window:,} from now on (was {self.window:,}). Set CONTEXT_WINDOW to the server's context "
-                    "size (n_ctx) to skip the guess.")
+            said = (f"[window] the endpoint answered about {err.sent_tokens:,} tokens "
+                    "with an empty reply, as llama.cpp behind LiteLLM does "
+                    "when a prompt is over its context size; "
+                    f"assuming a window of {window:,} from now on (was {self.window:,}). "
+                    "Set CONTEXT_WINDOW to the server's context size (n_ctx) to skip the guess.")
             self.window_source = "an empty reply to a larger request (below its size)"
         else:
             output = f" + {err.max_tokens:,} for the reply" if overflow.counts_output else ""
-            said = (f"[window] the endpoint refused about {err.sent_tokens:,} tokens{output} without naming its "
-                    f"limit; assuming a window of {window:,} from now on (was {self.window:,})")
+            said = (f"[window] the endpoint refused about {err.sent_tokens:,} tokens{output} "
+                    "without naming its limit; "
+                    f"assuming a window of {window:,} from now on (was {self.window:,})")
             self.window_source = "an overflow that named no limit (below the refused size)"
         self.window, self.learned = window, True
         return said + reads
@@ -143,21 +148,9 @@ class Endpoint:
     def facts(self) -> dict:
         """What the session log keeps, so --resume starts from what was learned."""
         return {"model": self.model, "window": self.window, "window_source": self.window_source,
-                "learned": self.learned, "counts_output": self.counts_output, "count_tokens": self.can_count_tokens,
-                "models_api": self.models_api, "plain_text": self.plain_text}
-
-
-def api_failures() -> tuple:
-    """Every way one call can fail: the SDK's errors, and what we find wrong in a reply."""
-    return anthropic.APIError, BadReply, ErrorEvent
-
-
-def worth_retrying(err: Exception) -> bool:
-    """429, 5xx and 529, a reply that broke off, an "overloaded" error inside a stream."""
-    if isinstance(err, ErrorEvent):
-        return err.kind in ("overloaded_error", "api_error", "rate_limit_error")
-    return isinstance(err, (anthropic.RateLimitError, anthropic.InternalServerError,
-                            anthropic.APIConnectionError, BadReply))
+                "learned": self.learned, "counts_output": self.counts_output,
+                "count_tokens": self.can_count_tokens, "models_api": self.models_api,
+                "plain_text": self.plain_text}
 
 
 def with_retries(call, retry_base_seconds: float, say):
@@ -167,49 +160,21 @@ def with_retries(call, retry_base_seconds: float, say):
         try:
             return call()
         except api_failures() as err:
-            retries = 1 if isinstance(err, EmptyReply) else MAX_API_ATTEMPTS - 1  # tried as plain text too, each time
+            # An empty reply was tried as plain text too, each time.
+            retries = 1 if isinstance(err, EmptyReply) else MAX_API_ATTEMPTS - 1
             if attempt > retries or not worth_retrying(err):
                 raise
             response = getattr(err, "response", None)
             delay = retry_base_seconds * 2 ** (attempt - 1) * random.uniform(0.8, 1.2)
-            try:  # the API's advice, when it asks for longer: a "retry-after: 0" must not make three retries a burst
+            # The API's advice, when it asks for longer: a "retry-after: 0" must not make
+            # three retries a burst.
+            try:
                 delay = max(delay, min(float(response.headers.get("retry-after")), 60.0))
             except (AttributeError, TypeError, ValueError):
                 pass
             say(f"[api] {api_error_text(err)}; retrying in {delay:.1f}s "
                 f"(retry {attempt} of {retries})")
             time.sleep(delay)
-
-
-def api_error_text(err: Exception) -> str:
-    """One line for a person: the status, the error's kind and its message (cut short: a
-    proxy may quote the whole request in it), and the URL where that URL is what to check."""
-    if isinstance(err, ErrorEvent):
-        return f"error inside the reply stream: {one_line(str(err), ERROR_CHARS)}"
-    url = str(getattr(getattr(err, "request", None), "url", "") or "").split("?")[0] or "the API"
-    url = re.sub(r"//[^/@\s]*@", "//", url)  # a proxy's user:password never goes on screen
-    from_url = f" (from {url})" if getattr(err, "status_code", None) in (401, 403, 404) else ""
-    body = getattr(err, "body", None)
-    if isinstance(body, dict) and isinstance(body.get("error"), dict):
-        error = body["error"]
-        kind = error.get("type") or error.get("code") or "error"
-        return f"{getattr(err, 'status_code', '')} {kind}: {one_line(error.get('message'), ERROR_CHARS)}{from_url}"
-    if isinstance(err, anthropic.APITimeoutError):
-        return (f"{url} did not answer in time (API_CONNECT_TIMEOUT, API_IDLE_TIMEOUT); "
-                "check ANTHROPIC_BASE_URL and the network")
-    if isinstance(err, anthropic.APIConnectionError):
-        return f"cannot reach {url} ({err.__cause__ or err}); check ANTHROPIC_BASE_URL and the network"
-    if isinstance(err, anthropic.APIStatusError):
-        return f"{err.status_code} {one_line(str(body or err), 200)}{from_url}"
-    return one_line(str(err), ERROR_CHARS)
-
-
-def key_refused(err: Exception) -> bool:
-    """The endpoint would not take the key: 401 or 403, or LiteLLM without a database, which
-    knows only its master key and says "No connected db." of any other."""
-    body = getattr(err, "body", None)
-    kind = body["error"].get("type") if isinstance(body, dict) and isinstance(body.get("error"), dict) else None
-    return getattr(err, "status_code", None) in (401, 403) or kind == "no_db_connection"
 
 
 # A chunk of nothing but keep-alives: blank lines, SSE comments, ping events.
@@ -222,8 +187,10 @@ class ReplyEvents:
     nothing else, BadReply. (The read timeout covers a stream that sends nothing at all.)"""
 
     def __init__(self, response, idle_seconds: float):
-        self.response, self.idle_seconds, self.last_news = response, idle_seconds, time.monotonic()
-        self.trickled = 0  # bytes since the last event that were not keep-alives: a reply too slow to finish one
+        self.response, self.idle_seconds = response, idle_seconds
+        self.last_news = time.monotonic()
+        # Bytes since the last event that were not keep-alives: a reply too slow to finish one.
+        self.trickled = 0
 
     def __iter__(self):
         # The SDK's own decoder, fed bytes we can watch: iterating its Stream would drop pings
@@ -232,20 +199,27 @@ class ReplyEvents:
             try:
                 data = sse.json() if sse.data else None
             except (ValueError, RecursionError):  # nested too deep to read is no better
-                raise BadReply(f"the endpoint sent an event that is not JSON: {one_line(sse.data, 60)}") from None
+                raise BadReply("the endpoint sent an event that is not JSON: "
+                               f"{one_line(sse.data, 60)}") from None
             kind = sse.event or (data.get("type") if isinstance(data, dict) else None)
             if data is not None and kind != "ping":
                 self.last_news, self.trickled = time.monotonic(), 0
                 yield kind, data
 
     def chunks(self):
-        for text in self.response.iter_text():  # a byte that is not UTF-8 becomes U+FFFD, not a crash
+        # A byte that is not UTF-8 becomes U+FFFD, not a crash.
+        for text in self.response.iter_text():
             self.trickled += 0 if KEEP_ALIVE.fullmatch(text) else len(text)
             yield text.encode()
-            if time.monotonic() - self.last_news > self.idle_seconds:  # after the chunk's events: news in it counts
-                raise BadReply(f"the endpoint's reply stalled: {self.trickled:,} bytes in {self.idle_seconds:g}s, not "
-                               "one whole event" if self.trickled else
-                               f"the endpoint sent nothing but pings or comments for {self.idle_seconds:g}s")
+            # Checked after the chunk's events: news in it counts.
+            if time.monotonic() - self.last_news > self.idle_seconds:
+                raise BadReply(self.stalled())
+
+    def stalled(self) -> str:
+        if self.trickled:
+            return (f"the endpoint's reply stalled: {self.trickled:,} bytes "
+                    f"in {self.idle_seconds:g}s, not one whole event")
+        return f"the endpoint sent nothing but pings or comments for {self.idle_seconds:g}s"
 
 
 def stream_reply(client, idle: float, request: dict, on_text=None) -> tuple:
@@ -331,7 +305,8 @@ def send_request(connection: Connection, request: dict, sent_tokens: int, on_tex
                 shown.append(chunk)
                 on_text(chunk)
             try:
-                return reply_in_a_form_it_takes(connection, request, show if on_text else None, notes)
+                shown_by = show if on_text else None
+                return reply_in_a_form_it_takes(connection, request, shown_by, notes)
             except KeyboardInterrupt:
                 raise  # model_reply ends the line: the word held back was never shown
             except BaseException:
@@ -346,8 +321,10 @@ def send_request(connection: Connection, request: dict, sent_tokens: int, on_tex
     if endpoint.plain_text:
         request = plain_text_request(request)
     try:
-        content, stop_reason, usage = with_retries(attempt, connection.retry_base_seconds, connection.say)
-    except EmptyReply:  # empty every time: a prompt over the window, if it was large for what is known of it
+        content, stop_reason, usage = with_retries(attempt, connection.retry_base_seconds,
+                                                   connection.say)
+    # Empty every time: a prompt over the window, if it was large for what is known of it.
+    except EmptyReply:
         if endpoint.overflowed_silently(sent_tokens):
             raise ContextOverflow(EMPTY_REPLY_OVERFLOW, sent_tokens, max_tokens) from None
         raise
@@ -360,7 +337,8 @@ def send_request(connection: Connection, request: dict, sent_tokens: int, on_tex
     if overflow:
         raise ContextOverflow(overflow, sent_tokens, max_tokens)
     prompt_tokens, usage = usage_prompt_tokens(endpoint, usage, sent_tokens)
-    endpoint.accepted(prompt_tokens or sent_tokens, max_tokens, measured=bool(prompt_tokens), usage=usage)
+    endpoint.accepted(prompt_tokens or sent_tokens, max_tokens, measured=bool(prompt_tokens),
+                      usage=usage)
     # A secret the model repeats in its text goes no further. Its tool inputs run as written (a
     # .env value may be an ordinary word it means); they are redacted wherever they are sent,
     # logged, saved or shown.
@@ -418,9 +396,9 @@ def make_reply_sendable(reply: dict, stop_reason: str, *, ids_used: set, max_out
     content, note, refused = list(reply["content"]), "", {}
     if stop_reason == "max_tokens" and content and content[-1].get("type") == "tool_use":
         cut = content.pop()  # its input is incomplete: never run it
-        note = (f"your reply reached the output limit ({max_output:,} tokens) in the middle of a call to "
-                f"{cut['name']}, so that call was not run. Continue from there, and split large content into "
-                "several smaller calls.")
+        note = (f"your reply reached the output limit ({max_output:,} tokens) "
+                f"in the middle of a call to {cut['name']}, so that call was not run. "
+                "Continue from there, and split large content into several smaller calls.")
     seen = set(ids_used)
     for k, block in enumerate(content):
         if block.get("type") == "tool_use":
@@ -431,7 +409,8 @@ def make_reply_sendable(reply: dict, stop_reason: str, *, ids_used: set, max_out
                 content[k]["input"] = {}
     if content == reply["content"]:
         return reply, note, refused  # the same object: the token counter's anchor still knows it
-    return {**reply, "content": content or [{"type": "text", "text": "(reply cut off)"}]}, note, refused
+    content = content or [{"type": "text", "text": "(reply cut off)"}]
+    return {**reply, "content": content}, note, refused
 
 
 def usage_prompt_tokens(endpoint, usage: dict, estimate: int) -> tuple:
@@ -454,71 +433,45 @@ def usage_prompt_tokens(endpoint, usage: dict, estimate: int) -> tuple:
         endpoint.reads_in_input = False
     elif read and endpoint.reads_in_input is not False:
         once = uncached + written
-        if endpoint.reads_in_input or (size > 1.6 * estimate and abs(once - estimate) <= 0.3 * estimate):
+        # Adding the reads would double the size past what was sent; without them it fits.
+        doubled = size > 1.6 * estimate and abs(once - estimate) <= 0.3 * estimate
+        if endpoint.reads_in_input or doubled:
             endpoint.reads_in_input = True
             size, counted = once, {**usage, "input_tokens": uncached - read}
     if size <= 0:
-        endpoint.usage_note = "the endpoint reported no input usage on the last reply; sizes are estimates"
+        endpoint.usage_note = ("the endpoint reported no input usage on the last reply; "
+                               "sizes are estimates")
         return None, counted
     if size < estimate / 2:
-        endpoint.usage_note = (f"usage distrusted: the endpoint reported {size:,} prompt tokens where about "
-                               f"{estimate:,} were sent; sizes are estimates")
+        endpoint.usage_note = (f"usage distrusted: the endpoint reported {size:,} prompt tokens "
+                               f"where about {estimate:,} were sent; sizes are estimates")
         return None, counted
     if size > estimate * 2:
-        endpoint.usage_note = (f"the endpoint counts {size:,} prompt tokens where the estimate was {estimate:,}; "
-                               "its count is used")
+        endpoint.usage_note = (f"the endpoint counts {size:,} prompt tokens "
+                               f"where the estimate was {estimate:,}; its count is used")
+    elif endpoint.reads_in_input:
+        endpoint.usage_note = "this endpoint's input_tokens include the cache reads; counted once"
     else:
-        endpoint.usage_note = "this endpoint's input_tokens include the cache reads; counted once" \
-            if endpoint.reads_in_input else ""
+        endpoint.usage_note = ""
     return size, counted
 
 
 def usage_figures(usage: dict) -> dict:
-    """A call's usage as the figures the session keeps: every key of USAGE_KEYS, 0 if not given."""
+    """A call's usage as the figures the session keeps: every key of USAGE_KEYS, 0 if not
+    given."""
     return {key: usage.get(key, 0) for key in USAGE_KEYS}
-
-
-def explain_api_error(err: Exception, withdrawn: bool, terminal: bool) -> str:
-    """What a person is told when a turn ends in an API error: what went wrong, what to
-    check, and what became of the message they sent."""
-    return " ".join(filter(None, [f"API error: {api_error_text(err).rstrip('.')}.", what_to_do(err),
-                                  what_became_of_it(err, withdrawn, terminal)]))
-
-
-def what_to_do(err: Exception) -> str:
-    status = getattr(err, "status_code", None)
-    if key_refused(err):
-        return "Check ANTHROPIC_API_KEY, or ANTHROPIC_AUTH_TOKEN for an endpoint that wants a bearer token."
-    if status == 404:
-        return "Check MODEL_ID and ANTHROPIC_BASE_URL."
-    if isinstance(err, EmptyReply):
-        return ("The server's own log says why; if the prompt was over its context size, set CONTEXT_WINDOW to it "
-                "(llama.cpp's n_ctx).")
-    return ""
-
-
-def what_became_of_it(err: Exception, withdrawn: bool, terminal: bool) -> str:
-    """What happened to the user's message after an API error, and whether to send it again."""
-    if not withdrawn:
-        return "The work so far is kept; send a message to go on."
-    if isinstance(err, EmptyReply):
-        return "Your message was not answered and was taken back out; send it again once the server's log shows why."
-    if key_refused(err) or getattr(err, "status_code", None) == 404:  # the settings, not the message
-        return "Your message was taken back out; once that is fixed (restart the program), send it again."
-    if getattr(err, "status_code", None) in (400, 413, 422):  # the request itself was refused
-        return ("The endpoint refused the request as it stands, so your message was taken back out; sent "
-                "unchanged, it would fail again.")
-    return "Your message was not answered and was taken back out; send it again" + \
-        (" (the up arrow recalls it)." if terminal else ".")
 
 
 # Windows of well-known models, for endpoints without the Models API (none of the
 # compatible providers has one). First match wins; the id may carry a provider prefix.
 KNOWN_WINDOWS = [  # (pattern, window, what it matches)
-    (r"claude-", 200_000, "claude-*"),              # Anthropic models overview: 200k (1M only behind a beta header)
-    (r"deepseek-", 131_072, "deepseek-*"),          # DeepSeek API docs: deepseek-chat / deepseek-reasoner, 128K
+    # Anthropic models overview: 200k (1M only behind a beta header)
+    (r"claude-", 200_000, "claude-*"),
+    # DeepSeek API docs: deepseek-chat / deepseek-reasoner, 128K
+    (r"deepseek-", 131_072, "deepseek-*"),
     (r"kimi-k2-0711", 131_072, "kimi-k2-0711"),     # Moonshot docs: the first Kimi K2 release, 128K
-    (r"kimi-k2", 262_144, "kimi-k2*"),              # Moonshot docs: kimi-k2-0905, k2-turbo, k2.5, 256K
+    # Moonshot docs: kimi-k2-0905, k2-turbo, k2.5, 256K
+    (r"kimi-k2", 262_144, "kimi-k2*"),
     (r"glm-4\.5", 128_000, "glm-4.5*"),             # Z.ai docs: GLM-4.5, 128K
     (r"glm-(4\.[6-9]|5)", 200_000, "glm-4.6 and later"),  # Z.ai docs: GLM-4.6 and later, 200K
     (r"minimax-m2", 204_800, "MiniMax-M2*"),        # MiniMax docs: MiniMax-M2 to M2.7, 204,800
@@ -538,12 +491,15 @@ def models_api_window(client, model: str, endpoint: Endpoint) -> int | None:
     if not endpoint.models_api:
         return None
     try:
-        info = client.with_options(max_retries=0, timeout=10).models.retrieve(model)  # start-up stays quick
+        # No retries and a short timeout: start-up stays quick.
+        info = client.with_options(max_retries=0, timeout=10).models.retrieve(model)
     except anthropic.NotFoundError:
         endpoint.models_api = False
         return None
-    except (anthropic.AuthenticationError, anthropic.PermissionDeniedError, anthropic.APIConnectionError) as err:
-        endpoint.startup_problem = f"{api_error_text(err).rstrip('.')}. {what_to_do(err)}".strip()  # said at start
+    except (anthropic.AuthenticationError, anthropic.PermissionDeniedError,
+            anthropic.APIConnectionError) as err:
+        problem = f"{api_error_text(err).rstrip('.')}. {what_to_do(err)}"
+        endpoint.startup_problem = problem.strip()  # said at start
         return None
     except anthropic.APIError as err:
         if key_refused(err):  # a proxy's own way of refusing a key
@@ -551,8 +507,6 @@ def models_api_window(client, model: str, endpoint: Endpoint) -> int | None:
         return None
     window = getattr(info, "max_input_tokens", None)
     return window if is_token_count(window) and window >= MIN_CONTEXT_WINDOW else None
-
-
 
 
 def discover_endpoint(client, model: str, logged: dict | None = None, *,
@@ -574,24 +528,15 @@ def discover_endpoint(client, model: str, logged: dict | None = None, *,
     elif window:
         endpoint.window, endpoint.window_source = window, MODELS_API_SOURCE
     elif row := known_window(model):
-        endpoint.window, endpoint.window_source = row[0], f"the built-in table of known models ({row[1]})"
+        endpoint.window = row[0]
+        endpoint.window_source = f"the built-in table of known models ({row[1]})"
     learned = logged.get("window")  # CONTEXT_WINDOW, set by the user, may correct a learned window
     if logged.get("learned") and not configured and isinstance(learned, int) and \
             MIN_CONTEXT_WINDOW <= learned < endpoint.window:
         endpoint.window, endpoint.learned = learned, True
-        endpoint.window_source = str(logged.get("window_source") or "an overflow earlier in this session")
+        source = logged.get("window_source") or "an overflow earlier in this session"
+        endpoint.window_source = str(source)
     return endpoint
-
-
-def make_client(connect: float, idle: float):
-    """The SDK client. A token wins over a key: a proxy that asks for a token must never be
-    sent the Anthropic key that happens to be in the shell. Retries are ours, so each one
-    can be seen (with_retries)."""
-    token = os.getenv("ANTHROPIC_AUTH_TOKEN")
-    credential = {"auth_token": token} if token else {"api_key": os.environ["ANTHROPIC_API_KEY"]}
-    if token and os.getenv("ANTHROPIC_API_KEY"):
-        print("Using ANTHROPIC_AUTH_TOKEN; ANTHROPIC_API_KEY is set too and is not sent.", file=sys.stderr)
-    return anthropic.Anthropic(**credential, max_retries=0, timeout=anthropic.Timeout(idle, connect=connect))
 
 
 def count_tokens(connection: Connection, request: dict, estimate: int) -> int | None:
@@ -601,11 +546,13 @@ def count_tokens(connection: Connection, request: dict, estimate: int) -> int | 
     if not endpoint.can_count_tokens:
         return None
     request = {k: v for k, v in request.items() if k != "max_tokens"}
-    request = redacted_request(connection.secrets, well_formed_deep(request))  # the last nets, as send_request's
+    # The last nets, as send_request's.
+    request = redacted_request(connection.secrets, well_formed_deep(request))
     try:
         counted = connection.client.messages.count_tokens(**request).input_tokens
     except anthropic.APIStatusError as err:
-        endpoint.can_count_tokens = err.status_code not in (404, 405, 501)  # anything else: not this time
+        # Anything else: not this time.
+        endpoint.can_count_tokens = err.status_code not in (404, 405, 501)
         return None
     except anthropic.APIError:
         return None
