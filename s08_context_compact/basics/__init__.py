@@ -14,7 +14,7 @@ from .terminal import (STYLES, counted, cut_to_width, display_width, format_toke
                        WarningsOnce, wrapped)
 from .glob_search import glob_files
 from .workspace_files import (FOLDER, INSTRUCTIONS_TAG, discover_skills, edit_file,
-                           file_kind, holds_exactly, in_own_folder, inside_workspace, workspace_path,
-                           open_log, open_regular, output_names, own_folder, path_risk,
-                           program_places, project_instructions, read_lines, resolved, ToolError,
-                           walk_tree, write_file)
+                              file_kind, holds_exactly, in_own_folder, inside_workspace,
+                              workspace_path, open_log, open_regular, output_names, own_folder,
+                              path_risk, program_places, project_instructions, read_lines,
+                              resolved, ToolError, walk_tree, write_file)

@@ -1,7 +1,7 @@
 """Running the model's tool calls: each is checked against its tool's schema, let through or
-refused by the PreToolUse hooks (the permission check is one), run, its output
-redacted, then shown and answered with a tool_result. A batch cut short by Ctrl-C answers
-every call left, so no tool_use goes unanswered.
+refused by the PreToolUse hooks (the permission check is one), run, its output redacted,
+then shown and answered with a tool_result. A batch cut short by Ctrl-C answers every call
+left, so no tool_use goes unanswered.
 
 Machinery the chapter does not need: the lesson's two functions it calls come as a Toolbox;
 its tool_results go back for the loop to append.

@@ -2,15 +2,16 @@
 command), and what the person is told when a turn cannot go on.
 
 A prompt too big to send is saved to a file and the model is asked to read it. After
-Ctrl-C the history says the work was cancelled. A prompt
-the model never answered (an API error) is taken back out, so that sending it again does
-not send it twice. /undo and /redo put files back (undo.py), and the model is told.
+Ctrl-C the history says the work was cancelled. A prompt the model never answered (an API
+error) is taken back out, so that sending it again does not send it twice. /undo and /redo
+put files back (undo.py), and the model is told.
 
-Machinery the chapter does not need: the REPL hands each line to take_line, which hands a
-prompt to code.py's take_turn (given in a Lesson, as nothing here imports code.py) and runs
-a command (handle_command: /compact calls code.py's compact_now, /clear starts a
-new conversation, the others report). take_turn calls these around the parts that teach
-(the hooks, the loop).
+Machinery the chapter does not need. take_line takes one typed line: a prompt goes on to
+the lesson's take_turn (handed over in a Lesson, as nothing here imports code.py), a command
+to handle_command (/compact runs the lesson's compact_now, /clear starts a new
+conversation, the others report). The rest are the steps around a turn's teaching parts
+(the hooks, the loop): a prompt added, an interruption recorded, a failure explained. The
+lines about the context come from work_lines.py, beside it.
 """
 
 from dataclasses import dataclass
@@ -18,7 +19,8 @@ from typing import Callable
 
 from ..compaction import Ledger
 from ..endpoint import ContextOverflow, explain_api_error
-from ..messages import append_message, blocks_of, estimate_text_tokens, own_text, replace_history, with_text
+from ..messages import (append_message, blocks_of, estimate_text_tokens, own_text,
+                        replace_history, with_text)
 from .work_lines import context_breakdown, status_line
 from .session_picture import report_line
 from ..basics import printable
@@ -54,8 +56,10 @@ def park_long_prompt(agent, prompt: str, tokens: int) -> str | None:
     try:
         path = agent.store.save_prompt(prompt)
     except OSError as err:
-        agent.say(f"Your message is about {tokens:,} tokens, more than half the context window allows, and it "
-                  f"could not be saved to a file ({err}). It was not sent: put it in a file and ask me to read it.")
+        agent.say(f"Your message is about {tokens:,} tokens, "
+                  "more than half the context window allows, "
+                  f"and it could not be saved to a file ({err}). "
+                  "It was not sent: put it in a file and ask me to read it.")
         return None
     agent.say(f"(Your message is about {tokens:,} tokens, too big to send whole; it was saved to "
               f"{path} and the model will read it from there.)")
@@ -74,12 +78,14 @@ def park_oversized_request(agent, messages: list, request: dict | None, measure)
     for i in range(len(messages) - 1, -1, -1):
         texts = [b.get("text") for b in blocks_of(messages[i])]
         if pointer and messages[i]["role"] == "user" and request["text"] in texts:
-            content = [{**b, "text": pointer} if b.get("text") == request["text"] else b for b in blocks_of(messages[i])]
+            content = [{**b, "text": pointer} if b.get("text") == request["text"] else b
+                       for b in blocks_of(messages[i])]
             return messages[:i] + [{**messages[i], "content": content}] + messages[i + 1:]
     return messages
 
 
-INTERRUPTED = "[Interrupted by the user: this request was cancelled. Do not resume it unless the user asks.]"
+INTERRUPTED = ("[Interrupted by the user: this request was cancelled. "
+               "Do not resume it unless the user asks.]")
 
 
 def record_interruption(agent, messages: list, shown: str) -> None:
@@ -97,8 +103,8 @@ def turn_failed(agent, messages: list, asked: dict, err: Exception) -> None:
     """Say why the turn ended. After "too long" even once compacted the conversation is kept;
     after any other API error the unanswered prompt is taken back out."""
     if isinstance(err, ContextOverflow):
-        agent.say(f"API error: {err}, even after compacting. The conversation is kept: try /compact, "
-                  "or set CONTEXT_WINDOW lower.", "error")
+        agent.say(f"API error: {err}, even after compacting. "
+                  "The conversation is kept: try /compact, or set CONTEXT_WINDOW lower.", "error")
         return
     withdrawn = withdraw_unanswered_prompt(agent, messages, asked)
     agent.say(explain_api_error(err, withdrawn=withdrawn, terminal=agent.fit_width), "error")
@@ -118,7 +124,8 @@ def withdraw_unanswered_prompt(agent, messages: list, asked: dict) -> bool:
 def say_status(agent, messages: list, tokens: int) -> None:
     """After a turn on a terminal: how full the context is, and how far from auto-compact."""
     if agent.show_status:
-        agent.say(status_line(agent.settings, tokens, exact=agent.state.counter.measures(messages)), "dim")
+        exact = agent.state.counter.measures(messages)
+        agent.say(status_line(agent.settings, tokens, exact=exact), "dim")
 
 
 @dataclass(frozen=True)
@@ -171,8 +178,8 @@ def say_command_done(agent, messages: list, command: str, tokens: int) -> bool:
             agent.say("Nothing to compact yet.")
         say_status(agent, messages, tokens)
     elif command == "/clear":
-        agent.say("(A new conversation. The session log keeps the old one: --resume cannot bring it back, "
-                  "but .transcripts/ has every message.)")
+        agent.say("(A new conversation. The session log keeps the old one: "
+                  "--resume cannot bring it back, but .transcripts/ has every message.)")
     elif command == "/report":
         said, address = report_line(agent.log.path if agent.log and agent.log.file else None)
         agent.say(said)
@@ -184,11 +191,14 @@ def say_command_done(agent, messages: list, command: str, tokens: int) -> bool:
         changed = agent.sandbox.look_again()  # a file put back may be one the next start reads
         if changed:
             agent.say(changed.strip())
-        note = own_text("note", f"[Program note: the user ran {command}. {said}]")  # its files changed back
+        # Its files changed back: the model is told.
+        note = own_text("note", f"[Program note: the user ran {command}. {said}]")
         if said.startswith("[") and messages and messages[-1]["role"] == "user":
-            replace_history(agent.log, messages, messages[:-1] + [with_text(messages[-1], note)], command)
+            noted = messages[:-1] + [with_text(messages[-1], note)]
+            replace_history(agent.log, messages, noted, command)
         elif said.startswith("[") and messages:
-            append_message(agent.log, agent.state.counter, messages, {"role": "user", "content": [note]})
+            told = {"role": "user", "content": [note]}
+            append_message(agent.log, agent.state.counter, messages, told)
     else:
         agent.say(f"Unknown command {command}. Type /help for the list.")
     return True

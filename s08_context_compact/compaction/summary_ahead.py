@@ -80,7 +80,8 @@ class Job:
     """One summary in the background: its snapshot, its thread, and what came of it."""
     snapshot: list                     # the messages summarized; the suffix starts after the last
     tokens: int                        # the context's size when it started
-    snipped: int                       # messages snipped before its snapshot (the newest note's count)
+    # Messages snipped before its snapshot (the newest note's count).
+    snipped: int
     about: tuple
     started: float
     thread: threading.Thread = None
@@ -175,7 +176,8 @@ class SummaryAhead:
         growth = [b[1] - a[1] for a, b in zip(steps, steps[1:]) if b[1] > a[1]]
         if not self.durations or not gaps or not growth:
             return None
-        summary_seconds, step_seconds = min_share(self.durations, SHARES[0]), max(min_share(gaps, SHARES[1]), 1e-3)
+        summary_seconds = min_share(self.durations, SHARES[0])
+        step_seconds = max(min_share(gaps, SHARES[1]), 1e-3)
         # In whole steps, rounded up: each step more keeps a step more verbatim after the swap,
         # and so costs; a summary slower than usual makes the loop wait only what is left of it.
         return math.ceil(summary_seconds / step_seconds) * min_share(growth, SHARES[2])
@@ -194,9 +196,10 @@ class SummaryAhead:
         if threshold - lead >= latest:
             return latest, "the latest share of the threshold: a summary takes few steps"
         if threshold - lead > 0:
-            return threshold - lead, f"the threshold less the {lead:,} tokens the steps add while a summary is written"
-        return 0, (f"right after a compaction: the steps add {lead:,} tokens while a summary is written, "
-                   "more than the threshold holds")
+            return threshold - lead, (f"the threshold less the {lead:,} tokens "
+                                      "the steps add while a summary is written")
+        return 0, (f"right after a compaction: the steps add {lead:,} tokens "
+                   "while a summary is written, more than the threshold holds")
 
     def mark(self, threshold: int, shares: tuple) -> int:
         """Tokens at which a summary starts (placed)."""
@@ -204,7 +207,9 @@ class SummaryAhead:
 
     def log_mark(self, settings) -> int | None:
         """The early mark as the session log records it with each call: None when off."""
-        return self.mark(settings.threshold, settings.summary_ahead) if settings.summary_ahead else None
+        if not settings.summary_ahead:
+            return None
+        return self.mark(settings.threshold, settings.summary_ahead)
 
     def room_to_keep(self, s, overhead: int, summary_chars: int) -> int | None:
         """Tokens the part kept after a swap may take for the next summary to be ready in time:
@@ -213,7 +218,10 @@ class SummaryAhead:
         A pinned mark pins the lead too (the room from the mark to the threshold), so each run
         of the tests and the demo keeps the same part, however fast its steps came."""
         shares = s.summary_ahead
-        lead = s.threshold - int(s.threshold * shares[0]) if shares and shares[0] == shares[1] else self.lead()
+        if shares and shares[0] == shares[1]:
+            lead = s.threshold - int(s.threshold * shares[0])
+        else:
+            lead = self.lead()
         if lead is None:
             return None
         return max(s.threshold - lead, 0) - overhead - summary_chars // 4 - s.window // 40
@@ -428,7 +436,8 @@ class SummaryAhead:
 
 def snip_count(messages: list) -> int:
     """How many messages the snips so far have cut (each snip note carries the running count)."""
-    return max((b.get("snipped", 0) for m in messages for b in blocks_of(m) if b.get(OWN) == "snip"), default=0)
+    counts = (b.get("snipped", 0) for m in messages for b in blocks_of(m) if b.get(OWN) == "snip")
+    return max(counts, default=0)
 
 
 def newer_snip(messages: list, snipped: int) -> tuple:
@@ -441,7 +450,8 @@ def newer_snip(messages: list, snipped: int) -> tuple:
     the rest of the run went."""
     for i in range(len(messages) - 1, -1, -1):
         blocks = blocks_of(messages[i])
-        notes = [k for k, b in enumerate(blocks) if b.get(OWN) == "snip" and b.get("snipped", 0) > snipped]
+        notes = [k for k, b in enumerate(blocks)
+                 if b.get(OWN) == "snip" and b.get("snipped", 0) > snipped]
         if notes and i + 1 < len(messages) and messages[i + 1]["role"] == "assistant":
             put_back = [b["text"] for b in blocks[notes[-1] + 1:] if is_request_block(b)]
             return i + 1, blocks[notes[-1]]["text"], put_back
@@ -460,5 +470,6 @@ def same_message(current: dict, then: dict) -> bool:
     failed turn), or put in place of others, make it another message."""
     def shape(message):
         return [(b.get("type"), b.get("tool_use_id") or b.get("id"),
-                 None if b.get("type") == "tool_result" else json.dumps(b, sort_keys=True)) for b in blocks_of(message)]
+                 None if b.get("type") == "tool_result" else json.dumps(b, sort_keys=True))
+                for b in blocks_of(message)]
     return current["role"] == then["role"] and shape(current) == shape(then)
