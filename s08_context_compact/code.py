@@ -528,9 +528,9 @@ def pre_compact_focus(agent, messages: list, focus: str = "") -> str:
 
 def summarize_into(agent, messages: list, tail: list, *, kind: str = "compact", focus: str = "",
                    ahead=None) -> list:
-    """What is summarized (the messages before `tail`), the summary, what replaces it. A summary
-    asked for ahead (`ahead`) covers the messages before its suffix, which stays as the tail if
-    any came; its focus and limit were set, and its PreCompact hooks run, when it was asked for."""
+    """What is summarized (the whole history: its request shares the conversation's cache), the
+    summary, what replaces it (`tail` stays verbatim after). A summary asked for `ahead` covered
+    its snapshot, its suffix (if any came) is the tail, and its focus and limit were set then."""
     tail = ahead.suffix if ahead and ahead.suffix else tail
     focus = focus if ahead else pre_compact_focus(agent, messages, focus)
     tail_tokens = estimate_tokens(tail)
@@ -646,7 +646,7 @@ def compact_pipeline(agent, messages: list) -> list:
     messages = apply_layer(agent, tool_result_budget, messages, max_chars=s.budget_chars,
                            preview_chars=s.preview_chars, store=store)
     # snip and micro wait for their trigger, which is lower once the cache is cold. Past the
-    # threshold, with a summary the steps outrun in flight, micro clears whatever it can.
+    # threshold, while a summary the steps outrun is being written, micro clears all it can.
     cold = cache_is_cold(agent)
     outrun = not cold and agent.ahead.outrun(s) and over_threshold(agent, messages)
     if context_tokens(agent, messages) > s.micro_trigger * (COLD_TRIGGER_SHARE if cold else 1):
