@@ -64,7 +64,7 @@ from s08_context_compact.session import SessionLog
 from s08_context_compact.command_line import (
     add_prompt, build_agent, configure, count_call, Lesson, park_long_inputs,
     park_oversized_request, show_layer, run, run_tool_calls, say_status,
-    start_session, Toolbox, turn_failed)
+    start_session, turn_failed)
 
 
 # ==== PART 1: THE CHAPTER ========================================================================
@@ -814,12 +814,7 @@ def use_tools(agent, tool_uses: list, refused: dict, history: list) -> tuple:
     """Run every call in order, each through the hooks (PreToolUse may deny it; PostToolUse
     sees its output); a refused call is answered with why, and after Ctrl-C every call left
     as interrupted (command_line/tool_calls.py). Returns (results, interrupted)."""
-    return run_tool_calls(agent, Toolbox(run_tool, fire_hooks), tool_uses, refused, history)
-
-
-def run_tool(agent, tool: Tool, call: ToolCall, args: dict) -> str:
-    """A call the hooks allowed, by its tool's handler (below)."""
-    return tool.run(agent, call, **args)
+    return run_tool_calls(agent, fire_hooks, tool_uses, refused, history)
 
 
 def run_bash(agent, call: ToolCall, command: str, timeout: int = BASH_TIMEOUT) -> str:

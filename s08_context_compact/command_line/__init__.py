@@ -12,4 +12,4 @@ from .user_turns import (add_prompt, handle_command, Lesson, park_oversized_requ
                          record_interruption, say_status, take_line, turn_failed)
 from .agent_values import count_call, park_long_inputs
 from .start import build_agent, start_session
-from .tool_calls import run_tool_calls, Toolbox
+from .tool_calls import run_tool_calls

@@ -3,11 +3,11 @@ refused by the PreToolUse hooks (the permission check is one), run, its output r
 then shown and answered with a tool_result. A batch cut short by Ctrl-C answers every call
 left, so no tool_use goes unanswered.
 
-Machinery the chapter does not need: the lesson's two functions it calls come as a Toolbox;
+Machinery the chapter does not need: the lesson's fire_hooks comes as a value (`fire`), and
+each call runs its tool's own handler;
 its tool_results go back for the loop to append.
 """
 
-from dataclasses import dataclass
 from typing import Callable
 
 from ..basics import Spinner, Tool, ToolCall, ToolError, redact, well_formed
@@ -16,14 +16,7 @@ from ..messages import check_tool_input, refused_result
 from .work_lines import show_tool_call, show_tool_result
 
 
-@dataclass(frozen=True)
-class Toolbox:
-    """The lesson's part in running a tool call, which nothing here imports."""
-    run: Callable    # run(agent, tool, call, input): a call the hooks allowed; raises ToolError
-    fire: Callable   # fire(agent, event, **payload): the hooks' answers
-
-
-def run_tool_calls(agent, box: Toolbox, tool_uses: list, refused: dict, history: list) -> tuple:
+def run_tool_calls(agent, fire: Callable, tool_uses: list, refused: dict, history: list) -> tuple:
     """(a tool_result for every call, in order; whether Ctrl-C cut the batch short). A call
     whose input could not be read (refused) is answered with why; each handler is handed
     the history the calls were made in."""
@@ -36,7 +29,7 @@ def run_tool_calls(agent, box: Toolbox, tool_uses: list, refused: dict, history:
                                  failed=True)
                 results.append(refused_result(block, why))
             else:
-                results.append(answer_call(agent, box, block, history))
+                results.append(answer_call(agent, fire, block, history))
         return results, False
     except KeyboardInterrupt as stop:
         ended = getattr(stop, "__notes__", None)  # what run_command ended, as SIGTERM's exit says
@@ -48,7 +41,7 @@ def run_tool_calls(agent, box: Toolbox, tool_uses: list, refused: dict, history:
         return results, True
 
 
-def answer_call(agent, box: Toolbox, block: dict, history: list) -> dict:
+def answer_call(agent, fire: Callable, block: dict, history: list) -> dict:
     """Run one tool call through the hooks; always returns a tool_result block. The hooks
     are told the tool's declaration, and read what it does there."""
     name, args = block["name"], block["input"]
@@ -58,7 +51,7 @@ def answer_call(agent, box: Toolbox, block: dict, history: list) -> dict:
     problem = check_tool_input(schema, args) if schema else None
     denied = []
     if schema and not problem:
-        answers = box.fire(agent, "PreToolUse", name=name, input=args, tool=tool)
+        answers = fire(agent, "PreToolUse", name=name, input=args, tool=tool)
         denied = [answer["deny"] for answer in answers if "deny" in answer]
     if schema is None:
         available = ", ".join(agent.tools)
@@ -69,10 +62,10 @@ def answer_call(agent, box: Toolbox, block: dict, history: list) -> dict:
     elif denied:
         output, failed = denied[0], True
     else:
-        output, failed = call_handler(agent, box, tool, ToolCall(block["id"], history), args)
+        output, failed = call_handler(agent, tool, ToolCall(block["id"], history), args)
         # a file tool may reach the program's own .env by another name
         output += agent.sandbox.look_again()
-        box.fire(agent, "PostToolUse", name=name, input=args, output=output, is_error=failed,
+        fire(agent, "PostToolUse", name=name, input=args, output=output, is_error=failed,
                  tool=tool)
     # A path or a name with bytes that are not UTF-8, as U+FFFD (a request cannot carry them);
     # then no secret a tool printed reaches the model or the disk.
@@ -82,7 +75,7 @@ def answer_call(agent, box: Toolbox, block: dict, history: list) -> dict:
     return {**result, "is_error": True} if failed else result
 
 
-def call_handler(agent, box: Toolbox, tool: Tool, call: ToolCall, args: dict) -> tuple:
+def call_handler(agent, tool: Tool, call: ToolCall, args: dict) -> tuple:
     """(output, failed) of a call the hooks allowed; a tool's own error is its output, and
     arguments its schema does not list are left out, and named."""
     name = tool.name
@@ -91,7 +84,7 @@ def call_handler(agent, box: Toolbox, tool: Tool, call: ToolCall, args: dict) ->
     spinner_to = None if tool.subagent else agent.spinner_to  # a subagent shows its own work
     try:
         with Spinner(spinner_to, f"running {name}"):
-            output, failed = box.run(agent, tool, call, known), False
+            output, failed = tool.run(agent, call, **known), False
     except ToolError as err:
         output, failed = f"Error: {err}", True
     except (OSError, ValueError, ContextOverflow, *api_failures()) as err:
