@@ -44,27 +44,28 @@ from s08_context_compact.basics import (
     definitions, edit_file, glob_files, one_line, path_risk, read_lines, redact, Redactor,
     say_on, Screen, Tool, TOOL_RESULTS_DIR, ToolCall, ToolError, workspace_path, write_file)
 from s08_context_compact.messages import (
-    append_message, blocks_of, CHARS_PER_TOKEN, current_request, estimate_text_tokens,
-    estimate_tokens, group_starts, head_within, is_tool_result_message, message_groups,
-    newest_within, NOTE_MARKER, OWN, own_text, paths_read, PERSISTED_TAG, PLACEHOLDER_PREFIX,
-    replace_history, replace_result, result_text, said_text, sendable, SNIP_MARKER,
-    todo_problem, TokenCounter, tool_names, what_was_done, with_text)
+    append_message, blocks_of, current_request, estimate_text_tokens, estimate_tokens,
+    group_starts, is_tool_result_message, message_groups, newest_within, NOTE_MARKER, OWN,
+    own_text, paths_read, PLACEHOLDER_PREFIX, replace_history, replace_result, result_text,
+    said_text, sendable, SNIP_MARKER, todo_problem, TokenCounter, tool_names, what_was_done,
+    with_text)
 from s08_context_compact.endpoint import (
     api_error_text, api_failures, cache_mark, CACHE_TTLS, Connection, ContextOverflow,
     count_tokens, Endpoint, extract_summary, make_reply_sendable, model_reply, send_request,
     SummaryError, with_cache_breakpoints)
 from s08_context_compact.compaction import (
-    fallback_summary, fit_for_summary, ForTheLedger, Ledger, ledger_hooks, nothing_to_summarize,
-    render_todos, RepeatReads, replace_with_summary, Restorable, Settings, shorter,
-    smaller_budget, Store, summary_instructions, summary_problem, SummaryAhead, true_stubs,
-    what_comes_back)
+    fallback_summary, fewer_tokens, fit_for_summary, ForTheLedger, Ledger, ledger_hooks,
+    nothing_to_summarize, preview_results, previewed, render_todos, RepeatReads,
+    replace_with_summary, Restorable, Settings, shorter, smaller_budget, Store,
+    summary_instructions, summary_problem, SummaryAhead, true_stubs, what_comes_back)
 from s08_context_compact.safety import (
     command_risks, ForUndo, run_command, Sandbox, Undo, undo_hooks)
-from s08_context_compact.session import SessionLog
+from s08_context_compact.session import (
+    SessionLog)
 from s08_context_compact.command_line import (
     add_prompt, build_agent, configure, count_call, Lesson, park_long_inputs,
-    park_oversized_request, show_layer, run, run_tool_calls, say_status,
-    start_session, turn_failed)
+    park_oversized_request, run, run_tool_calls, say_status, show_layer, start_session,
+    turn_failed)
 
 
 # ==== PART 1: THE CHAPTER ========================================================================
@@ -295,40 +296,9 @@ def adopt_overflow(agent, err: ContextOverflow) -> bool:
 
 # ---- the three cheap layers ----------------------------------------------------------------------
 # Each takes the history and returns it, changed or not. What it removes it first saves through
-# the store it is handed (compaction/store.py), under a name never used before.
-
-def persisted_preview(path: Path, text: str, preview_chars: int) -> str:
-    # Fixed wording, so clearing the same content twice produces the same bytes.
-    head = head_within(text, preview_chars // CHARS_PER_TOKEN)
-    return (f"{PERSISTED_TAG} path=\"{path}\" chars=\"{len(text)}\">\n"
-            f"This result was too large to keep in context. The full output is saved at {path}; "
-            f"read it (read_file with offset/limit) if you need more than this preview.\n"
-            f"Preview (first {len(head)} characters):\n{head}\n</persisted-output>")
-
-
-def fewer_tokens(new: str, old: str) -> bool:
-    """Whether a replacement costs fewer tokens than the text it replaces, measured as it stands
-    in a request (inside JSON). A layer replaces nothing otherwise: it must never grow."""
-    new_tokens = estimate_text_tokens(json.dumps(new, ensure_ascii=False))
-    return new_tokens < estimate_text_tokens(json.dumps(old, ensure_ascii=False))
-
-
-def previewed(block: dict, preview_chars: int, store) -> dict:
-    """A tool result saved to disk and replaced by a preview, when the preview is the smaller."""
-    text = result_text(block)
-    if estimate_text_tokens(text) <= preview_chars // CHARS_PER_TOKEN or OWN in block:
-        return block
-    path = store.save_output(block["tool_use_id"], text)
-    preview = persisted_preview(path, text, preview_chars)
-    return replace_result(block, preview, "preview", path) if fewer_tokens(preview, text) else block
-
-
-def preview_results(message: dict, preview_chars: int, store) -> dict:
-    """Persist every result in a message that is longer than a preview, keeping the preview."""
-    blocks = [previewed(b, preview_chars, store) if b.get("type") == "tool_result" else b
-              for b in blocks_of(message)]
-    return {**message, "content": blocks}
-
+# the store it is handed (compaction/store.py), under a name never used before. A result too big
+# becomes its preview (previewed, compaction/previews.py); no replacement costs more tokens than
+# what it replaces (fewer_tokens).
 
 def tool_result_budget(messages: list, *, max_chars: int, preview_chars: int, store) -> list:
     """Keep the newest message's tool results under max_chars; the largest go to disk first."""

@@ -1,9 +1,10 @@
-"""What the layers lean on: every size from the window, the store, the summary's pieces, the
-summary written ahead, repeated reads, the fact ledger.
+"""What the layers lean on: every size from the window, the store, previews, the summary's
+pieces, the summary written ahead, repeated reads, the fact ledger.
 
 What the rest of the program may use from this folder."""
 
 from .ledger import ForTheLedger, Ledger, ledger_hooks, short_hash
+from .previews import fewer_tokens, persisted_preview, preview_results, previewed
 from .repeat_reads import RepeatReads, true_stubs
 from .summary_ahead import SummaryAhead
 from .settings import Settings
