@@ -193,9 +193,11 @@ import dataclasses, functools
 # Whether the agent, a copy of it or its loop state is reachable from a value: through a
 # partial's function and arguments, a closure's cells, a bound method's object, a dataclass's
 # fields, or the items of a tuple, list or dict.
+ATOMS = (str, bytes, int, float, bool, type(None))
+
 def reaches_the_agent(value, depth=0, seen=None):
     seen = set() if seen is None else seen
-    if id(value) in seen or depth > 6:
+    if isinstance(value, ATOMS) or id(value) in seen or depth > 6:
         return False
     seen.add(id(value))
     if isinstance(value, (code.Agent, code.LoopState)):
@@ -208,9 +210,9 @@ def reaches_the_agent(value, depth=0, seen=None):
         parts = [cell.cell_contents for cell in value.__closure__ or () if cell_filled(cell)]
     elif dataclasses.is_dataclass(value) and not isinstance(value, type):
         parts = [getattr(value, f.name, None) for f in dataclasses.fields(value)]
-    elif isinstance(value, (tuple, list)):
+    elif isinstance(value, (tuple, list)) and depth < 3:  # a history's messages hold only JSON
         parts = list(value)[:64]
-    elif isinstance(value, dict):
+    elif isinstance(value, dict) and depth < 3:
         parts = list(value.values())[:64]
     else:
         return False
