@@ -3,9 +3,8 @@ refused by the PreToolUse hooks (the permission check is one), run, its output r
 then shown and answered with a tool_result. A batch cut short by Ctrl-C answers every call
 left, so no tool_use goes unanswered.
 
-Machinery the chapter does not need: the lesson's fire_hooks comes as a value (`fire`), and
-each call runs its tool's own handler;
-its tool_results go back for the loop to append.
+Machinery the chapter does not need: the lesson's fire_hooks comes as a value (`fire`), each
+call runs its tool's own handler, and the tool_results go back for the loop to append.
 """
 
 from typing import Callable
