@@ -437,3 +437,20 @@ class Terminal:
                 os.close(fd)
             except (OSError, TypeError):
                 pass
+
+
+# The longest tests start first, so the workers that take them are not the last to finish:
+# with work stealing, a long test dealt out at the end alone decides when the suite ends.
+LONGEST_FIRST = ("test_properties.py::test_the_whole_pipeline_keeps_the_invariants",
+                 "test_layout.py::test_below_the_command_line_no_call_is_handed_the_agent",
+                 "test_benchmark.py::test_the_chapters_measured_figures_match_a_fresh_run",
+                 "test_repl.py::test_a_proxy_password_in_the_url_is_never_shown",
+                 "test_properties.py::test_each_cheap_layer_keeps_the_invariants",
+                 "test_provider_sessions.py::test_a_reading_session_through")
+
+
+def pytest_collection_modifyitems(items):
+    def rank(item):
+        where = next((k for k, name in enumerate(LONGEST_FIRST) if name in item.nodeid), None)
+        return (0, where) if where is not None else (1, 0)
+    items.sort(key=rank)  # stable: every other test keeps its place
