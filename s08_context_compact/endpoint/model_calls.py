@@ -511,7 +511,7 @@ def models_api_window(client, model: str, endpoint: Endpoint) -> int | None:
 
 def discover_endpoint(client, model: str, logged: dict | None = None, *,
                       configured: int | None = None) -> Endpoint:
-    """The window, from CONTEXT_WINDOW (configured: cli.py checked it), else the Models API,
+    """The window, from CONTEXT_WINDOW (configured, already checked), else the Models API,
     else the table of well-known models, else 200,000. A window a resumed session learned
     from an overflow caps the last three. The Models API is asked even when CONTEXT_WINDOW
     is set: the answer also says whether the key, the URL and the model are right (unless a

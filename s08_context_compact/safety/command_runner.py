@@ -27,7 +27,7 @@ def run_command(command: str, *, cwd: Path, timeout: int, outputs: Path, secrets
 
     The command gets a session of its own, so its process group is everything it started
     but what left the group (setsid); /proc shows those too (ProcessTree). A timeout, Ctrl-C,
-    or SIGTERM/SIGHUP to the program (cli.py turns them into exceptions) ends them all.
+    or SIGTERM/SIGHUP to the program (raised here as an exception) ends them all.
     Secrets and the program's own settings are not passed on (Sandbox.environment). In the
     sandbox (sandbox.py), its own PID namespace ends whatever the command left running."""
     captured = CapturedOutput(cwd, outputs.relative_to(cwd), secrets)

@@ -481,8 +481,8 @@ def trusted_key(info, read_at: int) -> tuple | None:
 
 def told(back: bool, turn: Turn, outcome: Outcome) -> str:
     """The line /undo or /redo prints: what was put back, what was left and why, what was
-    not recorded. It opens with "[" only when files changed (user_turns.py tells the model
-    then). Every name in it is shown, never obeyed."""
+    not recorded. It opens with "[" only when files changed, so the model is told only
+    then. Every name in it is shown, never obeyed."""
     said = []
     if outcome.blocked:
         said.append(f"{len(outcome.blocked)} cannot be put back while something undo does not "
