@@ -210,9 +210,9 @@ def reaches_the_agent(value, depth=0, seen=None):
         parts = [cell.cell_contents for cell in value.__closure__ or () if cell_filled(cell)]
     elif dataclasses.is_dataclass(value) and not isinstance(value, type):
         parts = [getattr(value, f.name, None) for f in dataclasses.fields(value)]
-    elif isinstance(value, (tuple, list)) and depth < 3:  # a history's messages hold only JSON
+    elif isinstance(value, (tuple, list)) and depth < 2:  # a history's messages hold only JSON
         parts = list(value)[:64]
-    elif isinstance(value, dict) and depth < 3:
+    elif isinstance(value, dict) and depth < 2:
         parts = list(value.values())[:64]
     else:
         return False
