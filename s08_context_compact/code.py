@@ -584,14 +584,14 @@ def kept_after(agent, ready) -> list:
 
 def compact_now(agent, messages: list, focus: str = "") -> list:
     """compact_history through apply_layer, with a summary written ahead if there is one; when
-    what it left is still over the threshold, that is summarized in turn."""
+    that changed nothing, or left the history over the threshold, it is summarized now."""
     ready = agent.ahead.take(messages, agent.settings, agent.overhead,
                              agent.state.counter.estimate, focus)
     if ready:
         ready = replace(ready, suffix=kept_after(agent, ready))
     summarize = partial(summarize_into, agent, ahead=ready)
     result = apply_layer(agent, compact_history, messages, summarize=summarize, focus=focus)
-    if ready and result is not messages and over_threshold(agent, result):
+    if ready and (result is messages or over_threshold(agent, result)):
         result = apply_layer(agent, compact_history, result, summarize=partial(summarize_into, agent))
     return result
 

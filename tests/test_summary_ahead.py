@@ -589,3 +589,20 @@ def test_a_summary_ready_when_the_breaker_has_opened_is_paid_for_and_not_used(s0
     assert agent.usage_totals.get("output_tokens", 0) >= paid["output_tokens"] > 0
     logged = agent.log.path.read_text()
     assert "writing the summary ahead (the breaker is open)" in logged
+
+
+def test_a_summary_written_ahead_no_smaller_than_the_history_is_followed_by_one_written_now(
+        s08, fake, make_agent):
+    agent = make_agent(window=200_000)
+    agent.settings = replace(agent.settings, summary_ahead=EARLY)
+    wordy = "<summary>" + "The work so far, told in far too many words. " * 250 + "</summary>"
+    fake.summary(text(wordy), text("<summary>Short and to the point.</summary>"))
+    # longer than a short summary and what comes back after it, shorter than the wordy one
+    padding = {"role": "assistant", "content": [{"type": "text", "text": "Noted; reading on. " * 200}]}
+    messages = notes_read(1) + [padding, {"role": "user", "content": [{"type": "text", "text": "go on"}]}]
+    start_now(s08, agent, messages)
+    wait_until(lambda: agent.ahead.job.done.is_set())
+    result = s08.compact_now(agent, messages)
+    assert "no smaller than the history" in agent.out.text
+    assert "Short and to the point." in json.dumps(result[0]) and len(fake.summary_requests) == 2
+    assert_valid(result)
