@@ -141,7 +141,7 @@ class Agent:
     usage_totals: dict = field(default_factory=dict)  # all calls of the session, summed
     state: LoopState = field(default_factory=LoopState)
     clock: Callable[[], float] = time.monotonic       # what the cache's life is measured on
-    ahead: SummaryAhead = field(init=False)           # a summary written ahead ("Compact before...")
+    ahead: SummaryAhead = field(init=False)           # see "Compact before you must"
 
     def __post_init__(self):
         self.secrets = Redactor.of(self.secrets)  # a list of the values will do
@@ -261,8 +261,8 @@ def summary_request(agent, sent: list, instruction: str) -> tuple:
     the instruction added at the end: setting tool_choice would invalidate the cache, so words
     alone forbid tools."""
     request = build_request(agent, sent, extra_text=instruction)
-    return {**request, "max_tokens": agent.settings.summary_max_tokens}, \
-        agent.overhead + estimate_tokens(sent)
+    request = {**request, "max_tokens": agent.settings.summary_max_tokens}
+    return request, agent.overhead + estimate_tokens(sent)
 
 
 # ---- the prompt cache: why the cheap layers wait ------------------------------------------------
@@ -511,9 +511,11 @@ def summarize_into(agent, messages: list, tail: list, *, kind: str = "compact", 
         agent.say("[compact_history] nothing to compact: a summary would not make the context "
                   "smaller")
         return messages
-    summary, source = make_summary(agent, ahead.snapshot, *ahead.about, ahead.asked) if ahead \
-        else make_summary(agent, messages, focus, limit)
-    summary = "\n\n".join([summary, *(ahead.notes if ahead else ())])  # what a snip cut after it
+    if ahead:  # the summary of its snapshot, and what a snip cut after that snapshot
+        summary, source = make_summary(agent, ahead.snapshot, *ahead.about, ahead.asked)
+        summary = "\n\n".join([summary, *ahead.notes])
+    else:
+        summary, source = make_summary(agent, messages, focus, limit)
     # PostCompact hooks check the summary (the ledger does); what they find is kept with it
     answers = fire_hooks(agent, "PostCompact", summary=summary, source=source,
                          kept=json.dumps(tail))
@@ -589,10 +591,11 @@ def compact_now(agent, messages: list, focus: str = "") -> list:
                              agent.state.counter.estimate, focus)
     if ready:
         ready = replace(ready, suffix=kept_after(agent, ready))
-    summarize = partial(summarize_into, agent, ahead=ready)
-    result = apply_layer(agent, compact_history, messages, summarize=summarize, focus=focus)
+    summarize = partial(summarize_into, agent)
+    with_ahead = partial(summarize, ahead=ready)
+    result = apply_layer(agent, compact_history, messages, summarize=with_ahead, focus=focus)
     if ready and (result is messages or over_threshold(agent, result)):
-        result = apply_layer(agent, compact_history, result, summarize=partial(summarize_into, agent))
+        result = apply_layer(agent, compact_history, result, summarize=summarize)
     return result
 
 

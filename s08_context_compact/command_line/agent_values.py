@@ -24,6 +24,7 @@ def count_call(agent, answer=None, label: str = "waiting for the model") -> None
     """Add up what a call cost (the last call's usage, the session's totals) and log it, with
     what any summary written ahead and set aside cost since."""
     calls = agent.ahead.bills() + ([(answer, label)] if answer is not None else [])
+    mark = agent.ahead.log_mark(agent.settings) if agent.log else None
     for each, what in calls:
         figures = each.figures
         for key, value in figures.items():
@@ -31,6 +32,5 @@ def count_call(agent, answer=None, label: str = "waiting for the model") -> None
         if each is answer:
             agent.state.last_usage = figures
         if agent.log:
-            mark = agent.ahead.log_mark(agent.settings)
             agent.log.call(each.context_tokens, bool(each.prompt_tokens), each.usage, what,
                            agent.settings, mark)
