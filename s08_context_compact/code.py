@@ -24,10 +24,8 @@ need lives in the folders beside it, one folder a role (each has a README).
 
 import json
 import sys
-import time
-from dataclasses import dataclass, field, replace
-from functools import cached_property, partial
-from typing import Callable, TextIO
+from dataclasses import replace
+from functools import partial
 from pathlib import Path
 
 # Run as a script, this folder comes first on sys.path. There code.py would stand in for the
@@ -41,27 +39,22 @@ if not __package__:
     spec.loader.exec_module(sys.modules.setdefault(spec.name, util.module_from_spec(spec)))
 
 from s08_context_compact.basics import (
-    definitions, edit_file, glob_files, one_line, path_risk, read_lines, redact, Redactor,
-    say_on, Screen, Tool, TOOL_RESULTS_DIR, ToolCall, ToolError, workspace_path, write_file)
+    definitions, edit_file, glob_files, one_line, path_risk, read_lines, redact, Tool,
+    TOOL_RESULTS_DIR, ToolCall, ToolError, workspace_path, write_file)
 from s08_context_compact.messages import (
     append_message, blocks_of, current_request, estimate_text_tokens, estimate_tokens,
     group_starts, is_tool_result_message, message_groups, newest_within, NOTE_MARKER, OWN,
     own_text, paths_read, PLACEHOLDER_PREFIX, replace_history, replace_result, result_text,
-    said_text, sendable, SNIP_MARKER, todo_problem, TokenCounter, tool_names, what_was_done,
-    with_text)
+    said_text, sendable, SNIP_MARKER, todo_problem, tool_names, what_was_done, with_text)
 from s08_context_compact.endpoint import (
-    api_error_text, api_failures, cache_mark, CACHE_TTLS, Connection, ContextOverflow,
-    count_tokens, Endpoint, extract_summary, make_reply_sendable, model_reply, send_request,
-    SummaryError, with_cache_breakpoints)
+    api_error_text, api_failures, cache_mark, CACHE_TTLS, ContextOverflow, count_tokens,
+    extract_summary, make_reply_sendable, model_reply, SummaryError, with_cache_breakpoints)
 from s08_context_compact.compaction import (
-    fallback_summary, fewer_tokens, fit_for_summary, ForTheLedger, Ledger, ledger_hooks,
-    nothing_to_summarize, preview_results, previewed, render_todos, RepeatReads,
-    replace_with_summary, Restorable, Settings, shorter, smaller_budget, Store,
-    summary_instructions, summary_problem, SummaryAhead, true_stubs, what_comes_back)
+    fallback_summary, fewer_tokens, fit_for_summary, nothing_to_summarize, preview_results,
+    previewed, render_todos, replace_with_summary, Restorable, shorter, smaller_budget,
+    summary_instructions, summary_problem, true_stubs, what_comes_back)
 from s08_context_compact.safety import (
-    command_risks, ForUndo, run_command, Sandbox, Undo, undo_hooks)
-from s08_context_compact.session import (
-    SessionLog)
+    command_risks, run_command)
 from s08_context_compact.command_line import (
     add_prompt, build_agent, configure, count_call, Lesson, park_long_inputs,
     park_oversized_request, run, run_tool_calls, say_status, show_layer, start_session,
@@ -83,8 +76,6 @@ SUMMARY_ATTEMPTS = 4                # tries at a summary call; after "too long",
 MAX_CONSECUTIVE_SUMMARY_FAILURES = 3  # circuit breaker: stop paying for summaries that fail
 MAX_REACTIVE_RETRIES = 1            # refused again with nothing new learned: the turn ends
 REACTIVE_TAIL_SHARE = 0.25          # reactive_compact keeps recent messages up to this share
-MAX_STEPS_PER_TURN = 100            # model calls in one user turn before we stop and ask
-SUBAGENT_MAX_STEPS = 30
 BASH_TIMEOUT = 120                  # seconds, unless the call asks for another (max 600)
 READ_DEFAULT_LINES = 2_000
 # The program marks its own blocks (COMPACT_MARKER, SNIP_MARKER, ...) with a field, OWN, never
@@ -92,106 +83,16 @@ READ_DEFAULT_LINES = 2_000
 
 
 # ---- the agent, and what its loop learns ---------------------------------------------------------
-# Every function below reads what it needs from these two: the Agent (what the session runs
-# with) and its LoopState (what one loop learns). The history itself is a list of plain dicts
-# in the API's wire format (messages/history.py reads and changes it).
-
-@dataclass
-class LoopState:
-    """What one agent loop learns while it runs. A subagent gets a new one, so it starts
-    with nothing of its parent's: no todos, no reads, no exact size of its context."""
-    counter: TokenCounter = field(default_factory=TokenCounter)
-    last_usage: dict = field(default_factory=dict)
-    todos: list = field(default_factory=list)
-    loaded_skills: list = field(default_factory=list)
-    repeat_reads: RepeatReads = field(default_factory=RepeatReads)  # read twice: a stub
-    last_reply_at: float | None = None              # the clock at the last reply: cache warm?
-    pending_compact: str | None = None              # the compact tool's focus, until the batch ends
-
-
-@dataclass
-class Agent:
-    """What an agent loop runs with: the client, the settings, the workspace, what the
-    session shares with subagents (endpoint, ledger, accounting), and the loop's state."""
-    client: object                  # the SDK's client; naming its type would load the SDK
-    settings: Settings
-    workdir: Path
-    system: str
-    tools: dict                     # name -> Tool: each declared once (part 2)
-    skills: dict = field(default_factory=dict)
-    hooks: dict = field(default_factory=dict)
-    confirm: Callable[[str], tuple] = None  # confirm(question) -> (allowed, reason)
-    out: Callable[..., None] = print
-    label: str = ""
-    max_steps: int = MAX_STEPS_PER_TURN
-    show_status: bool = False       # a status line after each turn (terminals only)
-    color: bool = False             # ANSI colours: a terminal, and NO_COLOR unset
-    fit_width: bool = False         # output is a terminal: fit lines to its width
-    spinner_to: TextIO | None = None  # a terminal stream for the waiting spinner
-    secrets: Redactor = field(default_factory=Redactor)  # never shown or written, in any form
-    log: SessionLog | None = None   # none for subagents
-    endpoint: Endpoint = None       # shared with subagents; made from settings if not given
-    ledger: Ledger = field(default_factory=Ledger)
-    undo: Undo = field(default_factory=Undo)          # what /undo puts back; shared with subagents
-    sandbox: Sandbox = field(default_factory=Sandbox)  # how bash is confined (default: it is not)
-    summary_failures: int = 0
-    breaker_announced: bool = False
-    disk_warned: bool = False                         # a layer could not save: said once
-    stats: dict = field(default_factory=dict)         # layer -> {"runs": n, "saved": tokens}
-    usage_totals: dict = field(default_factory=dict)  # all calls of the session, summed
-    state: LoopState = field(default_factory=LoopState)
-    clock: Callable[[], float] = time.monotonic       # what the cache's life is measured on
-    ahead: SummaryAhead = field(init=False)           # see "Compact before you must"
-
-    def __post_init__(self):
-        self.secrets = Redactor.of(self.secrets)  # a list of the values will do
-        if self.endpoint is None:
-            self.endpoint = Endpoint(self.settings.window)
-        # made once, from values: the main agent's asks the model through its own connection
-        writes_ahead = not self.label and self.client is not None
-        self.ahead = SummaryAhead(send_request, self.connection) if writes_ahead else SummaryAhead()
-
-    @cached_property
-    def screen(self) -> Screen:
-        """What basics/terminal.py needs to show a line, made once from the fields above."""
-        return Screen(self.out, self.color, self.fit_width, self.spinner_to, self.label,
-                      self.secrets)
-
-    @cached_property
-    def say(self) -> Callable:
-        """say(text, style="", cut=False): tell the user something (basics/terminal.py decides
-        how it looks). A value made once: what is handed it holds a Screen, not the agent."""
-        return partial(say_on, self.screen)
-
-    def subagent(self) -> "Agent":
-        tools = {name: tool for name, tool in self.tools.items() if not tool.subagent}
-        return replace(self, tools=tools, label="task", max_steps=SUBAGENT_MAX_STEPS, log=None,
-                       state=LoopState())
-
-    @cached_property
-    def connection(self) -> Connection:
-        """What a model call needs (endpoint/model_calls.py): made once, shared by every call."""
-        s = self.settings
-        return Connection(self.client, self.endpoint, s.retry_base_seconds, s.idle_timeout,
-                          self.screen, self.secrets)
-
-    @cached_property
-    def store(self) -> Store:
-        """Where the layers save what they remove (a subagent gets its own, same folders)."""
-        return Store(self.workdir, self.secrets)
-
-    @cached_property
-    def overhead(self) -> int:
-        """Tokens of the system prompt and tool definitions, sent with every request."""
-        return estimate_text_tokens(self.system + json.dumps(definitions(self.tools)))
-
-
-HOOK_EVENTS = ("UserPromptSubmit", "PreToolUse", "PostToolUse", "Stop",
-               "PreCompact", "RestoreContext", "PostCompact")
-
+# Every function below takes the Agent (command_line/agent.py), what the session runs with,
+# and reads a few of its fields: `settings` (every size in tokens), `store` (where a layer saves
+# what it removes), `endpoint` and `connection` (what a model call needs), `say` (a line for
+# the user) and `ahead` (the summary written ahead). Its `state` is what one loop learns: the
+# token counter, the todos, the skills loaded, when the last reply came; a subagent starts with
+# a new one. The history itself is a list of plain dicts in the API's wire format
+# (messages/history.py reads and changes it).
 
 def fire_hooks(agent, event: str, **payload) -> list:
-    """Run every hook for an event; return what they returned (None dropped). Part 2 installs
+    """Run every hook for an event; return what they returned (None dropped). Part 2 holds
     the permission check; the summary asks PreCompact, RestoreContext and PostCompact hooks."""
     answers = [hook(payload) for hook in agent.hooks.get(event, [])]
     return [answer for answer in answers if answer is not None]
@@ -762,7 +663,7 @@ def take_turn(agent, messages: list, prompt: str) -> bool:
 
 # What a line typed at the prompt reaches here: command_line/user_turns.py's take_line runs
 # a prompt as a turn, and the REPL's commands (/compact summarizes now, /clear starts anew).
-LESSON = Lesson(take_turn=take_turn, compact=compact_now, new_state=LoopState,
+LESSON = Lesson(take_turn=take_turn, compact=compact_now,
                 context_tokens=context_tokens)
 
 
@@ -930,26 +831,6 @@ def permission_hook(agent):
     return hook
 
 
-def install_default_hooks(agent) -> None:
-    """Every hook event, with the permission check, the ledger's recorders and undo's record."""
-    agent.hooks = {event: [] for event in HOOK_EVENTS}
-    agent.hooks["PreToolUse"].append(permission_hook(agent))
-
-    # Each is handed what it reads of the agent as it is when it runs: /clear puts in a new
-    # ledger and a new loop state.
-    def for_the_ledger(hook):
-        return lambda event: hook(event, ForTheLedger(agent.workdir, agent.ledger, agent.secrets,
-                                                      agent.state.todos))
-
-    def for_undo(hook):
-        return lambda event: hook(event, ForUndo(agent.undo, agent.workdir, agent.say))
-
-    for event, hook in ledger_hooks().items():
-        agent.hooks[event].append(for_the_ledger(hook))
-    for event, hook in undo_hooks().items():
-        agent.hooks[event].append(for_undo(hook))
-
-
 # ==== PART 3: MAIN ================================================================================
 
 def main(argv=None) -> int:
@@ -961,7 +842,7 @@ def main(argv=None) -> int:
     if config.demo:
         from s08_context_compact.offline import demo  # a scripted model drives this very module
         return demo.run(sys.modules[__name__], pause=config.pause)
-    agent = build_agent(config, Agent, TOOLS, install_default_hooks)
+    agent = build_agent(config, TOOLS, permission_hook)
     return start_session(agent, config, LESSON)
 
 

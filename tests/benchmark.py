@@ -44,7 +44,7 @@ import anthropic
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the program, as a package
 from s08_context_compact.offline.fake_anthropic import FakeAnthropic, held, text, tool_uses  # noqa: E402
-from s08_context_compact.command_line import build_system_prompt, open_session  # noqa: E402
+from s08_context_compact.command_line import Agent, build_system_prompt, install_hooks, open_session  # noqa: E402
 from s08_context_compact.compaction import Settings  # noqa: E402
 from s08_context_compact.endpoint import model_reply  # noqa: E402
 from s08_context_compact.messages import append_message, blocks_of, estimate_tokens, replace_history, result_text  # noqa: E402
@@ -243,10 +243,10 @@ def play(code, session: Session, settings, workdir: Path, cheap_layers: bool = T
     with FakeAnthropic(context_window=settings.window, clock=time_now) as fake, swapped(code, **swaps):
         fake.default_summary = obedient_summary
         client = anthropic.Anthropic(api_key="benchmark", base_url=fake.url, max_retries=0)
-        agent = code.Agent(client=client, settings=settings, workdir=workdir, tools=session.tools(code.TOOLS),
+        agent = Agent(client=client, settings=settings, workdir=workdir, tools=session.tools(code.TOOLS),
                            system=build_system_prompt(workdir, {}), out=lambda *a, **k: None,
                            clock=time_now.peek)  # the cache's life on the simulated clock
-        code.install_default_hooks(agent)  # the ledger records the session as it would for a user
+        install_hooks(agent, code.permission_hook)  # the ledger records the session as it would for a user
         messages = open_session(agent, None)  # the session log, as for a user
         for prompt, replies in session.turns:
             time_now.now += idle_gap(rng) if gaps else 0.0
@@ -307,7 +307,7 @@ def pipeline_time_at(code, workdir: Path, size: int, turns: int = 200, log: bool
     """The pipeline's own time per model call on a history of `size` messages (median, max
     in ms); with log, the session log's writes for the call's two new messages count too."""
     settings = replace(Settings.for_window("benchmark", 10_000_000), snip_keep_tail=10 * size)
-    agent = code.Agent(client=None, settings=settings, workdir=workdir, tools=code.TOOLS, system="benchmark",
+    agent = Agent(client=None, settings=settings, workdir=workdir, tools=code.TOOLS, system="benchmark",
                        out=lambda *a, **k: None)
     messages = open_session(agent, None) if log else []
     rng = random.Random(size)
@@ -341,7 +341,7 @@ def resume_pass_time(code, workdir: Path, size: int = 5_000, repeats: int = 5) -
     """The first pipeline pass after --resume on a logged history of `size` messages, in ms
     (the median of a few resumes: one pass is one sample, and a sample can hit a pause)."""
     settings = replace(Settings.for_window("benchmark", 10_000_000), snip_keep_tail=10 * size)
-    agent = code.Agent(client=None, settings=settings, workdir=workdir, tools=code.TOOLS, system="benchmark",
+    agent = Agent(client=None, settings=settings, workdir=workdir, tools=code.TOOLS, system="benchmark",
                        out=lambda *a, **k: None)
     messages = open_session(agent, None)
     rng = random.Random(size)
@@ -358,7 +358,7 @@ def resume_pass_time(code, workdir: Path, size: int = 5_000, repeats: int = 5) -
     agent.log.close()  # the session ends, so it can be resumed (a session open in a program cannot)
     times = []
     for _ in range(repeats):
-        resumed = code.Agent(client=None, settings=settings, workdir=workdir, tools=code.TOOLS, system="benchmark",
+        resumed = Agent(client=None, settings=settings, workdir=workdir, tools=code.TOOLS, system="benchmark",
                              out=lambda *a, **k: None)
         history = open_session(resumed, agent.log.path)
         resumed.overhead, resumed.store  # noqa: B018  every session's first pass pays these, resumed or not
@@ -443,9 +443,9 @@ def ahead_play(code, workdir: Path, window: int, ahead: bool, spread: float = 0.
             swapped(SummaryAhead, wait=on_the_loop(SummaryAhead.wait)):
         fake.default_summary = summary
         client = anthropic.Anthropic(api_key="benchmark", base_url=fake.url, max_retries=0)
-        agent = code.Agent(client=client, settings=settings, workdir=workdir, tools=code.TOOLS,
+        agent = Agent(client=client, settings=settings, workdir=workdir, tools=code.TOOLS,
                            system=build_system_prompt(workdir, {}), out=lambda *a, **k: None)
-        code.install_default_hooks(agent)
+        install_hooks(agent, code.permission_hook)
         messages, started = [], time.perf_counter()
         for turn in range(pace.steps // 25):
             fake.replies.clear()

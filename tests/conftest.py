@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import cli_runner  # noqa: E402
 from s08_context_compact.offline.fake_anthropic import FakeAnthropic  # noqa: E402
 from s08_context_compact.basics import discover_skills  # noqa: E402
-from s08_context_compact.command_line import build_system_prompt, handle_command  # noqa: E402
+from s08_context_compact.command_line import Agent, build_system_prompt, handle_command, install_hooks  # noqa: E402
 from s08_context_compact.compaction import Settings  # noqa: E402
 from s08_context_compact.compaction import previews  # noqa: E402
 from s08_context_compact.compaction import summary as summary_layer  # noqa: E402
@@ -155,12 +155,12 @@ def make_agent(s08, fake, workspace, sandbox):
         chosen = overrides.get("sandbox", sandbox)
         overrides = {"tools": chosen.tools(s08.TOOLS), "sandbox": chosen, **overrides}
         out = overrides.pop("out", None)
-        agent = s08.Agent(client=client, settings=settings,
+        agent = Agent(client=client, settings=settings,
                           workdir=workspace, system=build_system_prompt(workspace, skills),
                           skills=skills, out=Printed() if out is None else out,
                           confirm=confirm or (lambda q: (False, "no one could confirm it (test)")),
                           **overrides)
-        s08.install_default_hooks(agent)
+        install_hooks(agent, s08.permission_hook)
         return agent
     return build
 

@@ -10,6 +10,7 @@ from conftest import chat as chat_history
 from s08_context_compact.offline.fake_anthropic import FakeAnthropic, error, is_summary_request, server_error, text, tool_use, tool_uses
 from s08_context_compact.endpoint import model_calls as endpoint  # noqa: E402
 from s08_context_compact.messages import estimate_tokens
+from s08_context_compact.command_line import HOOK_EVENTS
 
 
 def first_text(body, index=0):
@@ -223,7 +224,7 @@ def test_a_subagent_starts_with_a_loop_state_of_its_own(s08, fake, make_agent, w
 def test_hooks_see_every_event(s08, fake, make_agent):
     seen = []
     agent = make_agent()
-    for event in s08.HOOK_EVENTS:
+    for event in HOOK_EVENTS:
         agent.hooks[event].append(lambda payload, event=event: seen.append(event))
     agent.hooks["PreCompact"].append(lambda payload: {"instructions": "mention the hook"})
     agent.hooks["PreToolUse"].append(

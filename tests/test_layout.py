@@ -162,11 +162,13 @@ def fields_of_classes(paths) -> set:
 
 def test_below_the_command_line_nothing_touches_what_only_the_agent_has():
     """A copy of the agent kept and read under another name is still the agent: below
-    command_line/, no attribute is read or set that only code.py's classes have (the usage
-    totals, the summary failures, the loop state...). Names a value shares (settings, a
-    client, a say) are left to the test above, which watches what each call is handed."""
-    agent_only = fields_of_classes([PACKAGE / "code.py"]) - fields_of_classes(
-        path for path in PACKAGE.rglob("*.py") if path.name != "code.py")
+    command_line/, no attribute is read or set that only the Agent and its LoopState have
+    (the usage totals, the summary failures, the loop state...). Names a value shares
+    (settings, a client, a say) are left to the test above, which watches what each call is
+    handed."""
+    home = PACKAGE / "command_line" / "agent.py"
+    agent_only = fields_of_classes([home]) - fields_of_classes(
+        path for path in PACKAGE.rglob("*.py") if path != home)
     assert {"usage_totals", "summary_failures", "state", "stats"} <= agent_only
     found = []
     for folder in BELOW_THE_COMMAND_LINE:
@@ -184,6 +186,7 @@ import json, os, sys, threading
 root = sys.argv[1]
 sys.path.insert(0, root)
 from s08_context_compact import code
+from s08_context_compact.command_line import Agent, LoopState
 package = os.path.join(root, "s08_context_compact")
 below = tuple(os.path.join(package, folder) + os.sep for folder in sys.argv[2].split(","))
 found = set()
@@ -200,7 +203,7 @@ def reaches_the_agent(value, depth=0, seen=None):
     if isinstance(value, ATOMS) or id(value) in seen or depth > 6:
         return False
     seen.add(id(value))
-    if isinstance(value, (code.Agent, code.LoopState)):
+    if isinstance(value, (Agent, LoopState)):
         return True
     if isinstance(value, functools.partial):
         parts = [value.func, *value.args, *value.keywords.values()]

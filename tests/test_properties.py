@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from conftest import blocks, invariant_problems, load_code, replace_with_summary
+from s08_context_compact.command_line import Agent  # noqa: E402
 from s08_context_compact.command_line.user_turns import add_user_text  # noqa: E402
 from s08_context_compact.compaction import Settings
 from s08_context_compact.endpoint import Endpoint
@@ -236,7 +237,7 @@ def test_each_cheap_layer_keeps_the_invariants(name, history, params):
 def test_the_whole_pipeline_keeps_the_invariants(history, window):
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
-        agent = s08.Agent(client=None, settings=replace(Settings.for_window("m", window)), workdir=workdir,
+        agent = Agent(client=None, settings=replace(Settings.for_window("m", window)), workdir=workdir,
                           system="system", tools=s08.TOOLS, out=lambda *a, **k: None,
                           summary_failures=s08.MAX_CONSECUTIVE_SUMMARY_FAILURES, breaker_announced=True,
                           endpoint=Endpoint(window, can_count_tokens=False))  # no network: no summary call

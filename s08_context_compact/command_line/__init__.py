@@ -3,6 +3,7 @@ session's picture, and the agent turned into the values the folders below take.
 
 What the rest of the program may use from this folder."""
 
+from .agent import Agent, HOOK_EVENTS, install_hooks, LoopState
 from .cli import configure, run, say_what_start_up_found
 from .repl import start_repl, terminal_confirm
 from .startup import build_system_prompt, open_session

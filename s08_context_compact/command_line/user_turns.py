@@ -24,6 +24,7 @@ from ..messages import (append_message, blocks_of, estimate_text_tokens, own_tex
 from .work_lines import context_breakdown, status_line
 from .session_picture import report_line
 from ..basics import printable
+from .agent import LoopState
 from .agent_values import count_call, park_long_inputs
 from .repl import HELP
 
@@ -133,7 +134,6 @@ class Lesson:
     """What a line typed at the prompt reaches in code.py, which nothing here imports."""
     take_turn: Callable   # take_turn(agent, messages, prompt): False when an API error ended it
     compact: Callable     # compact_now(agent, messages, focus): the history, compacted
-    new_state: Callable   # LoopState: what a new conversation (/clear) starts from
     context_tokens: Callable  # context_tokens(agent, messages): what the next request will carry
 
 
@@ -162,7 +162,7 @@ def handle_command(agent, messages: list, line: str, lesson: Lesson) -> bool:
         count_call(agent)  # what it cost, logged
         replace_history(agent.log, messages, [], "/clear")
         # a new conversation: nothing read, no todos, no facts
-        agent.state, agent.ledger = lesson.new_state(), Ledger()
+        agent.state, agent.ledger = LoopState(), Ledger()
     tokens = lesson.context_tokens(agent, messages)
     return say_command_done(agent, messages, command, tokens)
 

@@ -21,7 +21,9 @@ from pathlib import Path
 import anthropic
 
 from .fake_anthropic import FakeAnthropic, error, server_error, text, tool_use
-from ..command_line import build_system_prompt, handle_command, open_session, report_line, TOOL_MARK
+from ..command_line import (Agent, build_system_prompt, handle_command, install_hooks, open_session,
+                            report_line, TOOL_MARK)
+from ..compaction import Settings
 from ..basics import (discover_skills, OWN_FOLDERS, TASK_OUTPUTS_DIR, TRANSCRIPT_DIR, STYLES,
                       cut_to_width, format_tokens, printable, terminal_columns)
 
@@ -208,11 +210,11 @@ def run(code, pause: bool) -> int:
         # waiting out a backoff would show nothing
         # the early mark held at 80% of the threshold,
         # so the summary written ahead comes at the same step each run
-        settings = replace(code.Settings.for_window("scripted-demo-model", WINDOW),
+        settings = replace(Settings.for_window("scripted-demo-model", WINDOW),
                            retry_base_seconds=0.05,
                            summary_ahead=(0.8, 0.8))
         skills = discover_skills([Path(code.__file__).resolve().parent / "skills"])
-        agent = code.Agent(client=client, settings=settings,
+        agent = Agent(client=client, settings=settings,
                            workdir=workspace, tools=code.TOOLS, skills=skills,
                            color=terminal, fit_width=terminal,
                            # named by its folder alone: the sizes (and the chapter's picture)
@@ -221,7 +223,7 @@ def run(code, pause: bool) -> int:
                            confirm=lambda question: (False, "the demo answers no"),
                            out=FoldedReplies())
         agent.out.agent = agent
-        code.install_default_hooks(agent)
+        install_hooks(agent, code.permission_hook)
         say = agent.say  # fitted to the terminal's width, as the agent's own lines are
         say("s08 scripted demo: a SCRIPTED model (canned replies, not Claude) "
             "drives the real agent loop and compaction pipeline of code.py, "
