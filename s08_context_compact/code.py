@@ -39,26 +39,24 @@ if not __package__:
     spec.loader.exec_module(sys.modules.setdefault(spec.name, util.module_from_spec(spec)))
 
 from s08_context_compact.basics import (
-    definitions, edit_file, glob_files, one_line, path_risk, read_lines, redact, Tool,
-    TOOL_RESULTS_DIR, ToolCall, ToolError, workspace_path, write_file)
+    edit_file, glob_files, one_line, path_risk, read_lines, redact, Tool, ToolCall, ToolError,
+    workspace_path, write_file)
 from s08_context_compact.messages import (
     append_message, blocks_of, current_request, estimate_text_tokens, estimate_tokens,
-    group_starts, is_tool_result_message, message_groups, newest_within, NOTE_MARKER, OWN,
-    own_text, paths_read, PLACEHOLDER_PREFIX, replace_history, replace_result, result_text,
-    said_text, sendable, SNIP_MARKER, todo_problem, tool_names, what_was_done, with_text)
+    group_starts, is_tool_result_message, newest_groups, OWN, paths_read, replace_history,
+    result_text, todo_problem, tool_names, with_snip_note)
 from s08_context_compact.endpoint import (
-    api_error_text, api_failures, cache_mark, CACHE_TTLS, ContextOverflow, count_tokens,
-    extract_summary, make_reply_sendable, model_reply, SummaryError, with_cache_breakpoints)
+    api_failures, ContextOverflow, count_tokens, make_reply_sendable, marked_request,
+    model_reply, summary_reply, SummaryError)
 from s08_context_compact.compaction import (
-    fallback_summary, fewer_tokens, fit_for_summary, nothing_to_summarize, preview_results,
-    previewed, render_todos, replace_with_summary, Restorable, shorter, smaller_budget,
-    summary_instructions, summary_problem, true_stubs, what_comes_back)
+    fallback_summary, fit_for_summary, nothing_to_summarize, pointed_to, previewed,
+    render_todos, replace_with_summary, Restorable, smaller_budget, summary_instructions,
+    summary_problem, what_comes_back)
 from s08_context_compact.safety import (
     command_risks, run_command)
 from s08_context_compact.command_line import (
-    add_prompt, build_agent, configure, count_call, Lesson, park_long_inputs,
-    park_oversized_request, run, run_tool_calls, say_status, show_layer, start_session,
-    turn_failed)
+    add_prompt, configure, count_call, Lesson, park_long_inputs, park_oversized_request, run,
+    run_tool_calls, say_status, show_layer, start_session, turn_failed)
 
 
 # ==== PART 1: THE CHAPTER ========================================================================
@@ -103,22 +101,11 @@ def fire_hooks(agent, event: str, **payload) -> list:
 # unchanged messages by identity, so only what is new is estimated (messages/token_counts.py).
 
 def build_request(agent, messages: list, extra_text: str | None = None) -> dict:
-    """The Messages API request for a history: tools and system first, cache marks added."""
+    """The Messages API request for a history: tools and system first, then the messages, with
+    the prompt cache's marks (endpoint/prompt_cache.py places them: four at most)."""
     s = agent.settings
-    sent = [sendable(m) for m in messages]
-    # The system prompt goes as a plain string (some servers take nothing else), so the fixed
-    # prefix's mark sits on the last tool; the marks on the messages cache the system prompt
-    # with them. endpoint/prompt_cache.py places those (four marks at most, the API's limit).
-    mark = cache_mark(s.cache_ttl)
-    told = definitions(agent.tools)
-    tools = told[:-1] + [{**told[-1], "cache_control": mark}] if told else []
-    sent = with_cache_breakpoints(sent, s.keep_recent, mark)
-    if extra_text and sent and sent[-1]["role"] == "user":
-        sent[-1] = with_text(sent[-1], extra_text)
-    elif extra_text:
-        sent.append({"role": "user", "content": [{"type": "text", "text": extra_text}]})
-    return {"model": s.model, "max_tokens": s.max_output, "system": agent.system, "tools": tools,
-            "messages": sent}
+    return marked_request(s.model, s.max_output, agent.system, agent.tools, messages,
+                          keep_recent=s.keep_recent, ttl=s.cache_ttl, extra_text=extra_text)
 
 
 def context_tokens(agent, messages: list) -> int:
@@ -176,7 +163,7 @@ def cache_is_cold(agent) -> bool:
     """Whether the last reply came so long ago that the endpoint's prompt cache has expired."""
     if agent.state.last_reply_at is None:
         return False
-    return agent.clock() - agent.state.last_reply_at > CACHE_TTLS[agent.settings.cache_ttl]
+    return agent.clock() - agent.state.last_reply_at > agent.settings.cache_seconds
 
 
 # ---- when the endpoint says the prompt did not fit -----------------------------------------------
@@ -198,8 +185,8 @@ def adopt_overflow(agent, err: ContextOverflow) -> bool:
 # ---- the three cheap layers ----------------------------------------------------------------------
 # Each takes the history and returns it, changed or not. What it removes it first saves through
 # the store it is handed (compaction/store.py), under a name never used before. A result too big
-# becomes its preview (previewed, compaction/previews.py); no replacement costs more tokens than
-# what it replaces (fewer_tokens).
+# becomes its preview, an old one a pointer to its copy (previewed, pointed_to: compaction/
+# previews.py); no replacement costs more tokens than what it replaces.
 
 def tool_result_budget(messages: list, *, max_chars: int, preview_chars: int, store) -> list:
     """Keep the newest message's tool results under max_chars; the largest go to disk first."""
@@ -239,19 +226,13 @@ def snip_compact(messages: list, *, keep_head: int, keep_tail: int, at_least: in
     if measure(removed) < min_tokens:
         return messages  # too little to pay for rewriting the cache after the head
     path = store.save_messages(removed, "snip")
-    head_last = messages[head_end - 1]
-    # one marker, folded: the count of every earlier snip goes into the new one
-    earlier = sum(b.get("snipped", 0) for b in blocks_of(head_last) if b.get(OWN) == "snip")
-    kept_blocks = [b for b in blocks_of(head_last) if b.get(OWN) != "snip"]
-    snipped = earlier + len(removed)
-    note = (f"{SNIP_MARKER} {snipped} messages from the middle of the conversation; "
-            f"the latest ones are saved in {path}.{what_was_done(removed, tools)}]")
-    texts = [own_text("snip", note, snipped=snipped)]
+    # One note, folded into the head (messages/history.py): what went, where, what it did. The
+    # user's current request, if it went, stays in view verbatim.
     request = current_request(messages)
-    if request and current_request(messages[:head_end] + messages[tail_start:]) != request:
-        texts.append(request["text"])  # the user's current request stays visible verbatim
-    new_head_last = with_text({**head_last, "content": kept_blocks}, *texts)
-    result = messages[:head_end - 1] + [new_head_last] + messages[tail_start:]
+    gone = request and current_request(messages[:head_end] + messages[tail_start:]) != request
+    head_last = with_snip_note(messages[head_end - 1], removed, path, tools,
+                               request["text"] if gone else None)
+    result = messages[:head_end - 1] + [head_last] + messages[tail_start:]
     return result if measure(result) < measure(messages) else messages
 
 
@@ -276,20 +257,14 @@ def micro_compact(messages: list, *, keep_recent: int, min_chars: int, clear_at_
     names = tool_names(messages)
     changed = {}
     for i, k in stale:
-        block = blocks_of(changed.get(i, messages[i]))[k]
-        text = result_text(block)
-        if block.get(OWN) == "preview":
-            path = block.get("saved_at")  # saved already, by tool_result_budget
-        else:
-            path = store.save_output(block["tool_use_id"], text)
-        tool_name = names.get(block["tool_use_id"], "tool")
-        placeholder = (f"{PLACEHOLDER_PREFIX} ({tool_name}) cleared to save context. "
-                       f"Full output: {path}. Read that file if you need it again.]")
-        if not fewer_tokens(placeholder, text):
-            continue  # a long path can make the pointer cost more than a short result
         blocks = list(blocks_of(changed.get(i, messages[i])))
-        blocks[k] = replace_result(block, placeholder, "placeholder", path)
-        changed[i] = {**messages[i], "content": blocks}
+        block, tool_use_id = blocks[k], blocks[k]["tool_use_id"]
+        # a preview was saved already, by tool_result_budget
+        path = block.get("saved_at") if block.get(OWN) == "preview" else \
+            store.save_output(tool_use_id, result_text(block))
+        blocks[k] = pointed_to(block, names.get(tool_use_id, "tool"), path)
+        if blocks[k] is not block:  # not when the pointer would cost more than the result
+            changed[i] = {**messages[i], "content": blocks}
     if not changed:
         return messages
     return [changed.get(i, m) for i, m in enumerate(messages)]
@@ -327,18 +302,15 @@ def summarize_with_model(agent, messages: list, focus: str, limit_tokens: int,
     for _ in range(SUMMARY_ATTEMPTS):
         first, asked = asked, None
         try:
-            answer = first.reply() if first else model_reply(
-                agent.connection, *summary_request(agent, sent, instruction), show_text=False,
-                label="writing the summary")
+            answer = first.reply() if first else summary_reply(
+                agent.connection, *summary_request(agent, sent, instruction))
         except ContextOverflow as err:
             adopt_overflow(agent, err)
             budget = smaller_budget(budget, sent, err.overflow)  # as much less as it was over
             sent = fit_for_summary(messages, budget)
             continue
-        except api_failures() as err:
-            raise SummaryError(api_error_text(err)) from err
         count_call(agent, answer, f"writing the summary{' ahead' if first else ''}")
-        return extract_summary(said_text(answer.message))  # "(no reply)" is not a summary
+        return answer.summary
     raise SummaryError("too long to summarize even after leaving out the oldest messages")
 
 
@@ -361,7 +333,9 @@ def make_summary(agent, messages: list, focus: str, limit: int, asked=None) -> t
         try:
             summary = summarize_with_model(agent, messages, focus, limit, asked)
             if summary_problem(summary, limit):  # ask once more, for a shorter one
-                summary = summarize_with_model(agent, messages, shorter(focus, limit), limit)
+                again = (f"{focus} Your last answer was too long, empty, or a tool call: write "
+                         f"the summary as text, well under {limit:,} tokens.").strip()
+                summary = summarize_with_model(agent, messages, again, limit)
             if summary_problem(summary, limit):
                 raise SummaryError(summary_problem(summary, limit))
             agent.summary_failures = 0
@@ -423,10 +397,8 @@ def summarize_into(agent, messages: list, tail: list, *, kind: str = "compact", 
     found = {key: value for answer in answers for key, value in answer.items() if key != "note"}
     footer = {"type": "compaction", "summary_by": source, "summary": summary, **found}
     # the whole history saved, then the summary, what comes back and the request (summary.py)
-    with_previews = partial(preview_results, preview_chars=agent.settings.preview_chars,
-                            store=agent.store)
     result = replace_with_summary(messages, kind, summary, tail, restored, store=agent.store,
-                                  with_previews=with_previews, footer=footer)
+                                  preview_chars=agent.settings.preview_chars, footer=footer)
     if result is messages:
         agent.say(f"[{kind}] the summary came out no smaller than the history; the history is "
                   f"kept (transcript saved to {agent.store.written[-1]})")
@@ -454,8 +426,7 @@ def compact_history(messages: list, *, summarize, focus: str = "") -> list:
 
 
 def reactive_tail(messages: list, tail_tokens: int) -> list:
-    groups = message_groups(messages)
-    kept = newest_within(groups, tail_tokens, estimate_tokens) or groups[-1:]  # the newest stays
+    kept = newest_groups(messages, tail_tokens)  # the newest stays, whatever it costs
     return [m for group in kept for m in group]
 
 
@@ -479,7 +450,7 @@ def kept_after(agent, ready) -> list:
         return kept
     kept = apply_layer(agent, micro_compact, kept, keep_recent=s.keep_recent,
                        min_chars=s.micro_min_chars, clear_at_least=0, store=agent.store)
-    newest = newest_within(message_groups(kept), ready.room, estimate_tokens)
+    newest = newest_groups(kept, ready.room)
     keep_tail = max(2, sum(map(len, newest)))
     return apply_layer(agent, snip_compact, kept, keep_head=1, keep_tail=keep_tail, at_least=1,
                        store=agent.store, tools=agent.tools)
@@ -585,7 +556,7 @@ def agent_loop(agent, messages: list) -> str | None:
         replace_history(agent.log, messages, parked, "input parked")
         replace_history(agent.log, messages, compact_pipeline(agent, messages), "compaction")
         summarize_ahead(agent, messages)  # past the early mark: a summary starts in the background
-        stubs = true_stubs(messages, agent.state.repeat_reads.stubs)
+        stubs = agent.state.repeat_reads.kept_true(messages)  # "as in result X": X still there?
         replace_history(agent.log, messages, stubs, "read stubs re-pointed")
         try:
             reply, stop_reason = call_model(agent, messages)
@@ -605,12 +576,11 @@ def agent_loop(agent, messages: list) -> str | None:
             if not shrank and context_tokens(agent, messages) >= err.sent_tokens:
                 raise  # nothing was freed: sent again, the request would be refused again
             continue
-        reply, note, refused = make_reply_sendable(reply, stop_reason,
-                                                   ids_used=set(tool_names(messages)),
-                                                   max_output=agent.settings.max_output)
+        reply, notes, refused = make_reply_sendable(reply, stop_reason,
+                                                    ids_used=set(tool_names(messages)),
+                                                    max_output=agent.settings.max_output)
         append_message(agent.log, agent.state.counter, messages, reply)
         tool_uses = [b for b in reply["content"] if b.get("type") == "tool_use"]
-        notes = [own_text("note", f"{NOTE_MARKER}: {note}]")] if note else []
         if not tool_uses and notes:  # cut short: tell the model and let it go on
             append_message(agent.log, agent.state.counter, messages,
                            {"role": "user", "content": notes})
@@ -693,8 +663,7 @@ def use_tools(agent, tool_uses: list, refused: dict, history: list) -> tuple:
 
 def run_bash(agent, call: ToolCall, command: str, timeout: int = BASH_TIMEOUT) -> str:
     return run_command(command, cwd=agent.workdir, timeout=max(1, min(timeout, 600)),
-                       sandbox=agent.sandbox, outputs=agent.workdir / TOOL_RESULTS_DIR,
-                       secrets=agent.secrets, call_id=call.id or "bash")
+                       sandbox=agent.sandbox, secrets=agent.secrets, call_id=call.id or "bash")
 
 
 def run_read_file(agent, call: ToolCall, path: str, offset: int = 1,
@@ -842,8 +811,7 @@ def main(argv=None) -> int:
     if config.demo:
         from s08_context_compact.offline import demo  # a scripted model drives this very module
         return demo.run(sys.modules[__name__], pause=config.pause)
-    agent = build_agent(config, TOOLS, permission_hook)
-    return start_session(agent, config, LESSON)
+    return start_session(config, TOOLS, permission_hook, LESSON)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,6 @@ import sys
 import threading
 import time
 from dataclasses import replace
-from functools import partial
 from pathlib import Path
 
 import anthropic
@@ -32,7 +31,6 @@ from s08_context_compact.offline.fake_anthropic import FakeAnthropic  # noqa: E4
 from s08_context_compact.basics import discover_skills  # noqa: E402
 from s08_context_compact.command_line import Agent, build_system_prompt, handle_command, install_hooks  # noqa: E402
 from s08_context_compact.compaction import Settings  # noqa: E402
-from s08_context_compact.compaction import previews  # noqa: E402
 from s08_context_compact.compaction import summary as summary_layer  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -168,9 +166,8 @@ def make_agent(s08, fake, workspace, sandbox):
 def replace_with_summary(s08, messages: list, kind: str, summary: str, tail: list, restored: list, *,
                          store, preview_chars: int) -> list:
     """compaction/summary.py's replace_with_summary, the tail previewed as code.py's layers preview it."""
-    with_previews = partial(previews.preview_results, preview_chars=preview_chars, store=store)
     return summary_layer.replace_with_summary(messages, kind, summary, tail, restored, store=store,
-                                              with_previews=with_previews)
+                                              preview_chars=preview_chars)
 
 
 def use_tool(s08, agent, block: dict, history: list = ()) -> dict:

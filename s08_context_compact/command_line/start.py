@@ -36,8 +36,10 @@ def build_agent(config, tools: dict, permission_hook) -> Agent:
     return agent
 
 
-def start_session(agent, config, lesson) -> int:
-    """The banner, then what start-up found; the session opened (or resumed); the REPL."""
+def start_session(config, tools: dict, permission_hook, lesson) -> int:
+    """The agent built (build_agent); the banner, then what start-up found; the session
+    opened (or resumed); the REPL."""
+    agent = build_agent(config, tools, permission_hook)
     say_what_start_up_found(agent, config)
     agent.undo.at(config.workdir, agent.say).check_store()  # before a request could lose a file
     messages = open_session(agent, config.resume)

@@ -4,7 +4,7 @@ pieces, the summary written ahead, repeated reads, the fact ledger.
 What the rest of the program may use from this folder."""
 
 from .ledger import ForTheLedger, Ledger, ledger_hooks, short_hash
-from .previews import fewer_tokens, persisted_preview, preview_results, previewed
+from .previews import fewer_tokens, persisted_preview, pointed_to, preview_results, previewed
 from .repeat_reads import RepeatReads, true_stubs
 from .summary_ahead import SummaryAhead
 from .settings import Settings

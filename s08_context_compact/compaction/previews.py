@@ -1,5 +1,6 @@
 """Previews: a tool result too big to keep saved through the store and replaced by its head,
-with where the whole text is; and the rule every replacement keeps, that it costs fewer
+with where the whole text is; pointers, a result replaced by where it was saved alone; and
+the rule every replacement keeps, that it costs fewer
 tokens than what it replaces. The cheap layers (tool_result_budget, micro_compact) decide
 which results; summary.py previews a summary's tail the same way.
 
@@ -9,8 +10,8 @@ Machinery the chapter does not need beyond these names.
 import json
 from pathlib import Path
 
-from ..messages import (CHARS_PER_TOKEN, OWN, PERSISTED_TAG, blocks_of, estimate_text_tokens,
-                        head_within, replace_result, result_text)
+from ..messages import (CHARS_PER_TOKEN, OWN, PERSISTED_TAG, PLACEHOLDER_PREFIX, blocks_of,
+                        estimate_text_tokens, head_within, replace_result, result_text)
 
 
 def persisted_preview(path: Path, text: str, preview_chars: int) -> str:
@@ -44,3 +45,13 @@ def preview_results(message: dict, preview_chars: int, store) -> dict:
     blocks = [previewed(b, preview_chars, store) if b.get("type") == "tool_result" else b
               for b in blocks_of(message)]
     return {**message, "content": blocks}
+
+
+def pointed_to(block: dict, tool_name: str, path) -> dict:
+    """A tool result replaced by a pointer to its saved copy at `path`, when the pointer is the
+    smaller (a long path can make it cost more than a short result); else the block as it was."""
+    text = result_text(block)
+    pointer = (f"{PLACEHOLDER_PREFIX} ({tool_name}) cleared to save context. "
+               f"Full output: {path}. Read that file if you need it again.]")
+    smaller = fewer_tokens(pointer, text)
+    return replace_result(block, pointer, "placeholder", path) if smaller else block

@@ -47,6 +47,10 @@ class RepeatReads:
         """After a summary: what was read is no longer in the context as it was read."""
         self.seen.clear()
 
+    def kept_true(self, messages: list) -> list:
+        """The history with every stub still true (true_stubs)."""
+        return true_stubs(messages, self.stubs)
+
 
 def true_stubs(messages: list, stubs: dict) -> list:
     """A stub saying "as in result X above" must stay true in what is sent: when a layer has

@@ -10,7 +10,7 @@ learning the window is the endpoint's job.
 
 from dataclasses import MISSING, dataclass, fields, replace
 
-from ..endpoint import IDLE_TIMEOUT, RETRY_BASE_SECONDS
+from ..endpoint import CACHE_TTLS, IDLE_TIMEOUT, RETRY_BASE_SECONDS
 from ..messages import CHARS_PER_TOKEN
 
 MAX_OUTPUT_TOKENS = 8_192           # asked for on every call, so reserved out of the window
@@ -99,3 +99,8 @@ class Settings:
         set_here = [f.name for f in fields(self) if f.default is not MISSING]
         overrides = {name: getattr(self, name) for name in set_here}
         return replace(Settings.for_window(self.model, window, self.compact_at), **overrides)
+
+    @property
+    def cache_seconds(self) -> int:
+        """How long the endpoint keeps a prompt prefix cached after its last read."""
+        return CACHE_TTLS[self.cache_ttl]

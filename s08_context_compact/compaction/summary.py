@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..basics import inside_workspace, redact, Redactor
+from .previews import preview_results
 from ..messages import (CHARS_PER_TOKEN, COMPACT_MARKER, OWN, REACTIVE_MARKER, RESTORED_MARKER,
                         blocks_of, current_request, cut_long_texts, estimate_text_tokens,
                         estimate_tokens, head_within, last_reply_text, message_groups,
@@ -227,17 +228,17 @@ def what_comes_back(messages: list, restorable: Restorable, s, fixed: int, shown
 
 
 def replace_with_summary(messages: list, kind: str, summary: str, tail: list, restored: list, *,
-                         store, with_previews, footer: dict | None = None) -> list:
+                         store, preview_chars: int, footer: dict | None = None) -> list:
     """Save the whole history (the footer last), then one user message with the summary,
     the restored context and, last, the request being worked on; then the tail, its big
-    results saved and previewed (with_previews(message) does that to one message)."""
+    results saved and previewed (previews.py)."""
     path = store.save_messages(messages, kind, footer)
     marker = REACTIVE_MARKER if kind == "reactive" else COMPACT_MARKER
     header = (f"{marker}: the earlier conversation was summarized to free context. "
               f"The full transcript is saved at {path}.]\n\n{summary}")
     content = [own_text(kind, header)] + [own_text("restored", t) for t in restored]
     first = {"role": "user", "content": content}
-    tail = [with_previews(m) if m["role"] == "user" else m for m in tail]
+    tail = [preview_results(m, preview_chars, store) if m["role"] == "user" else m for m in tail]
     request = current_request(messages)
     in_flight = messages and messages[-1]["role"] == "user"  # a finished turn has no request
     if request and in_flight and current_request(tail) != request:

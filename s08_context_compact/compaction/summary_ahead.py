@@ -35,7 +35,8 @@ from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from ..basics import Screen, Spinner, say_on
-from ..endpoint import Answer, api_failures, Connection, ContextOverflow, own_connection
+from ..endpoint import (Answer, api_failures, Connection, ContextOverflow, failed_as_summary_error,
+                        own_connection)
 from ..messages import OWN, blocks_of, is_request_block
 
 RECENT_PASSES = 16       # the steps the lead is measured on
@@ -57,9 +58,11 @@ class Asked:
     error: BaseException | None = None
 
     def reply(self) -> Answer:
-        """The reply, or what stopped it raised again, on the loop's thread."""
+        """The reply, or what stopped it raised again, on the loop's thread (a call that
+        failed as SummaryError, as summary_reply raises it)."""
         if self.error is not None:
-            raise self.error
+            with failed_as_summary_error():
+                raise self.error
         return self.answer
 
 

@@ -7,8 +7,9 @@ the failures worth it, is model_calls.py's job, beside it.
 """
 
 import re
+from contextlib import contextmanager
 
-from .replies import BadReply, EmptyReply, ErrorEvent
+from .replies import BadReply, EmptyReply, ErrorEvent, SummaryError
 from .sdk import anthropic
 from ..basics import one_line
 
@@ -18,6 +19,16 @@ ERROR_CHARS = 300                   # an error's message on screen: pydantic err
 def api_failures() -> tuple:
     """Every way one call can fail: the SDK's errors, and what we find wrong in a reply."""
     return anthropic.APIError, BadReply, ErrorEvent
+
+
+@contextmanager
+def failed_as_summary_error():
+    """A summary call that failed raised as SummaryError, which says why in one line: the
+    summary's caller falls back to one built without the model. "Too long" passes through."""
+    try:
+        yield
+    except api_failures() as err:
+        raise SummaryError(api_error_text(err)) from err
 
 
 def worth_retrying(err: Exception) -> bool:

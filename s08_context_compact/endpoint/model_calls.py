@@ -15,12 +15,13 @@ import time
 from dataclasses import dataclass, replace
 from functools import cache
 
-from ..messages import fresh_id, input_problem
-from .api_errors import api_error_text, api_failures, key_refused, what_to_do, worth_retrying
+from ..messages import fresh_id, input_problem, NOTE_MARKER, own_text, said_text
+from .api_errors import (api_error_text, api_failures, failed_as_summary_error, key_refused,
+                         what_to_do, worth_retrying)
 from .overflow import (EMPTY_REPLY_OVERFLOW, MIN_CONTEXT_WINDOW, ContextOverflow,
                        context_overflow, learned_window, is_token_count)
-from .replies import (USAGE_KEYS, BadReply, EmptyReply, ErrorEvent, reply_from_body,
-                      reply_from_events)
+from .replies import (USAGE_KEYS, BadReply, EmptyReply, ErrorEvent, extract_summary,
+                      reply_from_body, reply_from_events)
 from .request_forms import (PLAIN_TEXT_NOTE, PLAIN_TEXT_PROOF, plain_text_request,
                             redacted_request)
 from .sdk import anthropic, httpx2
@@ -272,6 +273,11 @@ class Answer:
     def context_tokens(self) -> int:
         return self.prompt_tokens or self.sent_tokens
 
+    @property
+    def summary(self) -> str:
+        """What a summary reply keeps: the text in <summary>; "(no reply)" is not a summary."""
+        return extract_summary(said_text(self.message))
+
 
 def own_connection(connection: Connection, on_request) -> tuple:
     """(a copy of the connection with an HTTP client of its own, what closes it), for a
@@ -387,18 +393,27 @@ def model_reply(connection: Connection, request: dict, sent_tokens: int, show_te
     return answer
 
 
+def summary_reply(connection: Connection, request: dict, sent_tokens: int) -> Answer:
+    """A summary's request sent, its text not shown as it streams. A call that failed raises
+    SummaryError; a prompt too long, ContextOverflow."""
+    with failed_as_summary_error():
+        return model_reply(connection, request, sent_tokens, show_text=False,
+                           label="writing the summary")
+
+
 def make_reply_sendable(reply: dict, stop_reason: str, *, ids_used: set, max_output: int) -> tuple:
     """Fix what would break the next request: a tool call cut off by max_tokens (dropped,
     with a note for the model), a tool_use id used before (renamed), and an input that is
     not a JSON object or nests too deep (kept as {} so later requests stay valid, and
-    answered with an error). Returns (reply, note for the model, {tool_use id: why it will
-    not run})."""
-    content, note, refused = list(reply["content"]), "", {}
+    answered with an error). Returns (reply, the notes for the model: a text block or none,
+    {tool_use id: why it will not run})."""
+    content, notes, refused = list(reply["content"]), [], {}
     if stop_reason == "max_tokens" and content and content[-1].get("type") == "tool_use":
         cut = content.pop()  # its input is incomplete: never run it
         note = (f"your reply reached the output limit ({max_output:,} tokens) "
                 f"in the middle of a call to {cut['name']}, so that call was not run. "
                 "Continue from there, and split large content into several smaller calls.")
+        notes = [own_text("note", f"{NOTE_MARKER}: {note}]")]
     seen = set(ids_used)
     for k, block in enumerate(content):
         if block.get("type") == "tool_use":
@@ -408,9 +423,9 @@ def make_reply_sendable(reply: dict, stop_reason: str, *, ids_used: set, max_out
                 refused[unique] = f"{problem}, so it was not run"
                 content[k]["input"] = {}
     if content == reply["content"]:
-        return reply, note, refused  # the same object: the token counter's anchor still knows it
+        return reply, notes, refused  # the same object: the token counter's anchor still knows it
     content = content or [{"type": "text", "text": "(reply cut off)"}]
-    return {**reply, "content": content}, note, refused
+    return {**reply, "content": content}, notes, refused
 
 
 def usage_prompt_tokens(endpoint, usage: dict, estimate: int) -> tuple:

@@ -7,7 +7,8 @@ model_calls.py, beside it, sends the request. CACHE_TTLS says how long a prefix 
 its last read, so a longer pause means the cache is gone.
 """
 
-from ..messages import OWN, blocks_of, is_tool_result_message
+from ..basics import definitions
+from ..messages import OWN, blocks_of, is_tool_result_message, sendable, with_text
 
 # the API's prompt cache forgets a prefix unread this long (CACHE_TTL=1h: an hour)
 CACHE_LIFETIME_SECONDS = 300
@@ -49,3 +50,21 @@ def with_cache_breakpoints(messages: list, keep_recent: int, mark: dict = EPHEME
     for index in wanted - {-1, -2, -3, None}:
         marked[index] = mark_last_block(marked[index], mark)
     return marked
+
+
+def marked_request(model: str, max_tokens: int, system: str, tools: dict, messages: list, *,
+                   keep_recent: int, ttl: str, extra_text: str | None = None) -> dict:
+    """The Messages API request for a history, cache marks placed (on copies), with
+    `extra_text` added to the last user message (or as one after the last reply)."""
+    # The system prompt goes as a plain string (some servers take nothing else), so the fixed
+    # prefix's mark sits on the last tool; the marks on the messages cache the system prompt
+    # with them.
+    mark, tools = cache_mark(ttl), definitions(tools)
+    tools = tools[:-1] + [{**tools[-1], "cache_control": mark}] if tools else []
+    sent = with_cache_breakpoints([sendable(m) for m in messages], keep_recent, mark)
+    if extra_text and sent and sent[-1]["role"] == "user":
+        sent[-1] = with_text(sent[-1], extra_text)
+    elif extra_text:
+        sent.append({"role": "user", "content": [{"type": "text", "text": extra_text}]})
+    return {"model": model, "max_tokens": max_tokens, "system": system, "tools": tools,
+            "messages": sent}

@@ -160,6 +160,19 @@ def what_was_done(removed: list, tools: dict) -> str:
     return " What they did:" + "".join(lines) if lines else ""
 
 
+def with_snip_note(head_last: dict, removed: list, path, tools: dict, request: str | None) -> dict:
+    """The head's last message with the one note a snip leaves: how many messages went (the
+    counts of earlier snips folded in), where the latest are saved and what they did; then
+    `request`, the user's current request if it went with them, so it stays in view verbatim."""
+    earlier = sum(b.get("snipped", 0) for b in blocks_of(head_last) if b.get(OWN) == "snip")
+    kept = [b for b in blocks_of(head_last) if b.get(OWN) != "snip"]
+    snipped = earlier + len(removed)
+    note = (f"{SNIP_MARKER} {snipped} messages from the middle of the conversation; "
+            f"the latest ones are saved in {path}.{what_was_done(removed, tools)}]")
+    texts = [own_text("snip", note, snipped=snipped)] + ([request] if request else [])
+    return with_text({**head_last, "content": kept}, *texts)
+
+
 def append_message(log, counter, messages: list, message: dict) -> None:
     """Append a message to the history, and to the session log (if any) the same moment; the
     loop's token counter says whether the message is the one the last usage measured."""

@@ -8,7 +8,7 @@ cut once the count passes the threshold is the compaction layers' decision.
 
 import json
 
-from .history import sendable
+from .history import message_groups, sendable
 
 CHARS_PER_TOKEN = 4                 # for ASCII text; other characters count one token each
 
@@ -39,6 +39,13 @@ def newest_within(items: list, max_tokens: int, size) -> list:
             break
         kept.append(item)
     return kept[::-1]
+
+
+def newest_groups(messages: list, max_tokens: int) -> list:
+    """The newest groups of the history (a call with its results) that together cost at most
+    max_tokens, by estimate, oldest first; the newest group at least, whatever it costs."""
+    groups = message_groups(messages)
+    return newest_within(groups, max_tokens, estimate_tokens) or groups[-1:]
 
 
 

@@ -24,8 +24,8 @@ from .fake_anthropic import FakeAnthropic, error, server_error, text, tool_use
 from ..command_line import (Agent, build_system_prompt, handle_command, install_hooks, open_session,
                             report_line, TOOL_MARK)
 from ..compaction import Settings
-from ..basics import (discover_skills, OWN_FOLDERS, TASK_OUTPUTS_DIR, TRANSCRIPT_DIR, STYLES,
-                      cut_to_width, format_tokens, printable, terminal_columns)
+from ..basics import (definitions, discover_skills, OWN_FOLDERS, TASK_OUTPUTS_DIR, TRANSCRIPT_DIR,
+                      STYLES, cut_to_width, format_tokens, printable, terminal_columns)
 
 WINDOW = 12_000
 SCRIPTED = "(scripted) "
@@ -285,7 +285,7 @@ def play_step(code, agent, fake, messages, title, what, prompt, script, say) -> 
     # the request the endpoint refused, beside what we had estimated it at
     if script.get("refusal"):
         refused = fake.requests[first_request]
-        system_and_tools = agent.system + json.dumps(code.definitions(agent.tools))
+        system_and_tools = agent.system + json.dumps(definitions(agent.tools))
         ours = (code.estimate_text_tokens(system_and_tools)
                 + code.estimate_tokens(refused["messages"]))
         say(f"   the endpoint refused a request we had estimated at {ours:,} tokens, "

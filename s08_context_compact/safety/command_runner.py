@@ -14,22 +14,24 @@ import tempfile
 import threading
 from pathlib import Path
 
-from ..basics import output_names, own_folder, Redactor
+from ..basics import output_names, own_folder, Redactor, TOOL_RESULTS_DIR
 from .sandbox import Sandbox
 
 BASH_OUTPUT_HEAD = 200_000          # characters of command output kept in memory...
 BASH_OUTPUT_TAIL = 20_000           # ...plus the last ones, so errors at the end survive
 
 
-def run_command(command: str, *, cwd: Path, timeout: int, outputs: Path, secrets, call_id: str,
-                sandbox: Sandbox = Sandbox()) -> str:
+def run_command(command: str, *, cwd: Path, timeout: int, secrets, call_id: str,
+                sandbox: Sandbox = Sandbox(), outputs: Path | None = None) -> str:
     """Run a shell command; its output with an exit-code or timeout note.
 
     The command gets a session of its own, so its process group is everything it started
     but what left the group (setsid); /proc shows those too (ProcessTree). A timeout, Ctrl-C,
     or SIGTERM/SIGHUP to the program (raised here as an exception) ends them all.
     Secrets and the program's own settings are not passed on (Sandbox.environment). In the
-    sandbox (sandbox.py), its own PID namespace ends whatever the command left running."""
+    sandbox (sandbox.py), its own PID namespace ends whatever the command left running.
+    Output too long to show is saved in `outputs` (the workspace's TOOL_RESULTS_DIR)."""
+    outputs = outputs or cwd / TOOL_RESULTS_DIR
     captured = CapturedOutput(cwd, outputs.relative_to(cwd), secrets)
     tree = ProcessTree(sandbox.wrappers)
     start = sandbox.start(command, cwd, dict(os.environ))
