@@ -24,6 +24,7 @@ need lives in the folders beside it, one folder a role (each has a README).
 
 import json
 import sys
+import time
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
@@ -273,7 +274,7 @@ def micro_compact(messages: list, *, keep_recent: int, min_chars: int, clear_at_
 def apply_layer(agent, layer, messages: list, /, **settings) -> list:
     """Run one layer, and report what it did, once, by comparing the history before and after.
     Nothing may be removed unless it is on disk: if saving fails, the history stays as it is."""
-    name, first_new = layer.__name__, len(agent.store.written)
+    name, first_new, started = layer.__name__, len(agent.store.written), time.perf_counter()
     try:
         result = layer(messages, **settings)
     except OSError as err:
@@ -284,8 +285,9 @@ def apply_layer(agent, layer, messages: list, /, **settings) -> list:
     if result is messages:
         return messages
     saved = agent.state.counter.estimate(messages) - agent.state.counter.estimate(result)
+    seconds = time.perf_counter() - started  # the loop's time in it, a summary's call included
     # counted for /context, said, and logged (command_line/work_lines.py)
-    show_layer(agent, name, messages, result, saved, agent.store.written[first_new:])
+    show_layer(agent, name, messages, result, saved, agent.store.written[first_new:], seconds)
     return result
 
 

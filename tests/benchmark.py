@@ -33,7 +33,6 @@ import re
 import statistics
 import sys
 import tempfile
-import threading
 import time
 from collections import defaultdict, deque
 from contextlib import contextmanager
@@ -46,10 +45,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the program, 
 from s08_context_compact.offline.fake_anthropic import FakeAnthropic, held, text, tool_uses  # noqa: E402
 from s08_context_compact.command_line import Agent, build_system_prompt, install_hooks, open_session  # noqa: E402
 from s08_context_compact.compaction import Settings  # noqa: E402
-from s08_context_compact.endpoint import model_reply  # noqa: E402
 from s08_context_compact.messages import append_message, blocks_of, estimate_tokens, replace_history, result_text  # noqa: E402
 from s08_context_compact.session.log_checks import Chain  # noqa: E402
-from s08_context_compact.compaction.summary_ahead import SummaryAhead  # noqa: E402
 
 CODE = Path(__file__).resolve().parent.parent / "s08_context_compact" / "code.py"
 CONFIGS = {"full pipeline": {}, "with idle gaps": {"gaps": True}, "cheap layers off": {"cheap_layers": False}}
@@ -165,51 +162,22 @@ def replayed_session(path: Path, code) -> Session:
 
 
 # ---------------------------------------------------------------- running
-# The benchmark changes code.py's behaviour only from outside: it swaps module-level
-# functions for the length of one play (the loop looks them up by name at each call).
+# The benchmark measures the program through what it hands it and what it hands back: the fake
+# server (its timeline of requests), the clock the prompt cache's life is read on, the session log.
 
-@contextmanager
-def swapped(module, **replacements):
-    saved = {name: getattr(module, name) for name in replacements}
-    for name, value in replacements.items():
-        setattr(module, name, value)
-    try:
-        yield
-    finally:
-        for name, value in saved.items():
-            setattr(module, name, value)
-
-
-class Stopwatch:
-    """The pipeline's own time per model call: time inside compact_pipeline minus the time
-    it waited for the API (summary and count_tokens calls)."""
-
-    def __init__(self, code):
-        self.code, self.api, self.pipeline = code, 0.0, []
-
-    def waiting(self, call):
-        def timed(*args, **kwargs):
-            started = time.perf_counter()
-            try:
-                return call(*args, **kwargs)
-            finally:
-                self.api += time.perf_counter() - started
-        return timed
-
-    def pipeline_of(self, compact_pipeline):
-        def timed(agent, messages):
-            started, api_before = time.perf_counter(), self.api
-            try:
-                return compact_pipeline(agent, messages)
-            finally:
-                self.pipeline.append(time.perf_counter() - started - (self.api - api_before))
-        return timed
-
-    def swaps(self) -> dict:
-        code = self.code
-        return {"compact_pipeline": self.pipeline_of(code.compact_pipeline),
-                "model_reply": self.waiting(model_reply),
-                "exact_context_tokens": self.waiting(code.exact_context_tokens)}
+def own_seconds_between_calls(timeline: list) -> list:
+    """The program's own time between two calls of the loop: from a main request answered to
+    the next one sent, less the server's time on other requests meanwhile (summaries, counts,
+    refusals). The compaction pipeline, the tools (replayed here) and the log's writes."""
+    gaps, answered, busy = [], None, 0.0
+    for kind, arrived, done in sorted(timeline, key=lambda entry: entry[1]):
+        if kind == "main":
+            if answered is not None:
+                gaps.append(max(arrived - answered - busy, 0.0))
+            answered, busy = done, 0.0
+        elif answered is not None:
+            busy += max(done - max(arrived, answered), 0.0)
+    return gaps
 
 
 class SimulatedClock:
@@ -235,12 +203,10 @@ def idle_gap(rng) -> float:
 def play(code, session: Session, settings, workdir: Path, cheap_layers: bool = True, gaps: bool = False,
          seed: int = 7) -> dict:
     """Play a session with one configuration; return its figures."""
-    clock = Stopwatch(code)
     time_now, rng = SimulatedClock(), random.Random(seed)
-    swaps = clock.swaps()
     if not cheap_layers:  # settings no session reaches: no result over the budget, no trigger passed
         settings = replace(settings, budget_chars=10**15, micro_trigger=10**15)
-    with FakeAnthropic(context_window=settings.window, clock=time_now) as fake, swapped(code, **swaps):
+    with FakeAnthropic(context_window=settings.window, clock=time_now) as fake:
         fake.default_summary = obedient_summary
         client = anthropic.Anthropic(api_key="benchmark", base_url=fake.url, max_retries=0)
         agent = Agent(client=client, settings=settings, workdir=workdir, tools=session.tools(code.TOOLS),
@@ -253,7 +219,8 @@ def play(code, session: Session, settings, workdir: Path, cheap_layers: bool = T
             fake.replies.clear()
             fake.reply(*[{"content": content} for content in replies])
             code.take_turn(agent, messages, prompt)
-        return {**figures(agent, fake, settings, clock.pipeline), **log_figures(agent)}
+        return {**figures(agent, fake, settings, own_seconds_between_calls(fake.timeline)),
+                **log_figures(agent)}
 
 
 def log_figures(agent) -> dict:
@@ -278,7 +245,7 @@ def obedient_summary(body: dict) -> dict:
     return text("<summary>The work so far: " + "details kept. " * max(1, int(limit * 0.8 / 3.5)) + "</summary>")
 
 
-def figures(agent, fake, settings, pipeline_seconds: list) -> dict:
+def figures(agent, fake, settings, own_seconds: list) -> dict:
     usage = fake.usage_log
     read = sum(u["cache_read_input_tokens"] for u in usage)
     written = sum(u["cache_creation_input_tokens"] for u in usage)
@@ -288,7 +255,7 @@ def figures(agent, fake, settings, pipeline_seconds: list) -> dict:
     billed = uncached + 1.25 * (written - written_1h) + 2.0 * written_1h + 0.1 * read
     peak = max(u["cache_read_input_tokens"] + u["cache_creation_input_tokens"] + u["input_tokens"] for u in usage)
     too_long = [r for r in fake.rejections if r.startswith("prompt is too long")]
-    times = [t * 1000 for t in pipeline_seconds]
+    times = [t * 1000 for t in own_seconds]
     summary_output = sum(u["output_tokens"] for u in usage if u["summary"])
     return {"model calls": len(fake.main_requests), "summary calls": len(fake.summary_requests),
             "summary output tokens": summary_output,
@@ -296,7 +263,7 @@ def figures(agent, fake, settings, pipeline_seconds: list) -> dict:
             "cache-read share": read / max(raw, 1), "peak context": peak, "window": settings.window,
             "compactions": {name: agent.stats.get(name, {}).get("runs", 0) for name in code_layers()},
             "prompt-too-long errors": len(too_long),
-            "pipeline ms median": statistics.median(times), "pipeline ms max": max(times)}
+            "own ms per call median": statistics.median(times), "own ms per call max": max(times)}
 
 
 def code_layers():
@@ -402,29 +369,7 @@ def ahead_play(code, workdir: Path, window: int, ahead: bool, spread: float = 0.
     rng, timing, summary_seconds, pace = random.Random(seed), random.Random(seed + 1), [], AHEAD_PACES[window]
     for n in range(40):
         (workdir / f"m{n}.py").write_text(lorem(rng, rng.randint(*pace.read_chars)))
-    waits, after, settings = [], [], ahead_settings(code, window, ahead)
-    waited = [0.0]  # the loop's seconds spent on summaries: writing one, starting one ahead, waiting for one
-
-    def on_the_loop(call):
-        def run(*args, **kwargs):
-            if threading.current_thread() is not threading.main_thread():
-                return call(*args, **kwargs)  # the worker's: the loop goes on meanwhile
-            started = time.perf_counter()
-            try:
-                return call(*args, **kwargs)
-            finally:
-                waited[0] += time.perf_counter() - started
-        return run
-
-    def timed(layer):
-        def run(messages, **kwargs):
-            before = waited[0]
-            result = layer(messages, **kwargs)
-            waits.append(waited[0] - before)
-            after.append(estimate_tokens(result))
-            return result
-        run.__name__ = layer.__name__
-        return run
+    settings = ahead_settings(code, window, ahead)
 
     def step(body):
         n = len(body["messages"])
@@ -437,23 +382,21 @@ def ahead_play(code, workdir: Path, window: int, ahead: bool, spread: float = 0.
         summary_seconds.append(pace.summary_seconds * timing.uniform(1 - spread, 1 + spread))
         return held(obedient_summary(body), seconds=summary_seconds[-1])
 
-    with FakeAnthropic(context_window=window) as fake, \
-            swapped(code, compact_history=timed(code.compact_history), reactive_compact=timed(code.reactive_compact),
-                    make_summary=on_the_loop(code.make_summary), summarize_ahead=on_the_loop(code.summarize_ahead)), \
-            swapped(SummaryAhead, wait=on_the_loop(SummaryAhead.wait)):
+    with FakeAnthropic(context_window=window) as fake:
         fake.default_summary = summary
         client = anthropic.Anthropic(api_key="benchmark", base_url=fake.url, max_retries=0)
         agent = Agent(client=client, settings=settings, workdir=workdir, tools=code.TOOLS,
                            system=build_system_prompt(workdir, {}), out=lambda *a, **k: None)
         install_hooks(agent, code.permission_hook)
-        messages, started = [], time.perf_counter()
+        messages, started = open_session(agent, None), time.perf_counter()
         for turn in range(pace.steps // 25):
             fake.replies.clear()
             fake.reply(*[step] * 24, text(f"Turn {turn} done."))
             code.take_turn(agent, messages, f"Turn {turn}: read the modules and take notes")
         seconds, ahead = time.perf_counter() - started, agent.ahead
+        waits, after = summary_waits(agent.log.path, agent.ahead.waits)
         figures = {"seconds": seconds, "summaries": len(fake.summary_requests),
-                   "summary seconds": sum(summary_seconds), "waited": waited[0],
+                   "summary seconds": sum(summary_seconds), "waited": sum(waits),
                    "compactions": len(waits), "no wait": sum(1 for w in waits if w < 0.01),  # "waited 0.0s"
                    "made": ahead.made, "used": ahead.used, "set aside": ahead.discarded,
                    "set aside billed": billed(ahead.discarded_usage), "model calls": len(fake.main_requests),
@@ -461,6 +404,28 @@ def ahead_play(code, workdir: Path, window: int, ahead: bool, spread: float = 0.
         # one in flight at the end is the session's end, not a waste
         ahead.drop("the session ended")
         return {**figures, "billed input": sum(billed(u) for u in fake.usage_log)}
+
+
+def summary_waits(log: Path, ahead_waits: list) -> tuple:
+    """(the loop's wait for the model at each compaction, the context of the call after each),
+    as the program measured them: the session log holds each call with how long it took, in
+    order with the layers' runs; a summary written ahead was waited for as long as the
+    program says (SummaryAhead.waits, in the order they were swapped in)."""
+    records = [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines()]
+    waits, after, waited, pending, ahead = [], [], 0.0, 0, iter(ahead_waits)
+    for record in records:
+        kind, what = record.get("type"), record.get("what")
+        if kind == "call" and what == "writing the summary":  # written on the loop: waited whole
+            waited += record["seconds"]
+        elif kind == "call" and what == "writing the summary ahead":  # swapped in
+            waited += next(ahead, 0.0)
+        elif kind == "layer" and record["layer"] in ("compact_history", "reactive_compact"):
+            waits.append(waited)
+            waited, pending = 0.0, pending + 1
+        elif kind == "call" and what == "waiting for the model":
+            after += [record["context_tokens"]] * pending
+            pending = 0
+    return waits, after
 
 
 def billed(usage: dict) -> float:
@@ -515,12 +480,15 @@ def show(results: dict, session: Session, scaling: dict, window: int, targets: b
             ("raw input tokens", "{:,.0f}"),
             ("billed input tokens", "{:,.0f}"), ("billed / raw", "{:.1%}"), ("cache-read share", "{:.1%}"),
             ("peak context", "{:,}"), ("prompt-too-long errors", "{:,}"),
-            ("pipeline ms median", "{:.3f}"), ("pipeline ms max", "{:.3f}"), ("transcripts ÷ content", "{:.2f}")]
+            ("own ms per call median", "{:.3f}"), ("own ms per call max", "{:.3f}"),
+            ("transcripts ÷ content", "{:.2f}")]
     print(f"{'':<26}" + "".join(f"{name:>20}" for name in names))
     for key, fmt in rows:
         print(f"{key:<26}" + "".join(f"{fmt.format(results[n][key]):>20}" for n in names))
     for layer in code_layers():
         print(f"{'  ' + layer:<26}" + "".join(f"{results[n]['compactions'][layer]:>20}" for n in names))
+    print("(own ms per call: the program's time between two model calls, by the server's clock, the server's "
+          "time on\n summaries and counts taken out: the pipeline, the tools replayed, the hooks, the log's writes)")
     if scaling:
         print("\nPipeline time per turn, steady state (no layer acting), by history length:")
     for size, (median, worst) in scaling.items():

@@ -92,3 +92,19 @@ def test_the_small_run_adds_up(capsys):
     assert gaps[1] <= full[1], "idle gaps past the cache's life can only lower the share read"
     assert rows["prompt-too-long errors"] == [0, 0, 0, 0]
     assert rows["transcripts ÷ content"][0] <= 3.0, "the session log grows with content, not with rewrites"
+
+
+def test_the_loops_waits_are_read_from_what_the_program_measured(tmp_path):
+    """--ahead reads the waits from the session log (each call's time) and the summary ahead's
+    own figures, in order with the compactions: no function of the program is swapped."""
+    records = [{"type": "call", "what": "writing the summary", "seconds": 0.3},
+               {"type": "layer", "layer": "compact_history", "seconds": 0.31},
+               {"type": "call", "what": "waiting for the model", "context_tokens": 5_000, "seconds": 1.0},
+               {"type": "layer", "layer": "micro_compact", "seconds": 0.001},
+               {"type": "call", "what": "writing the summary ahead (set aside: /clear)", "seconds": 2.0},
+               {"type": "call", "what": "writing the summary ahead", "seconds": 4.0},
+               {"type": "layer", "layer": "reactive_compact", "seconds": 0.06},
+               {"type": "call", "what": "waiting for the model", "context_tokens": 6_000, "seconds": 1.0}]
+    log = tmp_path / "session.jsonl"
+    log.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    assert benchmark.summary_waits(log, [0.05]) == ([0.3, 0.05], [5_000, 6_000])

@@ -83,6 +83,19 @@ def test_streaming_and_count_tokens_speak_the_wire_format(client, fake):
     assert counted.input_tokens == final.usage.input_tokens
 
 
+def test_the_timeline_holds_each_request_its_kind_and_when_it_came_and_was_answered(client, fake):
+    fake.context_window = 200
+    send(client, [{"role": "user", "content": "go"}])
+    client.messages.count_tokens(model="m", messages=[{"role": "user", "content": "go"}])
+    with pytest.raises(anthropic.BadRequestError):
+        send(client, [{"role": "user", "content": "word " * 400}])
+    client.messages.create(model="m", max_tokens=100, tools=[], tool_choice={"type": "none"},
+                           messages=[{"role": "user", "content": "summarize"}])
+    assert [kind for kind, _, _ in fake.timeline] == ["main", "count", "refused", "summary"]
+    times = [t for _, arrived, answered in fake.timeline for t in (arrived, answered)]
+    assert times == sorted(times), "one after another, each answered before the next came"
+
+
 def test_cjk_text_costs_a_token_per_character(client, fake):
     ascii_count = client.messages.count_tokens(model="m", messages=[{"role": "user", "content": "a" * 700}])
     cjk_count = client.messages.count_tokens(model="m", messages=[{"role": "user", "content": "压" * 700}])

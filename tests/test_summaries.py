@@ -1,11 +1,12 @@
 """Summaries that always succeed, what comes back after compaction, the ledger, read stubs."""
 
 import json
+import re
 
 from conftest import assert_requests_valid, assert_valid, blocks, chat, plain, user
-from s08_context_compact.offline.fake_anthropic import FakeAnthropic, text, tool_use, tool_uses
+from s08_context_compact.offline.fake_anthropic import FakeAnthropic, held, text, tool_use, tool_uses
 from s08_context_compact.command_line.user_turns import add_user_text  # noqa: E402
-from s08_context_compact.command_line import handle_command
+from s08_context_compact.command_line import handle_command, open_session
 from s08_context_compact.basics import discover_skills
 from s08_context_compact.messages import estimate_tokens
 
@@ -171,6 +172,22 @@ def test_the_ledger_records_what_happened_and_checks_the_summary(s08, fake, make
     assert "ledger check: the summary mentions 4 of 6 facts the hooks recorded" in agent.out.text
     assert event["ledger"]["retained"] == 4 and "constraint: 不要修改测试文件。" in event["ledger"]["lost"]
     assert "不要修改测试文件。" in first_texts({"messages": messages})[1], "the ledger is put back verbatim"
+
+
+def test_the_loops_wait_for_a_summary_is_logged_and_shown_in_context(s08, fake, make_agent):
+    """Each layer's run is logged with the time the loop spent in it: for a summary, its wait."""
+    agent = make_agent()
+    messages = open_session(agent, None)
+    messages += chat(2, 4_000) + [user("go")]
+    fake.summary(held(text("<summary>Shipped.</summary>"), seconds=0.2))
+    messages[:] = s08.compact_now(agent, messages)
+    records = [json.loads(line) for line in agent.log.path.read_text(encoding="utf-8").splitlines()]
+    logged = [r for r in records if r.get("type") == "layer"]
+    assert [r["layer"] for r in logged] == ["compact_history"] and logged[0]["seconds"] >= 0.2
+    handle_command(agent, messages, "/context", s08.LESSON)
+    shown = re.search(r"compact_history\s+1×\s+−\S+ in (\d+\.\d)s", agent.out.text)
+    assert shown and float(shown.group(1)) >= 0.2, agent.out.text
+    assert not re.search(r"micro_compact .* in ", agent.out.text), "a layer that never ran took no time"
 
 
 def test_the_summary_is_shown_and_recorded(s08, fake, make_agent):

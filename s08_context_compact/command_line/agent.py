@@ -70,7 +70,7 @@ class Agent:
     summary_failures: int = 0
     breaker_announced: bool = False
     disk_warned: bool = False                         # a layer could not save: said once
-    stats: dict = field(default_factory=dict)         # layer -> {"runs": n, "saved": tokens}
+    stats: dict = field(default_factory=dict)         # layer -> {"runs", "saved" tokens, "seconds"}
     usage_totals: dict = field(default_factory=dict)  # all calls of the session, summed
     state: LoopState = field(default_factory=LoopState)
     clock: Callable[[], float] = time.monotonic       # what the cache's life is measured on

@@ -33,4 +33,4 @@ def count_call(agent, answer=None, label: str = "waiting for the model") -> None
             agent.state.last_usage = figures
         if agent.log:
             agent.log.call(each.context_tokens, bool(each.prompt_tokens), each.usage, what,
-                           agent.settings, mark)
+                           agent.settings, mark, each.seconds)

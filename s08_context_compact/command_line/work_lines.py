@@ -132,17 +132,19 @@ def count_changes(name: str, before: list, after: list) -> int:
     return changed
 
 
-def show_layer(agent, name: str, before: list, after: list, saved: int, written: list) -> None:
+def show_layer(agent, name: str, before: list, after: list, saved: int, written: list,
+               seconds: float = 0.0) -> None:
     """What a layer did, counted (the session's stats: /context shows them), said and logged.
     written is what the run saved; the result layers may point at a copy saved earlier, so
-    they name the folder, not new files."""
-    record = agent.stats.setdefault(name, {"runs": 0, "saved": 0})
+    they name the folder, not new files. seconds: how long the loop spent in it."""
+    record = agent.stats.setdefault(name, {"runs": 0, "saved": 0, "seconds": 0.0})
     record["runs"] += 1
     record["saved"] += saved
+    record["seconds"] += seconds
     where = [str(path) for path in written if path.suffix == ".jsonl"] or [TOOL_RESULTS_DIR + "/"]
     agent.say(layer_line(name, before, after, saved, where), "layer")
     if agent.log:
-        agent.log.layer(name, where, saved)
+        agent.log.layer(name, where, saved, seconds)
 
 
 def layer_line(name: str, before: list, after: list, saved: int, where: list) -> str:
@@ -230,8 +232,10 @@ def context_breakdown(agent, messages: list, total: int, measure) -> str:
     lines.append("Saved so far:")
     for name in LAYER_VERBS:
         record = agent.stats.get(name, {})
+        # the summaries' time is the loop's wait for them: a summary written ahead cuts it
+        took = f" in {record['seconds']:.1f}s" if record.get("seconds", 0) >= 0.05 else ""
         lines.append(f"  {name:<20}{record.get('runs', 0):>4}×  "
-                     f"−{format_tokens(record.get('saved', 0))}")
+                     f"−{format_tokens(record.get('saved', 0))}{took}")
     return "\n".join(lines)
 
 

@@ -263,6 +263,7 @@ class Answer:
     prompt_tokens: int | None   # the prompt's size by usage; None when usage is not trusted
     sent_tokens: int = 0        # the prompt's size as estimated before it was sent
     note: str = ""              # what was learned of the endpoint, said once the reply is shown
+    seconds: float = 0.0        # from the request sent to the reply whole, retries included
 
     @property
     def figures(self) -> dict:
@@ -319,7 +320,7 @@ def send_request(connection: Connection, request: dict, sent_tokens: int, on_tex
                 if shown:  # a reply cut off mid-line: what is said next starts on a line of its own
                     on_text("\n")
                 raise
-    max_tokens, notes = request["max_tokens"], []
+    max_tokens, notes, started = request["max_tokens"], [], time.monotonic()
     secrets, endpoint = connection.secrets, connection.endpoint
     # The last nets: every text can be encoded (a name with bytes that are not UTF-8 shows
     # U+FFFD), and what is sent holds no secret, in any form.
@@ -350,7 +351,7 @@ def send_request(connection: Connection, request: dict, sent_tokens: int, on_tex
     # logged, saved or shown.
     content = [secrets.redact_deep(b) if b.get("type") == "text" else b for b in content]
     return Answer({"role": "assistant", "content": content}, stop_reason, usage, prompt_tokens,
-                  sent_tokens, " ".join(notes))
+                  sent_tokens, " ".join(notes), time.monotonic() - started)
 
 
 def reply_in_a_form_it_takes(connection: Connection, request: dict, on_text, notes: list) -> tuple:

@@ -123,16 +123,19 @@ class SessionLog:
             return ""
         return f"{interpreter()} {shlex.quote(sys.argv[0])} --resume"
 
-    def layer(self, name: str, saved_to: list, tokens_saved: int) -> None:
+    def layer(self, name: str, saved_to: list, tokens_saved: int, seconds: float = 0.0) -> None:
+        """One layer's run: where it saved what it removed, the tokens it freed, and how long
+        the loop spent in it (a summary's call included)."""
         self.write({"type": "layer", "layer": name, "saved_to": saved_to,
-                    "tokens_saved": tokens_saved})
+                    "tokens_saved": tokens_saved, "seconds": round(seconds, 3)})
 
     def call(self, size: int, exact: bool, usage: dict, label: str, settings: Settings,
-             mark: int | None) -> None:
+             mark: int | None, seconds: float = 0.0) -> None:
         """One model call: the context it carried, the limits it was held to then (the
         settings, and the early mark of a summary written ahead, if on), what it was billed
-        as. session_picture.py draws the session from these."""
+        as, how long it took. session_picture.py draws the session from these."""
         self.write({"type": "call", "context_tokens": size, "exact": exact, "usage": usage,
+                    "seconds": round(seconds, 3),
                     "what": label, "window": settings.window, "threshold": settings.threshold,
                     "micro_trigger": settings.micro_trigger, "mark": mark})
 

@@ -158,6 +158,13 @@ class _Handler(BaseHTTPRequestHandler):
                                   "last_id": (owner.models or [None])[-1]})
 
     def do_POST(self) -> None:
+        arrived, self.kind = time.monotonic(), "refused"
+        try:
+            self._post()
+        finally:
+            self.owner.timeline.append((self.kind, arrived, time.monotonic()))
+
+    def _post(self) -> None:
         path, self.prompt = self.path.split("?")[0], None
         if not self._authorized():
             return
@@ -190,6 +197,7 @@ class _Handler(BaseHTTPRequestHandler):
         except InvalidRequest as problem:
             self._reject(str(problem))
             return
+        self.kind = "count"
         self._send_json(200, {"input_tokens": count_tokens(body, self.owner.chars_per_token)})
 
     def _messages(self, body: dict) -> None:
@@ -226,6 +234,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._refuse_overflow(body, overflow, tokens)
             return
         body["_valid"] = True
+        self.kind = "summary" if is_summary_request(body) else "main"
         reply = owner.next_reply(body)
         time.sleep(reply.get("delay", 0))
         self._answer(body, reply)

@@ -73,6 +73,9 @@ class FakeAnthropic:
         self.model_lookups: list[str] = []   # GET /v1/models/{id}
         self.model_lists = 0                 # GET /v1/models
         self.request_times: list[float] = []  # time.monotonic() of every POST /v1/messages
+        # (kind, arrived, answered) of every POST, time.monotonic(): kind is "main", "summary"
+        # (is_summary_request), "count" (count_tokens) or "refused" (any request not answered)
+        self.timeline: list[tuple] = []
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
