@@ -26,6 +26,7 @@ tokens weighted that way; "raw" is the same requests' input at 1×, as if nothin
 import argparse
 import dataclasses
 import importlib.util
+import hashlib
 import json
 import os
 import random
@@ -239,10 +240,39 @@ def log_figures(agent) -> dict:
 
 
 def obedient_summary(body: dict) -> dict:
-    """A scripted summary that keeps to the length the instruction asks for, as a model would."""
+    """A scripted summary that keeps to the length the instruction asks for, as a model would,
+    tagged with the request it was written from (summary_tag), so a later request shows which
+    summaries it carries."""
     asked = re.search(r"under ([\d,]+) tokens", json.dumps(body["messages"][-1]))
     limit = int(asked.group(1).replace(",", "")) if asked else 2_000
-    return text("<summary>The work so far: " + "details kept. " * max(1, int(limit * 0.8 / 3.5)) + "</summary>")
+    return text(f"<summary>{summary_tag(body)} The work so far: "
+                + "details kept. " * max(1, int(limit * 0.8 / 3.5)) + "</summary>")
+
+
+def summary_tag(body: dict) -> str:
+    digest = hashlib.sha1(json.dumps(body["messages"], sort_keys=True).encode("utf-8")).hexdigest()
+    return f"[summary {digest[:10]}]"
+
+
+def tool_use_ids(body: dict) -> set:
+    return {b["id"] for m in body["messages"] if m["role"] == "assistant" and isinstance(m["content"], list)
+            for b in m["content"] if b.get("type") == "tool_use"}
+
+
+def calls_in_view(fake) -> tuple:
+    """(calls the model can still see at the last request, calls it made): a call is in view
+    when its tool_use is in that request (verbatim or its result cleared), or in a request a
+    summary in it was written from, or, the same way, in one a summary in that request was
+    written from, and so on."""
+    made = set().union(*(tool_use_ids(body) for body in fake.main_requests))
+    held = {}  # a summary's tag -> the calls in view of the request it was written from
+    for body in fake.summary_requests:
+        sent = json.dumps(body["messages"])
+        held[summary_tag(body)] = tool_use_ids(body).union(*(ids for tag, ids in held.items() if tag in sent))
+    last = fake.main_requests[-1]
+    sent = json.dumps(last["messages"])
+    view = tool_use_ids(last).union(*(ids for tag, ids in held.items() if tag in sent))
+    return len(view & made), len(made)
 
 
 def figures(agent, fake, settings, own_seconds: list) -> dict:
@@ -263,7 +293,13 @@ def figures(agent, fake, settings, own_seconds: list) -> dict:
             "cache-read share": read / max(raw, 1), "peak context": peak, "window": settings.window,
             "compactions": {name: agent.stats.get(name, {}).get("runs", 0) for name in code_layers()},
             "prompt-too-long errors": len(too_long),
-            "own ms per call median": statistics.median(times), "own ms per call max": max(times)}
+            "own ms per call median": statistics.median(times), "own ms per call max": max(times),
+            "calls in view": calls_share(fake)}
+
+
+def calls_share(fake) -> float:
+    seen, made = calls_in_view(fake)
+    return seen / max(made, 1)
 
 
 def code_layers():
@@ -400,7 +436,8 @@ def ahead_play(code, workdir: Path, window: int, ahead: bool, spread: float = 0.
                    "compactions": len(waits), "no wait": sum(1 for w in waits if w < 0.01),  # "waited 0.0s"
                    "made": ahead.made, "used": ahead.used, "set aside": ahead.discarded,
                    "set aside billed": billed(ahead.discarded_usage), "model calls": len(fake.main_requests),
-                   "tokens after a compaction": statistics.mean(after) if after else 0}
+                   "tokens after a compaction": statistics.mean(after) if after else 0,
+                   "calls in view (%)": 100 * calls_share(fake)}
         # one in flight at the end is the session's end, not a waste
         ahead.drop("the session ended")
         return {**figures, "billed input": sum(billed(u) for u in fake.usage_log)}
@@ -454,7 +491,7 @@ def show_ahead(code, windows=tuple(AHEAD_PACES)) -> None:
             print(f"\n  window {window:,}, {on['model calls']} model calls, times {times:<16}"
                   f"{'at the threshold':>18}{'ahead':>12}")
             for key in ("seconds", "compactions", "summaries", "summary seconds", "waited", "no wait",
-                        "tokens after a compaction", "billed input"):
+                        "tokens after a compaction", "calls in view (%)", "billed input"):
                 print(f"  {key:<34}{off[key]:>18,.1f}{on[key]:>12,.1f}")
             print(f"  background summaries: {on['made']} made, {on['used']} used, {on['set aside']} set aside "
                   f"(billed {on['set aside billed']:,.0f} input tokens)")
@@ -480,7 +517,7 @@ def show(results: dict, session: Session, scaling: dict, window: int, targets: b
             ("raw input tokens", "{:,.0f}"),
             ("billed input tokens", "{:,.0f}"), ("billed / raw", "{:.1%}"), ("cache-read share", "{:.1%}"),
             ("peak context", "{:,}"), ("prompt-too-long errors", "{:,}"),
-            ("own ms per call median", "{:.3f}"), ("own ms per call max", "{:.3f}"),
+            ("own ms per call median", "{:.3f}"), ("own ms per call max", "{:.3f}"), ("calls in view", "{:.1%}"),
             ("transcripts ÷ content", "{:.2f}")]
     print(f"{'':<26}" + "".join(f"{name:>20}" for name in names))
     for key, fmt in rows:
