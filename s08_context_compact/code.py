@@ -82,10 +82,12 @@ READ_DEFAULT_LINES = 2_000
 
 
 # ---- the agent, and what its loop learns ---------------------------------------------------------
-# Every function below takes the Agent (command_line/agent.py), what the session runs with,
-# and reads a few of its fields: `settings` (every size in tokens), `store` (where a layer saves
-# what it removes), `endpoint` and `connection` (what a model call needs), `say` (a line for
-# the user) and `ahead` (the summary written ahead). Its `state` is what one loop learns: the
+# The layers take the history and their inputs. Every other function below takes the Agent
+# (command_line/agent.py), what the session runs with, and reads a few of its fields: `settings`
+# (every size in tokens), `overhead` (the tokens of the system prompt and the tools' definitions,
+# sent with every request), `store` (where a layer saves what it removes), `endpoint` and
+# `connection` (what a model call needs), `say` (a line for the user) and `ahead` (the summary
+# written ahead). Its `state` is what one loop learns: the
 # token counter, the todos, the skills loaded, when the last reply came; a subagent starts with
 # a new one. The history itself is a list of plain dicts in the API's wire format
 # (messages/history.py reads and changes it).
@@ -185,7 +187,8 @@ def adopt_overflow(agent, err: ContextOverflow) -> bool:
 
 # ---- the three cheap layers ----------------------------------------------------------------------
 # Each takes the history and returns it, changed or not. What it removes it first saves through
-# the store it is handed (compaction/store.py), under a name never used before. A result too big
+# the store it is handed (compaction/store.py), under a name of its own (the same bytes saved
+# before are not written again). A result too big
 # becomes its preview, an old one a pointer to its copy (previewed, pointed_to: compaction/
 # previews.py); no replacement costs more tokens than what it replaces.
 
@@ -373,26 +376,11 @@ def pre_compact_focus(agent, messages: list, focus: str = "") -> str:
     return focus
 
 
-def summarize_into(agent, messages: list, tail: list, *, kind: str = "compact", focus: str = "",
-                   ahead=None) -> list:
-    """What is summarized (the whole history: its request shares the conversation's cache), the
-    summary, what replaces it (`tail` stays verbatim after). A summary asked for `ahead` covered
-    its snapshot, its suffix (if any came) is the tail, and its focus and limit were set then."""
-    tail = ahead.suffix if ahead and ahead.suffix else tail
-    focus = focus if ahead else pre_compact_focus(agent, messages, focus)
-    tail_tokens = estimate_tokens(tail)
-    restored, limit = plan_restore(agent, messages, tail_tokens,
-                                   shown=paths_read(tail, agent.tools))
-    little = nothing_to_summarize(messages, restored, tail_tokens, slack=PLACEHOLDER_TOKENS)
-    if kind == "compact" and not ahead and little:  # a summary would not be smaller
-        agent.say("[compact_history] nothing to compact: a summary would not make the context "
-                  "smaller")
-        return messages
-    if ahead:  # the summary of its snapshot, and what a snip cut after that snapshot
-        summary, source = make_summary(agent, ahead.snapshot, *ahead.about, ahead.asked)
-        summary = "\n\n".join([summary, *ahead.notes])
-    else:
-        summary, source = make_summary(agent, messages, focus, limit)
+def with_summary(agent, messages: list, kind: str, written: tuple, tail: list,
+                 restored: list) -> list:
+    """The history replaced: the summary (and who wrote it), what comes back, the request,
+    then the tail; or the history as it was, when that would be no smaller."""
+    summary, source = written
     # PostCompact hooks check the summary (the ledger does); what they find is kept with it
     answers = fire_hooks(agent, "PostCompact", summary=summary, source=source,
                          kept=json.dumps(tail))
@@ -409,6 +397,37 @@ def summarize_into(agent, messages: list, tail: list, *, kind: str = "compact", 
     checks = [a["note"] for a in answers if a.get("note")]
     header = {**result[0]["content"][0], "summary_by": source, "checks": checks}
     return [{**result[0], "content": [header] + result[0]["content"][1:]}] + result[1:]
+
+
+def swap_in(agent, messages: list, tail: list, kind: str, ahead) -> list:
+    """The summary asked for ahead, of its snapshot (its focus and limit set when it was asked
+    for), and where a snip after the snapshot put what it cut; what came after the snapshot
+    (its suffix, if any came) stays verbatim."""
+    tail = ahead.suffix or tail
+    restored, _ = plan_restore(agent, messages, estimate_tokens(tail),
+                               shown=paths_read(tail, agent.tools))
+    summary, source = make_summary(agent, ahead.snapshot, *ahead.about, ahead.asked)
+    summary = "\n\n".join([summary, *ahead.notes])
+    return with_summary(agent, messages, kind, (summary, source), tail, restored)
+
+
+def summarize_into(agent, messages: list, tail: list, *, kind: str = "compact", focus: str = "",
+                   ahead=None) -> list:
+    """What is summarized (the whole history: its request shares the conversation's cache), the
+    summary, what replaces it (`tail` stays verbatim after)."""
+    if ahead:  # a summary asked for ahead is swapped in: see "Compact before you must"
+        return swap_in(agent, messages, tail, kind, ahead)
+    focus = pre_compact_focus(agent, messages, focus)
+    tail_tokens = estimate_tokens(tail)
+    restored, limit = plan_restore(agent, messages, tail_tokens,
+                                   shown=paths_read(tail, agent.tools))
+    if kind == "compact" and nothing_to_summarize(messages, restored, tail_tokens,
+                                                  slack=PLACEHOLDER_TOKENS):
+        agent.say("[compact_history] nothing to compact: a summary would not make the context "
+                  "smaller")
+        return messages
+    summary, source = make_summary(agent, messages, focus, limit)
+    return with_summary(agent, messages, kind, (summary, source), tail, restored)
 
 
 # ---- the two summary layers ----------------------------------------------------------------------
@@ -440,8 +459,8 @@ def reactive_compact(messages: list, *, summarize, tail_tokens: int) -> list:
 
 
 # ---- the summary layers as the pipeline runs them ------------------------------------------------
-# Through apply_layer, with the summary written ahead if one is there (agent.ahead.take waits for
-# one in flight; "Compact before you must" below starts them).
+# Through apply_layer. Leave `ready` aside until "Compact before you must" below: it is a summary
+# written ahead, taken if there is one (agent.ahead.take waits for one in flight).
 
 def kept_after(agent, ready) -> list:
     """What came after a summary written ahead, through the layers that cost no call (each
@@ -487,7 +506,7 @@ def compact_on_overflow(agent, messages: list) -> list:
 
 def compact_pipeline(agent, messages: list) -> list:
     """The four layers in order: cheap ones first, the summary (a call or a few) only when
-    still over the threshold."""
+    still over the threshold. (The fifth, reactive_compact, runs when the endpoint refuses.)"""
     s, store = agent.settings, agent.store
     # Budget runs first: it saves big new results before anything else could shorten them.
     messages = apply_layer(agent, tool_result_budget, messages, max_chars=s.budget_chars,
@@ -566,18 +585,19 @@ def agent_loop(agent, messages: list) -> str | None:
         except ContextOverflow as err:
             shrank = adopt_overflow(agent, err)  # a smaller window: thresholds recomputed first
             if reactive_retries >= MAX_REACTIVE_RETRIES and not shrank:
-                raise  # compacted just now, nothing new learned: nothing more to free
+                raise  # 1. compacted just now, nothing new learned: nothing more to free
+            # a request or tool input too big for the window now goes to a file (it says where)
             request = current_request(messages)
             parked = park_oversized_request(agent, messages, request, estimate_text_tokens)
             replace_history(agent.log, messages, parked, "request parked")
             if shrank and context_tokens(agent, messages) <= agent.settings.threshold:
-                continue  # it fits the window learned: only the reply's room was too big
+                continue  # 2. it fits the window learned: only the reply's room was too big
             reactive_retries += 1
             compacted = compact_on_overflow(agent, messages)
             replace_history(agent.log, messages, compacted, "reactive_compact")
             if not shrank and context_tokens(agent, messages) >= err.sent_tokens:
-                raise  # nothing was freed: sent again, the request would be refused again
-            continue
+                raise  # 3. nothing was freed: sent again, the request would be refused again
+            continue  # 4. compacted: sent again
         reply, notes, refused = make_reply_sendable(reply, stop_reason,
                                                     ids_used=set(tool_names(messages)),
                                                     max_output=agent.settings.max_output)

@@ -10,5 +10,5 @@ from .summary_ahead import SummaryAhead
 from .settings import Settings
 from .store import Store
 from .summary import (fallback_summary, fit_for_summary, nothing_to_summarize, render_todos,
-                      Restorable, replace_with_summary, shorter, smaller_budget,
+                      Restorable, replace_with_summary, smaller_budget,
                       summary_instructions, summary_problem, what_comes_back)

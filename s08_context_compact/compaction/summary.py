@@ -183,12 +183,6 @@ def summary_problem(summary: str, limit: int) -> str:
     return ""
 
 
-def shorter(focus: str, limit: int) -> str:
-    """The focus for a second try, after an answer that could not be used."""
-    return (f"{focus} Your last answer was too long, empty, or a tool call: write the summary as "
-            f"text, well under {limit:,} tokens.").strip()
-
-
 @dataclass(frozen=True)
 class Restorable:
     """What can come back after a summary, as the loop has it now."""
