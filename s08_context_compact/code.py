@@ -50,9 +50,9 @@ from s08_context_compact.endpoint import (
     api_failures, ContextOverflow, count_tokens, make_reply_sendable, marked_request,
     model_reply, summary_reply, SummaryError)
 from s08_context_compact.compaction import (
-    fallback_summary, fit_for_summary, nothing_to_summarize, pointed_to, previewed,
-    render_todos, replace_with_summary, Restorable, smaller_budget, summary_instructions,
-    summary_problem, what_comes_back)
+    after_summary, fallback_summary, nothing_to_summarize, pointed_to, previewed, render_todos,
+    replace_with_summary, Restorable, results_cleared, smaller_budget, split_for_summary,
+    summary_instructions, summary_pieces, summary_problem, what_comes_back)
 from s08_context_compact.safety import (
     command_risks, run_command)
 from s08_context_compact.command_line import (
@@ -136,15 +136,16 @@ def over_threshold(agent, messages: list) -> bool:
 
 
 def summary_sent(agent, messages: list, instruction: str) -> tuple:
-    """(what a summary request carries: the messages, or the newest that fit the window; the
-    budget in tokens they were fitted to). Estimates are scaled by the endpoint's undercount."""
+    """(whether the messages fit one summary request beside the instruction and the reply;
+    the budget in tokens of a request's messages). Estimates are scaled by the endpoint's
+    undercount."""
     s, undercount = agent.settings, agent.endpoint.undercount
     fixed = estimate_text_tokens(instruction) + s.summary_max_tokens
     budget = int((s.window - fixed - agent.overhead) / undercount * ESTIMATE_MARGIN)
     needed = context_tokens(agent, messages) * undercount + fixed
     if s.window * (1 - COUNT_TOKENS_MARGIN) < needed <= s.window:  # too close to call: count
         needed = exact_context_tokens(agent, messages) * undercount + fixed
-    return (messages if needed <= s.window else fit_for_summary(messages, budget)), budget
+    return needed <= s.window, budget
 
 
 def summary_request(agent, sent: list, instruction: str) -> tuple:
@@ -154,6 +155,26 @@ def summary_request(agent, sent: list, instruction: str) -> tuple:
     request = build_request(agent, sent, extra_text=instruction)
     request = {**request, "max_tokens": agent.settings.summary_max_tokens}
     return request, agent.overhead + estimate_tokens(sent)
+
+
+def fitted_for_summary(agent, messages: list, focus: str, limit: int, budget: int) -> list:
+    """What a summary request carries when the messages do not fit one: first the oldest tool
+    results cleared (every call stays in it); if that is not enough, the newest that fit after
+    a summary of the older ones, written a piece at a time, each request the summary so far and
+    the next piece (compaction/summary.py cuts them). Raises SummaryError."""
+    messages = results_cleared(messages, budget)
+    room = budget - agent.settings.summary_max_tokens  # the summary so far takes up to this
+    older, newest = split_for_summary(messages, room) if estimate_tokens(messages) > budget \
+        else ([], messages)
+    earlier, instruction = "", summary_instructions(focus, limit)
+    for piece in summary_pieces(older, room):
+        request, tokens = summary_request(agent, after_summary(earlier, piece), instruction)
+        answer = summary_reply(agent.connection, request, tokens)
+        count_call(agent, answer, "writing the summary, a piece at a time")
+        if summary_problem(answer.summary, limit):
+            raise SummaryError(f"a piece's summary: {summary_problem(answer.summary, limit)}")
+        earlier = answer.summary
+    return after_summary(earlier, newest) if older else messages
 
 
 # ---- the prompt cache: why the cheap layers wait ------------------------------------------------
@@ -303,17 +324,18 @@ def summarize_with_model(agent, messages: list, focus: str, limit_tokens: int,
     """One summary from the model; raises SummaryError. `asked` is the reply to the first
     request, if it was asked for ahead (see "Compact before you must")."""
     instruction = summary_instructions(focus, limit_tokens)
-    sent, budget = summary_sent(agent, messages, instruction)
+    fits, budget = summary_sent(agent, messages, instruction)
     for _ in range(SUMMARY_ATTEMPTS):
         first, asked = asked, None
         try:
+            sent = messages if fits or first else fitted_for_summary(agent, messages, focus,
+                                                                    limit_tokens, budget)
             answer = first.reply() if first else summary_reply(
                 agent.connection, *summary_request(agent, sent, instruction))
         except ContextOverflow as err:
             adopt_overflow(agent, err)
-            budget = smaller_budget(budget, sent, err.overflow)  # as much less as it was over
-            sent = fit_for_summary(messages, budget)
-            continue
+            budget, fits = smaller_budget(budget, messages, err.overflow), False  # less by
+            continue  # as much as it was over
         count_call(agent, answer, f"writing the summary{' ahead' if first else ''}")
         return answer.summary
     raise SummaryError("too long to summarize even after leaving out the oldest messages")
@@ -546,8 +568,11 @@ def summarize_ahead(agent, messages: list) -> None:
     shown = paths_read(messages[covered:], agent.tools)
     _, limit = plan_restore(agent, messages, kept_tokens, shown=shown)
     instruction = summary_instructions(focus, limit)
-    request, sent_tokens = summary_request(agent, summary_sent(agent, snapshot, instruction)[0],
-                                           instruction)
+    fits, budget = summary_sent(agent, snapshot, instruction)
+    sent = snapshot if fits else results_cleared(snapshot, budget)
+    if not fits and estimate_tokens(sent) > budget:
+        return  # too big for one request even so: summarized in pieces at the threshold
+    request, sent_tokens = summary_request(agent, sent, instruction)
     agent.ahead.start(messages, covered, request, sent_tokens, about=(focus, limit))
 
 

@@ -159,7 +159,8 @@ def test_repeated_500s_trip_the_breaker_and_the_session_still_finishes(s08, fake
 def test_a_successful_summary_resets_the_failure_count(s08, fake, make_agent):
     agent = make_agent(window=20_000)
     messages = chat_history(12, 2_000)
-    fake.summary(*[server_error() for _ in range(2 * endpoint.MAX_API_ATTEMPTS)], text("<summary>fine</summary>"))
+    fake.summary(*[server_error() for _ in range(2 * endpoint.MAX_API_ATTEMPTS)])
+    fake.default_summary = text("<summary>fine</summary>")  # each summary call after the failures
     fake.reply(*[text("long " * 11_000) for _ in range(3)])
     s08.take_turn(agent, messages, "one")
     s08.take_turn(agent, messages, "two")

@@ -19,32 +19,45 @@ def instruction(body):
     return blocks(body["messages"][-1])[-1]["text"]
 
 
-def test_a_history_twice_the_window_still_compacts(s08, make_agent):
+def saw_questions(body):
+    """A summary that names every question its request holds, itself or in a summary in it."""
+    seen = sorted({int(n) for n in re.findall(r"question (\d+)", json.dumps(body["messages"]))})
+    return text("<summary>" + " ".join(f"question {n}" for n in seen) + " were answered.</summary>")
+
+
+def test_a_history_twice_the_window_is_summarized_in_pieces_and_nothing_is_left_out(s08, make_agent):
+    """What does not fit one summary request is summarized a piece at a time, each request the
+    summary so far and the next piece, within the window; the last one holds the newest
+    messages after that summary. Every question asked reaches the summary."""
     with FakeAnthropic(context_window=20_000) as fake:
         agent = make_agent(window=20_000, server=fake)
         messages = chat(20, 4_000) + [user("and now the release notes")]
         assert estimate_tokens(messages) > 2 * 20_000
-        fake.summary(text("<summary>Twenty questions were answered.</summary>"))
+        fake.default_summary = saw_questions
         fake.reply(text("Notes written."))
         s08.agent_loop(agent, messages)
-        assert fake.rejections == []
-        sent = fake.summary_requests[0]["messages"]
-        assert first_texts({"messages": sent})[0].startswith("[The oldest messages were left out")
-        assert plain(sent[-1])["content"][0] == {"type": "text", "text": "and now the release notes"}
-        assert "Twenty questions were answered." in first_texts(fake.main_requests[0])[0]
+        assert fake.rejections == [] and len(fake.summary_requests) >= 3, "pieces, then the last"
+        first, *rest = fake.summary_requests
+        assert first_texts(first)[0] == "[This is where the conversation starts.]"
+        assert all(first_texts(r)[0].startswith("[The conversation before this point did not fit") for r in rest)
+        assert plain(rest[-1]["messages"][-1])["content"][0] == {"type": "text", "text": "and now the release notes"}
+        summary = first_texts(fake.main_requests[0])[0]
+        assert all(f"question {n} " in summary + " " for n in range(20)), summary
+        billed = sum(u["output_tokens"] for u in fake.usage_log)
+        assert agent.usage_totals["output_tokens"] == billed, "every piece's call is counted"
         assert_valid(messages, "and now the release notes")
 
 
 def test_a_too_large_summary_is_retried_shorter_then_replaced_by_a_fallback(s08, fake, make_agent):
     agent = make_agent(window=20_000)
-    messages = chat(14, 2_000) + [user("carry on")]
+    messages = chat(12, 2_000) + [user("carry on")]  # over the threshold, within one summary request
     huge = text("<summary>" + "detail " * 20_000 + "</summary>")
     fake.summary(huge, huge)
     s08.agent_loop(agent, messages)
     assert len(fake.summary_requests) == 2
     assert "too long, empty, or a tool call" in instruction(fake.summary_requests[1])
     compacted = first_texts(fake.main_requests[0])
-    assert "Assembled without the model" in compacted[0] and "question 13" in compacted[0]
+    assert "Assembled without the model" in compacted[0] and "question 11" in compacted[0]
     assert compacted[-1] == "carry on"
     assert "summary by fallback" in agent.out.text and agent.summary_failures == 1
     total = s08.context_tokens(agent, fake.main_requests[0]["messages"])
@@ -53,7 +66,7 @@ def test_a_too_large_summary_is_retried_shorter_then_replaced_by_a_fallback(s08,
 
 def test_a_summary_reply_that_calls_a_tool_is_asked_again(s08, fake, make_agent):
     agent = make_agent(window=20_000)
-    messages = chat(14, 2_000) + [user("carry on")]
+    messages = chat(12, 2_000) + [user("carry on")]  # over the threshold, within one summary request
     fake.summary(tool_use("read_file", {"path": "notes.md"}), text("<summary>Fourteen questions answered.</summary>"))
     fake.reply(text("Carrying on."))
     s08.agent_loop(agent, messages)
@@ -67,7 +80,7 @@ def test_a_summary_reply_that_calls_a_tool_is_asked_again(s08, fake, make_agent)
 
 def test_a_shorter_second_summary_is_used(s08, fake, make_agent):
     agent = make_agent(window=20_000)
-    messages = chat(14, 2_000) + [user("carry on")]
+    messages = chat(12, 2_000) + [user("carry on")]  # over the threshold, within one summary request
     fake.summary(text("<summary>" + "detail " * 20_000 + "</summary>"), text("<summary>Short and right.</summary>"))
     s08.agent_loop(agent, messages)
     assert "Short and right." in first_texts(fake.main_requests[0])[0]
@@ -76,7 +89,7 @@ def test_a_shorter_second_summary_is_used(s08, fake, make_agent):
 
 def test_an_empty_summary_falls_back_and_the_session_goes_on(s08, fake, make_agent):
     agent = make_agent(window=20_000)
-    messages = chat(14, 2_000) + [user("carry on")]
+    messages = chat(12, 2_000) + [user("carry on")]  # over the threshold, within one summary request
     fake.summary(text("<analysis>only thinking</analysis>"), text("<summary> </summary>"))
     assert s08.agent_loop(agent, messages) == "Done."
     assert "Assembled without the model" in first_texts(fake.main_requests[0])[0]

@@ -17,7 +17,7 @@ from .previews import preview_results
 from ..messages import (CHARS_PER_TOKEN, COMPACT_MARKER, OWN, REACTIVE_MARKER, RESTORED_MARKER,
                         blocks_of, current_request, cut_long_texts, estimate_text_tokens,
                         estimate_tokens, head_within, last_reply_text, message_groups,
-                        newest_within, own_text, user_words)
+                        newest_within, own_text, replace_result, result_text, user_words)
 from .ledger import short_hash
 
 # after compaction, re-read at most this many of the files read most recently
@@ -58,21 +58,68 @@ def summary_instructions(focus: str, limit_tokens: int) -> str:
     return SUMMARY_INSTRUCTIONS.replace("{extra}", extra)
 
 
-def fit_for_summary(messages: list, max_tokens: int) -> list:
-    """The newest whole message groups that fit in max_tokens; tool pairs are never split."""
+def results_cleared(messages: list, max_tokens: int) -> list:
+    """The messages with their oldest tool results cleared, oldest first, until they fit in
+    max_tokens (or nothing is left to clear): every call stays in a summary request."""
+    over = estimate_tokens(messages) - max_tokens
+    cleared = list(messages)
+    for i, message in enumerate(messages):
+        if over <= 0:
+            break
+        blocks = list(blocks_of(message))
+        for k, block in enumerate(blocks):
+            size = estimate_text_tokens(result_text(block))
+            if block.get("type") == "tool_result" and over > 0 and size > CLEARED_TOKENS:
+                blocks[k] = replace_result(block, CLEARED_FOR_SUMMARY)
+                over -= size - CLEARED_TOKENS
+        cleared[i] = {**message, "content": blocks} if blocks != blocks_of(message) else message
+    return cleared
+
+
+def split_for_summary(messages: list, max_tokens: int) -> tuple:
+    """(the oldest messages, which do not fit one summary request; the newest whole groups,
+    which fit in max_tokens). Tool pairs are never split; when not even the newest group
+    fits, it is kept cut short."""
     if estimate_tokens(messages) <= max_tokens:
-        return messages
-    note = {"role": "user",
-            "content": [{"type": "text",
-                         "text": "[The oldest messages were left out of this request "
-                                 "to fit the window; they are in the transcript.]"}]}
+        return [], messages
     groups = message_groups(messages)
-    kept = newest_within(groups, max_tokens - estimate_tokens([note]), estimate_tokens)
-    if kept:
-        return [note] + [m for group in kept for m in group]
-    if not groups:  # not even the newest group fits: keep it, cut short
-        return [cut_long_texts(messages[0], max_tokens)]
-    return [note] + [cut_long_texts(m, max_tokens) for m in groups[-1]]
+    kept = [m for group in newest_within(groups, max_tokens, estimate_tokens) for m in group]
+    if not kept:
+        newest = groups[-1] if groups else messages[-1:]
+        kept = [cut_long_texts(m, max_tokens // len(newest)) for m in newest]
+    return messages[:len(messages) - len(kept)], kept
+
+
+CLEARED_FOR_SUMMARY = "[cleared from this summary request to fit the window; the transcript has it]"
+CLEARED_TOKENS = 30
+
+
+def summary_pieces(messages: list, max_tokens: int) -> list:
+    """The messages in consecutive pieces of whole groups, each within max_tokens (a group
+    bigger than that cut short); what comes before the first group starts the first."""
+    groups = message_groups(messages)
+    start = len(messages) - sum(map(len, groups))
+    pieces, piece = [], []
+    for unit in ([messages[:start]] if start else []) + groups:
+        if estimate_tokens(unit) > max_tokens:
+            unit = [cut_long_texts(m, max_tokens // len(unit)) for m in unit]
+        if piece and estimate_tokens(piece + unit) > max_tokens:
+            pieces.append(piece)
+            piece = []
+        piece = piece + unit
+    return pieces + ([piece] if piece else [])
+
+
+def after_summary(earlier: str, messages: list) -> list:
+    """A summary request's messages: what came before them, summarized (when anything did),
+    then the messages."""
+    text = ("[The conversation before this point did not fit one request. Summarized a part "
+            f"at a time, it says:\n{earlier}\n(end of that summary)]" if earlier else
+            "[This is where the conversation starts.]")
+    note = {"type": "text", "text": text}
+    if messages and messages[0]["role"] == "user":  # one turn: the roles still alternate
+        return [{**messages[0], "content": [note] + blocks_of(messages[0])}] + messages[1:]
+    return [{"role": "user", "content": [note]}] + messages
 
 
 def fallback_summary(messages: list, todos: list, limit_tokens: int, why: str) -> str:
