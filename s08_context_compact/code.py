@@ -45,7 +45,7 @@ from s08_context_compact.basics import (
 from s08_context_compact.messages import (
     append_message, blocks_of, current_request, estimate_text_tokens, estimate_tokens,
     group_starts, is_tool_result_message, newest_groups, OWN, paths_read, replace_history,
-    result_text, todo_problem, tool_names, with_snip_note)
+    result_text, snipped_back, todo_problem, tool_names, with_snip_note)
 from s08_context_compact.endpoint import (
     api_failures, ContextOverflow, count_tokens, make_reply_sendable, marked_request,
     model_reply, summary_reply, SummaryError)
@@ -400,8 +400,7 @@ def pre_compact_focus(agent, messages: list, focus: str = "") -> str:
 
 def with_summary(agent, messages: list, kind: str, written: tuple, tail: list,
                  restored: list) -> list:
-    """The history replaced: the summary (and who wrote it), what comes back, the request,
-    then the tail; or the history as it was, when that would be no smaller."""
+    """The history replaced by the summary, what comes back, the request, then the tail."""
     summary, source = written
     # PostCompact hooks check the summary (the ledger does); what they find is kept with it
     answers = fire_hooks(agent, "PostCompact", summary=summary, source=source,
@@ -422,13 +421,13 @@ def with_summary(agent, messages: list, kind: str, written: tuple, tail: list,
 
 
 def swap_in(agent, messages: list, tail: list, kind: str, ahead) -> list:
-    """The summary asked for ahead, of its snapshot (its focus and limit set when it was asked
-    for), and where a snip after the snapshot put what it cut; what came after the snapshot
-    (its suffix, if any came) stays verbatim."""
+    """The summary asked for ahead, of its snapshot (its focus and limit set then), and where a
+    snip after it put what it cut; what came after the snapshot stays verbatim."""
     tail = ahead.suffix or tail
     restored, _ = plan_restore(agent, messages, estimate_tokens(tail),
                                shown=paths_read(tail, agent.tools))
-    summary, source = make_summary(agent, ahead.snapshot, *ahead.about, ahead.asked)
+    whole = snipped_back(ahead.snapshot, agent.store.read_back)  # for a try after "too long"
+    summary, source = make_summary(agent, whole, *ahead.about, ahead.asked)
     summary = "\n\n".join([summary, *ahead.notes])
     return with_summary(agent, messages, kind, (summary, source), tail, restored)
 
@@ -448,7 +447,8 @@ def summarize_into(agent, messages: list, tail: list, *, kind: str = "compact", 
         agent.say("[compact_history] nothing to compact: a summary would not make the context "
                   "smaller")
         return messages
-    summary, source = make_summary(agent, messages, focus, limit)
+    whole = snipped_back(messages, agent.store.read_back)  # what snip cut, read back in place
+    summary, source = make_summary(agent, whole, focus, limit)
     return with_summary(agent, messages, kind, (summary, source), tail, restored)
 
 
@@ -568,8 +568,9 @@ def summarize_ahead(agent, messages: list) -> None:
     shown = paths_read(messages[covered:], agent.tools)
     _, limit = plan_restore(agent, messages, kept_tokens, shown=shown)
     instruction = summary_instructions(focus, limit)
-    fits, budget = summary_sent(agent, snapshot, instruction)
-    sent = snapshot if fits else results_cleared(snapshot, budget)
+    whole = snipped_back(snapshot, agent.store.read_back)  # what snip cut, back in its place
+    fits, budget = summary_sent(agent, whole, instruction)
+    sent = whole if fits else results_cleared(whole, budget)
     if not fits and estimate_tokens(sent) > budget:
         return  # too big for one request even so: summarized in pieces at the threshold
     request, sent_tokens = summary_request(agent, sent, instruction)

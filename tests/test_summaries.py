@@ -1,6 +1,7 @@
 """Summaries that always succeed, what comes back after compaction, the ledger, read stubs."""
 
 import json
+from dataclasses import replace
 import re
 
 from conftest import assert_requests_valid, assert_valid, blocks, chat, plain, user
@@ -9,6 +10,7 @@ from s08_context_compact.command_line.user_turns import add_user_text  # noqa: E
 from s08_context_compact.command_line import handle_command, open_session
 from s08_context_compact.basics import discover_skills
 from s08_context_compact.messages import estimate_tokens
+from s08_context_compact.compaction import Settings
 
 
 def first_texts(body):
@@ -252,3 +254,15 @@ def test_the_ledger_checks_list_is_cut_between_names_and_says_how_many_more():
     from s08_context_compact.compaction.ledger import listed
     assert listed("a.txt; b.txt; c.txt", 10) == "a.txt; and 2 more"
     assert listed("a.txt; b.txt", 100) == "a.txt; b.txt"
+
+
+def test_what_snip_cut_reaches_the_next_summary_and_every_call_stays_in_view(s08, tmp_path):
+    """A session played against the fake at 30k: snip cuts the middle, then a summary comes.
+    From the requests the server saw: every call the model made is in the last request, or in
+    a summary request (read back from the snip's transcript) whose summary that request holds."""
+    import benchmark
+    session = benchmark.scripted_session(7, 16)
+    settings = replace(Settings.for_window("claude-benchmark", 30_000), summary_ahead=None)
+    played = benchmark.play(s08, session, settings, tmp_path)
+    assert played["compactions"]["snip_compact"] >= 1 and played["compactions"]["compact_history"] >= 1
+    assert played["calls in view"] == 1.0

@@ -188,3 +188,29 @@ def test_a_repositorys_env_cannot_send_your_key_to_its_own_host(fake, workspace)
     env.pop("ANTHROPIC_API_KEY")
     done = cli_runner.run([], input="", env=env, cwd=workspace, timeout=30)
     assert fake.model_lookups and "ignored" not in done.stdout + done.stderr
+
+
+def test_a_snips_transcript_is_read_back_only_when_it_is_the_programs_own(tmp_path):
+    """What snip cut is read back for the next summary from .transcripts/: never through a
+    link, from a pipe, under a name the program does not write, or when its calls and results
+    no longer pair up (a cloned workspace, or a command, may have put anything there)."""
+    from s08_context_compact.compaction import Store
+    store = Store(tmp_path)
+    part = [{"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "bash",
+                                               "input": {"command": "ls"}}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "a.py"}]}]
+    path = store.save_messages(part, "snip")
+    assert store.read_back(path) == part
+    outside = tmp_path.parent / f"{tmp_path.name}-outside.jsonl"
+    outside.write_text(json.dumps(part[0]) + "\n" + json.dumps(part[1]) + "\n")
+    assert store.read_back("../" + outside.name) is None and store.read_back(str(outside)) is None
+    real = tmp_path / path
+    real.unlink()
+    real.symlink_to(outside)
+    assert store.read_back(path) is None, "never through a link"
+    real.unlink()
+    os.mkfifo(real)
+    assert store.read_back(path) is None, "never from a pipe (and never blocked on one)"
+    real.unlink()
+    real.write_text(json.dumps(part[0]) + "\n")  # the result is gone: the call would be orphaned
+    assert store.read_back(path) is None

@@ -10,12 +10,16 @@ said after a layer runs can name where its text went.
 """
 
 import json
+import re
 import time
 import uuid
 from pathlib import Path
 
-from ..basics import (PROMPTS_DIR, TOOL_RESULTS_DIR, TRANSCRIPT_DIR, holds_exactly, output_names,
-                      own_folder, redact, Redactor, well_formed)
+from ..basics import (PROMPTS_DIR, TOOL_RESULTS_DIR, TRANSCRIPT_DIR, holds_exactly, open_regular,
+                      output_names, own_folder, redact, Redactor, well_formed)
+from ..messages import whole_groups
+
+READ_BACK_BYTES = 64 * 1024 * 1024  # a snip's transcript read back for a summary, at most
 
 def save_tool_output(folder: Path, tool_use_id: str, text: str) -> Path:
     """Write one full tool result, byte for byte, and return its path."""
@@ -67,6 +71,25 @@ class Store:
         return self.wrote(save_transcript(own_folder(self.workdir, TRANSCRIPT_DIR),
                                           self.secrets.redact_json(messages),
                                           kind, self.secrets.redact_json(footer)))
+
+    def read_back(self, path) -> list | None:
+        """The messages of a snip's transcript this program saved, for a summary: only a name
+        it writes, in its own folder, never through a link or from a pipe, whole groups only.
+        None when it cannot be read back (gone, changed, or not its own)."""
+        name = str(path).rsplit("/", 1)[-1]
+        if not re.fullmatch(r"snip-\d{8}-\d{6}-[0-9a-f]{8}\.jsonl", name):
+            return None
+        try:
+            with open(open_regular(own_folder(self.workdir, TRANSCRIPT_DIR) / name), "rb") as f:
+                data = f.read(READ_BACK_BYTES + 1)
+            if len(data) > READ_BACK_BYTES:
+                return None
+            records = [json.loads(line) for line in data.decode("utf-8", "replace").splitlines()
+                       if line.strip()]
+        except (OSError, ValueError):
+            return None
+        part = [r for r in records if isinstance(r, dict) and "role" in r]
+        return part if whole_groups(part) else None
 
     def where_saved(self, messages: list, kind: str) -> str:
         """Save a transcript; say where it went, or why it could not be saved."""

@@ -18,7 +18,8 @@ from ..basics import one_line
 OWN = "_s08"  # on a block the program wrote: its kind ("snip", "placeholder", ...)
 # The fields the program puts on the blocks it wrote, with their types;
 # stripped before sending.
-PROGRAM_FIELDS = {OWN: str, "snipped": int, "saved_at": str, "summary_by": str, "checks": list}
+PROGRAM_FIELDS = {OWN: str, "snipped": int, "saved_at": str, "summary_by": str, "checks": list,
+                  "pending": list}
 # The texts the program's own blocks start with, for the model to read. A user may type any
 # of them: the program knows its own blocks by the OWN field, never by their text.
 COMPACT_MARKER = "[Compacted"
@@ -164,13 +165,47 @@ def with_snip_note(head_last: dict, removed: list, path, tools: dict, request: s
     """The head's last message with the one note a snip leaves: how many messages went (the
     counts of earlier snips folded in), where the latest are saved and what they did; then
     `request`, the user's current request if it went with them, so it stays in view verbatim."""
-    earlier = sum(b.get("snipped", 0) for b in blocks_of(head_last) if b.get(OWN) == "snip")
+    notes = [b for b in blocks_of(head_last) if b.get(OWN) == "snip"]
     kept = [b for b in blocks_of(head_last) if b.get(OWN) != "snip"]
-    snipped = earlier + len(removed)
+    snipped = sum(b.get("snipped", 0) for b in notes) + len(removed)
+    # each cut part, oldest first, for the next summary to read back (snipped_back)
+    pending = [p for b in notes for p in b.get("pending", [])] + [str(path)]
     note = (f"{SNIP_MARKER} {snipped} messages from the middle of the conversation; "
             f"the latest ones are saved in {path}.{what_was_done(removed, tools)}]")
-    texts = [own_text("snip", note, snipped=snipped)] + ([request] if request else [])
-    return with_text({**head_last, "content": kept}, *texts)
+    texts = [own_text("snip", note, snipped=snipped, pending=pending)]
+    return with_text({**head_last, "content": kept}, *texts, *([request] if request else []))
+
+
+def snipped_back(messages: list, read_back) -> list:
+    """The history with what each snip cut put back where it was cut (after the note), read
+    back from its transcript by read_back(path), which gives the messages or None. What
+    cannot be read back stays cut; its note still says where it went."""
+    whole = []
+    for message in messages:
+        whole.append(message)
+        for block in blocks_of(message):
+            if block.get(OWN) == "snip" and isinstance(block.get("pending"), list):
+                for path in block["pending"]:
+                    whole += read_back(path) or []
+    return whole
+
+
+def whole_groups(part: list) -> bool:
+    """Whether messages read back are whole groups, as a snip cuts them: an assistant message
+    first, each call answered in the message after it, each result answering the one before."""
+    if not part or not all(isinstance(m, dict) and isinstance(m.get("content"), list)
+                           and all(isinstance(b, dict) for b in m["content"]) for m in part):
+        return False
+    if part[0].get("role") != "assistant" or part[-1].get("role") != "user":
+        return False
+    for before, message in zip([None] + part, part + [None]):
+        calls = {b.get("id") for b in (before or {}).get("content", [])
+                 if before.get("role") == "assistant" and b.get("type") == "tool_use"}
+        results = {b.get("tool_use_id") for b in (message or {}).get("content", [])
+                   if b.get("type") == "tool_result"}
+        if calls != results or message and message.get("role") not in ("user", "assistant"):
+            return False
+    return True
 
 
 def append_message(log, counter, messages: list, message: dict) -> None:
