@@ -447,7 +447,7 @@ def summarize_into(agent, messages: list, tail: list, *, kind: str = "compact", 
         agent.say("[compact_history] nothing to compact: a summary would not make the context "
                   "smaller")
         return messages
-    whole = snipped_back(messages, agent.store.read_back)  # what snip cut, read back in place
+    whole = snipped_back(messages, agent.store.read_back)  # and what snip cut, read back
     summary, source = make_summary(agent, whole, focus, limit)
     return with_summary(agent, messages, kind, (summary, source), tail, restored)
 
@@ -568,7 +568,7 @@ def summarize_ahead(agent, messages: list) -> None:
     shown = paths_read(messages[covered:], agent.tools)
     _, limit = plan_restore(agent, messages, kept_tokens, shown=shown)
     instruction = summary_instructions(focus, limit)
-    whole = snipped_back(snapshot, agent.store.read_back)  # what snip cut, back in its place
+    whole = snipped_back(snapshot, agent.store.read_back)  # and what snip cut, read back
     fits, budget = summary_sent(agent, whole, instruction)
     sent = whole if fits else results_cleared(whole, budget)
     if not fits and estimate_tokens(sent) > budget:

@@ -255,8 +255,11 @@ def summary_tag(body: dict) -> str:
 
 
 def tool_use_ids(body: dict) -> set:
-    return {b["id"] for m in body["messages"] if m["role"] == "assistant" and isinstance(m["content"], list)
-            for b in m["content"] if b.get("type") == "tool_use"}
+    """The calls a request holds: as tool_use blocks, or written out as text (what snip cut,
+    read back for a summary: "(call <id>)")."""
+    blocks = [b for m in body["messages"] if isinstance(m["content"], list) for b in m["content"]]
+    written = {i for b in blocks if b.get("type") == "text" for i in re.findall(r"\(call (\S+?)\)", b["text"])}
+    return {b["id"] for b in blocks if b.get("type") == "tool_use"} | written
 
 
 def calls_in_view(fake) -> tuple:

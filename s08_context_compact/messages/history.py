@@ -11,6 +11,7 @@ change to make is a layer's decision. The session log it is handed records each 
 same moment; token_counts.py, beside it, measures the history.
 """
 
+import json
 import re
 
 from ..basics import one_line
@@ -176,18 +177,43 @@ def with_snip_note(head_last: dict, removed: list, path, tools: dict, request: s
     return with_text({**head_last, "content": kept}, *texts, *([request] if request else []))
 
 
+READ_BACK_CHARS = 500   # a tool result or an input's text read back for a summary: its head
+
+
 def snipped_back(messages: list, read_back) -> list:
-    """The history with what each snip cut put back where it was cut (after the note), read
-    back from its transcript by read_back(path), which gives the messages or None. What
+    """The history with what each snip cut, read back from its transcript by read_back(path)
+    (the messages, or None), written out after its last message: every call (its id, tool and
+    input) and every word, each long text cut to its head (the whole stays on disk). Written
+    at the end, as text, a summary request still reads the conversation's cached prefix. What
     cannot be read back stays cut; its note still says where it went."""
-    whole = []
-    for message in messages:
-        whole.append(message)
-        for block in blocks_of(message):
-            if block.get(OWN) == "snip" and isinstance(block.get("pending"), list):
-                for path in block["pending"]:
-                    whole += read_back(path) or []
-    return whole
+    parts = [m for message in messages for block in blocks_of(message)
+             if block.get(OWN) == "snip" and isinstance(block.get("pending"), list)
+             for path in block["pending"] for m in read_back(path) or []]
+    if not parts:
+        return messages
+    text = ("[What snip cut from the middle of the conversation, read back from its "
+            "transcripts; it came before the messages after the snip note:]\n"
+            + "\n".join(line for m in parts for b in blocks_of(m) for line in [written_out(b)]
+                        if line))
+    block = {"type": "text", "text": text}
+    if messages and messages[-1]["role"] == "user":
+        return messages[:-1] + [with_text(messages[-1], block)]
+    return messages + [{"role": "user", "content": [block]}]
+
+
+def written_out(block: dict) -> str:
+    """One block of a message, as a line of text: a call with its id, a result, words."""
+    def head(text) -> str:
+        text = str(text)
+        return text if len(text) <= READ_BACK_CHARS else text[:READ_BACK_CHARS] + " [... cut]"
+    if block.get("type") == "tool_use":
+        return (f"- called {block.get('name')} (call {block.get('id')}): "
+                f"{head(json.dumps(block.get('input'), ensure_ascii=False))}")
+    if block.get("type") == "tool_result":
+        return f"  result of {block.get('tool_use_id')}: {head(result_text(block))}"
+    if block.get("type") == "text":
+        return f"- said: {head(block.get('text', ''))}"
+    return ""
 
 
 def whole_groups(part: list) -> bool:
