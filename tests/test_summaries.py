@@ -266,3 +266,20 @@ def test_what_snip_cut_reaches_the_next_summary_and_every_call_stays_in_view(s08
     played = benchmark.play(s08, session, settings, tmp_path)
     assert played["compactions"]["snip_compact"] >= 1 and played["compactions"]["compact_history"] >= 1
     assert played["calls in view"] == 1.0
+
+
+def test_context_says_what_snip_cut_waits_for_the_next_summary_and_the_summary_reads_it_back(s08, fake, make_agent):
+    from test_summary_ahead import notes_read
+    agent = make_agent()
+    messages = notes_read(30)
+    messages[:] = s08.apply_layer(agent, s08.snip_compact, messages, keep_head=3, keep_tail=10, at_least=20,
+                                  store=agent.store, tools=agent.tools)
+    handle_command(agent, messages, "/context", s08.LESSON)
+    assert "Waiting for the next summary: 48 messages snipped, in 1 transcript it reads back" in agent.out.text
+    fake.summary(text("<summary>Thirty notes read.</summary>"))
+    messages[:] = s08.compact_now(agent, messages)
+    sent = json.dumps(fake.summary_requests[-1]["messages"])
+    assert "(call r1)" in sent and "note 1 yyy" in sent, "the snipped calls, read back for the summary"
+    before = len(agent.out)
+    handle_command(agent, messages, "/context", s08.LESSON)
+    assert "Waiting for the next summary" not in "".join(agent.out[before:])

@@ -201,6 +201,13 @@ def snipped_back(messages: list, read_back) -> list:
     return messages + [{"role": "user", "content": [block]}]
 
 
+def snips_waiting(messages: list) -> tuple:
+    """(messages snipped that the next summary will read back, the transcripts they are in)."""
+    notes = [b for m in messages for b in blocks_of(m)
+             if b.get(OWN) == "snip" and isinstance(b.get("pending"), list)]
+    return sum(int(b.get("snipped") or 0) for b in notes), sum(len(b["pending"]) for b in notes)
+
+
 def written_out(block: dict) -> str:
     """One block of a message, as a line of text: a call with its id, a result, words."""
     def head(text) -> str:
