@@ -50,9 +50,9 @@ from s08_context_compact.endpoint import (
     api_failures, ContextOverflow, count_tokens, make_reply_sendable, marked_request,
     model_reply, summary_reply, SummaryError)
 from s08_context_compact.compaction import (
-    after_summary, fallback_summary, nothing_to_summarize, pointed_to, previewed, render_todos,
-    replace_with_summary, Restorable, results_cleared, smaller_budget, split_for_summary,
-    summary_instructions, summary_pieces, summary_problem, what_comes_back)
+    fallback_summary, fit_in_pieces, nothing_to_summarize, pointed_to, previewed, render_todos,
+    replace_with_summary, smaller_budget, summary_instructions, summary_problem,
+    what_comes_back)
 from s08_context_compact.safety import (
     command_risks, run_command)
 from s08_context_compact.command_line import (
@@ -82,15 +82,13 @@ READ_DEFAULT_LINES = 2_000
 
 
 # ---- the agent, and what its loop learns ---------------------------------------------------------
-# The layers take the history and their inputs. Every other function below takes the Agent
-# (command_line/agent.py), what the session runs with, and reads a few of its fields: `settings`
-# (every size in tokens), `overhead` (the tokens of the system prompt and the tools' definitions,
-# sent with every request), `store` (where a layer saves what it removes), `endpoint` and
-# `connection` (what a model call needs), `say` (a line for the user) and `ahead` (the summary
-# written ahead). Its `state` is what one loop learns: the
-# token counter, the todos, the skills loaded, when the last reply came; a subagent starts with
-# a new one. The history itself is a list of plain dicts in the API's wire format
-# (messages/history.py reads and changes it).
+# The layers take the history and their inputs; every other function takes the Agent
+# (command_line/agent.py) and reads a few fields: `settings` (every size in tokens), `overhead`
+# (system prompt and tools, sent with every request), `store` (where a layer saves what it
+# removes), `endpoint` and `connection` (for model calls), `say` and `ahead` (a summary ahead).
+# Its `state` is what one loop learns: the token counter, the todos, the skills loaded, when the
+# last reply came; a subagent starts with a new one. The history is plain dicts in the API's
+# wire format (messages/history.py reads and changes it).
 
 def fire_hooks(agent, event: str, **payload) -> list:
     """Run every hook for an event; return what they returned (None dropped). Part 2 holds
@@ -157,24 +155,13 @@ def summary_request(agent, sent: list, instruction: str) -> tuple:
     return request, agent.overhead + estimate_tokens(sent)
 
 
-def fitted_for_summary(agent, messages: list, focus: str, limit: int, budget: int) -> list:
-    """What a summary request carries when the messages do not fit one: first the oldest tool
-    results cleared (every call stays in it); if that is not enough, the newest that fit after
-    a summary of the older ones, written a piece at a time, each request the summary so far and
-    the next piece (compaction/summary.py cuts them). Raises SummaryError."""
-    messages = results_cleared(messages, budget)
-    room = budget - agent.settings.summary_max_tokens  # the summary so far takes up to this
-    older, newest = split_for_summary(messages, room) if estimate_tokens(messages) > budget \
-        else ([], messages)
-    earlier, instruction = "", summary_instructions(focus, limit)
-    for piece in summary_pieces(older, room):
-        request, tokens = summary_request(agent, after_summary(earlier, piece), instruction)
-        answer = summary_reply(agent.connection, request, tokens)
-        count_call(agent, answer, "writing the summary, a piece at a time")
-        if summary_problem(answer.summary, limit):
-            raise SummaryError(f"a piece's summary: {summary_problem(answer.summary, limit)}")
-        earlier = answer.summary
-    return after_summary(earlier, newest) if older else messages
+def summarize_piece(agent, instruction: str, limit: int, sent: list) -> str:
+    """One piece's summary, for fit_in_pieces (compaction/summary.py). Raises SummaryError."""
+    answer = summary_reply(agent.connection, *summary_request(agent, sent, instruction))
+    count_call(agent, answer, "writing the summary, a piece at a time")
+    if summary_problem(answer.summary, limit):
+        raise SummaryError(f"a piece's summary: {summary_problem(answer.summary, limit)}")
+    return answer.summary
 
 
 # ---- the prompt cache: why the cheap layers wait ------------------------------------------------
@@ -209,9 +196,9 @@ def adopt_overflow(agent, err: ContextOverflow) -> bool:
 # ---- the three cheap layers ----------------------------------------------------------------------
 # Each takes the history and returns it, changed or not. What it removes it first saves through
 # the store it is handed (compaction/store.py), under a name of its own (the same bytes saved
-# before are not written again). A result too big
-# becomes its preview, an old one a pointer to its copy (previewed, pointed_to: compaction/
-# previews.py); no replacement costs more tokens than what it replaces.
+# before are not written again). A result too big becomes its preview, an old one a pointer
+# to its copy (previewed, pointed_to: compaction/previews.py); no replacement costs more
+# tokens than what it replaces.
 
 def tool_result_budget(messages: list, *, max_chars: int, preview_chars: int, store) -> list:
     """Keep the newest message's tool results under max_chars; the largest go to disk first."""
@@ -328,8 +315,9 @@ def summarize_with_model(agent, messages: list, focus: str, limit_tokens: int,
     for _ in range(SUMMARY_ATTEMPTS):
         first, asked = asked, None
         try:
-            sent = messages if fits or first else fitted_for_summary(agent, messages, focus,
-                                                                    limit_tokens, budget)
+            piece = partial(summarize_piece, agent, instruction, limit_tokens)
+            sent = messages if fits or first else fit_in_pieces(
+                messages, budget, budget - agent.settings.summary_max_tokens, piece)
             answer = first.reply() if first else summary_reply(
                 agent.connection, *summary_request(agent, sent, instruction))
         except ContextOverflow as err:
@@ -384,9 +372,7 @@ def make_summary(agent, messages: list, focus: str, limit: int, asked=None) -> t
 def plan_restore(agent, messages: list, tail_tokens: int, shown: set = frozenset()) -> tuple:
     """(what comes back, the tokens that leaves the summary): compaction/summary.py sizes
     each part, all together under a quarter of the window."""
-    hooks = fire_hooks(agent, "RestoreContext")
-    restorable = Restorable(hooks, agent.ledger.reads, agent.workdir, agent.secrets,
-                            agent.state.todos, agent.state.loaded_skills)
+    restorable = agent.restorable(fire_hooks(agent, "RestoreContext"))  # and the reads, todos...
     fixed = agent.overhead + tail_tokens  # sent with the summary, whatever it says
     return what_comes_back(messages, restorable, agent.settings, fixed, shown)
 
@@ -570,8 +556,8 @@ def summarize_ahead(agent, messages: list) -> None:
     instruction = summary_instructions(focus, limit)
     whole = snipped_back(snapshot, agent.store.read_back)  # and what snip cut, read back
     fits, budget = summary_sent(agent, whole, instruction)
-    sent = whole if fits else results_cleared(whole, budget)
-    if not fits and estimate_tokens(sent) > budget:
+    sent = whole if fits else fit_in_pieces(whole, budget)  # its oldest results cleared
+    if sent is None:
         return  # too big for one request even so: summarized in pieces at the threshold
     request, sent_tokens = summary_request(agent, sent, instruction)
     agent.ahead.start(messages, covered, request, sent_tokens, about=(focus, limit))
@@ -681,8 +667,7 @@ def take_turn(agent, messages: list, prompt: str) -> bool:
 
 # What a line typed at the prompt reaches here: command_line/user_turns.py's take_line runs
 # a prompt as a turn, and the REPL's commands (/compact summarizes now, /clear starts anew).
-LESSON = Lesson(take_turn=take_turn, compact=compact_now,
-                context_tokens=context_tokens)
+LESSON = Lesson(take_turn=take_turn, compact=compact_now, context_tokens=context_tokens)
 
 
 # ==== PART 2: WHAT EARLIER CHAPTERS BUILT ========================================================
@@ -851,8 +836,7 @@ def permission_hook(agent):
 # ==== PART 3: MAIN ================================================================================
 
 def main(argv=None) -> int:
-    """command_line/ reads the arguments and the configuration, builds the agent from them with
-    its hooks, and hands it to the REPL with the lesson's turn."""
+    """command_line/ reads the configuration, builds the agent, and starts the REPL with it."""
     config = configure(argv)  # or the exit code, once --list or a mistake has been dealt with
     if isinstance(config, int):
         return config

@@ -17,8 +17,8 @@ from typing import Callable, TextIO
 from ..basics import definitions, Redactor, say_on, Screen
 from ..messages import estimate_text_tokens, TokenCounter
 from ..endpoint import Connection, Endpoint, send_request
-from ..compaction import (ForTheLedger, Ledger, ledger_hooks, RepeatReads, Settings, Store,
-                          SummaryAhead)
+from ..compaction import (ForTheLedger, Ledger, ledger_hooks, RepeatReads, Restorable, Settings,
+                          Store, SummaryAhead)
 from ..safety import ForUndo, Sandbox, Undo, undo_hooks
 from ..session import SessionLog
 
@@ -112,6 +112,12 @@ class Agent:
     def store(self) -> Store:
         """Where the layers save what they remove (a subagent gets its own, same folders)."""
         return Store(self.workdir, self.secrets)
+
+    def restorable(self, hooks: list) -> Restorable:
+        """What can come back after a summary, as the loop has it now (hooks: what the
+        RestoreContext hooks answered)."""
+        return Restorable(hooks, self.ledger.reads, self.workdir, self.secrets, self.state.todos,
+                          self.state.loaded_skills)
 
     @cached_property
     def overhead(self) -> int:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from ..basics import inside_workspace, redact, Redactor
 from .previews import preview_results
+from ..endpoint import SummaryError
 from ..messages import (CHARS_PER_TOKEN, COMPACT_MARKER, OWN, REACTIVE_MARKER, RESTORED_MARKER,
                         blocks_of, current_request, cut_long_texts, estimate_text_tokens,
                         estimate_tokens, head_within, last_reply_text, message_groups,
@@ -74,6 +75,26 @@ def results_cleared(messages: list, max_tokens: int) -> list:
                 over -= size - CLEARED_TOKENS
         cleared[i] = {**message, "content": blocks} if blocks != blocks_of(message) else message
     return cleared
+
+
+def fit_in_pieces(messages: list, budget: int, room: int = 0, summarize=None) -> list | None:
+    """What a summary request carries when the messages do not fit one (budget tokens): first
+    the oldest tool results cleared (every call stays in it); if that is not enough, the
+    newest messages that fit in room, after a summary of the older ones written a piece at a
+    time by summarize(messages) -> text, each the summary so far and the next piece. None
+    when pieces are needed and there is no summarize."""
+    messages = results_cleared(messages, budget)
+    if estimate_tokens(messages) <= budget:
+        return messages
+    if summarize is None:
+        return None
+    if room <= 0:
+        raise SummaryError("the window leaves no room for a summary so far and a piece")
+    older, newest = split_for_summary(messages, room)
+    earlier = ""
+    for piece in summary_pieces(older, room):
+        earlier = summarize(after_summary(earlier, piece))
+    return after_summary(earlier, newest)
 
 
 def split_for_summary(messages: list, max_tokens: int) -> tuple:
