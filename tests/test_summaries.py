@@ -283,3 +283,28 @@ def test_context_says_what_snip_cut_waits_for_the_next_summary_and_the_summary_r
     before = len(agent.out)
     handle_command(agent, messages, "/context", s08.LESSON)
     assert "Waiting for the next summary" not in "".join(agent.out[before:])
+
+
+def calls_seen(body):
+    """A summary that names every call its request holds, written out or in a summary in it."""
+    seen = sorted(set(re.findall(r"\(call (r\d+)\)|calls named: ([\w ]+)|\"id\": \"(r\d+)\"",
+                                 json.dumps(body["messages"]))))
+    names = sorted({n for pair in seen for group in pair for n in group.split()} - {""})
+    return text("<summary>calls named: " + " ".join(names) + "</summary>")
+
+
+def test_what_snip_cut_that_does_not_fit_one_request_is_read_back_in_pieces(s08, make_agent):
+    """A snip's read-back bigger than a summary request can hold is summarized a part at a time:
+    every call it held reaches the summary."""
+    from test_summary_ahead import notes_read
+    with FakeAnthropic(context_window=30_000) as fake:
+        agent = make_agent(window=30_000, server=fake)
+        messages = notes_read(160)
+        messages[:] = s08.snip_compact(messages, keep_head=3, keep_tail=40, at_least=20, store=agent.store,
+                                       tools=agent.tools)
+        fake.default_summary = calls_seen
+        messages[:] = s08.compact_now(agent, messages)
+        assert fake.rejections == [] and len(fake.summary_requests) >= 3
+        summary = first_texts({"messages": messages})[0]
+        missing = [n for n in range(160) if f"r{n} " not in summary + " "]
+        assert not missing, missing

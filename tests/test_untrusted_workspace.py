@@ -214,3 +214,20 @@ def test_a_snips_transcript_is_read_back_only_when_it_is_the_programs_own(tmp_pa
     real.unlink()
     real.write_text(json.dumps(part[0]) + "\n")  # the result is gone: the call would be orphaned
     assert store.read_back(path) is None
+
+
+def test_a_snips_transcript_changed_into_odd_shapes_or_holding_a_secret_is_read_back_safely(tmp_path):
+    from s08_context_compact.compaction import Store
+    store = Store(tmp_path, secrets=["sk-very-secret-value-123"])
+    call = {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "bash", "input": {}}]}
+    path = store.save_messages([call, {"role": "user", "content": [
+        {"type": "tool_result", "tool_use_id": "t1", "content": "ok"}]}], "snip")
+    real = tmp_path / path
+    for odd in ({"type": "tool_result", "tool_use_id": "t1", "content": ["x"]},
+                {"type": "tool_result", "tool_use_id": "t1", "content": 5},
+                {"type": "tool_result", "tool_use_id": ["t1"], "content": "ok"}):
+        real.write_text(json.dumps(call) + "\n" + json.dumps({"role": "user", "content": [odd]}) + "\n")
+        assert store.read_back(path) is None, odd
+    real.write_text(json.dumps(call) + "\n" + json.dumps({"role": "user", "content": [
+        {"type": "tool_result", "tool_use_id": "t1", "content": "key sk-very-secret-value-123"}]}) + "\n")
+    assert "sk-very-secret-value-123" not in json.dumps(store.read_back(path))

@@ -89,7 +89,8 @@ class Store:
         except (OSError, ValueError):
             return None
         part = [r for r in records if isinstance(r, dict) and "role" in r]
-        return part if whole_groups(part) else None
+        # the last net before the request: it may have been changed since it was saved
+        return self.secrets.redact_json(part) if whole_groups(part) else None
 
     def where_saved(self, messages: list, kind: str) -> str:
         """Save a transcript; say where it went, or why it could not be saved."""

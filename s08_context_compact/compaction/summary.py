@@ -88,13 +88,37 @@ def fit_in_pieces(messages: list, budget: int, room: int = 0, summarize=None) ->
         return messages
     if summarize is None:
         return None
-    if room <= 0:
-        raise SummaryError("the window leaves no room for a summary so far and a piece")
+    if room < MIN_PIECE_TOKENS:
+        raise SummaryError("the window leaves too little room for a summary so far and a piece")
+    messages = read_back_in_pieces(messages, room, summarize)
     older, newest = split_for_summary(messages, room)
     earlier = ""
     for piece in summary_pieces(older, room):
         earlier = summarize(after_summary(earlier, piece))
     return after_summary(earlier, newest)
+
+
+MIN_PIECE_TOKENS = 500   # below this a piece holds too little to be worth a call
+
+
+def read_back_in_pieces(messages: list, room: int, summarize) -> list:
+    """The messages with what snip cut, read back at their end (messages/history.py's
+    snipped_back), summarized a part at a time when it is bigger than room: it is one block,
+    which no split between messages could cut."""
+    last = messages[-1] if messages else {}
+    blocks = blocks_of(last) if last.get("role") == "user" else []
+    found = [k for k, b in enumerate(blocks) if b.get(OWN) == "read_back"]
+    if not found or estimate_text_tokens(blocks[found[0]]["text"]) <= room // 2:
+        return messages
+    text, earlier = blocks[found[0]]["text"], ""
+    step = max(room // 2 * CHARS_PER_TOKEN, 1)
+    for start in range(0, len(text), step):
+        chunk = {"role": "user", "content": [{"type": "text", "text": text[start:start + step]}]}
+        earlier = summarize(after_summary(earlier, [chunk]))
+    summarized = {**blocks[found[0]], "text": "[What snip cut from the middle of the "
+                  f"conversation, read back and summarized a part at a time:]\n{earlier}"}
+    return messages[:-1] + [{**last, "content": blocks[:found[0]] + [summarized]
+                             + blocks[found[0] + 1:]}]
 
 
 def split_for_summary(messages: list, max_tokens: int) -> tuple:

@@ -195,7 +195,7 @@ def snipped_back(messages: list, read_back) -> list:
             "transcripts; it came before the messages after the snip note:]\n"
             + "\n".join(line for m in parts for b in blocks_of(m) for line in [written_out(b)]
                         if line))
-    block = {"type": "text", "text": text}
+    block = {"type": "text", "text": text, OWN: "read_back"}  # not the user's words
     if messages and messages[-1]["role"] == "user":
         return messages[:-1] + [with_text(messages[-1], block)]
     return messages + [{"role": "user", "content": [block]}]
@@ -223,11 +223,26 @@ def written_out(block: dict) -> str:
     return ""
 
 
+def well_shaped(block) -> bool:
+    """A block read back whose fields have the types the API's own have."""
+    if not isinstance(block, dict) or not isinstance(block.get("type"), str):
+        return False
+    kind, content = block["type"], block.get("content")
+    if kind == "tool_use":
+        return isinstance(block.get("id"), str) and isinstance(block.get("input"), dict)
+    if kind == "tool_result":
+        parts_ok = isinstance(content, list) and all(
+            isinstance(p, dict) and isinstance(p.get("text", ""), str) for p in content)
+        return isinstance(block.get("tool_use_id"), str) and (
+            content is None or isinstance(content, str) or parts_ok)
+    return kind != "text" or isinstance(block.get("text"), str)
+
+
 def whole_groups(part: list) -> bool:
     """Whether messages read back are whole groups, as a snip cuts them: an assistant message
     first, each call answered in the message after it, each result answering the one before."""
     if not part or not all(isinstance(m, dict) and isinstance(m.get("content"), list)
-                           and all(isinstance(b, dict) for b in m["content"]) for m in part):
+                           and all(well_shaped(b) for b in m["content"]) for m in part):
         return False
     if part[0].get("role") != "assistant" or part[-1].get("role") != "user":
         return False
