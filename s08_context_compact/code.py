@@ -385,7 +385,7 @@ def pre_compact_focus(agent, messages: list, focus: str = "") -> str:
 
 
 def with_summary(agent, messages: list, kind: str, written: tuple, tail: list,
-                 restored: list) -> list:
+                 restored: list, pending: tuple = ()) -> list:
     """The history replaced by the summary, what comes back, the request, then the tail."""
     summary, source = written
     # PostCompact hooks check the summary (the ledger does); what they find is kept with it
@@ -395,7 +395,8 @@ def with_summary(agent, messages: list, kind: str, written: tuple, tail: list,
     footer = {"type": "compaction", "summary_by": source, "summary": summary, **found}
     # the whole history saved, then the summary, what comes back and the request (summary.py)
     result = replace_with_summary(messages, kind, summary, tail, restored, store=agent.store,
-                                  preview_chars=agent.settings.preview_chars, footer=footer)
+                                  preview_chars=agent.settings.preview_chars, footer=footer,
+                                  pending=pending)  # what a snip cut after a summary ahead
     if result is messages:
         agent.say(f"[{kind}] the summary came out no smaller than the history; the history is "
                   f"kept (transcript saved to {agent.store.written[-1]})")
@@ -415,7 +416,7 @@ def swap_in(agent, messages: list, tail: list, kind: str, ahead) -> list:
     whole = snipped_back(ahead.snapshot, agent.store.read_back)  # for a try after "too long"
     summary, source = make_summary(agent, whole, *ahead.about, ahead.asked)
     summary = "\n\n".join([summary, *ahead.notes])
-    return with_summary(agent, messages, kind, (summary, source), tail, restored)
+    return with_summary(agent, messages, kind, (summary, source), tail, restored, ahead.pending)
 
 
 def summarize_into(agent, messages: list, tail: list, *, kind: str = "compact", focus: str = "",
@@ -637,8 +638,7 @@ def agent_loop(agent, messages: list) -> str | None:
 
 
 # ---- one user turn -------------------------------------------------------------------------------
-# What command_line/user_turns.py's take_line hands a prompt to. That module holds what a turn
-# needs around the lesson too: a prompt too long to send, an API error that ends the turn.
+# What command_line/user_turns.py's take_line hands a prompt to (what a turn needs around it).
 
 def take_turn(agent, messages: list, prompt: str) -> bool:
     """One user turn: the hooks see the prompt, it joins the history, and the loop runs

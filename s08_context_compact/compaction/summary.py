@@ -16,9 +16,10 @@ from ..basics import inside_workspace, redact, Redactor
 from .previews import preview_results
 from ..endpoint import SummaryError
 from ..messages import (CHARS_PER_TOKEN, COMPACT_MARKER, OWN, REACTIVE_MARKER, RESTORED_MARKER,
-                        blocks_of, current_request, cut_long_texts, estimate_text_tokens,
-                        estimate_tokens, head_within, last_reply_text, message_groups,
-                        newest_within, own_text, replace_result, result_text, user_words)
+                        SNIP_MARKER, blocks_of, current_request, cut_long_texts,
+                        estimate_text_tokens, estimate_tokens, head_within, last_reply_text,
+                        message_groups, newest_within, own_text, replace_result, result_text,
+                        user_words)
 from .ledger import short_hash
 
 # after compaction, re-read at most this many of the files read most recently
@@ -314,7 +315,8 @@ def what_comes_back(messages: list, restorable: Restorable, s, fixed: int, shown
 
 
 def replace_with_summary(messages: list, kind: str, summary: str, tail: list, restored: list, *,
-                         store, preview_chars: int, footer: dict | None = None) -> list:
+                         store, preview_chars: int, footer: dict | None = None,
+                         pending: tuple = ()) -> list:
     """Save the whole history (the footer last), then one user message with the summary,
     the restored context and, last, the request being worked on; then the tail, its big
     results saved and previewed (previews.py)."""
@@ -323,6 +325,10 @@ def replace_with_summary(messages: list, kind: str, summary: str, tail: list, re
     header = (f"{marker}: the earlier conversation was summarized to free context. "
               f"The full transcript is saved at {path}.]\n\n{summary}")
     content = [own_text(kind, header)] + [own_text("restored", t) for t in restored]
+    if pending:  # cut after what this summary was written from: the next one reads it back
+        content.insert(1, own_text("snip", f"{SNIP_MARKER} after this summary's snapshot: "
+                                   f"saved in {', '.join(pending)}.]", snipped=0,
+                                   pending=list(pending)))
     first = {"role": "user", "content": content}
     tail = [preview_results(m, preview_chars, store) if m["role"] == "user" else m for m in tail]
     request = current_request(messages)

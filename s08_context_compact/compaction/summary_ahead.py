@@ -76,6 +76,7 @@ class Ready:
     suffix: list            # the history after the snapshot, kept verbatim
     notes: tuple = ()       # what a snip cut after the snapshot: its note, the request it put back
     room: int | None = None  # tokens the suffix may take for the next summary to be ready in time
+    pending: tuple = ()      # transcripts of what that snip cut, for the next summary to read back
 
 
 @dataclass(eq=False)  # a job is itself, not its fields
@@ -330,18 +331,22 @@ class SummaryAhead:
                 else "nothing came after them")
         self.say(f"[summary ahead] swapped in: it covers the first {start} messages (written in "
                  f"{job.seconds:.1f}s); {kept}; the work waited {waited:.1f}s", "layer")
-        notes = ()
+        notes, pending = (), ()
         if snip_note:  # what the snip cut after the snapshot: where it went, what it did
             # and the request it put back, unless that is still the request being worked on,
             # which comes back last anyway
             newer = any(is_request_block(b) for m in suffix if m["role"] == "user"
                         for b in blocks_of(m))
             carried = put_back if newer or messages[-1]["role"] == "assistant" else []
-            notes = (snip_note, *carried)
+            notes = (snip_note["text"], *carried)
+            # the parts it cut that the snapshot's summary did not read back: the next one will
+            known = {p for m in job.snapshot for b in blocks_of(m) if b.get(OWN) == "snip"
+                     for p in b.get("pending", [])}
+            pending = tuple(p for p in snip_note.get("pending", []) if p not in known)
         said = job.asked.answer.message["content"] if job.asked.answer else []
         chars = sum(len(b.get("text", "")) for b in said) + sum(map(len, notes))
         room = self.room_to_keep(settings, overhead, chars)
-        return Ready(job.asked, job.snapshot, job.about, suffix, notes, room)
+        return Ready(job.asked, job.snapshot, job.about, suffix, notes, room, pending)
 
     def suffix_start(self, job: Job, messages: list) -> tuple:
         """(where the messages after the snapshot begin, or None; the note of a snip that cut
@@ -444,7 +449,7 @@ def snip_count(messages: list) -> int:
 
 
 def newer_snip(messages: list, snipped: int) -> tuple:
-    """(where the messages a snip newer than the snapshot kept begin, its note, the request
+    """(where the messages a snip newer than the snapshot kept begin, its note block, the request
     it put back after the note), or (None, None, None).
 
     A snip cuts one run of messages and leaves its note in the message before the run, and
@@ -457,7 +462,7 @@ def newer_snip(messages: list, snipped: int) -> tuple:
                  if b.get(OWN) == "snip" and b.get("snipped", 0) > snipped]
         if notes and i + 1 < len(messages) and messages[i + 1]["role"] == "assistant":
             put_back = [b["text"] for b in blocks[notes[-1] + 1:] if is_request_block(b)]
-            return i + 1, blocks[notes[-1]]["text"], put_back
+            return i + 1, blocks[notes[-1]], put_back
     return None, None, None
 
 
