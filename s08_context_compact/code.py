@@ -45,14 +45,14 @@ from s08_context_compact.basics import (
 from s08_context_compact.messages import (
     append_message, blocks_of, current_request, estimate_text_tokens, estimate_tokens,
     group_starts, is_tool_result_message, newest_groups, OWN, paths_read, replace_history,
-    result_text, snipped_back, todo_problem, tool_names, with_snip_note)
+    result_text, todo_problem, tool_names, with_snip_note)
 from s08_context_compact.endpoint import (
     api_failures, ContextOverflow, count_tokens, make_reply_sendable, marked_request,
     model_reply, summary_reply, SummaryError)
 from s08_context_compact.compaction import (
-    fallback_summary, fit_in_pieces, nothing_to_summarize, pointed_to, previewed, render_todos,
-    replace_with_summary, smaller_budget, summary_instructions, summary_problem,
-    what_comes_back)
+    cleared_to_fit, fallback_summary, fit_in_pieces, nothing_to_summarize, pointed_to,
+    previewed, render_todos, replace_with_summary, smaller_budget, summary_instructions,
+    summary_problem, what_comes_back)
 from s08_context_compact.safety import (
     command_risks, run_command)
 from s08_context_compact.command_line import (
@@ -82,13 +82,11 @@ READ_DEFAULT_LINES = 2_000
 
 
 # ---- the agent, and what its loop learns ---------------------------------------------------------
-# The layers take the history and their inputs; every other function takes the Agent
-# (command_line/agent.py) and reads a few fields: `settings` (every size in tokens), `overhead`
-# (system prompt and tools, sent with every request), `store` (where a layer saves what it
-# removes), `endpoint` and `connection` (for model calls), `say` and `ahead` (a summary ahead).
-# Its `state` is what one loop learns: the token counter, the todos, the skills loaded, when the
-# last reply came; a subagent starts with a new one. The history is plain dicts in the API's
-# wire format (messages/history.py reads and changes it).
+# Layers take the history (plain dicts in the API's wire format); every other function takes
+# the Agent (command_line/agent.py) and reads: `settings` (every size in tokens), `overhead`
+# (system prompt and tools), `store` (where layers save), `connection` (for model calls), `say`,
+# `ahead`, and `state`, what one loop learns (token counter, todos, skills, the last reply's
+# time; a subagent starts anew).
 
 def fire_hooks(agent, event: str, **payload) -> list:
     """Run every hook for an event; return what they returned (None dropped). Part 2 holds
@@ -155,20 +153,26 @@ def summary_request(agent, sent: list, instruction: str) -> tuple:
     return request, agent.overhead + estimate_tokens(sent)
 
 
-def summarize_piece(agent, instruction: str, limit: int, sent: list) -> str:
-    """One piece's summary, for fit_in_pieces (compaction/summary.py). Raises SummaryError."""
-    answer = summary_reply(agent.connection, *summary_request(agent, sent, instruction))
-    count_call(agent, answer, "writing the summary, a piece at a time")
-    if summary_problem(answer.summary, limit):
-        raise SummaryError(f"a piece's summary: {summary_problem(answer.summary, limit)}")
-    return answer.summary
+def in_pieces(agent, messages: list, budget: int, instruction: str, limit: int) -> list:
+    """What a summary request carries when the messages do not fit one: each piece that
+    compaction/summary.py's fit_in_pieces hands out summarized, its summary handed back."""
+    pieces = fit_in_pieces(messages, budget, budget - agent.settings.summary_max_tokens)
+    try:
+        sent = next(pieces)
+        while True:
+            answer = summary_reply(agent.connection, *summary_request(agent, sent, instruction))
+            count_call(agent, answer, "writing the summary, a piece at a time")
+            if summary_problem(answer.summary, limit):
+                raise SummaryError(f"a piece's summary: {summary_problem(answer.summary, limit)}")
+            sent = pieces.send(answer.summary)
+    except StopIteration as done:  # what the last request carries
+        return done.value
 
 
 # ---- the prompt cache: why the cheap layers wait ------------------------------------------------
-# Every request sends the whole history again; the endpoint caches its prefix, and reading a
-# cached prefix costs a tenth of sending it. A layer that changes a message rewrites the cache
-# from there on, so the cheap layers wait for a trigger, and cut enough at once to be worth it
-# (endpoint/prompt_cache.py places the marks). Once the cache has expired, a rewrite is free.
+# Every request sends the whole history again; reading its cached prefix costs a tenth of
+# sending it. A layer that changes a message rewrites the cache from there on, so the cheap
+# layers wait for a trigger and cut a lot at once. Once the cache has expired, that is free.
 
 def cache_is_cold(agent) -> bool:
     """Whether the last reply came so long ago that the endpoint's prompt cache has expired."""
@@ -178,10 +182,9 @@ def cache_is_cold(agent) -> bool:
 
 
 # ---- when the endpoint says the prompt did not fit -----------------------------------------------
-# Endpoints word it in many ways, and some answer 200 with stop_reason
-# "model_context_window_exceeded"; endpoint/overflow.py's table decides them all, and
-# model_reply raises ContextOverflow. Whoever called learns from it first (the loop, before
-# reactive_compact; the summary, before it tries with less): the window may be smaller.
+# Endpoints word it in many ways (some in a 200's stop_reason); endpoint/overflow.py's table reads
+# them all, and model_reply raises ContextOverflow. Whoever called learns from it first (the
+# loop, the summary): the window may be smaller.
 
 def adopt_overflow(agent, err: ContextOverflow) -> bool:
     """Learn from an overflow what the endpoint's window really is, and size every threshold
@@ -303,8 +306,8 @@ def apply_layer(agent, layer, messages: list, /, **settings) -> list:
 
 
 # ---- the summary: the model's, or one built without it -------------------------------------------
-# One model call, guarded at both ends; a breaker after repeated failures; and a summary built
-# without the model (compaction/summary.py), so compaction succeeds in every case.
+# A model call or a few; a breaker after repeated failures; else a summary built without the
+# model (compaction/summary.py): compaction succeeds in every case.
 
 def summarize_with_model(agent, messages: list, focus: str, limit_tokens: int,
                          asked=None) -> str:
@@ -315,9 +318,8 @@ def summarize_with_model(agent, messages: list, focus: str, limit_tokens: int,
     for _ in range(SUMMARY_ATTEMPTS):
         first, asked = asked, None
         try:
-            piece = partial(summarize_piece, agent, instruction, limit_tokens)
-            sent = messages if fits or first else fit_in_pieces(
-                messages, budget, budget - agent.settings.summary_max_tokens, piece)
+            sent = messages if fits or first else in_pieces(agent, messages, budget, instruction,
+                                                            limit_tokens)
             answer = first.reply() if first else summary_reply(
                 agent.connection, *summary_request(agent, sent, instruction))
         except ContextOverflow as err:
@@ -413,7 +415,7 @@ def swap_in(agent, messages: list, tail: list, kind: str, ahead) -> list:
     tail = ahead.suffix or tail
     restored, _ = plan_restore(agent, messages, estimate_tokens(tail),
                                shown=paths_read(tail, agent.tools))
-    whole = snipped_back(ahead.snapshot, agent.store.read_back)  # for a try after "too long"
+    whole = agent.store.with_snipped(ahead.snapshot)  # for a try after "too long"
     summary, source = make_summary(agent, whole, *ahead.about, ahead.asked)
     summary = "\n\n".join([summary, *ahead.notes])
     return with_summary(agent, messages, kind, (summary, source), tail, restored, ahead.pending)
@@ -434,7 +436,7 @@ def summarize_into(agent, messages: list, tail: list, *, kind: str = "compact", 
         agent.say("[compact_history] nothing to compact: a summary would not make the context "
                   "smaller")
         return messages
-    whole = snipped_back(messages, agent.store.read_back)  # and what snip cut, read back
+    whole = agent.store.with_snipped(messages)  # and what snip cut, read back
     summary, source = make_summary(agent, whole, focus, limit)
     return with_summary(agent, messages, kind, (summary, source), tail, restored)
 
@@ -555,9 +557,9 @@ def summarize_ahead(agent, messages: list) -> None:
     shown = paths_read(messages[covered:], agent.tools)
     _, limit = plan_restore(agent, messages, kept_tokens, shown=shown)
     instruction = summary_instructions(focus, limit)
-    whole = snipped_back(snapshot, agent.store.read_back)  # and what snip cut, read back
+    whole = agent.store.with_snipped(snapshot)  # and what snip cut, read back
     fits, budget = summary_sent(agent, whole, instruction)
-    sent = whole if fits else fit_in_pieces(whole, budget)  # its oldest results cleared
+    sent = whole if fits else cleared_to_fit(whole, budget)  # its oldest results cleared
     if sent is None:
         return  # too big for one request even so: summarized in pieces at the threshold
     request, sent_tokens = summary_request(agent, sent, instruction)
@@ -567,8 +569,7 @@ def summarize_ahead(agent, messages: list) -> None:
 # ---- the agent loop ------------------------------------------------------------------------------
 
 def call_model(agent, messages: list) -> tuple:
-    """One model call: (assistant message, stop_reason). The main agent's text is shown as
-    it arrives. Raises ContextOverflow when the prompt did not fit."""
+    """(assistant message, stop_reason), the text shown as it comes; or ContextOverflow."""
     answer = model_reply(agent.connection, build_request(agent, messages),
                          context_tokens(agent, messages), show_text=not agent.label)
     count_call(agent, answer)  # what it cost: added up, and logged
@@ -580,8 +581,7 @@ def call_model(agent, messages: list) -> tuple:
 
 
 def agent_loop(agent, messages: list) -> str | None:
-    """One user turn: compact, call the model, run its tools (use_tools, part 2), repeat
-    until it stops calling tools."""
+    """One user turn: compact, call the model, run its tools (part 2), until it stops calling."""
     reactive_retries = 0
     for _ in range(agent.max_steps):
         # a subagent may have learned the window
@@ -641,9 +641,8 @@ def agent_loop(agent, messages: list) -> str | None:
 # What command_line/user_turns.py's take_line hands a prompt to (what a turn needs around it).
 
 def take_turn(agent, messages: list, prompt: str) -> bool:
-    """One user turn: the hooks see the prompt, it joins the history, and the loop runs
-    until the model answers; the Stop hooks see its end, however it came. False when an
-    API error ended it."""
+    """One user turn: the hooks see the prompt, it joins the history, the loop runs, the Stop
+    hooks see its end, however it came. False when an API error ended it."""
     prompt = redact(prompt, agent.secrets)  # before any hook: the ledger quotes prompts verbatim
     answers = fire_hooks(agent, "UserPromptSubmit", prompt=prompt)
     blocked = [answer["block"] for answer in answers if "block" in answer]

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ..basics import (PROMPTS_DIR, TOOL_RESULTS_DIR, TRANSCRIPT_DIR, holds_exactly, open_regular,
                       output_names, own_folder, redact, Redactor, well_formed)
-from ..messages import whole_groups
+from ..messages import snipped_back, whole_groups
 
 READ_BACK_BYTES = 64 * 1024 * 1024  # a snip's transcript read back for a summary, at most
 
@@ -91,6 +91,10 @@ class Store:
         part = [r for r in records if isinstance(r, dict) and "role" in r]
         # the last net before the request: it may have been changed since it was saved
         return self.secrets.redact_json(part) if whole_groups(part) else None
+
+    def with_snipped(self, messages: list) -> list:
+        """The history, and what its snips cut, read back (messages/history.py's snipped_back)."""
+        return snipped_back(messages, self.read_back)
 
     def where_saved(self, messages: list, kind: str) -> str:
         """Save a transcript; say where it went, or why it could not be saved."""

@@ -60,6 +60,13 @@ def summary_instructions(focus: str, limit_tokens: int) -> str:
     return SUMMARY_INSTRUCTIONS.replace("{extra}", extra)
 
 
+def cleared_to_fit(messages: list, budget: int) -> list | None:
+    """The messages with their oldest tool results cleared so that they fit in budget tokens
+    (every call stays), or None when that is not enough."""
+    cleared = results_cleared(messages, budget)
+    return cleared if estimate_tokens(cleared) <= budget else None
+
+
 def results_cleared(messages: list, max_tokens: int) -> list:
     """The messages with their oldest tool results cleared, oldest first, until they fit in
     max_tokens (or nothing is left to clear): every call stays in a summary request."""
@@ -78,31 +85,30 @@ def results_cleared(messages: list, max_tokens: int) -> list:
     return cleared
 
 
-def fit_in_pieces(messages: list, budget: int, room: int = 0, summarize=None) -> list | None:
+def fit_in_pieces(messages: list, budget: int, room: int = 0):
     """What a summary request carries when the messages do not fit one (budget tokens): first
     the oldest tool results cleared (every call stays in it); if that is not enough, the
     newest messages that fit in room, after a summary of the older ones written a piece at a
-    time by summarize(messages) -> text, each the summary so far and the next piece. None
-    when pieces are needed and there is no summarize."""
+    time. A generator: it yields each piece's request messages (the summary so far, then the
+    piece), is sent that piece's summary, and returns what the last request carries."""
+    cleared = cleared_to_fit(messages, budget)
+    if cleared is not None:
+        return cleared
     messages = results_cleared(messages, budget)
-    if estimate_tokens(messages) <= budget:
-        return messages
-    if summarize is None:
-        return None
     if room < MIN_PIECE_TOKENS:
         raise SummaryError("the window leaves too little room for a summary so far and a piece")
-    messages = read_back_in_pieces(messages, room, summarize)
+    messages = yield from read_back_in_pieces(messages, room)
     older, newest = split_for_summary(messages, room)
     earlier = ""
     for piece in summary_pieces(older, room):
-        earlier = summarize(after_summary(earlier, piece))
+        earlier = yield after_summary(earlier, piece)
     return after_summary(earlier, newest)
 
 
 MIN_PIECE_TOKENS = 500   # below this a piece holds too little to be worth a call
 
 
-def read_back_in_pieces(messages: list, room: int, summarize) -> list:
+def read_back_in_pieces(messages: list, room: int):
     """The messages with what snip cut, read back at their end (messages/history.py's
     snipped_back), summarized a part at a time when it is bigger than room: it is one block,
     which no split between messages could cut."""
@@ -111,11 +117,12 @@ def read_back_in_pieces(messages: list, room: int, summarize) -> list:
     found = [k for k, b in enumerate(blocks) if b.get(OWN) == "read_back"]
     if not found or estimate_text_tokens(blocks[found[0]]["text"]) <= room // 2:
         return messages
+        yield  # a generator, as fit_in_pieces is
     text, earlier = blocks[found[0]]["text"], ""
     step = max(room // 2 * CHARS_PER_TOKEN, 1)
     for start in range(0, len(text), step):
         chunk = {"role": "user", "content": [{"type": "text", "text": text[start:start + step]}]}
-        earlier = summarize(after_summary(earlier, [chunk]))
+        earlier = yield after_summary(earlier, [chunk])
     summarized = {**blocks[found[0]], "text": "[What snip cut from the middle of the "
                   f"conversation, read back and summarized a part at a time:]\n{earlier}"}
     return messages[:-1] + [{**last, "content": blocks[:found[0]] + [summarized]
