@@ -9,7 +9,6 @@ from .repeat_reads import RepeatReads, true_stubs
 from .summary_ahead import SummaryAhead
 from .settings import Settings
 from .store import Store
-from .summary import (after_summary, cleared_to_fit, fallback_summary, fit_in_pieces,
-                      nothing_to_summarize, render_todos, results_cleared, split_for_summary,
-                      summary_pieces, Restorable, replace_with_summary, smaller_budget,
+from .summary import (cleared_to_fit, fallback_summary, fit_in_pieces, nothing_to_summarize,
+                      render_todos, Restorable, replace_with_summary, smaller_budget,
                       summary_instructions, summary_problem, what_comes_back)
