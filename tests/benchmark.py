@@ -91,9 +91,10 @@ class Session:
 def lorem(rng, chars: int, chinese: bool = False) -> str:
     words = (["上下文", "压缩", "模型", "工具", "结果", "文件", "摘要", "缓存", "窗口", "会话"] if chinese else
              ["def", "return", "self", "value", "config", "parser", "token", "window", "cache", "result"])
-    out, size = [], 0
+    # rng.choice(words) is words[rng._randbelow(len(words))]: the same text, drawn at a third the cost
+    draw, out, size = rng._randbelow, [], 0
     while size < chars:
-        line = ("" if chinese else "    ") + (" " if not chinese else "").join(rng.choice(words) for _ in range(12))
+        line = ("" if chinese else "    ") + (" " if not chinese else "").join([words[draw(10)] for _ in range(12)])
         out.append(line)
         size += len(line) + 1
     return "\n".join(out)[:chars]
