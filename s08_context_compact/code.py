@@ -536,7 +536,8 @@ def compact_pipeline(agent, messages: list) -> list:
                                clear_at_least=0 if cold or outrun else s.clear_at_least)
     if over_threshold(agent, messages):
         messages = compact_now(agent, messages)
-    return messages
+    # what snip cut is summarized in the background; the summary joins the end when ready
+    return agent.snips.summarized(messages, s)  # (compaction/snip_summaries.py)
 
 
 # ---- compact before you must: a summary written ahead --------------------------------------------

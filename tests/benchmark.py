@@ -203,8 +203,8 @@ def idle_gap(rng) -> float:
 
 
 def play(code, session: Session, settings, workdir: Path, cheap_layers: bool = True, gaps: bool = False,
-         seed: int = 7) -> dict:
-    """Play a session with one configuration; return its figures."""
+         seed: int = 7, seen=None) -> dict:
+    """Play a session with one configuration; return its figures (seen(fake): what the server saw)."""
     time_now, rng = SimulatedClock(), random.Random(seed)
     if not cheap_layers:  # settings no session reaches: no result over the budget, no trigger passed
         settings = replace(settings, budget_chars=10**15, micro_trigger=10**15)
@@ -221,6 +221,8 @@ def play(code, session: Session, settings, workdir: Path, cheap_layers: bool = T
             fake.replies.clear()
             fake.reply(*[{"content": content} for content in replies])
             code.take_turn(agent, messages, prompt)
+        if seen:
+            seen(fake)
         return {**figures(agent, fake, settings, own_seconds_between_calls(fake.timeline)),
                 **log_figures(agent)}
 
@@ -263,11 +265,12 @@ def tool_use_ids(body: dict) -> set:
     return {b["id"] for b in blocks if b.get("type") == "tool_use"} | written
 
 
-def calls_in_view(fake) -> tuple:
+def calls_in_view(fake, being_written: bool = False) -> tuple:
     """(calls the model can still see at the last request, calls it made): a call is in view
     when its tool_use is in that request (verbatim or its result cleared), or in a request a
     summary in it was written from, or, the same way, in one a summary in that request was
-    written from, and so on."""
+    written from, and so on. being_written: or in a summary still being written at the last
+    request (one whose reply no main request carried: the summary of a snip at the last step)."""
     made = set().union(*(tool_use_ids(body) for body in fake.main_requests))
     held = {}  # a summary's tag -> the calls in view of the request it was written from
     for body in fake.summary_requests:
@@ -276,6 +279,9 @@ def calls_in_view(fake) -> tuple:
     last = fake.main_requests[-1]
     sent = json.dumps(last["messages"])
     view = tool_use_ids(last).union(*(ids for tag, ids in held.items() if tag in sent))
+    if being_written:
+        carried = json.dumps([body["messages"] for body in fake.main_requests])
+        view = view.union(*(ids for tag, ids in held.items() if tag not in carried))
     return len(view & made), len(made)
 
 
@@ -298,11 +304,12 @@ def figures(agent, fake, settings, own_seconds: list) -> dict:
             "compactions": {name: agent.stats.get(name, {}).get("runs", 0) for name in code_layers()},
             "prompt-too-long errors": len(too_long),
             "own ms per call median": statistics.median(times), "own ms per call max": max(times),
-            "calls in view": calls_share(fake)}
+            "calls in view": calls_share(fake),
+            "… or being summarized": calls_share(fake, being_written=True)}
 
 
-def calls_share(fake) -> float:
-    seen, made = calls_in_view(fake)
+def calls_share(fake, being_written: bool = False) -> float:
+    seen, made = calls_in_view(fake, being_written)
     return seen / max(made, 1)
 
 
@@ -522,7 +529,7 @@ def show(results: dict, session: Session, scaling: dict, window: int, targets: b
             ("billed input tokens", "{:,.0f}"), ("billed / raw", "{:.1%}"), ("cache-read share", "{:.1%}"),
             ("peak context", "{:,}"), ("prompt-too-long errors", "{:,}"),
             ("own ms per call median", "{:.3f}"), ("own ms per call max", "{:.3f}"), ("calls in view", "{:.1%}"),
-            ("transcripts ÷ content", "{:.2f}")]
+            ("… or being summarized", "{:.1%}"), ("transcripts ÷ content", "{:.2f}")]
     print(f"{'':<26}" + "".join(f"{name:>20}" for name in names))
     for key, fmt in rows:
         print(f"{key:<26}" + "".join(f"{fmt.format(results[n][key]):>20}" for n in names))
@@ -715,8 +722,10 @@ def main(argv=None) -> int:
     session = replayed_session(args.replay, code) if args.replay else scripted_session(args.seed, args.turns)
     # Summaries written ahead run in a thread on real time, which this simulated clock does not
     # govern: they are measured on their own (--ahead), and these figures are the layers' alone.
+    # The summary of what snip cut joins at the pass after the snip, as it does when it is
+    # written faster than a step (the fake answers at once): each run the same.
     base = replace(Settings.for_window("claude-benchmark", window), cache_ttl=args.cache_ttl,
-                   summary_ahead=None)
+                   summary_ahead=None, snip_summary_waits=True)
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
         for name, changes in CONFIGS.items():

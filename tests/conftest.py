@@ -289,6 +289,12 @@ def assert_requests_valid(fake):
         assert all(a != b for a, b in zip(roles, roles[1:])), roles
 
 
+def of_what_snip_cut(body: dict) -> bool:
+    """A summary request of a part snip cut, written out (compaction/snip_summaries.py), not of
+    the history."""
+    return "messages snip cut, written out:]" in json.dumps(body["messages"][-1])
+
+
 def plain(value):
     """A request (or part of one) with the cache_control marks removed, for comparisons."""
     if isinstance(value, dict):

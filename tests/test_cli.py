@@ -167,10 +167,12 @@ def test_every_layer_fires_in_one_session_at_a_small_window(s08, workspace):
         for line in transcript.read_text().splitlines():
             record = json.loads(line)
             assert record.get("role") in ("user", "assistant") or record["type"] == "compaction"
-    # Every request carries the prompt being worked on, verbatim, as its newest user text;
-    # the prompts come in the order typed, and each one is worked on.
+    # Every request carries the prompt being worked on, verbatim, as its newest user text
+    # (the program's notes after it say they are none: "[Program note: ..."); the prompts come
+    # in the order typed, and each one is worked on.
     typed = [p for p in prompts if not p.startswith("/")]
-    current = [current_request(plain(body["messages"]))["text"] for body in fake.main_requests]
+    current = [current_request([{**m, "content": [b for b in blocks(m) if not b.get("text", "").startswith("[Program note")]}
+                                for m in plain(body["messages"])])["text"] for body in fake.main_requests]
     assert all(text in typed for text in current), [t[:60] for t in current if t not in typed]
     order = [typed.index(text) for text in current]
     assert order == sorted(order) and set(order) == set(range(len(typed))), order

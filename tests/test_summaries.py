@@ -4,7 +4,7 @@ import json
 from dataclasses import replace
 import re
 
-from conftest import assert_requests_valid, assert_valid, blocks, chat, plain, user
+from conftest import assert_requests_valid, assert_valid, blocks, chat, of_what_snip_cut, plain, user
 from s08_context_compact.offline.fake_anthropic import FakeAnthropic, held, text, tool_use, tool_uses
 from s08_context_compact.command_line.user_turns import add_user_text  # noqa: E402
 from s08_context_compact.command_line import handle_command, open_session
@@ -256,16 +256,30 @@ def test_the_ledger_checks_list_is_cut_between_names_and_says_how_many_more():
     assert listed("a.txt; b.txt", 100) == "a.txt; b.txt"
 
 
-def test_what_snip_cut_reaches_the_next_summary_and_every_call_stays_in_view(s08, tmp_path):
-    """A session played against the fake at 30k: snip cuts the middle, then a summary comes.
-    From the requests the server saw: every call the model made is in the last request, or in
-    a summary request (read back from the snip's transcript) whose summary that request holds."""
+def test_what_snip_cut_is_summarized_in_the_background_and_every_call_stays_in_view(s08, tmp_path):
+    """A session played against the fake at 30k: snip cuts the middle, and what it cut is
+    summarized in a request of its own. From the requests the server saw: every call the model
+    made is in the last request, or in a summary request (the part written out from the snip's
+    transcript) whose summary that request holds; and the summary joined the end of the context
+    without changing a message before it, so the prompt cache holds."""
     import benchmark
     session = benchmark.scripted_session(7, 16)
-    settings = replace(Settings.for_window("claude-benchmark", 30_000), summary_ahead=None)
-    played = benchmark.play(s08, session, settings, tmp_path)
-    assert played["compactions"]["snip_compact"] >= 1 and played["compactions"]["compact_history"] >= 1
+    settings = replace(Settings.for_window("claude-benchmark", 30_000), summary_ahead=None,
+                       snip_summary_waits=True)
+    fake_seen = []
+    played = benchmark.play(s08, session, settings, tmp_path, seen=fake_seen.append)
+    fake = fake_seen[0]
+    snips = played["compactions"]["snip_compact"]
+    of_parts = [r for r in fake.summary_requests if of_what_snip_cut(r)]
+    assert snips >= 2 and len(of_parts) == snips, (snips, len(of_parts))
+    assert all(not r.get("tools") for r in of_parts), "a request of its own"
     assert played["calls in view"] == 1.0
+    mains = [plain(r["messages"]) for r in fake.main_requests]
+    joined = [k for k, sent in enumerate(mains) if "what snip cut earlier" in json.dumps(sent[-1])
+              and "what snip cut earlier" not in json.dumps(mains[k - 1])]
+    assert len(joined) >= 2
+    for k in joined:
+        assert mains[k][:len(mains[k - 1])] == mains[k - 1], "every message before it as it was"
 
 
 def test_context_says_what_snip_cut_waits_for_the_next_summary_and_the_summary_reads_it_back(s08, fake, make_agent):
@@ -275,14 +289,14 @@ def test_context_says_what_snip_cut_waits_for_the_next_summary_and_the_summary_r
     messages[:] = s08.apply_layer(agent, s08.snip_compact, messages, keep_head=3, keep_tail=10, at_least=20,
                                   store=agent.store, tools=agent.tools)
     handle_command(agent, messages, "/context", s08.LESSON)
-    assert "Waiting for the next summary: 48 messages snipped, in 1 transcript it reads back" in agent.out.text
+    assert "What snip cut, waiting to be summarized: 1 transcript" in agent.out.text
     fake.summary(text("<summary>Thirty notes read.</summary>"))
     messages[:] = s08.compact_now(agent, messages)
     sent = json.dumps(fake.summary_requests[-1]["messages"])
     assert "(call r1)" in sent and "note 1 yyy" in sent, "the snipped calls, read back for the summary"
     before = len(agent.out)
     handle_command(agent, messages, "/context", s08.LESSON)
-    assert "Waiting for the next summary" not in "".join(agent.out[before:])
+    assert "waiting to be summarized" not in "".join(agent.out[before:])
 
 
 def calls_seen(body):

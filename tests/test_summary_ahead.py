@@ -13,7 +13,7 @@ from dataclasses import replace
 import pytest
 
 import cli_runner
-from conftest import Printed, Terminal, assert_valid, cli_env, context_breakdown, run_cli, wait_until
+from conftest import Printed, Terminal, assert_valid, cli_env, context_breakdown, of_what_snip_cut, run_cli, wait_until
 from s08_context_compact.offline.fake_anthropic import count_tokens, error, held, server_error, text, tool_use
 from s08_context_compact.command_line import open_session, take_line
 
@@ -76,7 +76,8 @@ def summaries_before(fake, request: dict) -> int:
     """Summary requests the server saw before this request, of the history before the swap (the
     next summary may start right after the swap, of the swapped history, before this request)."""
     return sum(1 for r in fake.requests[:fake.requests.index(request)]
-               if r in fake.summary_requests and SUMMARY not in json.dumps(r["messages"][0]))
+               if r in fake.summary_requests and SUMMARY not in json.dumps(r["messages"][0])
+               and not of_what_snip_cut(r))
 
 
 class Watching(Printed):

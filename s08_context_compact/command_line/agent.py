@@ -18,7 +18,7 @@ from ..basics import definitions, Redactor, say_on, Screen
 from ..messages import estimate_text_tokens, TokenCounter
 from ..endpoint import Connection, Endpoint, send_request
 from ..compaction import (ForTheLedger, Ledger, ledger_hooks, RepeatReads, Restorable, Settings,
-                          Store, SummaryAhead)
+                          SnipSummaries, Store, SummaryAhead)
 from ..safety import ForUndo, Sandbox, Undo, undo_hooks
 from ..session import SessionLog
 
@@ -75,6 +75,7 @@ class Agent:
     state: LoopState = field(default_factory=LoopState)
     clock: Callable[[], float] = time.monotonic       # what the cache's life is measured on
     ahead: SummaryAhead = field(init=False)           # code.py's "Compact before you must"
+    snips: SnipSummaries = field(init=False)          # what snip cut, summarized in the background
 
     def __post_init__(self):
         self.secrets = Redactor.of(self.secrets)  # a list of the values will do
@@ -83,6 +84,8 @@ class Agent:
         # made once, from values: the main agent's asks the model through its own connection
         writes_ahead = not self.label and self.client is not None
         self.ahead = SummaryAhead(send_request, self.connection) if writes_ahead else SummaryAhead()
+        self.snips = (SnipSummaries(send_request, self.connection, self.store) if writes_ahead
+                      else SnipSummaries())
 
     @cached_property
     def screen(self) -> Screen:

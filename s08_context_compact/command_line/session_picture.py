@@ -272,17 +272,42 @@ def compaction_footer(path: str) -> dict:
     return footer if isinstance(footer, dict) and footer.get("type") == "compaction" else {}
 
 
+SNIP_SUMMARY_CALL = "summarizing what snip cut"  # compaction/snip_summaries.py's label
+
+
+def snip_fates(session: Session) -> dict:
+    """For each snip run (its place in session.layers): when what it cut was summarized, in
+    the background (a call after it) or with the whole history (a summary layer after it), or
+    that it still waits at the end of the log."""
+    calls = [at for at, r in session.summaries
+             if str(r.get("what", "")).startswith(SNIP_SUMMARY_CALL)]
+    fates = {}
+    for k, (at, record) in enumerate(session.layers):
+        if record["layer"] != "snip_compact":
+            continue
+        joined = next((then for then in calls if then > at), None)
+        summary = next((then for then, r in session.layers[k + 1:]
+                        if r["layer"] in SUMMARY_LAYERS), None)
+        if joined is not None and (summary is None or joined <= summary):
+            fates[k] = f"summarized in the background, in view from call {joined + 1}"
+        elif summary is not None:
+            fates[k] = f"summarized with the whole history before call {summary + 1}"
+        else:
+            fates[k] = "waiting to be summarized when the log ends"
+    return fates
+
+
 def compaction_rows(session: Session, page: Path) -> str:
-    rows = []
+    rows, fates = [], snip_fates(session)
     summaries = sum(1 for _, r in session.layers[:MAX_ROWS] if r["layer"] in SUMMARY_LAYERS)
     shown = min(SUMMARY_CHARS, SUMMARIES_CHARS // max(summaries, 1))
-    for at, record in session.layers[:MAX_ROWS]:
+    for k, (at, record) in enumerate(session.layers[:MAX_ROWS]):
         name, saved = record["layer"], int(record.get("tokens_saved") or 0)
         places = [p for p in record.get("saved_to") or [] if isinstance(p, str)]
         cells = [f"before call {at + 1}",
                  f'<span style="color:{COLOURS[name]}">■</span> {escaped(name)}',
                  f"{saved:,}", "<br>".join(link(p, page) for p in places)]
-        details = ""
+        details = escaped(fates.get(k, ""))  # what snip cut: summarized, or waiting
         transcript = next((p for p in places if p.endswith(".jsonl")), None)
         if name in SUMMARY_LAYERS and transcript:
             footer = compaction_footer(str(Path(transcript) if Path(transcript).is_absolute()

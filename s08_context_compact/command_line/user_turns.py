@@ -159,6 +159,7 @@ def handle_command(agent, messages: list, line: str, lesson: Lesson) -> bool:
         replace_history(agent.log, messages, compacted, "/compact")
     elif command == "/clear":
         agent.ahead.drop("/clear")
+        agent.snips.drop()
         count_call(agent)  # what it cost, logged
         replace_history(agent.log, messages, [], "/clear")
         # a new conversation: nothing read, no todos, no facts

@@ -11,7 +11,7 @@ import difflib
 import json
 import re
 
-from ..messages import blocks_of, snips_waiting
+from ..messages import blocks_of
 from ..basics import (INSTRUCTIONS_TAG, TOOL_RESULTS_DIR, counted, format_tokens, one_line,
                       terminal_columns, Tool)
 
@@ -236,10 +236,8 @@ def context_breakdown(agent, messages: list, total: int, measure) -> str:
         took = f" in {record['seconds']:.1f}s" if record.get("seconds", 0) >= 0.05 else ""
         lines.append(f"  {name:<20}{record.get('runs', 0):>4}×  "
                      f"−{format_tokens(record.get('saved', 0))}{took}")
-    snipped, parts = snips_waiting(messages)
-    if parts:  # cut by snip, out of the model's view until then
-        lines.append(f"Waiting for the next summary: {counted(snipped, 'message')} snipped, "
-                     f"in {counted(parts, 'transcript')} it reads back")
+    if waiting := agent.snips.describe(messages):  # cut by snip, out of view until summarized
+        lines.append(waiting)
     return "\n".join(lines)
 
 

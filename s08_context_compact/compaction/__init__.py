@@ -6,6 +6,7 @@ What the rest of the program may use from this folder."""
 from .ledger import ForTheLedger, Ledger, ledger_hooks, short_hash
 from .previews import fewer_tokens, persisted_preview, pointed_to, preview_results, previewed
 from .repeat_reads import RepeatReads, true_stubs
+from .snip_summaries import SnipSummaries
 from .summary_ahead import SummaryAhead
 from .settings import Settings
 from .store import Store

@@ -149,6 +149,35 @@ def call_off_all() -> None:
         job.cancel()
 
 
+def ask_in_background(job: Job, ask: Callable, connection: Connection, request: dict,
+                      sent_tokens: int, label: str, name: str) -> None:
+    """ask(request) on a thread of its own (named `name`), over a connection of its own that job.cancel cuts:
+    job.asked holds what came of it (or, for a fault, job.heard says what), and job.done is
+    set when it is over. What it would say goes to job.heard, said by the loop later."""
+    screen = Screen(job.say, secrets=connection.screen.secrets)  # nothing on screen now
+
+    def work():
+        close = None
+        try:
+            own, close = own_connection(replace(connection, screen=screen), job.on_request)
+            job.asked = Asked(ask(own, request, sent_tokens, label=label))
+        except Cancelled:
+            pass
+        except (ContextOverflow, *api_failures()) as err:  # the loop decides what it means
+            job.asked = Asked(error=err)
+        except Exception as err:  # a fault in the worker must not pass in silence
+            job.heard.append(f"[{name.replace('-', ' ')}] failed: {type(err).__name__}: {err}")
+        finally:
+            job.seconds = time.monotonic() - job.started
+            if close:
+                close()
+            job.done.set()
+
+    job.thread = threading.Thread(target=work, name=name, daemon=True)
+    RUNNING.add(job)
+    job.thread.start()  # before anything Ctrl-C could interrupt: a job set is a job running
+
+
 class SummaryAhead:
     """At most one summary in the background, and what the session measured of them. Off
     (`ask` None) for a loop that compacts as before: a subagent, a session without a client."""
@@ -268,29 +297,8 @@ class SummaryAhead:
         snapshot = messages[:covered]
         tokens = self.passes[-1][1] if self.passes else 0
         job = Job(snapshot, tokens, snip_count(snapshot), about, time.monotonic())
-        screen = Screen(job.say, secrets=self.screen.secrets)  # nothing on screen: said later
-
-        def work():
-            close = None
-            try:
-                connection, close = own_connection(replace(self.connection, screen=screen),
-                                                   job.on_request)
-                job.asked = Asked(self.ask(connection, request, sent_tokens, label=LABEL))
-            except Cancelled:
-                pass
-            except (ContextOverflow, *api_failures()) as err:  # the loop decides what it means
-                job.asked = Asked(error=err)
-            except Exception as err:  # a fault in the worker must not pass in silence
-                job.heard.append(f"[summary ahead] failed: {type(err).__name__}: {err}")
-            finally:
-                job.seconds = time.monotonic() - job.started
-                if close:
-                    close()
-                job.done.set()
-
-        job.thread = threading.Thread(target=work, name="summary-ahead", daemon=True)
-        RUNNING.add(job)
-        job.thread.start()  # before anything Ctrl-C could interrupt: a job set is a job running
+        ask_in_background(job, self.ask, self.connection, request, sent_tokens, LABEL,
+                          "summary-ahead")
         self.job, self.made = job, self.made + 1
         self.say(f"[summary ahead] writing a summary of {len(snapshot)} messages in the "
                  f"background ({job.tokens:,} tokens in context); the work goes on", "layer")
@@ -475,9 +483,10 @@ def min_share(values: list, share: float) -> float:
 def same_message(current: dict, then: dict) -> bool:
     """A copy of `then` that a layer only shortened: the same role and the same blocks, of
     which only a result's body (cleared) may differ. Words merged into it since (after a
-    failed turn), or put in place of others, make it another message."""
+    failed turn), or put in place of others, make it another message; a summary of what snip
+    cut, joined at its end since, does not."""
     def shape(message):
         return [(b.get("type"), b.get("tool_use_id") or b.get("id"),
                  None if b.get("type") == "tool_result" else json.dumps(b, sort_keys=True))
-                for b in blocks_of(message)]
+                for b in blocks_of(message) if b.get(OWN) != "snip_summary"]
     return current["role"] == then["role"] and shape(current) == shape(then)

@@ -20,7 +20,7 @@ OWN = "_s08"  # on a block the program wrote: its kind ("snip", "placeholder", .
 # The fields the program puts on the blocks it wrote, with their types;
 # stripped before sending.
 PROGRAM_FIELDS = {OWN: str, "snipped": int, "saved_at": str, "summary_by": str, "checks": list,
-                  "pending": list}
+                  "pending": list, "covers": list}
 # The texts the program's own blocks start with, for the model to read. A user may type any
 # of them: the program knows its own blocks by the OWN field, never by their text.
 COMPACT_MARKER = "[Compacted"
@@ -180,39 +180,66 @@ def with_snip_note(head_last: dict, removed: list, path, tools: dict, request: s
 READ_BACK_CHARS = 500   # a tool result or an input's text read back for a summary: its head
 
 
+def snips_pending(messages: list) -> list:
+    """The transcripts of what the snips cut, oldest first, as their notes list them."""
+    return list(dict.fromkeys(path for m in messages for b in blocks_of(m)
+                              if b.get(OWN) == "snip" and isinstance(b.get("pending"), list)
+                              for path in b["pending"] if isinstance(path, str)))
+
+
+def snips_covered(messages: list) -> set:
+    """The transcripts a summary of what snip cut, in these messages, was written from."""
+    return {path for m in messages for b in blocks_of(m) if b.get(OWN) == "snip_summary"
+            and isinstance(b.get("covers"), list) for path in b["covers"]}
+
+
+def waiting_parts(messages: list, read_back, skip=frozenset()) -> list:
+    """(transcript, its messages read back by read_back(path), or None) of each part a snip cut
+    that no summary in view covers, oldest first. A snip's summary is in view in the history,
+    or in a later part read back (a later snip cut the message that held it)."""
+    skip = set(skip) | snips_covered(messages)
+    parts = [(path, read_back(path)) for path in snips_pending(messages) if path not in skip]
+    covered = snips_covered([m for _, part in parts for m in part or []])
+    return [(path, part) for path, part in parts if path not in covered and part]
+
+
 def snipped_back(messages: list, read_back) -> list:
     """The history with what each snip cut, read back from its transcript by read_back(path)
     (the messages, or None), written out after its last message: every call (its id, tool and
     input) and every word, each long text cut to its head (the whole stays on disk). Written
     at the end, as text, a summary request still reads the conversation's cached prefix. What
-    cannot be read back stays cut; its note still says where it went."""
-    parts = [m for message in messages for block in blocks_of(message)
-             if block.get(OWN) == "snip" and isinstance(block.get("pending"), list)
-             for path in block["pending"] for m in read_back(path) or []]
+    a summary in view already covers is not read back; what cannot be read back stays cut (its
+    note still says where it went)."""
+    parts = [m for _, part in waiting_parts(messages, read_back) for m in part]
     if not parts:
         return messages
     text = ("[What snip cut from the middle of the conversation, read back from its "
-            "transcripts; it came before the messages after the snip note:]\n"
-            + "\n".join(line for m in parts for b in blocks_of(m) for line in [written_out(b)]
-                        if line))
+            "transcripts; it came before the messages after the snip note:]\n" + written_text(parts))
     block = {"type": "text", "text": text, OWN: "read_back"}  # not the user's words
     if messages and messages[-1]["role"] == "user":
         return messages[:-1] + [with_text(messages[-1], block)]
     return messages + [{"role": "user", "content": [block]}]
 
 
-def snips_waiting(messages: list) -> tuple:
-    """(messages snipped that the next summary will read back, the transcripts they are in)."""
-    notes = [b for m in messages for b in blocks_of(m)
-             if b.get(OWN) == "snip" and isinstance(b.get("pending"), list)]
-    return sum(int(b.get("snipped") or 0) for b in notes), sum(len(b["pending"]) for b in notes)
+def written_text(part: list, head_chars: int | None = None) -> str:
+    """Messages read back, a line a block (written_out)."""
+    return "\n".join(line for m in part for b in blocks_of(m)
+                     for line in [written_out(b, head_chars or READ_BACK_CHARS)] if line)
 
 
-def written_out(block: dict) -> str:
-    """One block of a message, as a line of text: a call with its id, a result, words."""
+def snips_waiting(messages: list) -> int:
+    """How many transcripts of what snip cut wait for a summary: none in view covers them."""
+    return len(set(snips_pending(messages)) - snips_covered(messages))
+
+
+def written_out(block: dict, head_chars: int = READ_BACK_CHARS) -> str:
+    """One block of a message, as a line of text: a call with its id, a result, words. A
+    summary of what an earlier snip cut is written whole: it stands for its part."""
     def head(text) -> str:
         text = str(text)
-        return text if len(text) <= READ_BACK_CHARS else text[:READ_BACK_CHARS] + " [... cut]"
+        return text if len(text) <= head_chars else text[:head_chars] + " [... cut]"
+    if block.get(OWN) == "snip_summary" and isinstance(block.get("text"), str):
+        return block["text"]
     if block.get("type") == "tool_use":
         return (f"- called {block.get('name')} (call {block.get('id')}): "
                 f"{head(json.dumps(block.get('input'), ensure_ascii=False))}")

@@ -209,10 +209,11 @@ def run(code, pause: bool) -> int:
         # the scripted server errors are answered at once:
         # waiting out a backoff would show nothing
         # the early mark held at 80% of the threshold,
-        # so the summary written ahead comes at the same step each run
+        # so the summary written ahead comes at the same step each run, and the summary of
+        # what snip cut joins at the step after the snip
         settings = replace(Settings.for_window("scripted-demo-model", WINDOW),
                            retry_base_seconds=0.05,
-                           summary_ahead=(0.8, 0.8))
+                           summary_ahead=(0.8, 0.8), snip_summary_waits=True)
         skills = discover_skills([Path(code.__file__).resolve().parent / "skills"])
         agent = Agent(client=client, settings=settings,
                            workdir=workspace, tools=code.TOOLS, skills=skills,

@@ -1,0 +1,197 @@
+"""What snip cut, summarized later. A snip is cheap when it cuts: no call, its part saved to a
+transcript first. Then that transcript is summarized in the background, in a request of its
+own (the part written out, with the summary of the part before it), and the summary joins
+the end of the context when it is ready: a text block after the last user message's other
+blocks, so every message before it, and the prompt cache that holds them, stays as it was.
+Until then the snip's note says where the part went, and a summary of the whole history
+reads the transcript back (messages/history.py's snipped_back). Forgetting costs more than
+the summary: an agent that no longer sees what it did reads the same files again, or undoes
+its own work.
+
+Machinery the chapter does not need, made once for an agent from values: the function that
+asks the model (`ask`, endpoint's send_request), the agent's Connection and its Store. The
+pipeline calls one verb after snip_compact:
+
+    snips.summarized(messages, settings)   the history with a summary that is ready joined at
+                                           its end; and, when a part waits with none being
+                                           written, its summary started in the background
+    snips.bills()                          what the summaries cost, handed over once
+    snips.describe(messages)               what /context shows
+
+The worker is summary_ahead.py's: one request on a thread of its own, cut when called off.
+"""
+
+import time
+from typing import Callable
+
+from ..basics import Screen, say_on
+from ..endpoint import Connection
+from ..messages import (NOTE_MARKER, OWN, blocks_of, estimate_text_tokens, own_text,
+                        snips_covered, snips_pending, waiting_parts, with_text, written_text)
+from .summary import summary_problem
+from .summary_ahead import RUNNING, Job, ask_in_background
+
+SUMMARY_SHARE = 0.01     # a part's summary: at most this share of the window,
+MIN_SUMMARY_TOKENS = 200  # and at least this, however small the window;
+PART_SHARE = 4           # and at most a quarter of the part it stands for
+ESTIMATE_MARGIN = 0.85   # the request sized by estimate: assume it may be 15% low
+HEADS = (300, 150, 60)   # characters of each long text written out: fewer when the part is big
+LABEL = "summarizing what snip cut"
+WAIT_SECONDS = 60.0      # the longest a pass waits for one, where settings say it waits
+INSTRUCTIONS = """\
+TEXT ONLY, NO TOOLS. Do not call any tool in this answer: this turn only writes a summary.
+
+The messages above were cut from the middle of a coding session to save room, and written
+out: each call with its id, tool and input, each result's head. The work goes on without
+them, from your summary. Write inside <summary></summary> what they did, in order: what
+the user asked, the files read, changed or created and what was found in them (names,
+functions, facts), the commands run and how they ended, errors met and how they were fixed,
+decisions taken, and what was left open. Keep the <summary> under {limit:,} tokens (about
+{words:,} words); leave out nothing the work still needs and nothing vague."""
+
+
+class SnipSummaries:
+    """At most one part's summary in the background. Off (`ask` None) for a loop whose snips
+    wait for its next summary: a subagent, a session without a client."""
+
+    def __init__(self, ask: Callable | None = None, connection: Connection | None = None,
+                 store=None):
+        self.ask, self.connection, self.store = ask, connection, store
+        self.screen = connection.screen if connection else Screen()
+        self.job = None
+        self.done = set()     # transcripts summarized, or whose summary failed: not asked again
+        self.unpaid = []      # (reply, label) of each summary, for the loop to add up
+        self.made = self.joined = 0
+
+    def say(self, text: str, style: str = "") -> None:
+        say_on(self.screen, text, style)
+
+    def summarized(self, messages: list, settings) -> list:
+        """The history with a summary that is ready joined at its end; then, if none is being
+        written and a part waits, its summary started."""
+        if self.job and settings.snip_summary_waits:
+            self.job.done.wait(WAIT_SECONDS)
+        messages = self.join(messages)
+        if self.ask and self.job is None and self.waiting(messages):
+            self.start(messages, settings)
+        return messages
+
+    def waiting(self, messages: list) -> list:
+        """The transcripts no summary covers or is being written from: read only when there
+        are some, so a pass with nothing new reads no file."""
+        skip = self.done | snips_covered(messages)
+        return [p for p in snips_pending(messages) if p not in skip]
+
+    def start(self, messages: list, settings) -> None:
+        """Write out the oldest parts that fit one request, and ask for their summary."""
+        parts = waiting_parts(messages, self.store.read_back, skip=self.done)
+        self.done |= set(self.waiting(messages)) - {path for path, _ in parts}  # unreadable
+        if not parts:
+            return
+        previous = next((b["text"] for m in reversed(messages) for b in reversed(blocks_of(m))
+                         if b.get(OWN) == "snip_summary"), "")
+        undercount = self.connection.endpoint.undercount
+        room = int((settings.window - settings.summary_max_tokens) / undercount * ESTIMATE_MARGIN)
+        room -= estimate_text_tokens(previous) + estimate_text_tokens(INSTRUCTIONS) + 50
+        paths, text = [], ""
+        for path, part in parts:  # whole parts, oldest first, as many as fit
+            written = fitted(part, room - estimate_text_tokens(text))
+            if written is None:
+                break
+            paths, text = paths + [path], "\n".join(filter(None, [text, written]))
+        if not paths:  # the first alone does not fit, however short its heads: cut to fit
+            paths, text = [parts[0][0]], cut_to(written_text(parts[0][1], HEADS[-1]),
+                                                room, parts[0][0])
+        counted = sum(len(part) for path, part in parts if path in paths)
+        limit = max(MIN_SUMMARY_TOKENS, min(int(settings.window * SUMMARY_SHARE),
+                                            estimate_text_tokens(text) // PART_SHARE))
+        content = ([{"type": "text", "text": "[The summary of the part cut before these, for "
+                     f"context:]\n{previous}"}] if previous else []) + [
+            {"type": "text", "text": f"[{counted} messages snip cut, written out:]\n{text}"},
+            {"type": "text", "text": INSTRUCTIONS.format(limit=limit, words=limit * 3 // 4)}]
+        request = {"model": settings.model, "max_tokens": settings.summary_max_tokens,
+                   "messages": [{"role": "user", "content": content}]}
+        job = Job([], 0, 0, (tuple(paths), counted, limit), time.monotonic())
+        ask_in_background(job, self.ask, self.connection, request,
+                          sum(estimate_text_tokens(b["text"]) for b in content), LABEL,
+                          "snip-summary")
+        self.job, self.made = job, self.made + 1
+        self.say(f"[snip_compact] {LABEL} ({counted} messages) in the background", "dim")
+
+    def join(self, messages: list) -> list:
+        """A finished summary, after the last user message's blocks (or set aside when what it
+        covers is no longer waiting: a summary of the whole history read it back)."""
+        job = self.job
+        if job is None or not job.done.is_set() or not messages \
+                or messages[-1]["role"] != "user":
+            return messages
+        self.job = None
+        RUNNING.discard(job)
+        for line in job.heard:
+            self.say(line, "dim")
+        paths, counted, limit = job.about
+        self.done |= set(paths)
+        answer = job.asked.answer if job.asked else None
+        if answer is not None:
+            self.unpaid.append((answer, LABEL))
+        summary = answer.summary if answer is not None else ""
+        problem = (str(job.asked.error) if job.asked and job.asked.error else
+                   summary_problem(summary, limit + limit // 2) if job.asked else "it failed")
+        if problem:
+            self.say(f"[snip_compact] the summary of what it cut failed ({problem}); the next "
+                     "summary of the history reads it back", "dim")
+            return messages
+        if not set(paths) & set(snips_pending(messages)):
+            return messages  # summarized with the whole history since: moot
+        block = own_text("snip_summary", f"{NOTE_MARKER}: what snip cut earlier ({counted} "
+                         f"messages, saved in {', '.join(paths)}), summarized; not a new "
+                         f"request]\n{summary}", covers=list(paths))
+        self.joined += 1
+        self.say(f"[snip_compact] what it cut ({counted} messages) is summarized: "
+                 f"{estimate_text_tokens(summary):,} tokens at the end of the context, written "
+                 f"in {job.seconds:.1f}s", "layer")
+        return messages[:-1] + [with_text(messages[-1], block)]
+
+    def drop(self) -> None:
+        """Call off the summary being written (/clear): what it covers is moot."""
+        job, self.job = self.job, None
+        if job is not None:
+            job.cancel()
+            RUNNING.discard(job)
+            if job.asked and job.asked.answer:  # finished: paid for all the same
+                self.unpaid.append((job.asked.answer, f"{LABEL} (called off)"))
+
+    def bills(self) -> list:
+        """What the summaries cost, each (reply, label), handed over once."""
+        unpaid, self.unpaid = self.unpaid, []
+        return unpaid
+
+    def describe(self, messages: list) -> str:
+        """What /context shows: the parts waiting, and the one being summarized."""
+        waiting = len(set(snips_pending(messages)) - snips_covered(messages))
+        if not waiting:
+            return ""
+        being = (f"; {len(self.job.about[0])} of them being summarized in the background"
+                 if self.job else "")
+        return (f"What snip cut, waiting to be summarized: {waiting} "
+                f"transcript{'s' if waiting != 1 else ''}{being}")
+
+
+def fitted(part: list, room: int) -> str | None:
+    """A part written out in room tokens, its long texts cut to shorter heads if need be."""
+    for head in HEADS:
+        text = written_text(part, head)
+        if estimate_text_tokens(text) <= room:
+            return text
+    return None
+
+
+def cut_to(text: str, room: int, path: str) -> str:
+    """The text's first lines that fit in room tokens, and where the rest is."""
+    lines, size = [], 0
+    for line in text.split("\n"):
+        size += estimate_text_tokens(line) + 1
+        if size > room - 40:
+            break
+        lines.append(line)
+    return "\n".join(lines + [f"[... the rest of this part is in {path}, not written out here]"])
