@@ -146,9 +146,10 @@ def make_agent(s08, fake, workspace, sandbox):
             client = client.with_options(timeout=anthropic.Timeout(idle, connect=2))
         skills = discover_skills([workspace / "skills", CODE.parent / "skills"])
         # no waiting; and no summary written in the background, whose requests would interleave with
-        # the scripted ones at a time no test sets (test_summary_ahead.py turns it on and orders them)
+        # the scripted ones at a time no test sets (test_summary_ahead.py turns it on and orders them);
+        # the summary of what snip cut is written before the next request goes
         settings = replace(Settings.for_window("claude-test", window), retry_base_seconds=retry,
-                           summary_ahead=None)
+                           summary_ahead=None, snip_summary_waits=True)
         settings = settings if idle is None else replace(settings, idle_timeout=idle)
         chosen = overrides.get("sandbox", sandbox)
         overrides = {"tools": chosen.tools(s08.TOOLS), "sandbox": chosen, **overrides}

@@ -69,8 +69,8 @@ class Settings:
     cache_ttl: str = "5m"
     compact_at: float = 0.0     # COMPACT_AT: the threshold as a share of the window, if lower
     summary_ahead: tuple | None = SUMMARY_AHEAD_SHARES  # SUMMARY_AHEAD: the early mark, or None
-    # the next pass waits for the summary of what snip cut (snip_summaries.py), so each run of
-    # the demo and the scripted benchmark goes the same way; never in a user's session
+    # a pass that starts a summary of what snip cut waits for it (snip_summaries.py), so each
+    # run of the demo, the tests and the scripted benchmark goes the same way; never a user's
     snip_summary_waits: bool = False
 
     @classmethod

@@ -69,11 +69,11 @@ class SnipSummaries:
     def summarized(self, messages: list, settings) -> list:
         """The history with a summary that is ready joined at its end; then, if none is being
         written and a part waits, its summary started."""
-        if self.job and settings.snip_summary_waits:
-            self.job.done.wait(WAIT_SECONDS)
         messages = self.join(messages)
         if self.ask and self.job is None and self.waiting(messages):
             self.start(messages, settings)
+            if settings.snip_summary_waits and self.job:  # written now; joined at the next pass
+                self.job.done.wait(WAIT_SECONDS)
         return messages
 
     def waiting(self, messages: list) -> list:
