@@ -84,9 +84,8 @@ READ_DEFAULT_LINES = 2_000
 # ---- the agent, and what its loop learns ---------------------------------------------------------
 # Layers take the history (plain dicts in the API's wire format); every other function takes
 # the Agent (command_line/agent.py) and reads: `settings` (every size in tokens), `overhead`
-# (system prompt and tools), `store` (where layers save), `connection` (for model calls), `say`,
-# `ahead`, and `state`, what one loop learns (token counter, todos, skills, the last reply's
-# time; a subagent starts anew).
+# (system prompt and tools), `store` (where layers save), `connection`, `say`, `ahead`, `snips`,
+# and `state`, what one loop learns (token counter, todos, skills, the last reply's time).
 
 def fire_hooks(agent, event: str, **payload) -> list:
     """Run every hook for an event; return what they returned (None dropped). Part 2 holds
@@ -534,10 +533,11 @@ def compact_pipeline(agent, messages: list) -> list:
         messages = apply_layer(agent, micro_compact, messages, keep_recent=s.keep_recent,
                                min_chars=s.micro_min_chars, store=store,
                                clear_at_least=0 if cold or outrun else s.clear_at_least)
-    if over_threshold(agent, messages):
-        messages = compact_now(agent, messages)
-    # what snip cut is summarized in the background; the summary joins the end when ready
-    return agent.snips.summarized(messages, s)  # (compaction/snip_summaries.py)
+    over = over_threshold(agent, messages)
+    # what snip cut: a summary that is ready joins the end, and the next is started in the
+    # background, unless a summary of the history is due (compaction/snip_summaries.py)
+    messages = agent.snips.summarized(messages, s, start=not over)
+    return compact_now(agent, messages) if over else messages
 
 
 # ---- compact before you must: a summary written ahead --------------------------------------------

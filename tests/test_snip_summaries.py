@@ -7,7 +7,7 @@ import threading
 from dataclasses import replace
 
 from conftest import assert_valid, of_what_snip_cut, plain
-from test_summary_ahead import notes_read
+from test_summary_ahead import notes_read, read_pair
 from s08_context_compact.command_line import handle_command
 from s08_context_compact.offline.fake_anthropic import error, held, text
 
@@ -90,3 +90,88 @@ def test_a_secret_in_what_snip_cut_never_reaches_its_summary_request(s08, fake, 
     assert asked and "note 1: the key is" in json.dumps(asked[0])
     assert secret[:20] not in json.dumps(fake.requests) and secret[-20:] not in json.dumps(fake.requests)
     assert plain(asked[0]["messages"])[0]["role"] == "user"
+
+
+def test_a_summary_cut_by_a_later_snip_still_covers_its_part_through_the_next_one(s08, fake, make_agent):
+    agent = make_agent()
+    messages = snipped(s08, agent)
+    fake.summary(text("<summary>Part A: notes 1 to 19.</summary>"))
+    for _ in range(2):  # written, then joined at the end
+        messages = agent.snips.summarized(messages, agent.settings)
+    first = messages[-1]["content"][-1]["covers"]
+    for k in range(30, 60):  # more reads; the next snip cuts the message that holds part A's note
+        messages += read_pair(f"r{k}", f"note {k} " + "y" * 2_000)
+    messages = s08.apply_layer(agent, s08.snip_compact, messages, keep_head=3, keep_tail=10, at_least=20,
+                               store=agent.store, tools=agent.tools)
+    assert "Part A" not in json.dumps(messages)
+    fake.summary(text("<summary>Part B, and part A before it.</summary>"))
+    for _ in range(2):
+        messages = agent.snips.summarized(messages, agent.settings)
+    asked = [r for r in fake.summary_requests if of_what_snip_cut(r)]
+    assert len(asked) == 2 and "Part A: notes 1 to 19." in json.dumps(asked[1]), "part A's note, written out whole"
+    second = messages[-1]["content"][-1]["covers"]
+    assert set(first) < set(second) and len(second) == 2, "the new note stands for both parts"
+    handle_command(agent, messages, "/context", s08.LESSON)
+    assert "waiting to be summarized" not in agent.out.text
+    fake.summary(text("<summary>All of it.</summary>"))
+    messages = s08.compact_now(agent, messages)
+    whole = json.dumps(fake.summary_requests[-1]["messages"])
+    assert "Part B, and part A" in whole and "(call r1)" not in whole and "(call r35)" not in whole
+
+
+def test_a_ready_summary_joins_before_the_history_is_summarized_and_none_starts_then(s08, fake, make_agent):
+    agent = make_agent(window=30_000)
+    agent.settings = replace(agent.settings, micro_trigger=10**9)  # the cheap layers stay out of it
+    messages = snipped(s08, agent)
+    fake.summary(text("<summary>Part A: notes 1 to 19.</summary>"))
+    messages = agent.snips.summarized(messages, agent.settings)  # written; joined at the next pass
+    for k in range(30, 90):
+        messages += read_pair(f"r{k}", f"note {k} " + "y" * 2_000)
+    messages = s08.apply_layer(agent, s08.snip_compact, messages, keep_head=3, keep_tail=70, at_least=20,
+                               store=agent.store, tools=agent.tools)  # a part more waits
+    assert s08.over_threshold(agent, messages)
+    fake.summary(text("<summary>All of it.</summary>"))
+    messages = s08.compact_pipeline(agent, messages)
+    assert sum(1 for r in fake.summary_requests if of_what_snip_cut(r)) == 1, "none started: the history's is due"
+    whole = json.dumps(fake.summary_requests[-1]["messages"])
+    assert "Part A: notes 1 to 19." in whole and "(call r1)" not in whole, "part A by its note"
+    assert "(call r35)" in whole, "the part that waited, read back"
+    assert_valid(messages)
+
+
+def test_a_part_too_big_for_one_request_is_summarized_from_its_start_and_read_back_whole_later(s08, fake, make_agent):
+    agent = make_agent()
+    messages = notes_read(120)
+    messages = s08.apply_layer(agent, s08.snip_compact, messages, keep_head=3, keep_tail=10, at_least=20,
+                               store=agent.store, tools=agent.tools)
+    agent.settings = agent.settings.resized(5_000)  # the endpoint's window turned out smaller
+    fake.summary(text("<summary>The first notes.</summary>"))
+    for _ in range(2):
+        messages = agent.snips.summarized(messages, agent.settings)
+    note = messages[-1]["content"][-1]
+    assert "the start of what snip cut" in note["text"] and note["covers"] == []
+    asked = json.dumps([r for r in fake.summary_requests if of_what_snip_cut(r)][0])
+    assert "the rest of this part is in" in asked
+    handle_command(agent, messages, "/context", s08.LESSON)
+    assert "What snip cut, waiting to be summarized: 1 transcript" in agent.out.text
+    assert sum(1 for r in fake.summary_requests if of_what_snip_cut(r)) == 1, "not asked again"
+
+
+def test_the_picture_says_when_each_snip_was_summarized_and_which_wait():
+    from s08_context_compact.command_line.session_picture import Session, snip_fates
+    joined = "summarizing what snip cut: joined, for "
+    session = Session(layers=[(4, {"layer": "snip_compact", "saved_to": [".transcripts/snip-a.jsonl"]}),
+                              (7, {"layer": "snip_compact", "saved_to": [".transcripts/snip-b.jsonl"]}),
+                              (11, {"layer": "snip_compact", "saved_to": [".transcripts/snip-c.jsonl"]}),
+                              (15, {"layer": "snip_compact", "saved_to": [".transcripts/snip-d.jsonl"]}),
+                              (17, {"layer": "compact_history", "saved_to": []})],
+                      summaries=[(6, {"what": "summarizing what snip cut: failed (empty)"}),
+                                 (8, {"what": joined + "snip-b.jsonl"}),
+                                 (12, {"what": joined + "snip-a.jsonl snip-c.jsonl"})])
+    assert snip_fates(session) == {
+        0: "summarized in the background, in view from call 13",
+        1: "summarized in the background, in view from call 9",
+        2: "summarized in the background, in view from call 13",
+        3: "summarized with the whole history before call 18"}
+    assert snip_fates(Session(layers=[(3, {"layer": "snip_compact", "saved_to": ["x/snip-e.jsonl"]})])) == {
+        0: "waiting to be summarized when the log ends"}

@@ -272,24 +272,27 @@ def compaction_footer(path: str) -> dict:
     return footer if isinstance(footer, dict) and footer.get("type") == "compaction" else {}
 
 
-SNIP_SUMMARY_CALL = "summarizing what snip cut"  # compaction/snip_summaries.py's label
+SNIP_SUMMARY_JOINED = "summarizing what snip cut: joined, for "  # snip_summaries.py's bill
 
 
 def snip_fates(session: Session) -> dict:
     """For each snip run (its place in session.layers): when what it cut was summarized, in
-    the background (a call after it) or with the whole history (a summary layer after it), or
-    that it still waits at the end of the log."""
-    calls = [at for at, r in session.summaries
-             if str(r.get("what", "")).startswith(SNIP_SUMMARY_CALL)]
+    the background (the call whose bill names its transcript: from then on it is in view) or
+    with the whole history (a summary layer after it), or that it still waits when the log
+    ends."""
+    joined = [(at, str(r.get("what", ""))) for at, r in session.summaries
+              if str(r.get("what", "")).startswith(SNIP_SUMMARY_JOINED)]
     fates = {}
     for k, (at, record) in enumerate(session.layers):
         if record["layer"] != "snip_compact":
             continue
-        joined = next((then for then in calls if then > at), None)
+        names = {Path(p).name for p in record.get("saved_to") or [] if isinstance(p, str)}
+        when = next((then for then, what in joined if then >= at
+                     and names & set(what[len(SNIP_SUMMARY_JOINED):].split())), None)
         summary = next((then for then, r in session.layers[k + 1:]
                         if r["layer"] in SUMMARY_LAYERS), None)
-        if joined is not None and (summary is None or joined <= summary):
-            fates[k] = f"summarized in the background, in view from call {joined + 1}"
+        if when is not None and (summary is None or when <= summary):
+            fates[k] = f"summarized in the background, in view from call {when + 1}"
         elif summary is not None:
             fates[k] = f"summarized with the whole history before call {summary + 1}"
         else:

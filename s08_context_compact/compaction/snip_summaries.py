@@ -66,11 +66,12 @@ class SnipSummaries:
     def say(self, text: str, style: str = "") -> None:
         say_on(self.screen, text, style)
 
-    def summarized(self, messages: list, settings) -> list:
+    def summarized(self, messages: list, settings, start: bool = True) -> list:
         """The history with a summary that is ready joined at its end; then, if none is being
-        written and a part waits, its summary started."""
+        written and a part waits, its summary started (not when `start` is False: a summary of
+        the whole history is due, which reads the part back)."""
         messages = self.join(messages)
-        if self.ask and self.job is None and self.waiting(messages):
+        if start and self.ask and self.job is None and self.waiting(messages):
             self.start(messages, settings)
             if settings.snip_summary_waits and self.job:  # written now; joined at the next pass
                 self.job.done.wait(WAIT_SECONDS)
@@ -99,9 +100,13 @@ class SnipSummaries:
             if written is None:
                 break
             paths, text = paths + [path], "\n".join(filter(None, [text, written]))
-        if not paths:  # the first alone does not fit, however short its heads: cut to fit
-            paths, text = [parts[0][0]], cut_to(written_text(parts[0][1], HEADS[-1]),
-                                                room, parts[0][0])
+        # what the summary will stand for: these parts, and the parts the summaries written
+        # out in them stood for (a later snip cut the message that held one)
+        covers = paths + [c for path, part in parts if path in paths
+                          for c in sorted(snips_covered(part))]
+        if not paths:  # the first alone does not fit, however short its heads: its start is
+            paths, covers = [parts[0][0]], []  # summarized, and the whole read back later
+            text = cut_to(written_text(parts[0][1], HEADS[-1]), room, parts[0][0])
         counted = sum(len(part) for path, part in parts if path in paths)
         limit = max(MIN_SUMMARY_TOKENS, min(int(settings.window * SUMMARY_SHARE),
                                             estimate_text_tokens(text) // PART_SHARE))
@@ -111,7 +116,7 @@ class SnipSummaries:
             {"type": "text", "text": INSTRUCTIONS.format(limit=limit, words=limit * 3 // 4)}]
         request = {"model": settings.model, "max_tokens": settings.summary_max_tokens,
                    "messages": [{"role": "user", "content": content}]}
-        job = Job([], 0, 0, (tuple(paths), counted, limit), time.monotonic())
+        job = Job([], 0, 0, (tuple(paths), tuple(covers), counted, limit), time.monotonic())
         ask_in_background(job, self.ask, self.connection, request,
                           sum(estimate_text_tokens(b["text"]) for b in content), LABEL,
                           "snip-summary")
@@ -129,23 +134,26 @@ class SnipSummaries:
         RUNNING.discard(job)
         for line in job.heard:
             self.say(line, "dim")
-        paths, counted, limit = job.about
+        paths, covers, counted, limit = job.about
         self.done |= set(paths)
         answer = job.asked.answer if job.asked else None
-        if answer is not None:
-            self.unpaid.append((answer, LABEL))
         summary = answer.summary if answer is not None else ""
         problem = (str(job.asked.error) if job.asked and job.asked.error else
                    summary_problem(summary, limit + limit // 2) if job.asked else "it failed")
+        names = " ".join(path.rsplit("/", 1)[-1] for path in paths)
         if problem:
+            self.bill(answer, f"failed ({problem})")
             self.say(f"[snip_compact] the summary of what it cut failed ({problem}); the next "
                      "summary of the history reads it back", "dim")
             return messages
-        if not set(paths) & set(snips_pending(messages)):
-            return messages  # summarized with the whole history since: moot
-        block = own_text("snip_summary", f"{NOTE_MARKER}: what snip cut earlier ({counted} "
+        if not set(paths) & set(snips_pending(messages)):  # summarized with the history since
+            self.bill(answer, "set aside: the history was summarized first")
+            return messages
+        self.bill(answer, f"joined, for {names}")  # the session's picture reads which
+        whole = "" if covers else "the start of "
+        block = own_text("snip_summary", f"{NOTE_MARKER}: {whole}what snip cut earlier ({counted} "
                          f"messages, saved in {', '.join(paths)}), summarized; not a new "
-                         f"request]\n{summary}", covers=list(paths))
+                         f"request]\n{summary}", covers=list(covers))
         self.joined += 1
         self.say(f"[snip_compact] what it cut ({counted} messages) is summarized: "
                  f"{estimate_text_tokens(summary):,} tokens at the end of the context, written "
@@ -158,8 +166,13 @@ class SnipSummaries:
         if job is not None:
             job.cancel()
             RUNNING.discard(job)
-            if job.asked and job.asked.answer:  # finished: paid for all the same
-                self.unpaid.append((job.asked.answer, f"{LABEL} (called off)"))
+            if job.asked:  # finished: paid for all the same
+                self.bill(job.asked.answer, "called off")
+
+    def bill(self, answer, what: str) -> None:
+        """What a reply cost, with what came of it, for the loop to add up and log."""
+        if answer is not None:
+            self.unpaid.append((answer, f"{LABEL}: {what}"))
 
     def bills(self) -> list:
         """What the summaries cost, each (reply, label), handed over once."""
