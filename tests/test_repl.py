@@ -251,9 +251,24 @@ def test_ctrl_d_ends_a_block_and_sends_it(fake, workspace):
 
 
 def test_a_proxy_password_in_the_url_is_never_shown(workspace):
-    done = run_cli(None, workspace, "hello\n", ANTHROPIC_BASE_URL="http://bob:hunter2hunter2@127.0.0.1:9")
-    assert "cannot reach http://127.0.0.1:9/v1/" in done.stdout
+    done = run_cli(None, workspace, "hello\n", ANTHROPIC_BASE_URL="http://bob:hunter2hunter2@127.0.0.1:9",
+                   API_RETRIES="1")  # one retry says it as three would, a second after the call
+    assert "cannot reach http://127.0.0.1:9/v1/" in done.stdout and "(retry 1 of 1)" in done.stdout
     assert "hunter2hunter2" not in done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("retries", [0, 1])
+def test_api_retries_sets_how_often_a_failing_call_is_sent_again(fake, workspace, retries):
+    fake.reply(*[error(529, "overloaded_error", "Overloaded")] * 3, text("Answered."))
+    done = run_cli(fake, workspace, "hello\n", API_RETRIES=str(retries))
+    assert len(fake.main_requests) == retries + 1, "the call and its retries, no more"
+    assert "Answered." not in done.stdout and "Traceback" not in done.stderr
+    assert (f"(retry {retries} of {retries})" in done.stdout) == (retries > 0)
+
+
+def test_api_retries_out_of_bounds_is_refused_in_one_line(workspace):
+    done = run_cli(None, workspace, "", API_RETRIES="11")
+    assert done.returncode == 2 and "API_RETRIES" in done.stderr + done.stdout and "between 0 and 10" in done.stderr + done.stdout
 
 
 def test_a_history_file_that_cannot_be_placed_is_no_history(fake, workspace):

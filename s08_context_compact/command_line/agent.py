@@ -109,7 +109,7 @@ class Agent:
         """What a model call needs (endpoint/model_calls.py): made once, shared by every call."""
         s = self.settings
         return Connection(self.client, self.endpoint, s.retry_base_seconds, s.idle_timeout,
-                          self.screen, self.secrets)
+                          self.screen, self.secrets, s.api_retries)
 
     @cached_property
     def store(self) -> Store:

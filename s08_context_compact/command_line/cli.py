@@ -23,8 +23,9 @@ if sys.version_info < (3, 10):  # before the modules below, which a Python this 
              "Make the virtual environment with a newer python3 "
              "(README.md, section \"Set up\").")
 
-from ..endpoint import (CONNECT_TIMEOUT, DEFAULT_WINDOW_SOURCE, IDLE_TIMEOUT, MAX_CONTEXT_WINDOW,
-                        MIN_CONTEXT_WINDOW, Endpoint, discover_endpoint, make_client)
+from ..endpoint import (API_RETRIES, CONNECT_TIMEOUT, DEFAULT_WINDOW_SOURCE, IDLE_TIMEOUT,
+                        MAX_CONTEXT_WINDOW, MIN_CONTEXT_WINDOW, Endpoint, discover_endpoint,
+                        make_client)
 from ..basics import (OWN_DOTENV, PROGRAM, printable, project_instructions, Redactor,
                       secret_values, WarningsOnce, well_formed)
 from ..safety import Sandbox, find_sandbox, start_up_line
@@ -79,6 +80,7 @@ SHOWN_VALUE_CHARS = 40
 DECIMAL = re.compile(r"[0-9]{1,12}(\.[0-9]{0,12})?|\.[0-9]{1,12}")
 # a timeout under a second fails every call; over an hour is no timeout
 MIN_SECONDS, MAX_SECONDS = 1, 3600
+MAX_RETRIES = 10                    # API_RETRIES: more only makes a dead endpoint slower to say so
 
 
 def shown_value(name: str, value: str) -> str:
@@ -123,6 +125,17 @@ def window_setting() -> int | None:
         raise ValueError(f"{shown_value('CONTEXT_WINDOW', value)} "
                          "must be a whole number of tokens between "
                          f"{MIN_CONTEXT_WINDOW} and {MAX_CONTEXT_WINDOW}, such as 200000.")
+    return int(value)
+
+
+def retries_setting() -> int:
+    """API_RETRIES: how often a call that may pass on its own is sent again."""
+    value = os.getenv("API_RETRIES", "").strip()
+    if not value:
+        return API_RETRIES
+    if not re.fullmatch(r"[0-9]{1,2}", value) or not 0 <= int(value) <= MAX_RETRIES:
+        raise ValueError(f"{shown_value('API_RETRIES', value)} must be a whole number of "
+                         f"retries between 0 and {MAX_RETRIES}, such as {API_RETRIES}.")
     return int(value)
 
 
@@ -183,7 +196,7 @@ def parse_arguments(argv):
                     "Run it in the folder the agent should work in.",
         epilog="Configuration (environment or .env): MODEL_ID, ANTHROPIC_API_KEY or "
                "ANTHROPIC_AUTH_TOKEN, and optionally ANTHROPIC_BASE_URL, CONTEXT_WINDOW, "
-               "API_CONNECT_TIMEOUT, API_IDLE_TIMEOUT, CACHE_TTL, COMPACT_AT, SUMMARY_AHEAD, "
+               "API_CONNECT_TIMEOUT, API_IDLE_TIMEOUT, API_RETRIES, CACHE_TTL, COMPACT_AT, SUMMARY_AHEAD, "
                "SANDBOX, SANDBOX_NETWORK, S08_HISTORY. "
                "At the prompt, /help lists the commands. README.md has the rest.")
     parser.add_argument("--resume", nargs="?", const="latest", metavar="ID",
@@ -224,6 +237,7 @@ class Config:
     client: object = None  # the SDK's client; naming its type would load the SDK
     endpoint: Endpoint = None
     idle_timeout: float = IDLE_TIMEOUT
+    api_retries: int = API_RETRIES
     cache_ttl: str = "5m"
     # COMPACT_AT and SUMMARY_AHEAD, as Settings fields
     compaction: dict = field(default_factory=dict)
@@ -322,7 +336,7 @@ def configure_session(args) -> Config | int:
     sys.stdin.reconfigure(errors="replace")  # bytes that are not UTF-8 must not end the session
     terminal = sys.stdout.isatty()
     return Config(model=model, workdir=workdir, client=client, endpoint=endpoint,
-                  idle_timeout=idle, cache_ttl=ttl,
+                  idle_timeout=idle, api_retries=retries_setting(), cache_ttl=ttl,
                   compaction=compaction, sandbox=sandbox, resume=resume,
                   interactive=sys.stdin.isatty(),
                   secrets=secrets, instructions=instructions,

@@ -23,7 +23,8 @@ def build_agent(config, tools: dict, permission_hook) -> Agent:
     the lesson's permission check first (permission_hook(agent) is the hook)."""
     compact_at = config.compaction.get("compact_at", 0)
     settings = replace(Settings.for_window(config.model, config.endpoint.window, compact_at),
-                       idle_timeout=config.idle_timeout, cache_ttl=config.cache_ttl,
+                       idle_timeout=config.idle_timeout, api_retries=config.api_retries,
+                       cache_ttl=config.cache_ttl,
                        **config.compaction)
     # a skill skipped is said after the banner
     skills = discover_skills([config.workdir / "skills", OWN_SKILLS], warn=config.notes.append)

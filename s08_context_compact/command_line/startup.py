@@ -38,7 +38,8 @@ class StartupError(Exception):
 # LD_PRELOAD runs its library in every program started, PYTHONPATH its code, and a proxy
 # setting sends each request, your key in its headers, through a host it chose.
 SETTINGS = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "MODEL_ID", "ANTHROPIC_BASE_URL",
-            "CONTEXT_WINDOW", "API_CONNECT_TIMEOUT", "API_IDLE_TIMEOUT", "CACHE_TTL", "COMPACT_AT",
+            "CONTEXT_WINDOW", "API_CONNECT_TIMEOUT", "API_IDLE_TIMEOUT", "API_RETRIES", "CACHE_TTL",
+            "COMPACT_AT",
             "SUMMARY_AHEAD", "SANDBOX", "SANDBOX_NETWORK", "S08_HISTORY",
             "HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY", "NO_PROXY")
 # Of those, what only your shell or the program's own .env may set: a proxy moves your key,

@@ -10,7 +10,7 @@ learning the window is the endpoint's job.
 
 from dataclasses import MISSING, dataclass, fields, replace
 
-from ..endpoint import CACHE_TTLS, IDLE_TIMEOUT, RETRY_BASE_SECONDS
+from ..endpoint import API_RETRIES, CACHE_TTLS, IDLE_TIMEOUT, RETRY_BASE_SECONDS
 from ..messages import CHARS_PER_TOKEN
 
 MAX_OUTPUT_TOKENS = 8_192           # asked for on every call, so reserved out of the window
@@ -64,6 +64,7 @@ class Settings:
     snip_at_least: int = SNIP_AT_LEAST
     micro_min_chars: int = MICRO_COMPACT_MIN_CHARS
     retry_base_seconds: float = RETRY_BASE_SECONDS
+    api_retries: int = API_RETRIES  # API_RETRIES: of a call that may pass on its own
     idle_timeout: float = IDLE_TIMEOUT  # seconds a stream may send nothing before it is abandoned
     # the prompt cache's life: "5m", or "1h" (writes cost 2×, not 1.25×)
     cache_ttl: str = "5m"

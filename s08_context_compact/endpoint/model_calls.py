@@ -30,8 +30,9 @@ from ..basics import (Redactor, Screen, Spinner, StreamedText, one_line, say_on,
 
 
 DEFAULT_CONTEXT_WINDOW = 200_000    # tokens, when neither CONTEXT_WINDOW nor the Models API says
-# A call and up to 3 retries for 429, 5xx and dropped connections.
-MAX_API_ATTEMPTS = 4
+# A call and up to 3 retries for 429, 5xx and dropped connections (API_RETRIES, 0 to 10).
+API_RETRIES = 3
+MAX_API_ATTEMPTS = API_RETRIES + 1  # a call and its retries, by default
 # Backoff 1 s, 2 s, 4 s (±20%), longer if the API's retry-after says so.
 RETRY_BASE_SECONDS = 1.0
 CONNECT_TIMEOUT = 10.0              # seconds to reach the endpoint (API_CONNECT_TIMEOUT)
@@ -154,15 +155,16 @@ class Endpoint:
                 "plain_text": self.plain_text}
 
 
-def with_retries(call, retry_base_seconds: float, say):
-    """Make an API call; retry what may pass on its own a bounded number of times,
-    saying so in one line each time."""
-    for attempt in range(1, MAX_API_ATTEMPTS + 1):
+def with_retries(call, retry_base_seconds: float, say, retries: int = API_RETRIES):
+    """Make an API call; retry what may pass on its own at most `retries` times, saying so
+    in one line each time."""
+    most = retries
+    for attempt in range(1, most + 2):
         try:
             return call()
         except api_failures() as err:
             # An empty reply was tried as plain text too, each time.
-            retries = 1 if isinstance(err, EmptyReply) else MAX_API_ATTEMPTS - 1
+            retries = min(1, most) if isinstance(err, EmptyReply) else most
             if attempt > retries or not worth_retrying(err):
                 raise
             response = getattr(err, "response", None)
@@ -249,6 +251,7 @@ class Connection:
     idle: float
     screen: Screen
     secrets: Redactor
+    retries: int = API_RETRIES  # of a call that may pass on its own (API_RETRIES)
 
     def say(self, text: str, style: str = "") -> None:
         say_on(self.screen, text, style)
@@ -329,7 +332,7 @@ def send_request(connection: Connection, request: dict, sent_tokens: int, on_tex
         request = plain_text_request(request)
     try:
         content, stop_reason, usage = with_retries(attempt, connection.retry_base_seconds,
-                                                   connection.say)
+                                                   connection.say, connection.retries)
     # Empty every time: a prompt over the window, if it was large for what is known of it.
     except EmptyReply:
         if endpoint.overflowed_silently(sent_tokens):
