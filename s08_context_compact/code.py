@@ -533,11 +533,10 @@ def compact_pipeline(agent, messages: list) -> list:
         messages = apply_layer(agent, micro_compact, messages, keep_recent=s.keep_recent,
                                min_chars=s.micro_min_chars, store=store,
                                clear_at_least=0 if cold or outrun else s.clear_at_least)
-    over = over_threshold(agent, messages)
-    # what snip cut: a summary that is ready joins the end, and the next is started in the
-    # background, unless a summary of the history is due (compaction/snip_summaries.py)
-    messages = agent.snips.summarized(messages, s, start=not over)
-    return compact_now(agent, messages) if over else messages
+    messages = agent.snips.joined(messages)  # what snip cut, summarized since: at the end
+    if over_threshold(agent, messages):
+        messages = compact_now(agent, messages)
+    return messages
 
 
 # ---- compact before you must: a summary written ahead --------------------------------------------
@@ -591,6 +590,7 @@ def agent_loop(agent, messages: list) -> str | None:
         replace_history(agent.log, messages, parked, "input parked")
         replace_history(agent.log, messages, compact_pipeline(agent, messages), "compaction")
         summarize_ahead(agent, messages)  # past the early mark: a summary starts in the background
+        agent.snips.summarize(messages, agent.settings)  # and one of what snip cut, if none reads it
         stubs = agent.state.repeat_reads.kept_true(messages)  # "as in result X": X still there?
         replace_history(agent.log, messages, stubs, "read stubs re-pointed")
         try:

@@ -448,7 +448,8 @@ def ahead_play(code, workdir: Path, window: int, ahead: bool, spread: float = 0.
                    "made": ahead.made, "used": ahead.used, "set aside": ahead.discarded,
                    "set aside billed": billed(ahead.discarded_usage), "model calls": len(fake.main_requests),
                    "tokens after a compaction": statistics.mean(after) if after else 0,
-                   "calls in view (%)": 100 * calls_share(fake)}
+                   "calls in view (%)": 100 * calls_share(fake),
+                   "… or being summarized (%)": 100 * calls_share(fake, being_written=True)}
         # one in flight at the end is the session's end, not a waste
         ahead.drop("the session ended")
         return {**figures, "billed input": sum(billed(u) for u in fake.usage_log)}
@@ -502,7 +503,8 @@ def show_ahead(code, windows=tuple(AHEAD_PACES)) -> None:
             print(f"\n  window {window:,}, {on['model calls']} model calls, times {times:<16}"
                   f"{'at the threshold':>18}{'ahead':>12}")
             for key in ("seconds", "compactions", "summaries", "summary seconds", "waited", "no wait",
-                        "tokens after a compaction", "calls in view (%)", "billed input"):
+                        "tokens after a compaction", "calls in view (%)", "… or being summarized (%)",
+                        "billed input"):
                 print(f"  {key:<34}{off[key]:>18,.1f}{on[key]:>12,.1f}")
             print(f"  background summaries: {on['made']} made, {on['used']} used, {on['set aside']} set aside "
                   f"(billed {on['set aside billed']:,.0f} input tokens)")

@@ -12,6 +12,14 @@ from s08_context_compact.command_line import handle_command
 from s08_context_compact.offline.fake_anthropic import error, held, text
 
 
+def passed(agent, messages: list) -> list:
+    """What one pass of the loop does with the history: a summary that is ready joins at the
+    end (the pipeline), and the next is started (after the summary ahead)."""
+    messages = agent.snips.joined(messages)
+    agent.snips.summarize(messages, agent.settings)
+    return messages
+
+
 def snipped(s08, agent, count: int = 30) -> list:
     """`count` notes read, and the middle of them snipped: a transcript waits."""
     messages = notes_read(count)
@@ -23,13 +31,13 @@ def test_the_summary_of_what_snip_cut_joins_the_end_and_the_next_summary_does_no
     agent = make_agent()
     messages = snipped(s08, agent)
     fake.summary(text("<summary>Notes 1 to 24 read: each is y, over and over.</summary>"))
-    messages = agent.snips.summarized(messages, agent.settings)  # started, and written (the tests wait)
+    messages = passed(agent, messages)  # started, and written (the tests wait)
     asked = [r for r in fake.summary_requests if of_what_snip_cut(r)]
     assert len(asked) == 1 and not asked[0].get("tools"), "a request of its own, no tools"
     sent = json.dumps(asked[0]["messages"])
     assert all(f"(call r{k})" in sent for k in range(1, 20)), "every call cut, written out with its id"
     before = messages
-    messages = agent.snips.summarized(messages, agent.settings)  # the next pass: joined
+    messages = passed(agent, messages)  # the next pass: joined
     assert messages[:-1] == before[:-1], "every message before the last as it was"
     assert messages[-1]["content"][:-1] == before[-1]["content"], "the last one only gains a block"
     note = messages[-1]["content"][-1]
@@ -51,7 +59,7 @@ def test_a_failed_summary_of_what_snip_cut_is_said_once_and_the_next_summary_rea
     messages = snipped(s08, agent)
     fake.summary(error(400, "invalid_request_error", "messages.0.content.0: something odd"))
     for _ in range(3):  # started, failed and said; then never asked again
-        messages = agent.snips.summarized(messages, agent.settings)
+        messages = passed(agent, messages)
     assert sum(1 for r in fake.summary_requests if of_what_snip_cut(r)) == 1
     assert agent.out.text.count("the summary of what it cut failed") == 1
     assert "something odd" in agent.out.text and "Traceback" not in agent.out.text
@@ -67,14 +75,14 @@ def test_clear_calls_off_the_summary_being_written_and_a_subagent_writes_none(s0
     agent.settings = replace(agent.settings, snip_summary_waits=False)  # as in a person's session
     gate = threading.Event()
     fake.summary(held(text("<summary>never used</summary>"), gate=gate))
-    messages = agent.snips.summarized(snipped(s08, agent), agent.settings)
+    messages = passed(agent, snipped(s08, agent))
     job = agent.snips.job
     assert job is not None and not job.done.is_set()
     handle_command(agent, messages, "/clear", s08.LESSON)
     gate.set()
     job.thread.join(10)
     assert not job.thread.is_alive() and agent.snips.job is None
-    assert agent.snips.summarized([], agent.settings) == [] and agent.snips.job is None
+    assert passed(agent, []) == [] and agent.snips.job is None
     assert agent.subagent().snips.ask is None, "a subagent's snips wait for its next summary"
 
 
@@ -85,7 +93,7 @@ def test_a_secret_in_what_snip_cut_never_reaches_its_summary_request(s08, fake, 
     messages[4]["content"][0]["content"] = f"note 1: the key is {secret}"
     messages = s08.apply_layer(agent, s08.snip_compact, messages, keep_head=3, keep_tail=10, at_least=20,
                                store=agent.store, tools=agent.tools)
-    messages = agent.snips.summarized(messages, agent.settings)
+    messages = passed(agent, messages)
     asked = [r for r in fake.summary_requests if of_what_snip_cut(r)]
     assert asked and "note 1: the key is" in json.dumps(asked[0])
     assert secret[:20] not in json.dumps(fake.requests) and secret[-20:] not in json.dumps(fake.requests)
@@ -97,7 +105,7 @@ def test_a_summary_cut_by_a_later_snip_still_covers_its_part_through_the_next_on
     messages = snipped(s08, agent)
     fake.summary(text("<summary>Part A: notes 1 to 19.</summary>"))
     for _ in range(2):  # written, then joined at the end
-        messages = agent.snips.summarized(messages, agent.settings)
+        messages = passed(agent, messages)
     first = messages[-1]["content"][-1]["covers"]
     for k in range(30, 60):  # more reads; the next snip cuts the message that holds part A's note
         messages += read_pair(f"r{k}", f"note {k} " + "y" * 2_000)
@@ -106,7 +114,7 @@ def test_a_summary_cut_by_a_later_snip_still_covers_its_part_through_the_next_on
     assert "Part A" not in json.dumps(messages)
     fake.summary(text("<summary>Part B, and part A before it.</summary>"))
     for _ in range(2):
-        messages = agent.snips.summarized(messages, agent.settings)
+        messages = passed(agent, messages)
     asked = [r for r in fake.summary_requests if of_what_snip_cut(r)]
     assert len(asked) == 2 and "Part A: notes 1 to 19." in json.dumps(asked[1]), "part A's note, written out whole"
     second = messages[-1]["content"][-1]["covers"]
@@ -124,7 +132,7 @@ def test_a_ready_summary_joins_before_the_history_is_summarized_and_none_starts_
     agent.settings = replace(agent.settings, micro_trigger=10**9)  # the cheap layers stay out of it
     messages = snipped(s08, agent)
     fake.summary(text("<summary>Part A: notes 1 to 19.</summary>"))
-    messages = agent.snips.summarized(messages, agent.settings)  # written; joined at the next pass
+    messages = passed(agent, messages)  # written; joined at the next pass
     for k in range(30, 90):
         messages += read_pair(f"r{k}", f"note {k} " + "y" * 2_000)
     messages = s08.apply_layer(agent, s08.snip_compact, messages, keep_head=3, keep_tail=70, at_least=20,
@@ -147,7 +155,7 @@ def test_a_part_too_big_for_one_request_is_summarized_from_its_start_and_read_ba
     agent.settings = agent.settings.resized(5_000)  # the endpoint's window turned out smaller
     fake.summary(text("<summary>The first notes.</summary>"))
     for _ in range(2):
-        messages = agent.snips.summarized(messages, agent.settings)
+        messages = passed(agent, messages)
     note = messages[-1]["content"][-1]
     assert "the start of what snip cut" in note["text"] and note["covers"] == []
     asked = json.dumps([r for r in fake.summary_requests if of_what_snip_cut(r)][0])
@@ -175,3 +183,24 @@ def test_the_picture_says_when_each_snip_was_summarized_and_which_wait():
         3: "summarized with the whole history before call 18"}
     assert snip_fates(Session(layers=[(3, {"layer": "snip_compact", "saved_to": ["x/snip-e.jsonl"]})])) == {
         0: "waiting to be summarized when the log ends"}
+
+
+def test_a_part_the_summary_written_ahead_reads_gets_no_summary_of_its_own_one_cut_after_it_does(s08, fake, make_agent):
+    from test_summary_ahead import start_now
+    agent = make_agent()
+    gate = threading.Event()
+    fake.summary(held(text("<summary>The history, part A read back.</summary>"), gate=gate),
+                 text("<summary>Part B.</summary>"))
+    messages = snipped(s08, agent)  # part A waits
+    start_now(s08, agent, messages)  # a summary ahead starts, and reads part A back
+    messages = passed(agent, messages)
+    assert agent.snips.job is None, "part A: the summary being written ahead reads it"
+    for k in range(30, 60):
+        messages += read_pair(f"r{k}", f"note {k} " + "y" * 2_000)
+    messages = s08.apply_layer(agent, s08.snip_compact, messages, keep_head=3, keep_tail=10, at_least=20,
+                               store=agent.store, tools=agent.tools)  # part B, after its snapshot
+    messages = passed(agent, messages)
+    asked = [r for r in fake.summary_requests if of_what_snip_cut(r)]
+    assert len(asked) == 1 and "(call r35)" in json.dumps(asked[0]) and "(call r5)" not in json.dumps(asked[0])
+    gate.set()
+    agent.ahead.drop("the test is over")

@@ -84,8 +84,8 @@ class Agent:
         # made once, from values: the main agent's asks the model through its own connection
         writes_ahead = not self.label and self.client is not None
         self.ahead = SummaryAhead(send_request, self.connection) if writes_ahead else SummaryAhead()
-        self.snips = (SnipSummaries(send_request, self.connection, self.store) if writes_ahead
-                      else SnipSummaries())
+        self.snips = (SnipSummaries(send_request, self.connection, self.store, self.ahead)
+                      if writes_ahead else SnipSummaries())
 
     @cached_property
     def screen(self) -> Screen:

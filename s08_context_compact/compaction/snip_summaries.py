@@ -9,12 +9,14 @@ the summary: an agent that no longer sees what it did reads the same files again
 its own work.
 
 Machinery the chapter does not need, made once for an agent from values: the function that
-asks the model (`ask`, endpoint's send_request), the agent's Connection and its Store. The
-pipeline calls one verb after snip_compact:
+asks the model (`ask`, endpoint's send_request), the agent's Connection and Store, and the
+summary written ahead (SummaryAhead: what the one in flight reads back). The loop calls:
 
-    snips.summarized(messages, settings)   the history with a summary that is ready joined at
-                                           its end; and, when a part waits with none being
-                                           written, its summary started in the background
+    snips.joined(messages)                 the history with a summary that is ready joined at
+                                           its end (the pipeline, before the summary layers)
+    snips.summarize(messages, settings)    when a part waits that no summary being written
+                                           reads, its summary started (after the summary ahead
+                                           had its turn: one that started reads the parts)
     snips.bills()                          what the summaries cost, handed over once
     snips.describe(messages)               what /context shows
 
@@ -55,37 +57,37 @@ class SnipSummaries:
     wait for its next summary: a subagent, a session without a client."""
 
     def __init__(self, ask: Callable | None = None, connection: Connection | None = None,
-                 store=None):
-        self.ask, self.connection, self.store = ask, connection, store
+                 store=None, ahead=None):
+        self.ask, self.connection, self.store, self.ahead = ask, connection, store, ahead
         self.screen = connection.screen if connection else Screen()
         self.job = None
         self.done = set()     # transcripts summarized, or whose summary failed: not asked again
         self.unpaid = []      # (reply, label) of each summary, for the loop to add up
-        self.made = self.joined = 0
+        self.made = self.used = 0
 
     def say(self, text: str, style: str = "") -> None:
         say_on(self.screen, text, style)
 
-    def summarized(self, messages: list, settings, start: bool = True) -> list:
-        """The history with a summary that is ready joined at its end; then, if none is being
-        written and a part waits, its summary started (not when `start` is False: a summary of
-        the whole history is due, which reads the part back)."""
-        messages = self.join(messages)
-        if start and self.ask and self.job is None and self.waiting(messages):
+    def summarize(self, messages: list, settings) -> None:
+        """If none is being written and a part waits, start its summary."""
+        if self.ask and self.job is None and self.waiting(messages):
             self.start(messages, settings)
             if settings.snip_summary_waits and self.job:  # written now; joined at the next pass
                 self.job.done.wait(WAIT_SECONDS)
-        return messages
 
     def waiting(self, messages: list) -> list:
-        """The transcripts no summary covers or is being written from: read only when there
-        are some, so a pass with nothing new reads no file."""
-        skip = self.done | snips_covered(messages)
+        """The transcripts no summary covers or is being written from (this one's, or the
+        summary ahead's, which read them back): read only when there are some, so a pass with
+        nothing new reads no file."""
+        skip = self.done | snips_covered(messages) | self.read_ahead()
         return [p for p in snips_pending(messages) if p not in skip]
+
+    def read_ahead(self) -> set:
+        return self.ahead.reading() if self.ahead else set()
 
     def start(self, messages: list, settings) -> None:
         """Write out the oldest parts that fit one request, and ask for their summary."""
-        parts = waiting_parts(messages, self.store.read_back, skip=self.done)
+        parts = waiting_parts(messages, self.store.read_back, skip=self.done | self.read_ahead())
         self.done |= set(self.waiting(messages)) - {path for path, _ in parts}  # unreadable
         if not parts:
             return
@@ -123,7 +125,7 @@ class SnipSummaries:
         self.job, self.made = job, self.made + 1
         self.say(f"[snip_compact] {LABEL} ({counted} messages) in the background", "dim")
 
-    def join(self, messages: list) -> list:
+    def joined(self, messages: list) -> list:
         """A finished summary, after the last user message's blocks (or set aside when what it
         covers is no longer waiting: a summary of the whole history read it back)."""
         job = self.job
@@ -154,7 +156,7 @@ class SnipSummaries:
         block = own_text("snip_summary", f"{NOTE_MARKER}: {whole}what snip cut earlier ({counted} "
                          f"messages, saved in {', '.join(paths)}), summarized; not a new "
                          f"request]\n{summary}", covers=list(covers))
-        self.joined += 1
+        self.used += 1
         self.say(f"[snip_compact] what it cut ({counted} messages) is summarized: "
                  f"{estimate_text_tokens(summary):,} tokens at the end of the context, written "
                  f"in {job.seconds:.1f}s", "layer")

@@ -37,7 +37,7 @@ from typing import Callable
 from ..basics import Screen, Spinner, say_on
 from ..endpoint import (Answer, api_failures, Connection, ContextOverflow, failed_as_summary_error,
                         own_connection)
-from ..messages import OWN, blocks_of, is_request_block
+from ..messages import OWN, blocks_of, is_request_block, snips_pending
 
 RECENT_PASSES = 16       # the steps the lead is measured on
 RECENT_SUMMARIES = 4     # the lead is their upper median: one slow summary moves no mark after it
@@ -276,6 +276,11 @@ class SummaryAhead:
         if len(messages) > 2 and messages[-1]["role"] == "user":
             return len(messages)
         return None
+
+    def reading(self) -> set:
+        """The transcripts of what snip cut that the summary in flight (or ready) read back:
+        those its snapshot's notes list (with_snipped)."""
+        return set(snips_pending(self.job.snapshot)) if self.job else set()
 
     def outrun(self, settings) -> bool:
         """Whether the summary still being written is one the steps outrun: it takes longer
