@@ -9,7 +9,7 @@ from dataclasses import replace
 from conftest import assert_valid, of_what_snip_cut, plain
 from test_summary_ahead import notes_read, read_pair
 from s08_context_compact.command_line import handle_command
-from s08_context_compact.offline.fake_anthropic import error, held, text
+from s08_context_compact.offline.fake_anthropic import error, held, text, tool_use
 
 
 def passed(agent, messages: list) -> list:
@@ -62,9 +62,11 @@ def test_a_failed_summary_of_what_snip_cut_is_said_once_and_the_next_summary_rea
         messages = passed(agent, messages)
     assert sum(1 for r in fake.summary_requests if of_what_snip_cut(r)) == 1
     assert agent.out.text.count("the summary of what it cut failed") == 1
-    assert "something odd" in agent.out.text and "Traceback" not in agent.out.text
+    assert "400 invalid_request_error: messages.0.content.0: something odd" in agent.out.text
+    assert "Error code" not in agent.out.text and "Traceback" not in agent.out.text
     handle_command(agent, messages, "/context", s08.LESSON)
-    assert "What snip cut, waiting to be summarized: 1 transcript" in agent.out.text
+    assert ("What snip cut, waiting to be summarized: 1 transcript; the next summary of the history "
+            "reads them back") in agent.out.text
     fake.summary(text("<summary>All thirty notes read.</summary>"))
     messages = s08.compact_now(agent, messages)
     assert "(call r1)" in json.dumps(fake.summary_requests[-1]["messages"]), "read back by the next summary"
@@ -173,7 +175,7 @@ def test_the_picture_says_when_each_snip_was_summarized_and_which_wait():
                               (11, {"layer": "snip_compact", "saved_to": [".transcripts/snip-c.jsonl"]}),
                               (15, {"layer": "snip_compact", "saved_to": [".transcripts/snip-d.jsonl"]}),
                               (17, {"layer": "compact_history", "saved_to": []})],
-                      summaries=[(6, {"what": "summarizing what snip cut: failed (empty)"}),
+                      summaries=[(6, {"what": "summarizing what snip cut: failed (empty), for snip-a.jsonl"}),
                                  (8, {"what": joined + "snip-b.jsonl"}),
                                  (12, {"what": joined + "snip-a.jsonl snip-c.jsonl"})])
     assert snip_fates(session) == {
@@ -181,8 +183,11 @@ def test_the_picture_says_when_each_snip_was_summarized_and_which_wait():
         1: "summarized in the background, in view from call 9",
         2: "summarized in the background, in view from call 13",
         3: "summarized with the whole history before call 18"}
-    assert snip_fates(Session(layers=[(3, {"layer": "snip_compact", "saved_to": ["x/snip-e.jsonl"]})])) == {
-        0: "waiting to be summarized when the log ends"}
+    waiting = Session(layers=[(3, {"layer": "snip_compact", "saved_to": ["x/snip-e.jsonl"]}),
+                              (5, {"layer": "snip_compact", "saved_to": ["x/snip-f.jsonl"]})],
+                      summaries=[(6, {"what": "summarizing what snip cut: failed (500 api_error: boom), for snip-f.jsonl"})])
+    assert snip_fates(waiting) == {0: "waiting to be summarized where the log ends",
+                                   1: "its summary failed; waiting for the next summary of the history"}
 
 
 def test_a_part_the_summary_written_ahead_reads_gets_no_summary_of_its_own_one_cut_after_it_does(s08, fake, make_agent):
@@ -204,3 +209,19 @@ def test_a_part_the_summary_written_ahead_reads_gets_no_summary_of_its_own_one_c
     assert len(asked) == 1 and "(call r35)" in json.dumps(asked[0]) and "(call r5)" not in json.dumps(asked[0])
     gate.set()
     agent.ahead.drop("the test is over")
+
+
+def test_a_summary_of_what_snip_cut_is_not_retried_and_a_tool_call_is_no_summary(s08, fake, make_agent):
+    """A failed part waits for the history's summary, which reads it back: retried, a hung
+    endpoint would keep it out of view as long again for each retry."""
+    agent = make_agent()
+    fake.summary(error(500, "api_error", "boom"))  # retried, the next would be answered
+    messages = passed(agent, snipped(s08, agent))
+    messages = passed(agent, messages)
+    assert len(fake.summary_requests) == 1 and "[api]" not in agent.out.text
+    assert "the summary of what it cut failed (500 api_error: boom)" in agent.out.text
+    other = make_agent()
+    fake.summary(tool_use("bash", {"command": "ls"}))
+    messages = passed(other, passed(other, snipped(s08, other)))
+    assert "the reply called a tool instead of writing the summary" in other.out.text
+    assert "Program note" not in json.dumps(messages)

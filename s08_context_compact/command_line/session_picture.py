@@ -272,16 +272,19 @@ def compaction_footer(path: str) -> dict:
     return footer if isinstance(footer, dict) and footer.get("type") == "compaction" else {}
 
 
-SNIP_SUMMARY_JOINED = "summarizing what snip cut: joined, for "  # snip_summaries.py's bill
+SNIP_SUMMARY_CALL = "summarizing what snip cut: "  # snip_summaries.py's bills: what came of it
+SNIP_SUMMARY_JOINED = SNIP_SUMMARY_CALL + "joined, for "
 
 
 def snip_fates(session: Session) -> dict:
     """For each snip run (its place in session.layers): when what it cut was summarized, in
     the background (the call whose bill names its transcript: from then on it is in view) or
-    with the whole history (a summary layer after it), or that it still waits when the log
-    ends."""
+    with the whole history (a summary layer after it), or that it still waits where the log
+    ends (its summary failed, or is still being written)."""
     joined = [(at, str(r.get("what", ""))) for at, r in session.summaries
               if str(r.get("what", "")).startswith(SNIP_SUMMARY_JOINED)]
+    failed = [str(r.get("what", "")) for _, r in session.summaries
+              if str(r.get("what", "")).startswith(SNIP_SUMMARY_CALL + "failed")]
     fates = {}
     for k, (at, record) in enumerate(session.layers):
         if record["layer"] != "snip_compact":
@@ -295,8 +298,10 @@ def snip_fates(session: Session) -> dict:
             fates[k] = f"summarized in the background, in view from call {when + 1}"
         elif summary is not None:
             fates[k] = f"summarized with the whole history before call {summary + 1}"
+        elif any(names & set(what.rsplit(", for ", 1)[-1].split()) for what in failed):
+            fates[k] = "its summary failed; waiting for the next summary of the history"
         else:
-            fates[k] = "waiting to be summarized when the log ends"
+            fates[k] = "waiting to be summarized where the log ends"
     return fates
 
 

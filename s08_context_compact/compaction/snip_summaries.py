@@ -24,10 +24,11 @@ The worker is summary_ahead.py's: one request on a thread of its own, cut when c
 """
 
 import time
+from dataclasses import replace
 from typing import Callable
 
 from ..basics import Screen, say_on
-from ..endpoint import Connection
+from ..endpoint import Connection, api_error_text
 from ..messages import (NOTE_MARKER, OWN, blocks_of, estimate_text_tokens, own_text,
                         snips_covered, snips_pending, waiting_parts, with_text, written_text)
 from .summary import summary_problem
@@ -116,10 +117,13 @@ class SnipSummaries:
                      f"context:]\n{previous}"}] if previous else []) + [
             {"type": "text", "text": f"[{counted} messages snip cut, written out:]\n{text}"},
             {"type": "text", "text": INSTRUCTIONS.format(limit=limit, words=limit * 3 // 4)}]
-        request = {"model": settings.model, "max_tokens": settings.summary_max_tokens,
-                   "messages": [{"role": "user", "content": content}]}
+        # room for a reply a half over the limit, which is still taken; no more is paid for
+        request = {"model": settings.model, "messages": [{"role": "user", "content": content}],
+                   "max_tokens": min(settings.summary_max_tokens, 2 * limit)}
         job = Job([], 0, 0, (tuple(paths), tuple(covers), counted, limit), time.monotonic())
-        ask_in_background(job, self.ask, self.connection, request,
+        # Not retried: a part whose summary fails waits for the history's, which reads it back;
+        # retried, a hung endpoint would keep it out of view four times as long.
+        ask_in_background(job, self.ask, replace(self.connection, retries=0), request,
                           sum(estimate_text_tokens(b["text"]) for b in content), LABEL,
                           "snip-summary")
         self.job, self.made = job, self.made + 1
@@ -134,17 +138,17 @@ class SnipSummaries:
             return messages
         self.job = None
         RUNNING.discard(job)
-        for line in job.heard:
-            self.say(line, "dim")
+        for line in job.heard:  # a fault in the worker; what its call met is said below
+            if not line.startswith("[api]"):
+                self.say(line, "dim")
         paths, covers, counted, limit = job.about
         self.done |= set(paths)
         answer = job.asked.answer if job.asked else None
         summary = answer.summary if answer is not None else ""
-        problem = (str(job.asked.error) if job.asked and job.asked.error else
-                   summary_problem(summary, limit + limit // 2) if job.asked else "it failed")
         names = " ".join(path.rsplit("/", 1)[-1] for path in paths)
+        problem = why_not(job.asked, summary, limit)
         if problem:
-            self.bill(answer, f"failed ({problem})")
+            self.bill(answer, f"failed ({problem}), for {names}")
             self.say(f"[snip_compact] the summary of what it cut failed ({problem}); the next "
                      "summary of the history reads it back", "dim")
             return messages
@@ -170,6 +174,7 @@ class SnipSummaries:
             RUNNING.discard(job)
             if job.asked:  # finished: paid for all the same
                 self.bill(job.asked.answer, "called off")
+            self.say("[snip_compact] the summary of what it cut: called off", "dim")
 
     def bill(self, answer, what: str) -> None:
         """What a reply cost, with what came of it, for the loop to add up and log."""
@@ -186,10 +191,26 @@ class SnipSummaries:
         waiting = len(set(snips_pending(messages)) - snips_covered(messages))
         if not waiting:
             return ""
-        being = (f"; {len(self.job.about[0])} of them being summarized in the background"
-                 if self.job else "")
+        job = self.job
+        if job is None:
+            being = "; the next summary of the history reads them back"
+        elif job.done.is_set():
+            being = f"; the summary of {len(job.about[0])} of them is ready, to join at the next step"
+        else:
+            being = f"; {len(job.about[0])} of them being summarized in the background"
         return (f"What snip cut, waiting to be summarized: {waiting} "
                 f"transcript{'s' if waiting != 1 else ''}{being}")
+
+
+def why_not(asked, summary: str, limit: int) -> str:
+    """Why a reply is no summary of what snip cut ("" when it is one)."""
+    if asked is None:
+        return "it failed"
+    if asked.error is not None:
+        return api_error_text(asked.error)
+    if not summary and any(b.get("type") == "tool_use" for b in asked.answer.message["content"]):
+        return "the reply called a tool instead of writing the summary"
+    return summary_problem(summary, limit + limit // 2)  # a half over is still taken
 
 
 def fitted(part: list, room: int) -> str | None:
