@@ -113,7 +113,8 @@ def test_a_summary_cut_by_a_later_snip_still_covers_its_part_through_the_next_on
         messages += read_pair(f"r{k}", f"note {k} " + "y" * 2_000)
     messages = s08.apply_layer(agent, s08.snip_compact, messages, keep_head=3, keep_tail=10, at_least=20,
                                store=agent.store, tools=agent.tools)
-    assert "Part A" not in json.dumps(messages)
+    head = json.dumps(messages[2])  # the snip's note, and part A's summary beside it: still in view
+    assert "Part A: notes 1 to 19." in head and head.index("[Snipped") < head.index("Part A")
     fake.summary(text("<summary>Part B, and part A before it.</summary>"))
     for _ in range(2):
         messages = passed(agent, messages)
@@ -127,6 +128,24 @@ def test_a_summary_cut_by_a_later_snip_still_covers_its_part_through_the_next_on
     messages = s08.compact_now(agent, messages)
     whole = json.dumps(fake.summary_requests[-1]["messages"])
     assert "Part B, and part A" in whole and "(call r1)" not in whole and "(call r35)" not in whole
+
+
+def test_a_note_a_later_snip_cuts_stays_in_view_until_a_newer_one_stands_for_it(s08, fake, make_agent):
+    agent = make_agent()
+    messages = snipped(s08, agent)
+    fake.summary(text("<summary>Part A.</summary>"), text("<summary>Part B, with A.</summary>"))
+    messages = passed(agent, passed(agent, messages))  # A's note joins the end
+    for start in (30, 60):  # two more snips: B's cuts A's note, C's cuts B's
+        for k in range(start, start + 30):
+            messages += read_pair(f"r{k}", f"note {k} " + "y" * 2_000)
+        messages = s08.apply_layer(agent, s08.snip_compact, messages, keep_head=3, keep_tail=10,
+                                   at_least=20, store=agent.store, tools=agent.tools)
+        if start == 30:
+            assert "Part A." in json.dumps(messages[:3]), "moved into the head with the snip's note"
+            messages = passed(agent, passed(agent, messages))  # B's note joins; it stands for A too
+    head = json.dumps(messages[:3])
+    assert "Part B, with A." in head and "Part A." not in head, "A's note: B's stands for it"
+    assert_valid(messages)
 
 
 def test_a_ready_summary_joins_before_the_history_is_summarized_and_none_starts_then(s08, fake, make_agent):

@@ -276,7 +276,7 @@ def test_what_snip_cut_is_summarized_in_the_background_and_every_call_stays_in_v
     assert played["calls in view"] == 1.0
     mains = [plain(r["messages"]) for r in fake.main_requests]
     joined = [k for k, sent in enumerate(mains) if "what snip cut earlier" in json.dumps(sent[-1])
-              and "what snip cut earlier" not in json.dumps(mains[k - 1])]
+              and "what snip cut earlier" not in json.dumps(mains[k - 1][-1])]
     assert len(joined) >= 2
     for k in joined:
         assert mains[k][:len(mains[k - 1])] == mains[k - 1], "every message before it as it was"

@@ -162,19 +162,33 @@ def what_was_done(removed: list, tools: dict) -> str:
     return " What they did:" + "".join(lines) if lines else ""
 
 
-def with_snip_note(head_last: dict, removed: list, path, tools: dict, request: str | None) -> dict:
+def with_snip_note(head_last: dict, removed: list, path, tools: dict, request: str | None,
+                   after: list = ()) -> dict:
     """The head's last message with the one note a snip leaves: how many messages went (the
-    counts of earlier snips folded in), where the latest are saved and what they did; then
-    `request`, the user's current request if it went with them, so it stays in view verbatim."""
+    counts of earlier snips folded in), where the latest are saved and what they did; then the
+    summaries of what earlier snips cut that were among them, so they stay in view (those a
+    newer one stands for, here or in `after`, the messages kept after the cut, are left out);
+    then `request`, the user's current request if it went with them, so it stays verbatim."""
     notes = [b for b in blocks_of(head_last) if b.get(OWN) == "snip"]
-    kept = [b for b in blocks_of(head_last) if b.get(OWN) != "snip"]
+    summaries = still_needed([b for m in [head_last, *removed] for b in blocks_of(m)
+                              if b.get(OWN) == "snip_summary"], after)
+    kept = [b for b in blocks_of(head_last) if b.get(OWN) not in ("snip", "snip_summary")]
     snipped = sum(b.get("snipped", 0) for b in notes) + len(removed)
     # each cut part, oldest first, for the next summary to read back (snipped_back)
     pending = [p for b in notes for p in b.get("pending", [])] + [str(path)]
     note = (f"{SNIP_MARKER} {snipped} messages from the middle of the conversation; "
             f"the latest ones are saved in {path}.{what_was_done(removed, tools)}]")
-    texts = [own_text("snip", note, snipped=snipped, pending=pending)]
+    texts = [own_text("snip", note, snipped=snipped, pending=pending), *summaries]
     return with_text({**head_last, "content": kept}, *texts, *([request] if request else []))
+
+
+def still_needed(summaries: list, after: list) -> list:
+    """The summaries of what snip cut that no other stands for: one whose transcripts another
+    covers, and more, is left out (that one was written from it)."""
+    others = [set(b["covers"]) for b in summaries + [b for m in after for b in blocks_of(m)
+              if b.get(OWN) == "snip_summary"] if isinstance(b.get("covers"), list)]
+    return [b for b in summaries if not (b.get("covers") and any(
+        set(b["covers"]) < cover for cover in others))]
 
 
 READ_BACK_CHARS = 500   # a tool result or an input's text read back for a summary: its head
