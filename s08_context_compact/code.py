@@ -590,7 +590,7 @@ def agent_loop(agent, messages: list) -> str | None:
         replace_history(agent.log, messages, parked, "input parked")
         replace_history(agent.log, messages, compact_pipeline(agent, messages), "compaction")
         summarize_ahead(agent, messages)  # past the early mark: a summary starts in the background
-        agent.snips.summarize(messages, agent.settings)  # and one of what snip cut, if none reads it
+        agent.snips.summarize(messages, agent.settings)  # and one of what snip cut, if needed
         stubs = agent.state.repeat_reads.kept_true(messages)  # "as in result X": X still there?
         replace_history(agent.log, messages, stubs, "read stubs re-pointed")
         try:

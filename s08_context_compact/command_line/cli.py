@@ -196,8 +196,8 @@ def parse_arguments(argv):
                     "Run it in the folder the agent should work in.",
         epilog="Configuration (environment or .env): MODEL_ID, ANTHROPIC_API_KEY or "
                "ANTHROPIC_AUTH_TOKEN, and optionally ANTHROPIC_BASE_URL, CONTEXT_WINDOW, "
-               "API_CONNECT_TIMEOUT, API_IDLE_TIMEOUT, API_RETRIES, CACHE_TTL, COMPACT_AT, SUMMARY_AHEAD, "
-               "SANDBOX, SANDBOX_NETWORK, S08_HISTORY. "
+               "API_CONNECT_TIMEOUT, API_IDLE_TIMEOUT, API_RETRIES, CACHE_TTL, COMPACT_AT, "
+               "SUMMARY_AHEAD, SANDBOX, SANDBOX_NETWORK, S08_HISTORY. "
                "At the prompt, /help lists the commands. README.md has the rest.")
     parser.add_argument("--resume", nargs="?", const="latest", metavar="ID",
                         help="continue the most recent session in this folder, or session ID")

@@ -195,7 +195,8 @@ class SnipSummaries:
         if job is None:
             being = "; the next summary of the history reads them back"
         elif job.done.is_set():
-            being = f"; the summary of {len(job.about[0])} of them is ready, to join at the next step"
+            being = (f"; the summary of {len(job.about[0])} of them is ready, to join at the "
+                     "next step")
         else:
             being = f"; {len(job.about[0])} of them being summarized in the background"
         return (f"What snip cut, waiting to be summarized: {waiting} "

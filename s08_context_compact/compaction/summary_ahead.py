@@ -151,7 +151,8 @@ def call_off_all() -> None:
 
 def ask_in_background(job: Job, ask: Callable, connection: Connection, request: dict,
                       sent_tokens: int, label: str, name: str) -> None:
-    """ask(request) on a thread of its own (named `name`), over a connection of its own that job.cancel cuts:
+    """ask(request) on a thread of its own (named `name`), over a connection of its own that
+    job.cancel cuts:
     job.asked holds what came of it (or, for a fault, job.heard says what), and job.done is
     set when it is over. What it would say goes to job.heard, said by the loop later."""
     screen = Screen(job.say, secrets=connection.screen.secrets)  # nothing on screen now

@@ -228,7 +228,8 @@ def snipped_back(messages: list, read_back) -> list:
     if not parts:
         return messages
     text = ("[What snip cut from the middle of the conversation, read back from its "
-            "transcripts; it came before the messages after the snip note:]\n" + written_text(parts))
+            "transcripts; it came before the messages after the snip note:]\n"
+            + written_text(parts))
     block = {"type": "text", "text": text, OWN: "read_back"}  # not the user's words
     if messages and messages[-1]["role"] == "user":
         return messages[:-1] + [with_text(messages[-1], block)]
@@ -239,11 +240,6 @@ def written_text(part: list, head_chars: int | None = None) -> str:
     """Messages read back, a line a block (written_out)."""
     return "\n".join(line for m in part for b in blocks_of(m)
                      for line in [written_out(b, head_chars or READ_BACK_CHARS)] if line)
-
-
-def snips_waiting(messages: list) -> int:
-    """How many transcripts of what snip cut wait for a summary: none in view covers them."""
-    return len(set(snips_pending(messages)) - snips_covered(messages))
 
 
 def written_out(block: dict, head_chars: int = READ_BACK_CHARS) -> str:
