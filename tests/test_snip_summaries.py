@@ -6,7 +6,7 @@ import json
 import threading
 from dataclasses import replace
 
-from conftest import assert_valid, of_what_snip_cut, plain
+from conftest import assert_valid, of_what_snip_cut, plain, wait_until
 from test_summary_ahead import notes_read, read_pair
 from s08_context_compact.command_line import handle_command
 from s08_context_compact.offline.fake_anthropic import error, held, text, tool_use
@@ -217,6 +217,7 @@ def test_a_part_the_summary_written_ahead_reads_gets_no_summary_of_its_own_one_c
                  text("<summary>Part B.</summary>"))
     messages = snipped(s08, agent)  # part A waits
     start_now(s08, agent, messages)  # a summary ahead starts, and reads part A back
+    wait_until(lambda: len(fake.summary_requests) == 1)  # and is held at the server
     messages = passed(agent, messages)
     assert agent.snips.job is None, "part A: the summary being written ahead reads it"
     for k in range(30, 60):
