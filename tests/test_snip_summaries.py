@@ -245,3 +245,22 @@ def test_a_summary_of_what_snip_cut_is_not_retried_and_a_tool_call_is_no_summary
     messages = passed(other, passed(other, snipped(s08, other)))
     assert "the reply called a tool instead of writing the summary" in other.out.text
     assert "Program note" not in json.dumps(messages)
+
+
+def test_the_head_keeps_few_notes_however_many_summaries_fail_between_snips(s08, fake, make_agent):
+    """Each summary takes in the notes in view, and so stands for them: whether the summaries
+    between fail or not, a snip leaves at most the newest note and the one it moved."""
+    agent = make_agent()
+    messages = notes_read(3)
+    for n in range(8):
+        for k in range(30 * n, 30 * n + 30):
+            messages += read_pair(f"s{k}", f"note {k} " + "y" * 2_000)
+        messages = s08.apply_layer(agent, s08.snip_compact, messages, keep_head=3, keep_tail=10,
+                                   at_least=20, store=agent.store, tools=agent.tools)
+        fake.summary(text(f"<summary>Part {n}.</summary>") if n % 2 == 0 else error(500, "api_error", "boom"))
+        messages = passed(agent, passed(agent, messages))
+        notes = [b for m in messages[:3] for b in m["content"] if b.get("_s08") == "snip_summary"]
+        assert len(notes) <= 2, [b["text"][-12:] for b in notes]
+    assert_valid(messages)
+    asked = [json.dumps(r) for r in fake.summary_requests if of_what_snip_cut(r)]
+    assert all(request.count(f"Part {n}.") <= 1 for request in asked for n in range(8)), "no note twice"

@@ -46,7 +46,8 @@ TEXT ONLY, NO TOOLS. Do not call any tool in this answer: this turn only writes 
 
 The messages above were cut from the middle of a coding session to save room, and written
 out: each call with its id, tool and input, each result's head. The work goes on without
-them, from your summary. Write inside <summary></summary> what they did, in order: what
+them, from your summary, which also stands for the summaries of earlier parts above, if
+any: take in what they say. Write inside <summary></summary> what was done, in order: what
 the user asked, the files read, changed or created and what was found in them (names,
 functions, facts), the commands run and how they ended, errors met and how they were fixed,
 decisions taken, and what was left open. Keep the <summary> under {limit:,} tokens (about
@@ -92,8 +93,9 @@ class SnipSummaries:
         self.done |= set(self.waiting(messages)) - {path for path, _ in parts}  # unreadable
         if not parts:
             return
-        previous = next((b["text"] for m in reversed(messages) for b in reversed(blocks_of(m))
-                         if b.get(OWN) == "snip_summary"), "")
+        # the notes in view go into this summary, which then stands for them (still_needed)
+        earlier = [b for m in messages for b in blocks_of(m) if b.get(OWN) == "snip_summary"]
+        previous = "\n\n".join(b["text"] for b in earlier)
         undercount = self.connection.endpoint.undercount
         room = int((settings.window - settings.summary_max_tokens) / undercount * ESTIMATE_MARGIN)
         room -= estimate_text_tokens(previous) + estimate_text_tokens(INSTRUCTIONS) + 50
@@ -105,16 +107,21 @@ class SnipSummaries:
             paths, text = paths + [path], "\n".join(filter(None, [text, written]))
         # what the summary will stand for: these parts, and the parts the summaries written
         # out in them stood for (a later snip cut the message that held one)
+        written = {b["text"] for path, part in parts if path in paths for m in part
+                   for b in blocks_of(m) if b.get(OWN) == "snip_summary"}
+        earlier = [b for b in earlier if b["text"] not in written]  # a note moved, not twice
+        previous = "\n\n".join(b["text"] for b in earlier)
         covers = paths + [c for path, part in parts if path in paths
-                          for c in sorted(snips_covered(part))]
+                          for c in sorted(snips_covered(part))] + sorted(snips_covered(
+                              [{"role": "user", "content": earlier}]))
         if not paths:  # the first alone does not fit, however short its heads: its start is
             paths, covers = [parts[0][0]], []  # summarized, and the whole read back later
             text = cut_to(written_text(parts[0][1], HEADS[-1]), room, parts[0][0])
         counted = sum(len(part) for path, part in parts if path in paths)
         limit = max(MIN_SUMMARY_TOKENS, min(int(settings.window * SUMMARY_SHARE),
                                             estimate_text_tokens(text) // PART_SHARE))
-        content = ([{"type": "text", "text": "[The summary of the part cut before these, for "
-                     f"context:]\n{previous}"}] if previous else []) + [
+        content = ([{"type": "text", "text": "[The summaries of what snip cut before these "
+                     f"messages:]\n{previous}"}] if previous else []) + [
             {"type": "text", "text": f"[{counted} messages snip cut, written out:]\n{text}"},
             {"type": "text", "text": INSTRUCTIONS.format(limit=limit, words=limit * 3 // 4)}]
         # room for a reply a half over the limit, which is still taken; no more is paid for
