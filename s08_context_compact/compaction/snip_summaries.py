@@ -105,15 +105,15 @@ class SnipSummaries:
             if written is None:
                 break
             paths, text = paths + [path], "\n".join(filter(None, [text, written]))
-        # what the summary will stand for: these parts, and the parts the summaries written
-        # out in them stood for (a later snip cut the message that held one)
-        written = {b["text"] for path, part in parts if path in paths for m in part
-                   for b in blocks_of(m) if b.get(OWN) == "snip_summary"}
-        earlier = [b for b in earlier if b["text"] not in written]  # a note moved, not twice
+        # What the summary will stand for: these parts, the notes written out whole in them (a
+        # later snip cut the message that held one), and the notes in view; a note that a snip
+        # moved into the head is in both, and is sent once.
+        in_parts = [b for path, part in parts if path in paths for m in part
+                    for b in blocks_of(m) if b.get(OWN) == "snip_summary"]
+        earlier = [b for b in earlier if b["text"] not in {n["text"] for n in in_parts}]
         previous = "\n\n".join(b["text"] for b in earlier)
-        covers = paths + [c for path, part in parts if path in paths
-                          for c in sorted(snips_covered(part))] + sorted(snips_covered(
-                              [{"role": "user", "content": earlier}]))
+        covers = paths + sorted({path for b in in_parts + earlier
+                                 if isinstance(b.get("covers"), list) for path in b["covers"]})
         if not paths:  # the first alone does not fit, however short its heads: its start is
             paths, covers = [parts[0][0]], []  # summarized, and the whole read back later
             text = cut_to(written_text(parts[0][1], HEADS[-1]), room, parts[0][0])
