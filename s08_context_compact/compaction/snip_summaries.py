@@ -29,7 +29,7 @@ from typing import Callable
 
 from ..basics import Screen, say_on
 from ..endpoint import Connection, api_error_text
-from ..messages import (NOTE_MARKER, OWN, blocks_of, estimate_text_tokens, own_text,
+from ..messages import (NOTE_MARKER, OWN, blocks_of, covered_by, estimate_text_tokens, own_text,
                         snips_covered, snips_pending, waiting_parts, with_text, written_text)
 from .summary import summary_problem
 from .summary_ahead import RUNNING, Job, ask_in_background
@@ -65,7 +65,6 @@ class SnipSummaries:
         self.job = None
         self.done = set()     # transcripts summarized, or whose summary failed: not asked again
         self.unpaid = []      # (reply, label) of each summary, for the loop to add up
-        self.made = self.used = 0
 
     def say(self, text: str, style: str = "") -> None:
         say_on(self.screen, text, style)
@@ -112,8 +111,7 @@ class SnipSummaries:
                     for b in blocks_of(m) if b.get(OWN) == "snip_summary"]
         earlier = [b for b in earlier if b["text"] not in {n["text"] for n in in_parts}]
         previous = "\n\n".join(b["text"] for b in earlier)
-        covers = paths + sorted({path for b in in_parts + earlier
-                                 if isinstance(b.get("covers"), list) for path in b["covers"]})
+        covers = paths + sorted(covered_by(in_parts + earlier))
         if not paths:  # the first alone does not fit, however short its heads: its start is
             paths, covers = [parts[0][0]], []  # summarized, and the whole read back later
             text = cut_to(written_text(parts[0][1], HEADS[-1]), room, parts[0][0])
@@ -133,7 +131,7 @@ class SnipSummaries:
         ask_in_background(job, self.ask, replace(self.connection, retries=0), request,
                           sum(estimate_text_tokens(b["text"]) for b in content), LABEL,
                           "snip-summary")
-        self.job, self.made = job, self.made + 1
+        self.job = job
         self.say(f"[snip_compact] {LABEL} ({counted} messages) in the background", "dim")
 
     def joined(self, messages: list) -> list:
@@ -167,7 +165,6 @@ class SnipSummaries:
         block = own_text("snip_summary", f"{NOTE_MARKER}: {whole}what snip cut earlier ({counted} "
                          f"messages, saved in {', '.join(paths)}), summarized; not a new "
                          f"request]\n{summary}", covers=list(covers))
-        self.used += 1
         self.say(f"[snip_compact] what it cut ({counted} messages) is summarized: "
                  f"{estimate_text_tokens(summary):,} tokens at the end of the context, written "
                  f"in {job.seconds:.1f}s", "layer")

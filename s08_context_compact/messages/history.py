@@ -203,7 +203,12 @@ def snips_pending(messages: list) -> list:
 
 def snips_covered(messages: list) -> set:
     """The transcripts a summary of what snip cut, in these messages, was written from."""
-    return {path for m in messages for b in blocks_of(m) if b.get(OWN) == "snip_summary"
+    return covered_by(b for m in messages for b in blocks_of(m))
+
+
+def covered_by(blocks) -> set:
+    """The transcripts the summaries of what snip cut among these blocks stand for."""
+    return {path for b in blocks if b.get(OWN) == "snip_summary"
             and isinstance(b.get("covers"), list) for path in b["covers"]}
 
 
