@@ -48,11 +48,10 @@ from s08_context_compact.messages import (
     result_text, todo_problem, tool_names, with_snip_note)
 from s08_context_compact.endpoint import (
     api_failures, ContextOverflow, count_tokens, make_reply_sendable, marked_request,
-    model_reply, summary_reply, SummaryError)
+    model_reply)
 from s08_context_compact.compaction import (
-    cleared_to_fit, fallback_summary, fit_in_pieces, nothing_to_summarize, pointed_to,
-    previewed, render_todos, replace_with_summary, smaller_budget, summary_instructions,
-    summary_problem, what_comes_back)
+    nothing_to_summarize, pointed_to, previewed, render_todos, replace_with_summary,
+    what_comes_back)
 from s08_context_compact.safety import (
     command_risks, run_command)
 from s08_context_compact.command_line import (
@@ -67,12 +66,9 @@ from s08_context_compact.command_line import (
 # (Settings.for_window, with the chapter's defaults as ceilings; the chapter's table gives each
 # rule). These are the other numbers the code below uses.
 COUNT_TOKENS_MARGIN = 0.1           # this close to the threshold, ask the API for the exact count
-ESTIMATE_MARGIN = 0.85              # sizing by estimate alone, assume it may be 15% low
 COLD_TRIGGER_SHARE = 0.5            # snip and micro trigger at this share of micro_trigger
                                     # once the prompt cache has expired (CACHE_TTLS)
 PLACEHOLDER_TOKENS = 60             # a placeholder's size, long path included; rather too high
-SUMMARY_ATTEMPTS = 4                # tries at a summary call; after "too long", with fewer messages
-MAX_CONSECUTIVE_SUMMARY_FAILURES = 3  # circuit breaker: stop paying for summaries that fail
 MAX_REACTIVE_RETRIES = 1            # refused again with nothing new learned: the turn ends
 REACTIVE_TAIL_SHARE = 0.25          # reactive_compact keeps recent messages up to this share
 BASH_TIMEOUT = 120                  # seconds, unless the call asks for another (max 600)
@@ -128,44 +124,6 @@ def over_threshold(agent, messages: list) -> bool:
     if abs(tokens - s.threshold) <= s.threshold * COUNT_TOKENS_MARGIN:
         tokens = exact_context_tokens(agent, messages)
     return tokens > s.threshold
-
-
-def summary_sent(agent, messages: list, instruction: str) -> tuple:
-    """(whether the messages fit one summary request beside the instruction and the reply;
-    the budget in tokens of a request's messages). Estimates are scaled by the endpoint's
-    undercount."""
-    s, undercount = agent.settings, agent.endpoint.undercount
-    fixed = estimate_text_tokens(instruction) + s.summary_max_tokens
-    budget = int((s.window - fixed - agent.overhead) / undercount * ESTIMATE_MARGIN)
-    needed = context_tokens(agent, messages) * undercount + fixed
-    if s.window * (1 - COUNT_TOKENS_MARGIN) < needed <= s.window:  # too close to call: count
-        needed = exact_context_tokens(agent, messages) * undercount + fixed
-    return needed <= s.window, budget
-
-
-def summary_request(agent, sent: list, instruction: str) -> tuple:
-    """(the request for a summary, its size in tokens). It continues the cached conversation,
-    the instruction added at the end: setting tool_choice would invalidate the cache, so words
-    alone forbid tools."""
-    request = build_request(agent, sent, extra_text=instruction)
-    request = {**request, "max_tokens": agent.settings.summary_max_tokens}
-    return request, agent.overhead + estimate_tokens(sent)
-
-
-def in_pieces(agent, messages: list, budget: int, instruction: str, limit: int) -> list:
-    """What a summary request carries when the messages do not fit one: each piece that
-    compaction/summary.py's fit_in_pieces hands out summarized, its summary handed back."""
-    pieces = fit_in_pieces(messages, budget, budget - agent.settings.summary_max_tokens)
-    try:
-        sent = next(pieces)
-        while True:
-            answer = summary_reply(agent.connection, *summary_request(agent, sent, instruction))
-            count_call(agent, answer, "writing the summary, a piece at a time")
-            if summary_problem(answer.summary, limit):
-                raise SummaryError(f"a piece's summary: {summary_problem(answer.summary, limit)}")
-            sent = pieces.send(answer.summary)
-    except StopIteration as done:  # what the last request carries
-        return done.value
 
 
 # ---- the prompt cache: why the cheap layers wait ------------------------------------------------
@@ -305,65 +263,18 @@ def apply_layer(agent, layer, messages: list, /, **settings) -> list:
 
 
 # ---- the summary: the model's, or one built without it -------------------------------------------
-# A model call or a few; a breaker after repeated failures; else a summary built without the
-# model (compaction/summary.py): compaction succeeds in every case.
-
-def summarize_with_model(agent, messages: list, focus: str, limit_tokens: int,
-                         asked=None) -> str:
-    """One summary from the model; raises SummaryError. `asked` is the reply to the first
-    request, if it was asked for ahead (see "Compact before you must")."""
-    instruction = summary_instructions(focus, limit_tokens)
-    fits, budget = summary_sent(agent, messages, instruction)
-    for _ in range(SUMMARY_ATTEMPTS):
-        first, asked = asked, None
-        try:
-            sent = messages if fits or first else in_pieces(agent, messages, budget, instruction,
-                                                            limit_tokens)
-            answer = first.reply() if first else summary_reply(
-                agent.connection, *summary_request(agent, sent, instruction))
-        except ContextOverflow as err:
-            adopt_overflow(agent, err)
-            budget, fits = smaller_budget(budget, messages, err.overflow), False  # less by
-            continue  # as much as it was over
-        count_call(agent, answer, f"writing the summary{' ahead' if first else ''}")
-        return answer.summary
-    raise SummaryError("too long to summarize even after leaving out the oldest messages")
-
-
-def breaker_open(agent) -> bool:
-    if agent.summary_failures < MAX_CONSECUTIVE_SUMMARY_FAILURES:
-        return False
-    if not agent.breaker_announced:
-        agent.say(f"[summary] {MAX_CONSECUTIVE_SUMMARY_FAILURES} summaries failed in a row; "
-                  "no more summary calls this session. Compaction goes on with summaries built "
-                  "without the model.")
-        agent.breaker_announced = True
-    return True
-
+# compaction/summary_writer.py writes it: a model call, or a few when the messages do not fit
+# one request (the summary so far, then the next piece); after three failures in a row a
+# breaker stops asking; a summary built without the model stands in. Compaction succeeds.
 
 def make_summary(agent, messages: list, focus: str, limit: int, asked=None) -> tuple:
-    """(a summary of at most `limit` tokens, who wrote it), in every case: the model's, else one
-    built without it."""
-    why = f"{MAX_CONSECUTIVE_SUMMARY_FAILURES} summary calls failed in a row, so no more are made"
-    if not breaker_open(agent):
-        try:
-            summary = summarize_with_model(agent, messages, focus, limit, asked)
-            if summary_problem(summary, limit):  # ask once more, for a shorter one
-                again = (f"{focus} Your last answer was too long, empty, or a tool call: write "
-                         f"the summary as text, well under {limit:,} tokens.").strip()
-                summary = summarize_with_model(agent, messages, again, limit)
-            if summary_problem(summary, limit):
-                raise SummaryError(summary_problem(summary, limit))
-            agent.summary_failures = 0
-            return summary, "the model"
-        except SummaryError as err:
-            agent.summary_failures += 1
-            failures = f"{agent.summary_failures}/{MAX_CONSECUTIVE_SUMMARY_FAILURES}"
-            agent.say(f"[summary] failed ({failures}): {err}; using one built without the model")
-            why = "the summary call failed"
-    elif asked and asked.answer:  # asked for before the breaker opened: paid for all the same
-        count_call(agent, asked.answer, "writing the summary ahead (the breaker is open)")
-    return fallback_summary(messages, agent.state.todos, limit, why), "fallback"
+    """(a summary of at most `limit` tokens, who wrote it: "the model" or "fallback"). `asked`
+    is a reply asked for ahead (see "Compact before you must")."""
+    written = agent.writer.write(messages, focus, limit, agent.settings, agent.state.counter,
+                                 agent.state.todos, asked)
+    agent.settings = agent.settings.resized(agent.endpoint.window)  # a "too long" taught it
+    count_call(agent)  # what its calls cost: added up, and logged
+    return written
 
 
 # ---- what is summarized, the summary, what replaces it -------------------------------------------
@@ -549,21 +460,17 @@ def summarize_ahead(agent, messages: list) -> None:
     background; what follows until the threshold stays verbatim, so it leaves that room."""
     tokens = context_tokens(agent, messages)
     covered = agent.ahead.due(messages, tokens, agent.settings)
-    if not covered or breaker_open(agent):
+    if not covered or agent.writer.breaker_open():
         return
     snapshot = messages[:covered]
     focus = pre_compact_focus(agent, snapshot)
     kept_tokens = estimate_tokens(messages[covered:]) + agent.settings.threshold - tokens
     shown = paths_read(messages[covered:], agent.tools)
     _, limit = plan_restore(agent, messages, kept_tokens, shown=shown)
-    instruction = summary_instructions(focus, limit)
     whole = agent.store.with_snipped(snapshot)  # and what snip cut, read back
-    fits, budget = summary_sent(agent, whole, instruction)
-    sent = whole if fits else cleared_to_fit(whole, budget)  # its oldest results cleared
-    if sent is None:
-        return  # too big for one request even so: summarized in pieces at the threshold
-    request, sent_tokens = summary_request(agent, sent, instruction)
-    agent.ahead.start(messages, covered, request, sent_tokens, about=(focus, limit))
+    request = agent.writer.request_ahead(whole, focus, limit, agent.settings, agent.state.counter)
+    if request:  # None: too big for one request, so written in pieces at the threshold
+        agent.ahead.start(messages, covered, *request, about=(focus, limit))
 
 
 # ---- the agent loop ------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from conftest import blocks, invariant_problems, load_code, replace_with_summary
 from s08_context_compact.command_line import Agent  # noqa: E402
 from s08_context_compact.command_line.user_turns import add_user_text  # noqa: E402
-from s08_context_compact.compaction import Settings
+from s08_context_compact.compaction import MAX_CONSECUTIVE_SUMMARY_FAILURES, Settings
 from s08_context_compact.endpoint import Endpoint
 from s08_context_compact.messages import current_request, estimate_tokens, group_starts, result_text
 
@@ -239,8 +239,9 @@ def test_the_whole_pipeline_keeps_the_invariants(history, window):
         workdir = Path(tmp)
         agent = Agent(client=None, settings=replace(Settings.for_window("m", window)), workdir=workdir,
                           system="system", tools=s08.TOOLS, out=lambda *a, **k: None,
-                          summary_failures=s08.MAX_CONSECUTIVE_SUMMARY_FAILURES, breaker_announced=True,
-                          endpoint=Endpoint(window, can_count_tokens=False))  # no network: no summary call
+                          endpoint=Endpoint(window, can_count_tokens=False))
+        # no network: the breaker is open, so no summary call
+        agent.writer.failures, agent.writer.announced = MAX_CONSECUTIVE_SUMMARY_FAILURES, True
         after = s08.compact_pipeline(agent, list(history))
         check(history, after, workdir, request_of(history))
         if estimate_tokens(history) + agent.overhead > agent.settings.threshold:

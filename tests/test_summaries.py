@@ -61,7 +61,7 @@ def test_a_too_large_summary_is_retried_shorter_then_replaced_by_a_fallback(s08,
     compacted = first_texts(fake.main_requests[0])
     assert "Assembled without the model" in compacted[0] and "question 11" in compacted[0]
     assert compacted[-1] == "carry on"
-    assert "summary by fallback" in agent.out.text and agent.summary_failures == 1
+    assert "summary by fallback" in agent.out.text and agent.writer.failures == 1
     total = s08.context_tokens(agent, fake.main_requests[0]["messages"])
     assert total < 0.25 * 20_000, "the compacted context stays under a quarter of the window"
 
@@ -76,7 +76,7 @@ def test_a_summary_reply_that_calls_a_tool_is_asked_again(s08, fake, make_agent)
     assert "tool_choice" not in first and first["tools"], "the request is the conversation's own, tools included"
     assert "a tool call" in instruction(second)
     assert "Fourteen questions answered." in first_texts(fake.main_requests[0])[0]
-    assert "summary by the model" in agent.out.text and agent.summary_failures == 0
+    assert "summary by the model" in agent.out.text and agent.writer.failures == 0
     assert_requests_valid(fake)
 
 
@@ -86,7 +86,7 @@ def test_a_shorter_second_summary_is_used(s08, fake, make_agent):
     fake.summary(text("<summary>" + "detail " * 20_000 + "</summary>"), text("<summary>Short and right.</summary>"))
     s08.agent_loop(agent, messages)
     assert "Short and right." in first_texts(fake.main_requests[0])[0]
-    assert "summary by the model" in agent.out.text and agent.summary_failures == 0
+    assert "summary by the model" in agent.out.text and agent.writer.failures == 0
 
 
 def test_an_empty_summary_falls_back_and_the_session_goes_on(s08, fake, make_agent):

@@ -18,7 +18,7 @@ from ..basics import definitions, Redactor, say_on, Screen
 from ..messages import estimate_text_tokens, TokenCounter
 from ..endpoint import Connection, Endpoint, send_request
 from ..compaction import (ForTheLedger, Ledger, ledger_hooks, RepeatReads, Restorable, Settings,
-                          SnipSummaries, Store, SummaryAhead)
+                          SnipSummaries, Store, SummaryAhead, SummaryWriter)
 from ..safety import ForUndo, Sandbox, Undo, undo_hooks
 from ..session import SessionLog
 
@@ -67,8 +67,6 @@ class Agent:
     ledger: Ledger = field(default_factory=Ledger)
     undo: Undo = field(default_factory=Undo)          # what /undo puts back; shared with subagents
     sandbox: Sandbox = field(default_factory=Sandbox)  # how bash is confined (default: it is not)
-    summary_failures: int = 0
-    breaker_announced: bool = False
     disk_warned: bool = False                         # a layer could not save: said once
     stats: dict = field(default_factory=dict)         # layer -> {"runs", "saved" tokens, "seconds"}
     usage_totals: dict = field(default_factory=dict)  # all calls of the session, summed
@@ -76,6 +74,7 @@ class Agent:
     clock: Callable[[], float] = time.monotonic       # what the cache's life is measured on
     ahead: SummaryAhead = field(init=False)           # code.py's "Compact before you must"
     snips: SnipSummaries = field(init=False)          # what snip cut, summarized in the background
+    writer: SummaryWriter = field(init=False)         # writes a summary; keeps the breaker
 
     def __post_init__(self):
         self.secrets = Redactor.of(self.secrets)  # a list of the values will do
@@ -86,6 +85,7 @@ class Agent:
         self.ahead = SummaryAhead(send_request, self.connection) if writes_ahead else SummaryAhead()
         self.snips = (SnipSummaries(send_request, self.connection, self.store, self.ahead)
                       if writes_ahead else SnipSummaries())
+        self.writer = SummaryWriter(self.connection, self.system, self.tools, self.overhead)
 
     @cached_property
     def screen(self) -> Screen:

@@ -22,8 +22,10 @@ def park_long_inputs(agent, messages: list, measure) -> list:
 
 def count_call(agent, answer=None, label: str = "waiting for the model") -> None:
     """Add up what a call cost (the last call's usage, the session's totals) and log it, with
-    what any summary written ahead and set aside, or of what snip cut, cost since."""
-    calls = agent.ahead.bills() + agent.snips.bills() + ([(answer, label)] if answer else [])
+    what summaries cost since (compaction's writer, one written ahead and set aside, one of
+    what snip cut)."""
+    calls = agent.ahead.bills() + agent.snips.bills() + agent.writer.bills()
+    calls += [(answer, label)] if answer else []
     mark = agent.ahead.log_mark(agent.settings) if agent.log else None
     for each, what in calls:
         figures = each.figures

@@ -1,5 +1,5 @@
 """What the layers lean on: every size from the window, the store, previews, the summary's
-pieces, the summary written ahead, repeated reads, the fact ledger.
+writer and its pieces, the summary written ahead, repeated reads, the fact ledger.
 
 What the rest of the program may use from this folder."""
 
@@ -8,8 +8,8 @@ from .previews import fewer_tokens, persisted_preview, pointed_to, preview_resul
 from .repeat_reads import RepeatReads, true_stubs
 from .snip_summaries import SnipSummaries
 from .summary_ahead import SummaryAhead
+from .summary_writer import MAX_CONSECUTIVE_SUMMARY_FAILURES, SUMMARY_ATTEMPTS, SummaryWriter
 from .settings import Settings
 from .store import Store
-from .summary import (cleared_to_fit, fallback_summary, fit_in_pieces, nothing_to_summarize,
-                      render_todos, Restorable, replace_with_summary, smaller_budget,
-                      summary_instructions, summary_problem, what_comes_back)
+from .summary import (nothing_to_summarize, render_todos, Restorable, replace_with_summary,
+                      what_comes_back)

@@ -33,11 +33,11 @@ from ..messages import (NOTE_MARKER, OWN, blocks_of, covered_by, estimate_text_t
                         snips_covered, snips_pending, waiting_parts, with_text, written_text)
 from .summary import summary_problem
 from .summary_ahead import RUNNING, Job, ask_in_background
+from .summary_writer import ESTIMATE_MARGIN
 
 SUMMARY_SHARE = 0.01     # a part's summary: at most this share of the window,
 MIN_SUMMARY_TOKENS = 200  # and at least this, however small the window;
 PART_SHARE = 4           # and at most a quarter of the part it stands for
-ESTIMATE_MARGIN = 0.85   # the request sized by estimate: assume it may be 15% low
 HEADS = (300, 150, 60)   # characters of each long text written out: fewer when the part is big
 LABEL = "summarizing what snip cut"
 WAIT_SECONDS = 60.0      # the longest a pass waits for one, where settings say it waits
