@@ -77,7 +77,7 @@ READ_DEFAULT_LINES = 2_000
 # by their text alone: a user may type any text. The field is stripped from every request.
 
 
-# ---- the agent, and what its loop learns ---------------------------------------------------------
+# ---- the agent -----------------------------------------------------------------------------------
 # Layers take the history (plain dicts in the API's wire format); every other function takes
 # the Agent (command_line/agent.py) and reads: `settings` (every size in tokens), `overhead`
 # (system prompt and tools), `store` (where layers save), `connection`, `say`, `ahead`, `snips`,
