@@ -44,8 +44,8 @@ from s08_context_compact.basics import (
     workspace_path, write_file)
 from s08_context_compact.messages import (
     append_message, blocks_of, current_request, estimate_text_tokens, estimate_tokens,
-    group_starts, is_tool_result_message, newest_groups, OWN, paths_read, replace_history,
-    result_text, todo_problem, tool_names, with_snip_note)
+    is_tool_result_message, newest_groups, OWN, paths_read, replace_history,
+    result_text, snip_bounds, todo_problem, tool_names, with_snip_note)
 from s08_context_compact.endpoint import (
     api_failures, ContextOverflow, count_tokens, make_reply_sendable, marked_request,
     model_reply)
@@ -182,18 +182,13 @@ def tool_result_budget(messages: list, *, max_chars: int, preview_chars: int, st
 def snip_compact(messages: list, *, keep_head: int, keep_tail: int, at_least: int,
                  min_tokens: int = 0, store, tools: dict, measure=estimate_tokens) -> list:
     """Drop the middle of a long history, never splitting a tool_use from its tool_result."""
-    if len(messages) <= keep_head + keep_tail:
-        return messages
     # Every snip changes the head, so the cache is rewritten after it: cut at least
-    # `at_least` messages at once, and the next snip is that many messages away.
-    keep_tail = max(1, min(keep_tail, len(messages) - keep_head - at_least))
-    starts = group_starts(messages)
-    # The head ends just before an assistant message, the tail begins with one: both
-    # cut points fall between a tool_result message and the next call, never inside a pair.
-    head_end = next((i for i in starts if i >= keep_head), None)
-    tail_start = next((i for i in reversed(starts) if i <= len(messages) - keep_tail), None)
-    if head_end is None or tail_start is None or tail_start <= head_end:
+    # `at_least` messages at once, and the next snip is that many messages away. Both cut
+    # points fall just before a call, never inside a pair (messages/history.py).
+    bounds = snip_bounds(messages, keep_head, keep_tail, at_least)
+    if bounds is None:
         return messages
+    head_end, tail_start = bounds
     removed = messages[head_end:tail_start]
     if measure(removed) < min_tokens:
         return messages  # too little to pay for rewriting the cache after the head
@@ -437,8 +432,10 @@ def compact_pipeline(agent, messages: list) -> list:
     cold = cache_is_cold(agent)
     outrun = not cold and agent.ahead.outrun(s) and over_threshold(agent, messages)
     if context_tokens(agent, messages) > s.micro_trigger * (COLD_TRIGGER_SHARE if cold else 1):
+        # a part summarized ahead (agent.snips) is cut as it was summarized, no more
+        keep_tail = agent.snips.keep_tail(messages, s.snip_keep_tail)
         messages = apply_layer(agent, snip_compact, messages, keep_head=s.snip_keep_head,
-                               keep_tail=s.snip_keep_tail, at_least=s.snip_at_least,
+                               keep_tail=keep_tail, at_least=s.snip_at_least,
                                min_tokens=0 if cold else s.snip_min_tokens, store=store,
                                tools=agent.tools, measure=agent.state.counter.estimate)
         messages = apply_layer(agent, micro_compact, messages, keep_recent=s.keep_recent,
@@ -497,7 +494,8 @@ def agent_loop(agent, messages: list) -> str | None:
         replace_history(agent.log, messages, parked, "input parked")
         replace_history(agent.log, messages, compact_pipeline(agent, messages), "compaction")
         summarize_ahead(agent, messages)  # past the early mark: a summary starts in the background
-        agent.snips.summarize(messages, agent.settings)  # and one of what snip cut, if needed
+        # and one of what snip cut, or will cut next, if none is being written
+        agent.snips.summarize(messages, agent.settings, context_tokens(agent, messages))
         stubs = agent.state.repeat_reads.kept_true(messages)  # "as in result X": X still there?
         replace_history(agent.log, messages, stubs, "read stubs re-pointed")
         try:

@@ -90,8 +90,9 @@ def test_the_demo_ends_with_its_picture_the_one_the_chapter_shows(demo):
     transcripts = {p for r in layers for p in r["saved_to"] if p.endswith(".jsonl")}
     assert transcripts and all(f'<a href="{Path(p).name}">' in html for p in transcripts if Path(p).exists())
     assert "summary by fallback" in html and "summary by the model" in html and "<details>" in html
-    # what each snip cut: summarized in the background, from the call after the snip on
+    # what each snip cut: summarized ahead in the background, so in view from the very call
+    # the snip made room for, its summary joined with its note
     snip_at = [k for k, r in enumerate(records) if r["type"] == "layer" and r["layer"] == "snip_compact"]
     calls_before = sum(1 for r in records[:snip_at[0]] if r in steps)
-    assert f"summarized in the background, in view from call {calls_before + 2}" in html
+    assert f"summarized in the background, in view from call {calls_before + 1}" in html
     assert "<script" not in html and "http" not in html.replace('xmlns="http://www.w3.org/2000/svg"', "")

@@ -16,7 +16,7 @@ def passed(agent, messages: list) -> list:
     """What one pass of the loop does with the history: a summary that is ready joins at the
     end (the pipeline), and the next is started (after the summary ahead)."""
     messages = agent.snips.joined(messages)
-    agent.snips.summarize(messages, agent.settings)
+    agent.snips.summarize(messages, agent.settings, 0)  # below the mark: nothing summarized ahead
     return messages
 
 
@@ -264,3 +264,68 @@ def test_the_head_keeps_few_notes_however_many_summaries_fail_between_snips(s08,
     assert_valid(messages)
     asked = [json.dumps(r) for r in fake.summary_requests if of_what_snip_cut(r)]
     assert all(request.count(f"Part {n}.") <= 1 for request in asked for n in range(8)), "no note twice"
+
+
+def ahead_of_the_snip(agent, count: int = 30) -> list:
+    """`count` notes read, at a window where they pass snip's trigger; snip keeps the first 3
+    and the newest 10, and cuts 20 at least, whatever their tokens."""
+    agent.settings = replace(agent.settings, snip_keep_head=3, snip_keep_tail=10, snip_at_least=20,
+                             snip_min_tokens=0)
+    return notes_read(count)
+
+
+def test_the_part_the_next_snip_cuts_is_summarized_ahead_and_joins_with_the_snip_that_cuts_it(s08, fake, make_agent):
+    """Near snip's trigger the part it will cut is summarized from the history; the work goes
+    on; the snip cuts that part and no more, and its summary joins in that same pass, standing
+    for the transcript: no call leaves view, and no summary reads the part again."""
+    agent = make_agent(window=30_000)
+    messages = ahead_of_the_snip(agent)
+    fake.summary(text("<summary>Notes 1 to 24 read: each is y, over and over.</summary>"))
+    agent.snips.summarize(messages, agent.settings, agent.settings.micro_trigger)  # past its mark
+    asked = [r for r in fake.summary_requests if of_what_snip_cut(r)]
+    assert len(asked) == 1 and "[48 messages snip cut, written out:]" in json.dumps(asked[0])
+    messages = messages + read_pair("r30", "note 30 " + "y" * 2_000)  # the tail moves on
+    assert s08.context_tokens(agent, messages) > agent.settings.micro_trigger
+    after = s08.compact_pipeline(agent, messages)
+    [path] = list(agent.workdir.glob(".transcripts/snip-*.jsonl"))
+    assert len(agent.store.read_back(path.relative_to(agent.workdir).as_posix())) == 48, \
+        "the snip cut the part summarized, not the 50 it would have cut"
+    note = after[-1]["content"][-1]
+    assert note["text"].startswith("[Program note: what snip cut earlier (48 messages")
+    assert "Notes 1 to 24 read" in note["text"] and note["covers"] == [f".transcripts/{path.name}"]
+    assert_valid(after)
+    agent.snips.summarize(after, agent.settings, 0)
+    assert len(fake.summary_requests) == 1, "nothing waits: the part is not summarized again"
+    fake.summary(text("<summary>All thirty-one notes read.</summary>"))
+    whole = json.dumps(s08.compact_now(agent, after) and fake.summary_requests[-1]["messages"])
+    assert "Notes 1 to 24 read" in whole and "(call r1)" not in whole, "the note stands for the part"
+
+
+def test_a_part_summarized_ahead_goes_another_way_and_its_summary_is_set_aside_or_stands_for_its_start(s08, fake, make_agent):
+    """Summarized with the history before any snip cut it, the part's summary is set aside
+    (and paid for); cut with more than was summarized, it stands for the start of the part,
+    which the next summary of the history reads back whole."""
+    agent = make_agent(window=30_000)
+    messages = ahead_of_the_snip(agent)
+    fake.summary(text("<summary>Notes read.</summary>"))
+    agent.snips.summarize(messages, agent.settings, agent.settings.micro_trigger)
+    fake.summary(text("<summary>All thirty notes read.</summary>"))
+    messages = s08.compact_now(agent, messages)
+    assert agent.snips.joined(messages) is messages and agent.snips.job is None
+    assert [label for _, label in agent.snips.bills()] == \
+        ["summarizing what snip cut: set aside: the history was summarized first"]
+
+    agent = make_agent(window=30_000)
+    messages = ahead_of_the_snip(agent)
+    fake.summary(text("<summary>Notes 1 to 24 read.</summary>"))
+    agent.snips.summarize(messages, agent.settings, agent.settings.micro_trigger)
+    messages = messages + read_pair("r30", "note 30 " + "y" * 2_000)
+    messages = s08.apply_layer(agent, s08.snip_compact, messages, keep_head=3, keep_tail=10, at_least=20,
+                               store=agent.store, tools=agent.tools)  # not as it was summarized
+    messages = agent.snips.joined(messages)
+    note = messages[-1]["content"][-1]
+    assert note["text"].startswith("[Program note: the start of what snip cut earlier (48 messages")
+    assert note["covers"] == []
+    fake.summary(text("<summary>All thirty-one notes read.</summary>"))
+    s08.compact_now(agent, messages)
+    assert "(call r1)" in json.dumps(fake.summary_requests[-1]["messages"]), "the part read back whole"

@@ -258,10 +258,11 @@ def test_the_ledger_checks_list_is_cut_between_names_and_says_how_many_more():
 
 def test_what_snip_cut_is_summarized_in_the_background_and_every_call_stays_in_view(s08, tmp_path):
     """A session played against the fake at 30k: snip cuts the middle, and what it cut is
-    summarized in a request of its own. From the requests the server saw: every call the model
-    made is in the last request, or in a summary request (the part written out from the snip's
-    transcript) whose summary that request holds; and the summary joined the end of the context
-    without changing a message before it, so the prompt cache holds."""
+    summarized in a request of its own, near snip's trigger ahead of the cut. From the requests
+    the server saw: every call the model made is in the last request, or in a summary request
+    (the part written out) whose summary that request holds; the summary joined the end of the
+    context, in the request where the snip cut its part (which rewrote the cache there anyway),
+    or later without changing a message before it, so the prompt cache holds."""
     import benchmark
     session = benchmark.scripted_session(7, 16)
     settings = replace(Settings.for_window("claude-benchmark", 30_000), summary_ahead=None,
@@ -278,8 +279,15 @@ def test_what_snip_cut_is_summarized_in_the_background_and_every_call_stays_in_v
     joined = [k for k, sent in enumerate(mains) if "what snip cut earlier" in json.dumps(sent[-1])
               and "what snip cut earlier" not in json.dumps(mains[k - 1][-1])]
     assert len(joined) >= 2
+    snip_notes = [[b["text"] for m in sent for b in m["content"] if b.get("text", "").startswith("[Snipped ")]
+                  for sent in mains]
     for k in joined:
-        assert mains[k][:len(mains[k - 1])] == mains[k - 1], "every message before it as it was"
+        if snip_notes[k] == snip_notes[k - 1]:  # joined later: the prefix is the cache's
+            assert mains[k][:len(mains[k - 1])] == mains[k - 1], "every message before it as it was"
+        else:  # joined with its snip: the snip's note, then the summary of what it cut
+            assert any("Snipped" in text for text in snip_notes[k])
+    at_their_snip = [k for k in joined if snip_notes[k] != snip_notes[k - 1]]
+    assert at_their_snip, "a summary written ahead joins the request where its part is cut"
 
 
 def test_context_says_what_snip_cut_waits_for_the_next_summary_and_the_summary_reads_it_back(s08, fake, make_agent):

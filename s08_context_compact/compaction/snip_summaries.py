@@ -4,19 +4,26 @@ own (the part written out, with the summary of the part before it), and the summ
 the end of the context when it is ready: a text block after the last user message's other
 blocks, so every message before it, and the prompt cache that holds them, stays as it was.
 Until then the snip's note says where the part went, and a summary of the whole history
-reads the transcript back (messages/history.py's snipped_back). Forgetting costs more than
-the summary: an agent that no longer sees what it did reads the same files again, or undoes
-its own work.
+reads the transcript back (messages/history.py's snipped_back). Near snip's trigger, the
+part the next snip will cut is summarized ahead, from the history: the snip then cuts that
+part and no more, and its summary joins as the snip's own, so nothing leaves view.
+Forgetting costs more than the summary: an agent that no longer sees what it did reads the
+same files again, or undoes its own work.
 
 Machinery the chapter does not need, made once for an agent from values: the function that
 asks the model (`ask`, endpoint's send_request), the agent's Connection and Store, and the
 summary written ahead (SummaryAhead: what the one in flight reads back). The loop calls:
 
+    snips.keep_tail(messages, keep_tail)   what snip keeps after its cut (the pipeline): with a
+                                           part summarized ahead, all after that part
     snips.joined(messages)                 the history with a summary that is ready joined at
                                            its end (the pipeline, before the summary layers)
-    snips.summarize(messages, settings)    when a part waits that no summary being written
+    snips.summarize(messages, settings, tokens)
+                                           when a part waits that no summary being written
                                            reads, its summary started (after the summary ahead
-                                           had its turn: one that started reads the parts)
+                                           had its turn: one that started reads the parts);
+                                           with none waiting, near snip's trigger, the summary
+                                           of the part the next snip will cut (written ahead)
     snips.bills()                          what the summaries cost, handed over once
     snips.describe(messages)               what /context shows
 
@@ -29,8 +36,9 @@ from typing import Callable
 
 from ..basics import Screen, say_on
 from ..endpoint import Connection, api_error_text
-from ..messages import (NOTE_MARKER, OWN, blocks_of, covered_by, estimate_text_tokens, own_text,
-                        snips_covered, snips_pending, waiting_parts, with_text, written_text)
+from ..messages import (NOTE_MARKER, OWN, blocks_of, covered_by, estimate_text_tokens,
+                        estimate_tokens, own_text, snip_bounds, snips_covered, snips_pending,
+                        waiting_parts, with_text, written_text)
 from .summary import summary_problem
 from .summary_ahead import RUNNING, Job, ask_in_background
 from .summary_writer import ESTIMATE_MARGIN
@@ -40,6 +48,8 @@ MIN_SUMMARY_TOKENS = 200  # and at least this, however small the window;
 PART_SHARE = 4           # and at most a quarter of the part it stands for
 HEADS = (300, 150, 60)   # characters of each long text written out: fewer when the part is big
 LABEL = "summarizing what snip cut"
+AHEAD_SHARE = 0.85       # past this share of snip's trigger, what it will cut is summarized
+UNCUT = ""               # the transcript of a part summarized ahead, until the snip saves it
 WAIT_SECONDS = 60.0      # the longest a pass waits for one, where settings say it waits
 INSTRUCTIONS = """\
 TEXT ONLY, NO TOOLS. Do not call any tool in this answer: this turn only writes a summary.
@@ -64,17 +74,24 @@ class SnipSummaries:
         self.screen = connection.screen if connection else Screen()
         self.job = None
         self.done = set()     # transcripts summarized, or whose summary failed: not asked again
+        self.before = set()   # the transcripts listed when the part summarized ahead was cut
         self.unpaid = []      # (reply, label) of each summary, for the loop to add up
 
     def say(self, text: str, style: str = "") -> None:
         say_on(self.screen, text, style)
 
-    def summarize(self, messages: list, settings) -> None:
-        """If none is being written and a part waits, start its summary."""
-        if self.ask and self.job is None and self.waiting(messages):
+    def summarize(self, messages: list, settings, tokens: int) -> None:
+        """If none is being written, start the summary of a part that waits; with none waiting,
+        past AHEAD_SHARE of snip's trigger (`tokens`: the context's size), the summary of the
+        part the next snip will cut, so that it is ready when the snip cuts it."""
+        if not self.ask or self.job is not None:
+            return
+        if self.waiting(messages):
             self.start(messages, settings)
-            if settings.snip_summary_waits and self.job:  # written now; joined at the next pass
-                self.job.done.wait(WAIT_SECONDS)
+        elif tokens > settings.micro_trigger * AHEAD_SHARE:
+            self.start_ahead(messages, settings)
+        if settings.snip_summary_waits and self.job:  # written now
+            self.job.done.wait(WAIT_SECONDS)
 
     def waiting(self, messages: list) -> list:
         """The transcripts no summary covers or is being written from (this one's, or the
@@ -90,8 +107,40 @@ class SnipSummaries:
         """Write out the oldest parts that fit one request, and ask for their summary."""
         parts = waiting_parts(messages, self.store.read_back, skip=self.done | self.read_ahead())
         self.done |= set(self.waiting(messages)) - {path for path, _ in parts}  # unreadable
-        if not parts:
+        if parts:
+            self.ask_for(parts, messages, settings)
+
+    def start_ahead(self, messages: list, settings) -> None:
+        """Ask for the summary of what the next snip will cut in any case: the middle between
+        snip's head and where its tail starts now (the tail only moves on). Only a part snip
+        would cut, as its settings say: at least snip_at_least messages and snip_min_tokens."""
+        s = settings
+        bounds = snip_bounds(messages, s.snip_keep_head, s.snip_keep_tail, s.snip_at_least)
+        if bounds is None:
             return
+        part = messages[bounds[0]:bounds[1]]
+        if len(part) >= s.snip_at_least and estimate_tokens(part) >= s.snip_min_tokens:
+            self.before = set(snips_pending(messages))
+            self.ask_for([(UNCUT, part)], messages, settings, part)
+
+    def keep_tail(self, messages: list, keep_tail: int) -> int:
+        """The messages snip keeps after its cut: while the part summarized ahead is where it
+        was, those after it, so that the snip cuts that part and no more; else keep_tail."""
+        job = self.job
+        if job is None or not job.snapshot or job.about[0] != (UNCUT,):
+            return keep_tail
+        part = job.snapshot
+        start = next((i for i, m in enumerate(messages) if m is part[0]), None)
+        end = (start or 0) + len(part)
+        if start is None or end >= len(messages) or \
+                any(a is not b for a, b in zip(messages[start:end], part)):
+            return keep_tail
+        self.before = set(snips_pending(messages))
+        return len(messages) - end
+
+    def ask_for(self, parts: list, messages: list, settings, snapshot: list = ()) -> None:
+        """Write out the oldest of these parts (each (transcript, messages)) that fit one
+        request, and ask for their summary in the background."""
         # the notes in view go into this summary, which then stands for them (still_needed)
         earlier = [b for m in messages for b in blocks_of(m) if b.get(OWN) == "snip_summary"]
         previous = "\n\n".join(b["text"] for b in earlier)
@@ -125,18 +174,24 @@ class SnipSummaries:
         # room for a reply a half over the limit, which is still taken; no more is paid for
         request = {"model": settings.model, "messages": [{"role": "user", "content": content}],
                    "max_tokens": min(settings.summary_max_tokens, 2 * limit)}
-        job = Job([], 0, 0, (tuple(paths), tuple(covers), counted, limit), time.monotonic())
+        job = Job(list(snapshot), 0, 0, (tuple(paths), tuple(covers), counted, limit),
+                  time.monotonic())
         # Not retried: a part whose summary fails waits for the history's, which reads it back;
         # retried, a hung endpoint would keep it out of view four times as long.
         ask_in_background(job, self.ask, replace(self.connection, retries=0), request,
                           sum(estimate_text_tokens(b["text"]) for b in content), LABEL,
                           "snip-summary")
         self.job = job
-        self.say(f"[snip_compact] {LABEL} ({counted} messages) in the background", "dim")
+        what = "what snip will cut next" if snapshot else "what snip cut"
+        self.say(f"[snip_compact] summarizing {what} ({counted} messages) in the background",
+                 "dim")
 
     def joined(self, messages: list) -> list:
         """A finished summary, after the last user message's blocks (or set aside when what it
         covers is no longer waiting: a summary of the whole history read it back)."""
+        job = self.job
+        if job is not None and job.about[0] == (UNCUT,) and not self.cut(job, messages):
+            return messages  # written ahead: waits for the snip that cuts its part
         job = self.job
         if job is None or not job.done.is_set() or not messages \
                 or messages[-1]["role"] != "user":
@@ -170,6 +225,29 @@ class SnipSummaries:
                  f"in {job.seconds:.1f}s", "layer")
         return messages[:-1] + [with_text(messages[-1], block)]
 
+    def cut(self, job: Job, messages: list) -> bool:
+        """Whether the part summarized ahead has been cut: its job then names the transcript
+        the snip saved it in (the first listed since keep_tail let the snip cut it). A part
+        that went some other way (summarized with the history) sets the summary aside."""
+        part = job.snapshot
+        if any(m is part[0] for m in messages):
+            return False
+        new = [p for p in snips_pending(messages) if p not in self.before]
+        if not new:  # not cut by a snip: nothing it stands for is waiting
+            self.job = None
+            RUNNING.discard(job)
+            job.cancel()
+            if job.asked:
+                self.bill(job.asked.answer, "set aside: the history was summarized first")
+            return False
+        paths, covers, counted, limit = job.about
+        saved = self.store.read_back(new[0])
+        if saved is None or len(saved) != len(part):  # the snip cut more: read back whole later
+            covers = ()
+        covers = tuple(new[0] if path == UNCUT else path for path in covers)
+        job.about = ((new[0],), covers, counted, limit)
+        return True
+
     def drop(self) -> None:
         """Call off the summary being written (/clear): what it covers is moot."""
         job, self.job = self.job, None
@@ -196,6 +274,8 @@ class SnipSummaries:
         if not waiting:
             return ""
         job = self.job
+        if job is not None and job.about[0] == (UNCUT,):
+            job = None  # what it writes is not cut yet
         if job is None:
             being = "; the next summary of the history reads them back"
         elif job.done.is_set():
@@ -235,4 +315,5 @@ def cut_to(text: str, room: int, path: str) -> str:
         if size > room - 40:
             break
         lines.append(line)
-    return "\n".join(lines + [f"[... the rest of this part is in {path}, not written out here]"])
+    where = f"in {path}" if path else "on disk"
+    return "\n".join(lines + [f"[... the rest of this part is {where}, not written out here]"])

@@ -66,7 +66,8 @@ class SummaryWriter:
         reply to the first request when it was asked for ahead (summary_ahead.py); `counter`
         measures messages (messages/token_counts.py); `todos` go into a summary built without
         the model."""
-        why = f"{MAX_CONSECUTIVE_SUMMARY_FAILURES} summary calls failed in a row, so no more are made"
+        why = (f"{MAX_CONSECUTIVE_SUMMARY_FAILURES} summary calls failed in a row, so no more "
+               "are made")
         if not self.breaker_open():
             try:
                 summary = self.with_model(messages, focus, limit, settings, counter, asked)
@@ -159,8 +160,9 @@ class SummaryWriter:
             while True:
                 answer = summary_reply(self.connection, *self.request(sent, instruction, settings))
                 self.unpaid.append((answer, f"{LABEL}, a piece at a time"))
-                if summary_problem(answer.summary, limit):
-                    raise SummaryError(f"a piece's summary: {summary_problem(answer.summary, limit)}")
+                problem = summary_problem(answer.summary, limit)
+                if problem:
+                    raise SummaryError(f"a piece's summary: {problem}")
                 sent = pieces.send(answer.summary)
         except StopIteration as done:
             return done.value

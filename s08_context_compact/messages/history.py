@@ -363,6 +363,22 @@ def group_starts(messages: list) -> list:
     return [i for i, m in enumerate(messages) if m["role"] == "assistant"]
 
 
+def snip_bounds(messages: list, keep_head: int, keep_tail: int, at_least: int) -> tuple | None:
+    """(where the head ends, where the tail starts): what snip cuts lies between, at least
+    `at_least` messages when the history is long enough, or None. The head ends just before
+    an assistant message and the tail begins with one, so both cut points fall between a
+    tool_result message and the next call, never inside a pair."""
+    if len(messages) <= keep_head + keep_tail:
+        return None
+    keep_tail = max(1, min(keep_tail, len(messages) - keep_head - at_least))
+    starts = group_starts(messages)
+    head_end = next((i for i in starts if i >= keep_head), None)
+    tail_start = next((i for i in reversed(starts) if i <= len(messages) - keep_tail), None)
+    if head_end is None or tail_start is None or tail_start <= head_end:
+        return None
+    return head_end, tail_start
+
+
 
 def message_groups(messages: list) -> list:
     """The history from its first assistant message on, as groups: a call and its results
