@@ -300,18 +300,17 @@ def with_summary(agent, messages: list, kind: str, written: tuple, tail: list,
                          kept=json.dumps(tail))
     found = {key: value for answer in answers for key, value in answer.items() if key != "note"}
     footer = {"type": "compaction", "summary_by": source, "summary": summary, **found}
+    marks = {"summary_by": source, "checks": [a["note"] for a in answers if a.get("note")]}
     # the whole history saved, then the summary, what comes back and the request (summary.py)
     result = replace_with_summary(messages, kind, summary, tail, restored, store=agent.store,
                                   preview_chars=agent.settings.preview_chars, footer=footer,
-                                  pending=pending)  # what a snip cut after a summary ahead
+                                  pending=pending, marks=marks)  # pending: see swap_in
     if result is messages:
         agent.say(f"[{kind}] the summary came out no smaller than the history; the history is "
                   f"kept (transcript saved to {agent.store.written[-1]})")
         return messages
     agent.state.repeat_reads.forget()  # what was read is no longer in context as it was
-    checks = [a["note"] for a in answers if a.get("note")]
-    header = {**result[0]["content"][0], "summary_by": source, "checks": checks}
-    return [{**result[0], "content": [header] + result[0]["content"][1:]}] + result[1:]
+    return result
 
 
 def swap_in(agent, messages: list, tail: list, kind: str, ahead) -> list:

@@ -323,15 +323,17 @@ def what_comes_back(messages: list, restorable: Restorable, s, fixed: int, shown
 
 def replace_with_summary(messages: list, kind: str, summary: str, tail: list, restored: list, *,
                          store, preview_chars: int, footer: dict | None = None,
-                         pending: tuple = ()) -> list:
-    """Save the whole history (the footer last), then one user message with the summary,
-    the restored context and, last, the request being worked on; then the tail, its big
-    results saved and previewed (previews.py)."""
+                         pending: tuple = (), marks: dict | None = None) -> list:
+    """Save the whole history (the footer last), then one user message with the summary
+    (its header block carrying `marks`: who wrote it, what the checks found), the restored
+    context and, last, the request being worked on; then the tail, its big results saved
+    and previewed (previews.py)."""
     path = store.save_messages(messages, kind, footer)
     marker = REACTIVE_MARKER if kind == "reactive" else COMPACT_MARKER
     header = (f"{marker}: the earlier conversation was summarized to free context. "
               f"The full transcript is saved at {path}.]\n\n{summary}")
-    content = [own_text(kind, header)] + [own_text("restored", t) for t in restored]
+    content = [own_text(kind, header, **(marks or {}))] + [own_text("restored", t)
+                                                           for t in restored]
     if pending:  # cut after what this summary was written from: the next one reads it back
         content.insert(1, own_text("snip", f"{SNIP_MARKER} after this summary's snapshot: "
                                    f"saved in {', '.join(pending)}.]", snipped=0,
