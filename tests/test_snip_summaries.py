@@ -284,6 +284,8 @@ def test_the_part_the_next_snip_cuts_is_summarized_ahead_and_joins_with_the_snip
     agent.snips.summarize(messages, agent.settings, agent.settings.micro_trigger)  # past its mark
     asked = [r for r in fake.summary_requests if of_what_snip_cut(r)]
     assert len(asked) == 1 and "[48 messages snip cut, written out:]" in json.dumps(asked[0])
+    handle_command(agent, messages, "/context", s08.LESSON)
+    assert "What the next snip will cut (48 messages): summarized, to join when it is cut" in agent.out.text
     messages = messages + read_pair("r30", "note 30 " + "y" * 2_000)  # the tail moves on
     assert s08.context_tokens(agent, messages) > agent.settings.micro_trigger
     after = s08.compact_pipeline(agent, messages)

@@ -269,13 +269,16 @@ class SnipSummaries:
         return unpaid
 
     def describe(self, messages: list) -> str:
-        """What /context shows: the parts waiting, and the one being summarized."""
+        """What /context shows: the parts waiting, the one being summarized, and the part
+        the next snip will cut, if it is summarized ahead."""
+        job, ahead = self.job, ""
+        if job is not None and job.about[0] == (UNCUT,):  # what it writes is not cut yet
+            state = "summarized" if job.done.is_set() else "being summarized in the background"
+            job, ahead = None, (f"What the next snip will cut ({job.about[2]} messages): {state}, "
+                                "to join when it is cut")
         waiting = len(set(snips_pending(messages)) - snips_covered(messages))
         if not waiting:
-            return ""
-        job = self.job
-        if job is not None and job.about[0] == (UNCUT,):
-            job = None  # what it writes is not cut yet
+            return ahead
         if job is None:
             being = "; the next summary of the history reads them back"
         elif job.done.is_set():
@@ -283,8 +286,9 @@ class SnipSummaries:
                      "next step")
         else:
             being = f"; {len(job.about[0])} of them being summarized in the background"
-        return (f"What snip cut, waiting to be summarized: {waiting} "
+        said = (f"What snip cut, waiting to be summarized: {waiting} "
                 f"transcript{'s' if waiting != 1 else ''}{being}")
+        return "\n".join(filter(None, [said, ahead]))
 
 
 def why_not(asked, summary: str, limit: int) -> str:
