@@ -10,6 +10,7 @@ from conftest import assert_valid, of_what_snip_cut, plain, wait_until
 from test_summary_ahead import notes_read, read_pair
 from s08_context_compact.command_line import handle_command
 from s08_context_compact.offline.fake_anthropic import error, held, text, tool_use
+from s08_context_compact.messages import snips_pending
 
 
 def passed(agent, messages: list) -> list:
@@ -315,7 +316,7 @@ def test_a_part_summarized_ahead_goes_another_way_and_its_summary_is_set_aside_o
     messages = s08.compact_now(agent, messages)
     assert agent.snips.joined(messages) is messages and agent.snips.job is None
     assert [label for _, label in agent.snips.bills()] == \
-        ["summarizing what snip cut: set aside: the history was summarized first"]
+        ["summarizing what snip cut: set aside: what it summarized went another way"]
 
     agent = make_agent(window=30_000)
     messages = ahead_of_the_snip(agent)
@@ -331,3 +332,36 @@ def test_a_part_summarized_ahead_goes_another_way_and_its_summary_is_set_aside_o
     fake.summary(text("<summary>All thirty-one notes read.</summary>"))
     s08.compact_now(agent, messages)
     assert "(call r1)" in json.dumps(fake.summary_requests[-1]["messages"]), "the part read back whole"
+
+
+def test_a_part_summarized_ahead_is_never_credited_with_a_transcript_holding_other_messages(s08, fake, make_agent):
+    """/compact swaps in a summary written ahead before the part summarized ahead is cut, and
+    the swap's own snip (kept_after) cuts other messages, as many: the part's summary is set
+    aside, not joined as theirs, and their transcript waits for a summary that reads it."""
+    from test_summary_ahead import EARLY, start_now
+    agent = make_agent(window=30_000)
+    agent.settings = replace(agent.settings, summary_ahead=EARLY, snip_keep_head=3, snip_keep_tail=10,
+                             snip_at_least=20, snip_min_tokens=0)
+    messages = notes_read(30)
+    fake.summary(text("<summary>HISTORY: notes 0 to 29 read.</summary>"))
+    start_now(s08, agent, messages)  # the history's summary, written ahead
+    wait_until(lambda: agent.ahead.job.done.is_set())
+    for k in range(30, 60):
+        messages += [{"role": "assistant", "content": [{"type": "tool_use", "id": f"w{k}", "name": "write_file",
+                      "input": {"path": f"out/f{k}.txt", "content": f"file {k} " + "x" * 2_000}}]},
+                     {"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"w{k}", "content": "written"}]}]
+    agent.settings = replace(agent.settings, snip_keep_tail=94)  # a part as long as the swap's cut
+    fake.summary(text("<summary>PART-X: notes 1 to 12 read.</summary>"))
+    agent.snips.summarize(messages, agent.settings, agent.settings.micro_trigger)  # part X, ahead
+    agent.settings = replace(agent.settings, snip_keep_tail=10)
+    messages = s08.compact_now(agent, messages)  # the summary ahead swapped in; kept_after snips
+    [cut] = snips_pending(messages)
+    assert len(agent.store.read_back(cut)) == 24 and agent.snips.job.about[2] == 24
+    after = agent.snips.joined(messages)
+    assert after is messages and agent.snips.job is None, "part X's summary is set aside"
+    assert [label for _, label in agent.snips.bills()] == \
+        ["summarizing what snip cut: set aside: what it summarized went another way"]
+    fake.summary(text("<summary>Files 31 to 42 written.</summary>"))
+    agent.snips.summarize(messages, agent.settings, 0)  # the swap's cut: a summary of its own
+    sent = json.dumps(fake.summary_requests[-1]["messages"])
+    assert of_what_snip_cut(fake.summary_requests[-1]) and "file 31" in sent and "PART-X" not in sent

@@ -330,3 +330,28 @@ def test_what_snip_cut_that_does_not_fit_one_request_is_read_back_in_pieces(s08,
         summary = first_texts({"messages": messages})[0]
         missing = [n for n in range(160) if f"r{n} " not in summary + " "]
         assert not missing, missing
+
+
+def test_after_too_long_a_summary_is_asked_again_sized_to_the_window_learned(s08, make_agent):
+    """CONTEXT_WINDOW says 32k, the endpoint holds 10k: the first summary request is refused,
+    and the retries are sized to the window the refusal taught (pieces that fit, a reply's
+    room that fits), so the model still writes the summary."""
+    with FakeAnthropic(context_window=10_000, overflow="anthropic") as server:
+        agent = make_agent(window=32_000, server=server)
+        messages = chat(8, 4_000) + [user("carry on")]
+        server.default_summary = lambda body: text("<summary>questions answered.</summary>")
+        s08.compact_now(agent, messages)
+        assert "summary by the model" in agent.out.text
+        assert all(r["max_tokens"] <= 10_000 // 4 for r in server.summary_requests[1:])
+
+
+def test_a_subagent_keeps_the_sessions_open_breaker(s08, fake, make_agent):
+    """Three summaries failed in a row: no more summary calls this session, a subagent's
+    included."""
+    agent = make_agent(window=20_000)
+    agent.writer.failures = 3
+    assert agent.writer.breaker_open()
+    sub = agent.subagent()
+    fake.summary(text("<summary>paid for again</summary>"))
+    s08.compact_now(sub, chat(12, 2_000) + [user("carry on")])
+    assert not fake.summary_requests and "summary by fallback" in agent.out.text

@@ -101,8 +101,11 @@ class Agent:
 
     def subagent(self) -> "Agent":
         tools = {name: tool for name, tool in self.tools.items() if not tool.subagent}
-        return replace(self, tools=tools, label="task", max_steps=SUBAGENT_MAX_STEPS, log=None,
-                       state=LoopState())
+        sub = replace(self, tools=tools, label="task", max_steps=SUBAGENT_MAX_STEPS, log=None,
+                      state=LoopState())
+        # its own writer, but the session's breaker: summaries that failed here count there
+        sub.writer.failures, sub.writer.announced = self.writer.failures, self.writer.announced
+        return sub
 
     @cached_property
     def connection(self) -> Connection:

@@ -227,26 +227,28 @@ class SnipSummaries:
 
     def cut(self, job: Job, messages: list) -> bool:
         """Whether the part summarized ahead has been cut: its job then names the transcript
-        the snip saved it in (the first listed since keep_tail let the snip cut it). A part
-        that went some other way (summarized with the history) sets the summary aside."""
+        the snip saved it in (one listed since keep_tail let the snip cut it, which begins
+        with that part, message for message). A part that went some other way (summarized
+        with the history, or into no such transcript) sets the summary aside: what was cut
+        waits for a summary of its own, as any cut does."""
         part = job.snapshot
         if any(m is part[0] for m in messages):
             return False
-        new = [p for p in snips_pending(messages) if p not in self.before]
-        if not new:  # not cut by a snip: nothing it stands for is waiting
-            self.job = None
-            RUNNING.discard(job)
-            job.cancel()
-            if job.asked:
-                self.bill(job.asked.answer, "set aside: the history was summarized first")
-            return False
-        paths, covers, counted, limit = job.about
-        saved = self.store.read_back(new[0])
-        if saved is None or len(saved) != len(part):  # the snip cut more: read back whole later
-            covers = ()
-        covers = tuple(new[0] if path == UNCUT else path for path in covers)
-        job.about = ((new[0],), covers, counted, limit)
-        return True
+        expected = self.store.secrets.redact_json(part)  # as the store saved it
+        for path in (p for p in snips_pending(messages) if p not in self.before):
+            saved = self.store.read_back(path) or []
+            if saved[:len(part)] == expected:
+                paths, covers, counted, limit = job.about
+                covers = () if len(saved) > len(part) else covers  # cut with more: the start
+                covers = tuple(path if each == UNCUT else each for each in covers)
+                job.about = ((path,), covers, counted, limit)
+                return True
+        self.job = None
+        RUNNING.discard(job)
+        job.cancel()
+        if job.asked:
+            self.bill(job.asked.answer, "set aside: what it summarized went another way")
+        return False
 
     def drop(self) -> None:
         """Call off the summary being written (/clear): what it covers is moot."""

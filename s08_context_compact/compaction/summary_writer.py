@@ -103,7 +103,8 @@ class SummaryWriter:
                 answer = first.reply() if first else summary_reply(
                     self.connection, *self.request(sent, instruction, settings))
             except ContextOverflow as err:
-                self.learn(err)
+                self.learn(err)  # the window learned: the retries are sized to it
+                settings = settings.resized(self.connection.endpoint.window)
                 budget, fits = smaller_budget(budget, messages, err.overflow), False  # less by
                 continue  # as much as it was over
             self.unpaid.append((answer, f"{LABEL}{' ahead' if first else ''}"))
