@@ -487,6 +487,30 @@ def ahead_settings(code, window: int, ahead: bool):
     return base if ahead else replace(base, summary_ahead=None)
 
 
+def show_providers() -> int:
+    """Calls in view at the end of test_provider_sessions.py's reading session (60 reads at a
+    16k window the program first takes for 200k: the first "too long" teaches it, then
+    reactive_compact) on each compatible endpoint's behaviour, the program run as a user runs
+    it; the summaries are tagged (obedient_summary) so the requests show which they carry."""
+    from test_provider_sessions import BEHAVIOURS, WINDOW, make_docs, reading_script, run_session
+    print(f"\nCalls in view after 60 reads at a {WINDOW:,}-token window, on each endpoint's behaviour")
+    for name, behaviour in sorted(BEHAVIOURS.items()):
+        behaviour, env = dict(behaviour), {}
+        if behaviour.get("auth") == "bearer":
+            env = {"ANTHROPIC_API_KEY": "", "ANTHROPIC_AUTH_TOKEN": "or-token"}
+            behaviour["token"] = "or-token"
+        with tempfile.TemporaryDirectory() as tmp, \
+                FakeAnthropic(context_window=WINDOW, **behaviour) as fake:
+            make_docs(Path(tmp))
+            fake.reply(*reading_script())
+            fake.default_summary = obedient_summary
+            done = run_session(fake, Path(tmp), **env)
+            seen, made = calls_in_view(fake)
+            print(f"  {name:<30}{made:>4} calls  {100 * seen / max(made, 1):5.1f}% in view"
+                  f"{'' if done.returncode == 0 else f'  (exit {done.returncode})'}")
+    return 0
+
+
 def show_ahead(code, windows=tuple(AHEAD_PACES)) -> None:
     print(f"\nSummaries written ahead, in real time; each window twice: times always the same, then "
           f"each ±{SPREAD:.0%} at random")
@@ -706,6 +730,8 @@ def main(argv=None) -> int:
     parser.add_argument("--sandbox", action="store_true", help="only the time bubblewrap adds to a command")
     parser.add_argument("--report", action="store_true", help="only the size and time of a long session's picture")
     parser.add_argument("--undo", action="store_true", help="only the time /undo's record of 127 MB takes")
+    parser.add_argument("--providers", action="store_true",
+                        help="only the calls in view after a reading session on each compatible endpoint")
     parser.add_argument("--cache-ttl", choices=("5m", "1h"), default="5m", help="the prompt cache's life (CACHE_TTL)")
     parser.add_argument("--config", action="append", choices=tuple(CONFIGS),
                         help="play only this configuration (repeat for more); the targets need all")
@@ -717,6 +743,8 @@ def main(argv=None) -> int:
         return show_report()
     if args.undo:
         return show_undo()
+    if args.providers:
+        return show_providers()
     code = load_code()
     if args.ahead:
         show_ahead(code, (args.window,) if args.window else tuple(AHEAD_PACES))
