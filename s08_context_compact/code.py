@@ -301,13 +301,14 @@ def with_summary(agent, messages: list, kind: str, written: tuple, tail: list,
     found = {key: value for answer in answers for key, value in answer.items() if key != "note"}
     footer = {"type": "compaction", "summary_by": source, "summary": summary, **found}
     marks = {"summary_by": source, "checks": [a["note"] for a in answers if a.get("note")]}
+    transcript = len(agent.store.written)  # the first file it saves
     # the whole history saved, then the summary, what comes back and the request (summary.py)
     result = replace_with_summary(messages, kind, summary, tail, restored, store=agent.store,
                                   preview_chars=agent.settings.preview_chars, footer=footer,
                                   pending=pending, marks=marks)  # pending: see swap_in
     if result is messages:
         agent.say(f"[{kind}] the summary came out no smaller than the history; the history is "
-                  f"kept (transcript saved to {agent.store.written[-1]})")
+                  f"kept (transcript saved to {agent.store.written[transcript]})")
         return messages
     agent.state.repeat_reads.forget()  # what was read is no longer in context as it was
     return result

@@ -15,7 +15,7 @@ import pytest
 import cli_runner
 from conftest import Printed, Terminal, assert_valid, cli_env, context_breakdown, of_what_snip_cut, run_cli, wait_until
 from s08_context_compact.offline.fake_anthropic import count_tokens, error, held, server_error, text, tool_use
-from s08_context_compact.command_line import open_session, take_line
+from s08_context_compact.command_line import handle_command, open_session, take_line
 
 WINDOW = 24_000              # threshold 15,600 tokens
 EARLY = (0.6, 0.6)           # the early mark held at 60% of the threshold, so the tests know when it comes
@@ -316,6 +316,8 @@ def test_a_summary_that_failed_in_the_background_counts_and_the_fallback_stands_
     printed = agent.out.text
     assert "[summary] failed (1/3)" in printed and "summary by fallback" in printed
     assert agent.writer.failures == 1 and len(fake.summary_requests) >= 4
+    assert "[summary ahead] it failed (500 " in printed and "swapped in" not in printed, \
+        "a summary that failed is not said to be swapped in"
     assert "(Assembled without the model" in json.dumps(messages[0])
     assert_valid(messages)
 
@@ -605,9 +607,28 @@ def test_a_summary_written_ahead_no_smaller_than_the_history_is_followed_by_one_
     # longer than a short summary and what comes back after it, shorter than the wordy one
     padding = {"role": "assistant", "content": [{"type": "text", "text": "Noted; reading on. " * 200}]}
     messages = notes_read(1) + [padding, {"role": "user", "content": [{"type": "text", "text": "go on"}]}]
+    messages += read_pair("r9", "z" * 2_500)  # the tail kept: its result previewed, saved after
     start_now(s08, agent, messages)
     wait_until(lambda: agent.ahead.job.done.is_set())
     result = s08.compact_now(agent, messages)
-    assert "no smaller than the history" in agent.out.text
+    assert re.search(r"no smaller than the history; the history is kept \(transcript saved to "
+                     r"\.transcripts/compact-[^)]+\.jsonl\)", agent.out.text), "the transcript named, no other file"
     assert "Short and to the point." in json.dumps(result[0]) and len(fake.summary_requests) == 2
     assert_valid(result)
+
+
+def test_a_summary_ahead_that_failed_says_so_at_the_next_pass_and_context_does_too(s08, fake, make_agent):
+    """Over and failed: what its calls met is said at the next pass, not when it is taken at
+    the threshold, and /context says it failed, not that one is ready."""
+    agent = make_agent()
+    agent.settings = replace(agent.settings, summary_ahead=EARLY)
+    fake.summary(*[server_error() for _ in range(4)])  # the first try and three retries
+    messages = notes_read(10)
+    start_now(s08, agent, messages)
+    wait_until(lambda: agent.ahead.job.done.is_set())
+    before = len(agent.out)
+    agent.ahead.due(messages, 0, agent.settings)  # the next pass
+    assert "retrying" in "".join(agent.out[before:])
+    handle_command(agent, messages, "/context", s08.LESSON)
+    shown = "".join(agent.out[before:])
+    assert "messages failed (500 " in shown and "one ready" not in shown

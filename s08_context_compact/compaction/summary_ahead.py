@@ -35,8 +35,8 @@ from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from ..basics import Screen, Spinner, say_on
-from ..endpoint import (Answer, api_failures, Connection, ContextOverflow, failed_as_summary_error,
-                        own_connection)
+from ..endpoint import (Answer, api_error_text, api_failures, Connection, ContextOverflow,
+                        failed_as_summary_error, own_connection)
 from ..messages import OWN, blocks_of, is_request_block, snips_pending
 
 RECENT_PASSES = 16       # the steps the lead is measured on
@@ -270,6 +270,10 @@ class SummaryAhead:
         within_a_turn = any(b.get("type") == "tool_result" for b in last)
         self.passes.append((time.monotonic(), tokens, within_a_turn))
         shares = settings.summary_ahead
+        if self.job and self.job.done.is_set() and self.job.heard:  # its retries, said now
+            for line in self.job.heard:
+                self.say(line, "dim")
+            self.job.heard = []
         if self.job or not shares or not self.ask:
             return None  # one at a time; off; a subagent compacts as before
         if tokens < self.mark(settings.threshold, shares):
@@ -343,8 +347,13 @@ class SummaryAhead:
         self.waits.append(waited)
         kept = (f"the {len(suffix)} after them are kept verbatim" if suffix
                 else "nothing came after them")
-        self.say(f"[summary ahead] swapped in: it covers the first {start} messages (written in "
-                 f"{job.seconds:.1f}s); {kept}; the work waited {waited:.1f}s", "layer")
+        if job.asked.error is not None:  # counted as a failed summary where it is taken
+            self.say(f"[summary ahead] it failed ({api_error_text(job.asked.error)}) after "
+                     f"{job.seconds:.1f}s; the work waited {waited:.1f}s", "dim")
+        else:
+            self.say(f"[summary ahead] swapped in: it covers the first {start} messages "
+                     f"(written in {job.seconds:.1f}s); {kept}; the work waited {waited:.1f}s",
+                     "layer")
         notes, pending = (), ()
         if snip_note:  # what the snip cut after the snapshot: where it went, what it did
             # and the request it put back, unless that is still the request being worked on,
@@ -445,6 +454,10 @@ class SummaryAhead:
         if job is None:
             mark, why = self.placed(settings.threshold, shares)
             state = f"none in flight; the next starts at {mark:,} tokens: {why}"
+        elif job.asked is not None and job.asked.error is not None:
+            state = (f"the one of the first {job.covered} messages failed "
+                     f"({api_error_text(job.asked.error)}); at the threshold it counts as a "
+                     "failed summary")
         elif job.done.is_set():
             state = (f"one ready (of the first {job.covered} messages), to be swapped in at the "
                      "threshold")
