@@ -74,7 +74,7 @@ class SnipSummaries:
         self.screen = connection.screen if connection else Screen()
         self.job = None
         self.done = set()     # transcripts summarized, or whose summary failed: not asked again
-        self.before = set()   # the transcripts listed when the part summarized ahead was cut
+        self.before = set()   # the transcripts listed when the part summarized ahead was asked for
         self.unpaid = []      # (reply, label) of each summary, for the loop to add up
 
     def say(self, text: str, style: str = "") -> None:
@@ -135,7 +135,6 @@ class SnipSummaries:
         if start is None or end >= len(messages) or \
                 any(a is not b for a, b in zip(messages[start:end], part)):
             return keep_tail
-        self.before = set(snips_pending(messages))
         return len(messages) - end
 
     def ask_for(self, parts: list, messages: list, settings, snapshot: list = ()) -> None:
@@ -227,8 +226,8 @@ class SnipSummaries:
 
     def cut(self, job: Job, messages: list) -> bool:
         """Whether the part summarized ahead has been cut: its job then names the transcript
-        the snip saved it in (one listed since keep_tail let the snip cut it, which begins
-        with that part, message for message). A part that went some other way (summarized
+        the snip saved it in (one listed since the summary was asked for, which begins with
+        that part, message for message). A part that went some other way (summarized
         with the history, or into no such transcript) sets the summary aside: what was cut
         waits for a summary of its own, as any cut does."""
         part = job.snapshot

@@ -5,11 +5,11 @@ What the rest of the program may use from this folder."""
 from .history import (COMPACT_MARKER, NO_REPLY, NOTE_MARKER, OWN, PERSISTED_TAG,
                       PLACEHOLDER_PREFIX, PROGRAM_FIELDS, REACTIVE_MARKER, RESTORED_MARKER,
                       SNIP_MARKER, current_request, group_starts, message_groups, append_message,
-                      blocks_of, covered_by, snip_bounds, cut_long_texts, fresh_id, is_request_block,
+                      blocks_of, covered_by, cut_long_texts, fresh_id, is_request_block,
                       is_tool_result_message, last_reply_text, own_text, paths_read,
                       replace_history, replace_result, result_text, said_text, sendable,
-                      tool_names, user_words, what_was_done, snipped_back, snips_covered,
-                      snips_pending, waiting_parts, whole_groups, with_snip_note,
+                      snip_bounds, tool_names, user_words, what_was_done, snipped_back,
+                      snips_covered, snips_pending, waiting_parts, whole_groups, with_snip_note,
                       with_text, written_text)
 from .tool_input import (Disk, check_tool_input, input_problem, park_oversized_inputs,
                          refused_result, todo_problem)
