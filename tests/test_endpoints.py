@@ -113,6 +113,18 @@ def test_an_overflow_inside_a_200_stream_is_recognised(s08, make_agent, fake):
 
 # ---------------------------------------------------------------- learning and finding the window
 
+def test_a_count_no_tokenizer_would_make_scales_the_estimates_at_most_eight_times_and_says_so(s08, make_agent, fake):
+    """One "too long" that counts 250,000 tokens in a request estimated at a few thousand: the
+    estimates are scaled up 8 times at most, not 40, and the user is told why."""
+    agent = make_agent(window=20_000)
+    fake.reply(error_event("invalid_request_error", "prompt is too long: 250000 tokens > 200000 maximum"),
+               text("Done."))
+    assert s08.take_turn(agent, chat(3, 4_000), "go on")
+    assert agent.endpoint.undercount == endpoint_module.MAX_UNDERCOUNT == 8.0
+    assert "times as many: no tokenizer counts that differently; estimates are scaled up 8 times at most" \
+        in agent.out.text.replace("\n", " ")
+
+
 def test_a_stated_window_is_adopted_and_a_larger_one_ignored(s08):
     stated = overflow_module.Overflow("x", prompt_tokens=140_000, window=131_072)
     assert overflow_module.learned_window(stated, window=200_000, sent_tokens=120_000, max_tokens=8_192,

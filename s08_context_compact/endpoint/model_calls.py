@@ -32,6 +32,9 @@ from ..basics import (Redactor, Screen, Spinner, StreamedText, one_line, say_on,
 DEFAULT_CONTEXT_WINDOW = 200_000    # tokens, when neither CONTEXT_WINDOW nor the Models API says
 # A call and up to 3 retries for 429, 5xx and dropped connections (API_RETRIES, 0 to 10).
 API_RETRIES = 3
+# An endpoint that counts more than this many times our estimate of a request is not counting
+# that request as a tokenizer would; every later estimate is scaled by this much at most.
+MAX_UNDERCOUNT = 8.0
 MAX_API_ATTEMPTS = API_RETRIES + 1  # a call and its retries, by default
 # Backoff 1 s, 2 s, 4 s (±20%), longer if the API's retry-after says so.
 RETRY_BASE_SECONDS = 1.0
@@ -116,12 +119,19 @@ class Endpoint:
             overflow = replace(overflow, counts_output=True)
         self.counts_output = self.counts_output or overflow.counts_output
         # It counted more than we estimated: size by its count.
+        capped = ""
         if overflow.prompt_tokens and err.sent_tokens:
-            self.undercount = max(self.undercount, overflow.prompt_tokens / err.sent_tokens)
+            ratio = overflow.prompt_tokens / err.sent_tokens
+            if ratio > MAX_UNDERCOUNT:
+                capped = (f"[window] the endpoint counted {overflow.prompt_tokens:,} tokens in a "
+                          f"request estimated at {err.sent_tokens:,}, {ratio:.0f} times as many: "
+                          "no tokenizer counts that differently; estimates are scaled up "
+                          f"{MAX_UNDERCOUNT:.0f} times at most")
+            self.undercount = max(self.undercount, min(ratio, MAX_UNDERCOUNT))
         window = learned_window(overflow, window=self.window, sent_tokens=err.sent_tokens,
                                 max_tokens=err.max_tokens, largest_accepted=self.largest_accepted)
         if window >= self.window:
-            return ""
+            return capped
         if overflow.window:
             said = (f"[window] the endpoint's limit is {window:,} tokens "
                     f"(was assuming {self.window:,})")
@@ -145,7 +155,7 @@ class Endpoint:
                     f"assuming a window of {window:,} from now on (was {self.window:,})")
             self.window_source = "an overflow that named no limit (below the refused size)"
         self.window, self.learned = window, True
-        return said + reads
+        return "\n".join(filter(None, [said + reads, capped]))
 
     def facts(self) -> dict:
         """What the session log keeps, so --resume starts from what was learned."""
