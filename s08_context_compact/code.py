@@ -539,8 +539,9 @@ def agent_loop(agent, messages: list) -> str | None:
             focus, agent.state.pending_compact = agent.state.pending_compact, None
             compacted = compact_now(agent, messages, focus)
             replace_history(agent.log, messages, compacted, "compact tool")
-    agent.say(f"[stopped after {agent.max_steps} model calls in one turn; "
-              "send a message to continue]")
+    then = ("the agent that gave it this task is told" if agent.label
+            else "send a message to continue")  # no one can send a subagent a message
+    agent.say(f"[stopped after {agent.max_steps} model calls in one turn; {then}]")
     return None
 
 

@@ -322,6 +322,20 @@ def test_step_limit_ends_a_runaway_turn(s08, fake, make_agent):
     assert_valid(messages, "loop forever")
 
 
+def test_a_subagent_at_its_step_limit_says_its_agent_is_told_not_to_send_a_message(s08, fake, make_agent, monkeypatch):
+    """No one can send a subagent a message: at its limit the line says where the turn goes."""
+    from s08_context_compact.command_line import agent as agent_module
+    monkeypatch.setattr(agent_module, "SUBAGENT_MAX_STEPS", 2)
+    agent = make_agent()
+    fake.reply(tool_use("task", {"prompt": "loop forever"}, "toolu_task"),
+               *[tool_use("bash", {"command": "true"}) for _ in range(2)], text("It stopped."))
+    messages = [user("delegate")]
+    assert s08.agent_loop(agent, messages) == "It stopped."
+    assert "stopped after 2 model calls in one turn; the agent that gave it this task is told" in agent.out.text
+    assert "send a message to continue" not in agent.out.text
+    assert "(the subagent stopped without a final answer)" in json.dumps(fake.main_requests[-1]["messages"])
+
+
 @pytest.mark.parametrize("window", [8_000, 20_000, 60_000])
 def test_a_long_session_never_sends_an_invalid_request(s08, make_agent, workspace, window):
     """Reads of mixed sizes, parallel calls and chat, at several windows: the server rejects nothing."""
