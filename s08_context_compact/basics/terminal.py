@@ -120,7 +120,11 @@ def fit_prefix(text: str, width: int) -> str:
 
 
 def cut_to_width(line: str, width: int) -> str:
-    return line if display_width(line) <= width else fit_prefix(line, width - 1) + "…"
+    # Measured up to the width, not to the end: a line may be a whole command's output.
+    if line.isascii():
+        return line if len(line) <= width else line[:width - 1] + "…"
+    fits = len(fit_prefix(line, width)) == len(line)
+    return line if fits else fit_prefix(line, width - 1) + "…"
 
 
 WIDE = "\u1100-\u115f\u2e80-\u9fff\uac00-\ud7af\uf900-\ufaff\ufe30-\ufe4f\uff00-\uffef"
