@@ -80,9 +80,9 @@ READ_DEFAULT_LINES = 2_000
 # ---- the agent -----------------------------------------------------------------------------------
 # Layers take the history (plain dicts in the API's wire format); every other function takes
 # the Agent (command_line/agent.py) and reads: `settings` (every size in tokens), `overhead`
-# (system prompt and tools), `store` (where layers save), `connection`, `say`, `writer` (the
-# summary's), `ahead`, `snips`, and `state`, what one loop learns (token counter, todos,
-# skills, the last reply's time).
+# (system prompt and tools), `store` (where layers save), `say`, `endpoint` (what it revealed),
+# `connection`, `log`, `writer` (the summary's), `ahead`, `snips`, and `state`, what one loop
+# learns (token counter, todos, skills, the last reply's time).
 
 def fire_hooks(agent, event: str, **payload) -> list:
     """Run every hook for an event; return what they returned (None dropped). Part 2 holds
