@@ -242,22 +242,22 @@ class SnipSummaries:
                 covers = tuple(path if each == UNCUT else each for each in covers)
                 job.about = ((path,), covers, counted, limit)
                 return True
-        self.job = None
-        RUNNING.discard(job)
-        job.cancel()
-        if job.asked:
-            self.bill(job.asked.answer, "set aside: what it summarized went another way")
+        self.end("set aside: what it summarized went another way")
         return False
 
     def drop(self) -> None:
         """Call off the summary being written (/clear): what it covers is moot."""
-        job, self.job = self.job, None
-        if job is not None:
-            job.cancel()
-            RUNNING.discard(job)
-            if job.asked:  # finished: paid for all the same
-                self.bill(job.asked.answer, "called off")
+        if self.job is not None:
+            self.end("called off")
             self.say("[snip_compact] the summary of what it cut: called off", "dim")
+
+    def end(self, what: str) -> None:
+        """The job over without being joined: called off if it runs, paid for if it finished."""
+        job, self.job = self.job, None
+        job.cancel()
+        RUNNING.discard(job)
+        if job.asked:
+            self.bill(job.asked.answer, what)
 
     def bill(self, answer, what: str) -> None:
         """What a reply cost, with what came of it, for the loop to add up and log."""
