@@ -315,24 +315,10 @@ def with_summary(agent, messages: list, kind: str, written: tuple, tail: list,
     return result
 
 
-def swap_in(agent, messages: list, tail: list, kind: str, ahead) -> list:
-    """The summary asked for ahead, of its snapshot (its focus and limit set then), and where a
-    snip after it put what it cut; what came after the snapshot stays verbatim."""
-    tail = ahead.suffix or tail
-    restored, _ = plan_restore(agent, messages, estimate_tokens(tail),
-                               shown=paths_read(tail, agent.tools))
-    whole = agent.store.with_snipped(ahead.snapshot)  # for a try after "too long"
-    summary, source = make_summary(agent, whole, *ahead.about, ahead.asked)
-    summary = "\n\n".join([summary, *ahead.notes])
-    return with_summary(agent, messages, kind, (summary, source), tail, restored, ahead.pending)
-
-
-def summarize_into(agent, messages: list, tail: list, *, kind: str = "compact", focus: str = "",
-                   ahead=None) -> list:
+def summarize_into(agent, messages: list, tail: list, *, kind: str = "compact",
+                   focus: str = "") -> list:
     """What is summarized (the whole history: its request shares the conversation's cache), the
     summary, what replaces it (`tail` stays verbatim after)."""
-    if ahead:  # a summary asked for ahead is swapped in: see "Compact before you must"
-        return swap_in(agent, messages, tail, kind, ahead)
     focus = pre_compact_focus(agent, messages, focus)
     tail_tokens = estimate_tokens(tail)
     restored, limit = plan_restore(agent, messages, tail_tokens,
@@ -349,7 +335,7 @@ def summarize_into(agent, messages: list, tail: list, *, kind: str = "compact", 
 
 # ---- the two summary layers ----------------------------------------------------------------------
 # They take the history and their inputs as the cheap layers do: `summarize` is summarize_into
-# bound to the agent (and to a summary asked for ahead, if one is there).
+# bound to the agent, or a summary written ahead that already holds its answer.
 
 def compact_tail(messages: list) -> list:
     """In the middle of a turn the last call and its results stay, so the model carries on."""
@@ -376,47 +362,23 @@ def reactive_compact(messages: list, *, summarize, tail_tokens: int) -> list:
 
 
 # ---- the summary layers as the pipeline runs them ------------------------------------------------
-# Through apply_layer. Leave `ready` aside until "Compact before you must" below: it is a summary
-# written ahead, taken if there is one (agent.ahead.take waits for one in flight).
-
-def kept_after(agent, ready) -> list:
-    """What came after a summary written ahead, through the layers that cost no call (each
-    saves what it removes first) when, kept whole, it would leave the next summary too
-    little room."""
-    s, kept = agent.settings, ready.suffix
-    if ready.room is None or estimate_tokens(kept) <= ready.room:
-        return kept
-    kept = apply_layer(agent, micro_compact, kept, keep_recent=s.keep_recent,
-                       min_chars=s.micro_min_chars, clear_at_least=0, store=agent.store)
-    newest = newest_groups(kept, ready.room)
-    keep_tail = max(2, sum(map(len, newest)))
-    return apply_layer(agent, snip_compact, kept, keep_head=1, keep_tail=keep_tail, at_least=1,
-                       store=agent.store, tools=agent.tools)
-
+# Through apply_layer, with the summary asked for ahead when one is there to take: written_ahead
+# is "Compact before you must", below.
 
 def compact_now(agent, messages: list, focus: str = "") -> list:
-    """compact_history through apply_layer, with a summary written ahead if there is one; when
-    that changed nothing, or left the history over the threshold, it is summarized now."""
-    ready = agent.ahead.take(messages, agent.settings, agent.overhead,
-                             agent.state.counter.estimate, focus)
-    if ready:
-        ready = replace(ready, suffix=kept_after(agent, ready))
-    summarize = partial(summarize_into, agent)
-    with_ahead = partial(summarize, ahead=ready)
-    result = apply_layer(agent, compact_history, messages, summarize=with_ahead, focus=focus)
-    if ready and (result is messages or over_threshold(agent, result)):
-        result = apply_layer(agent, compact_history, result, summarize=summarize)
-    return result
+    """compact_history through apply_layer: at the threshold, for /compact, the compact tool."""
+    summarize = written_ahead(agent, messages, focus=focus) or partial(summarize_into, agent)
+    return apply_layer(agent, compact_history, messages, summarize=summarize, focus=focus)
 
 
 def compact_on_overflow(agent, messages: list) -> list:
     """reactive_compact through apply_layer: the tail's size is a share of the threshold,
     smaller when the endpoint counts more tokens than we estimate."""
     tail_tokens = int(agent.settings.threshold * REACTIVE_TAIL_SHARE / agent.endpoint.undercount)
-    ready = agent.ahead.take(messages, agent.settings, agent.overhead,
-                             agent.state.counter.estimate, max_suffix=tail_tokens)
+    summarize = written_ahead(agent, messages, max_suffix=tail_tokens) or \
+        partial(summarize_into, agent)
     return apply_layer(agent, reactive_compact, messages, tail_tokens=tail_tokens,
-                       summarize=partial(summarize_into, agent, ahead=ready))
+                       summarize=summarize)
 
 
 # ---- putting it together: the pipeline -----------------------------------------------------------
@@ -469,6 +431,49 @@ def summarize_ahead(agent, messages: list) -> None:
     request = agent.writer.request_ahead(whole, focus, limit, agent.settings, agent.state.counter)
     if request:  # None: too big for one request, so written in pieces at the threshold
         agent.ahead.start(messages, covered, *request, about=(focus, limit))
+
+
+def kept_after(agent, ready) -> list:
+    """What came after a summary written ahead, through the layers that cost no call (each
+    saves what it removes first) when, kept whole, it would leave the next summary too
+    little room."""
+    s, kept = agent.settings, ready.suffix
+    if ready.room is None or estimate_tokens(kept) <= ready.room:
+        return kept
+    kept = apply_layer(agent, micro_compact, kept, keep_recent=s.keep_recent,
+                       min_chars=s.micro_min_chars, clear_at_least=0, store=agent.store)
+    newest = newest_groups(kept, ready.room)
+    keep_tail = max(2, sum(map(len, newest)))
+    return apply_layer(agent, snip_compact, kept, keep_head=1, keep_tail=keep_tail, at_least=1,
+                       store=agent.store, tools=agent.tools)
+
+
+def swap_in(agent, ready, messages: list, tail: list, *, kind: str = "compact",
+            focus: str = "") -> list:
+    """The summary asked for ahead, of its snapshot (its focus and limit set then), and where a
+    snip after it put what it cut; what came after the snapshot stays verbatim. When that
+    changed nothing, or left the history over the threshold, it is summarized now."""
+    kept = ready.suffix or tail
+    restored, _ = plan_restore(agent, messages, estimate_tokens(kept),
+                               shown=paths_read(kept, agent.tools))
+    whole = agent.store.with_snipped(ready.snapshot)  # for a try after "too long"
+    summary, source = make_summary(agent, whole, *ready.about, ready.asked)
+    summary = "\n\n".join([summary, *ready.notes])
+    result = with_summary(agent, messages, kind, (summary, source), kept, restored,
+                          ready.pending)
+    if kind == "compact" and (result is messages or over_threshold(agent, result)):
+        result = summarize_into(agent, result, compact_tail(result))
+    return result
+
+
+def written_ahead(agent, messages: list, focus: str = "", max_suffix: int | None = None):
+    """A summarize that already holds its answer: the summary written ahead, if there is one to
+    take (agent.ahead.take waits for one in flight), and what came after it; or None."""
+    ready = agent.ahead.take(messages, agent.settings, agent.overhead,
+                             agent.state.counter.estimate, focus, max_suffix=max_suffix)
+    if ready is None:
+        return None
+    return partial(swap_in, agent, replace(ready, suffix=kept_after(agent, ready)))
 
 
 # ---- the agent loop ------------------------------------------------------------------------------

@@ -227,16 +227,21 @@ def test_code_py_is_the_lesson_and_main_comes_last():
 
 def test_part_1_defines_a_name_before_it_uses_it():
     """Read top to bottom, part 1 never sends the reader ahead: each name of code.py a
-    definition in part 1 uses is defined above it (part 2's tools are the one way out: the
-    loop runs them). One meaning per name: no local name hides one of code.py's own."""
+    definition in part 1 uses is defined above it. Two ways out, each a section a reader
+    may leave for later: part 2's tools (the loop runs them), and "compact before you must",
+    the summary written ahead, which the plain summary layers take when one is there.
+    One meaning per name: no local name hides one of code.py's own."""
     lines = CODE.read_text(encoding="utf-8").splitlines()
     part_2 = next(n for n, line in enumerate(lines, 1) if line.startswith("# ==== PART 2"))
+    early = next(n for n, line in enumerate(lines, 1) if line.startswith("# ---- compact before you must"))
+    after_early = next(n for n, line in enumerate(lines[early:], early + 1) if line.startswith("# ----"))
     ahead, hidden = [], []
     for node in TREE.body:
         if node.lineno > part_2 or not isinstance(node, (ast.FunctionDef, ast.ClassDef, ast.Assign)):
             continue
         for name in {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}:
-            if name in DEFINED_AT and node.lineno < DEFINED_AT[name] < part_2:
+            way_out = early < DEFINED_AT.get(name, 0) < after_early and node.lineno < early
+            if name in DEFINED_AT and node.lineno < DEFINED_AT[name] < part_2 and not way_out:
                 ahead.append(f"{getattr(node, 'name', 'line %d' % node.lineno)} uses {name}")
         stored = {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
         hidden += [f"{getattr(node, 'name', node.lineno)}: {name}" for name in stored & set(DEFINED_AT)
