@@ -51,7 +51,7 @@ from s08_context_compact.endpoint import (
     model_reply)
 from s08_context_compact.compaction import (
     nothing_to_summarize, pointed_to, previewed, render_todos, replace_with_summary,
-    what_comes_back)
+    summary_marks, what_comes_back)
 from s08_context_compact.safety import (
     command_risks, run_command)
 from s08_context_compact.command_line import (
@@ -79,10 +79,10 @@ READ_DEFAULT_LINES = 2_000
 
 # ---- the agent -----------------------------------------------------------------------------------
 # Layers take the history (plain dicts in the API's wire format); every other function takes
-# the Agent (command_line/agent.py) and reads: `settings` (every size in tokens), `overhead`
-# (system prompt and tools), `store` (where layers save), `say`, `endpoint` (what it revealed),
-# `connection`, `log`, `writer` (the summary's), `ahead`, `snips`, and `state`, what one loop
-# learns (token counter, todos, skills, the last reply's time).
+# the Agent (command_line/agent.py) and reads: `settings` (every size in tokens), `system`,
+# `tools`, `overhead` (their tokens), `hooks`, `store` (where layers save), `say`, `endpoint`
+# (what it revealed), `connection`, `log`, `clock`, `writer` (the summary's), `ahead`, `snips`,
+# `restorable(...)` (what may come back), and `state`, what one loop learns.
 
 def fire_hooks(agent, event: str, **payload) -> list:
     """Run every hook for an event; return what they returned (None dropped). Part 2 holds
@@ -92,8 +92,7 @@ def fire_hooks(agent, event: str, **payload) -> list:
 
 
 # ---- the request, and counting its tokens --------------------------------------------------------
-# Layers copy what they change and never edit a message in place: the TokenCounter knows
-# unchanged messages by identity, so only what is new is estimated (messages/token_counts.py).
+# Layers copy what they change: the counter knows old messages by identity (token_counts.py).
 
 def build_request(agent, messages: list, extra_text: str | None = None) -> dict:
     """The Messages API request for a history: tools and system first, then the messages, with
@@ -128,9 +127,7 @@ def over_threshold(agent, messages: list) -> bool:
 
 
 # ---- the prompt cache: why the cheap layers wait ------------------------------------------------
-# Every request sends the whole history again; reading its cached prefix costs a tenth of
-# sending it. A layer that changes a message rewrites the cache from there on, so the cheap
-# layers wait for a trigger and cut a lot at once. Once the cache has expired, that is free.
+# A change rewrites the cache after it: cut a lot at once, or when the cache has expired.
 
 def cache_is_cold(agent) -> bool:
     """Whether the last reply came so long ago that the endpoint's prompt cache has expired."""
@@ -140,9 +137,7 @@ def cache_is_cold(agent) -> bool:
 
 
 # ---- when the endpoint says the prompt did not fit -----------------------------------------------
-# Endpoints word it in many ways (some in a 200's stop_reason); endpoint/overflow.py's table reads
-# them all, and model_reply raises ContextOverflow. Whoever called learns from it first (the
-# loop, the summary): the window may be smaller.
+# model_reply raises ContextOverflow, whatever the wording (endpoint/overflow.py).
 
 def adopt_overflow(agent, err: ContextOverflow) -> bool:
     """Learn from an overflow what the endpoint's window really is, and size every threshold
@@ -155,11 +150,8 @@ def adopt_overflow(agent, err: ContextOverflow) -> bool:
 
 
 # ---- the three cheap layers ----------------------------------------------------------------------
-# Each takes the history and returns it, changed or not. What it removes it first saves through
-# the store it is handed (compaction/store.py), under a name of its own (the same bytes saved
-# before are not written again). A result too big becomes its preview, an old one a pointer
-# to its copy (previewed, pointed_to: compaction/previews.py); no replacement costs more
-# tokens than what it replaces.
+# Each takes the history and returns it, changed or not; what it removes it first saves through
+# the store (compaction/store.py). previewed and pointed_to: compaction/previews.py.
 
 def tool_result_budget(messages: list, *, max_chars: int, preview_chars: int, store) -> list:
     """Keep the newest message's tool results under max_chars; the largest go to disk first."""
@@ -259,9 +251,7 @@ def apply_layer(agent, layer, messages: list, /, **settings) -> list:
 
 
 # ---- the summary: the model's, or one built without it -------------------------------------------
-# compaction/summary_writer.py writes it: a model call, or a few when the messages do not fit
-# one request (the summary so far, then the next piece); after three failures in a row a
-# breaker stops asking; a summary built without the model stands in. Compaction succeeds.
+# compaction/summary_writer.py writes it; with the model or without, compaction succeeds.
 
 def make_summary(agent, messages: list, focus: str, limit: int, asked=None) -> tuple:
     """(a summary of at most `limit` tokens, who wrote it: "the model" or "fallback"). `asked`
@@ -297,11 +287,8 @@ def with_summary(agent, messages: list, kind: str, written: tuple, tail: list,
     """The history replaced by the summary, what comes back, the request, then the tail."""
     summary, source = written
     # PostCompact hooks check the summary (the ledger does); what they find is kept with it
-    answers = fire_hooks(agent, "PostCompact", summary=summary, source=source,
-                         kept=json.dumps(tail))
-    found = {key: value for answer in answers for key, value in answer.items() if key != "note"}
-    footer = {"type": "compaction", "summary_by": source, "summary": summary, **found}
-    marks = {"summary_by": source, "checks": [a["note"] for a in answers if a.get("note")]}
+    checks = fire_hooks(agent, "PostCompact", summary=summary, source=source, kept=json.dumps(tail))
+    footer, marks = summary_marks(summary, source, checks)
     transcript = len(agent.store.written)  # the first file it saves
     # the whole history saved, then the summary, what comes back and the request (summary.py)
     result = replace_with_summary(messages, kind, summary, tail, restored, store=agent.store,
@@ -411,26 +398,34 @@ def compact_pipeline(agent, messages: list) -> list:
 
 
 # ---- compact before you must: a summary written ahead --------------------------------------------
-# Past an early mark the summary's request is sent from a thread of its own while the loop goes
-# on (compaction/summary_ahead.py). At the threshold its reply is the summary of what it saw;
-# what came after is kept. The loop waits only for what is left of it.
+# Asked for at an early mark, on a thread of its own (compaction/summary_ahead.py); taken at
+# the threshold, where the loop waits only for what is left of it.
 
 def summarize_ahead(agent, messages: list) -> None:
     """Past the early mark, ask for the summary of the history as it stands, in the
     background; what follows until the threshold stays verbatim, so it leaves that room."""
     tokens = context_tokens(agent, messages)
-    covered = agent.ahead.due(messages, tokens, agent.settings)
-    if not covered or agent.writer.breaker_open():
+    if not agent.ahead.due(messages, tokens, agent.settings) or agent.writer.breaker_open():
         return
-    snapshot = messages[:covered]
-    focus = pre_compact_focus(agent, snapshot)
-    kept_tokens = estimate_tokens(messages[covered:]) + agent.settings.threshold - tokens
-    shown = paths_read(messages[covered:], agent.tools)
-    _, limit = plan_restore(agent, messages, kept_tokens, shown=shown)
-    whole = agent.store.with_snipped(snapshot)  # and what snip cut, read back
+    focus = pre_compact_focus(agent, messages)
+    _, limit = plan_restore(agent, messages, agent.settings.threshold - tokens)
+    whole = agent.store.with_snipped(messages)  # and what snip cut, read back
     request = agent.writer.request_ahead(whole, focus, limit, agent.settings, agent.state.counter)
     if request:  # None: too big for one request, so written in pieces at the threshold
-        agent.ahead.start(messages, covered, *request, about=(focus, limit))
+        agent.ahead.start(messages, *request, about=(focus, limit))
+
+
+def written_ahead(agent, messages: list, focus: str = "", max_suffix: int | None = None):
+    """A summarize that already holds its answer: the summary written ahead, if there is one to
+    take (agent.ahead.take waits for one in flight), and what came after it; or None."""
+    # Ready (compaction/summary_ahead.py): the reply asked for, the snapshot it summarized and
+    # what it was about (its focus, its limit), the suffix that came after, the room the suffix
+    # may take; and, if a snip cut past the snapshot, its note and the transcripts it saved.
+    ready = agent.ahead.take(messages, agent.settings, agent.overhead,
+                             agent.state.counter.estimate, focus, max_suffix=max_suffix)
+    if ready is None:
+        return None
+    return partial(swap_in, agent, replace(ready, suffix=kept_after(agent, ready)))
 
 
 def kept_after(agent, ready) -> list:
@@ -464,16 +459,6 @@ def swap_in(agent, ready, messages: list, tail: list, *, kind: str = "compact",
     if kind == "compact" and (result is messages or over_threshold(agent, result)):
         result = summarize_into(agent, result, compact_tail(result))
     return result
-
-
-def written_ahead(agent, messages: list, focus: str = "", max_suffix: int | None = None):
-    """A summarize that already holds its answer: the summary written ahead, if there is one to
-    take (agent.ahead.take waits for one in flight), and what came after it; or None."""
-    ready = agent.ahead.take(messages, agent.settings, agent.overhead,
-                             agent.state.counter.estimate, focus, max_suffix=max_suffix)
-    if ready is None:
-        return None
-    return partial(swap_in, agent, replace(ready, suffix=kept_after(agent, ready)))
 
 
 # ---- the agent loop ------------------------------------------------------------------------------

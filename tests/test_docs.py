@@ -229,7 +229,8 @@ def test_part_1_defines_a_name_before_it_uses_it():
     """Read top to bottom, part 1 never sends the reader ahead: each name of code.py a
     definition in part 1 uses is defined above it. Two ways out, each a section a reader
     may leave for later: part 2's tools (the loop runs them), and "compact before you must",
-    the summary written ahead, which the plain summary layers take when one is there.
+    the summary written ahead, which the plain summary layers take when one is there (read
+    from its entry down, as compact_now reaches it).
     One meaning per name: no local name hides one of code.py's own."""
     lines = CODE.read_text(encoding="utf-8").splitlines()
     part_2 = next(n for n, line in enumerate(lines, 1) if line.startswith("# ==== PART 2"))
@@ -240,7 +241,7 @@ def test_part_1_defines_a_name_before_it_uses_it():
         if node.lineno > part_2 or not isinstance(node, (ast.FunctionDef, ast.ClassDef, ast.Assign)):
             continue
         for name in {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}:
-            way_out = early < DEFINED_AT.get(name, 0) < after_early and node.lineno < early
+            way_out = early < DEFINED_AT.get(name, 0) < after_early and node.lineno < after_early
             if name in DEFINED_AT and node.lineno < DEFINED_AT[name] < part_2 and not way_out:
                 ahead.append(f"{getattr(node, 'name', 'line %d' % node.lineno)} uses {name}")
         stored = {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}

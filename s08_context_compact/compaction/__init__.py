@@ -12,4 +12,4 @@ from .summary_writer import MAX_CONSECUTIVE_SUMMARY_FAILURES, SUMMARY_ATTEMPTS, 
 from .settings import Settings
 from .store import Store
 from .summary import (nothing_to_summarize, render_todos, Restorable, replace_with_summary,
-                      what_comes_back)
+                      summary_marks, what_comes_back)

@@ -4,8 +4,8 @@ the same text twice; and every such stub stays true when a layer clears that res
 
 Machinery the chapter does not need. A RepeatReads remembers one loop's reads: stub()
 answers a repeat before the file is read, forget() drops what a summary took away, and
-true_stubs() keeps every stub true in a history about to be sent. Reading the file when no
-stub applies is the read_file tool's job.
+kept_true() keeps every stub true in a history about to be sent (true_stubs). Reading the
+file when no stub applies is the read_file tool's job.
 """
 
 from dataclasses import dataclass, field

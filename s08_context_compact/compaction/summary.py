@@ -321,6 +321,15 @@ def what_comes_back(messages: list, restorable: Restorable, s, fixed: int, shown
     return restored, max(limit, s.window // 40)
 
 
+def summary_marks(summary: str, source: str, checks: list) -> tuple:
+    """(the transcript's footer, the summary block's marks): who wrote the summary, and what
+    the PostCompact hooks' checks found (each answer's fields; its "note", said)."""
+    found = {key: value for answer in checks for key, value in answer.items() if key != "note"}
+    footer = {"type": "compaction", "summary_by": source, "summary": summary, **found}
+    marks = {"summary_by": source, "checks": [a["note"] for a in checks if a.get("note")]}
+    return footer, marks
+
+
 def replace_with_summary(messages: list, kind: str, summary: str, tail: list, restored: list, *,
                          store, preview_chars: int, footer: dict | None = None,
                          pending: tuple = (), marks: dict | None = None) -> list:

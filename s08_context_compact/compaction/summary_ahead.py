@@ -5,8 +5,8 @@ Machinery the chapter does not need, made once for an agent from values: the fun
 asks the model (`ask`, endpoint's send_request) and the agent's Connection. The loop uses a few
 verbs and never meets the thread, the lock or the cancellation:
 
-    ahead.due(messages, tokens, settings)    how many messages to summarize now, or None
-    ahead.start(messages, covered, request, sent_tokens, about)
+    ahead.due(messages, tokens, settings)    whether to summarize the history now
+    ahead.start(messages, request, sent_tokens, about)
                                              ask(request) on a thread of its own, over a
                                              connection of its own that can be cut
     ahead.take(messages, settings, ...)      a Ready: the answer, the snapshot it answers,
@@ -260,12 +260,12 @@ class SummaryAhead:
             return None
         return max(s.threshold - lead, 0) - overhead - summary_chars // 4 - s.window // 40
 
-    def due(self, messages: list, tokens: int, settings) -> int | None:
-        """After a pipeline pass (and its compaction, if any): how many messages to summarize
-        now, or None. The snapshot is the whole history as the next request will send it, which
-        ends with the user's words or a complete call and its results: a summary can cover
-        nothing newer. Its request and that next one share their prefix, so one writes the
-        cache the other reads."""
+    def due(self, messages: list, tokens: int, settings) -> bool:
+        """After a pipeline pass (and its compaction, if any): whether to summarize the history
+        now. The snapshot is the whole history as the next request will send it, which ends
+        with the user's words or a complete call and its results: a summary can cover nothing
+        newer. Its request and that next one share their prefix, so one writes the cache the
+        other reads."""
         last = blocks_of(messages[-1]) if messages else []
         within_a_turn = any(b.get("type") == "tool_result" for b in last)
         self.passes.append((time.monotonic(), tokens, within_a_turn))
@@ -275,12 +275,10 @@ class SummaryAhead:
                 self.say(line, "dim")
             self.job.heard = []
         if self.job or not shares or not self.ask:
-            return None  # one at a time; off; a subagent compacts as before
+            return False  # one at a time; off; a subagent compacts as before
         if tokens < self.mark(settings.threshold, shares):
-            return None
-        if len(messages) > 2 and messages[-1]["role"] == "user":
-            return len(messages)
-        return None
+            return False
+        return len(messages) > 2 and messages[-1]["role"] == "user"
 
     def reading(self) -> set:
         """The transcripts of what snip cut that the summary in flight (or ready) read back:
@@ -299,12 +297,11 @@ class SummaryAhead:
 
     # ---- the worker --------------------------------------------------------------------------
 
-    def start(self, messages: list, covered: int, request: dict, sent_tokens: int,
-              about: tuple = ()) -> None:
-        """ask(request) in a thread, over a connection of its own; `request` summarizes
-        messages[:covered], the snapshot: a new list of the same dicts, which no one changes.
-        `about` comes back with the answer (Ready.about)."""
-        snapshot = messages[:covered]
+    def start(self, messages: list, request: dict, sent_tokens: int, about: tuple = ()) -> None:
+        """ask(request) in a thread, over a connection of its own; `request` summarizes the
+        messages, the snapshot: a new list of the same dicts, which no one changes. `about`
+        comes back with the answer (Ready.about)."""
+        snapshot = list(messages)
         tokens = self.passes[-1][1] if self.passes else 0
         job = Job(snapshot, tokens, snip_count(snapshot), about, time.monotonic())
         ask_in_background(job, self.ask, self.connection, request, sent_tokens, LABEL,
