@@ -15,6 +15,8 @@ CHARS_PER_TOKEN = 4                 # for ASCII text; other characters count one
 
 
 def estimate_text_tokens(text: str) -> int:
+    if text.isascii():  # most text: counted without a copy
+        return len(text) // CHARS_PER_TOKEN + 1
     ascii_chars = len(text.encode("ascii", "ignore"))
     return ascii_chars // CHARS_PER_TOKEN + (len(text) - ascii_chars) + 1
 
