@@ -535,38 +535,6 @@ def agent_loop(agent, messages: list) -> str | None:
     return None
 
 
-# ---- one user turn -------------------------------------------------------------------------------
-# What command_line/user_turns.py's take_line hands a prompt to (what a turn needs around it).
-
-def take_turn(agent, messages: list, prompt: str) -> bool:
-    """One user turn: the hooks see the prompt, it joins the history, the loop runs, the Stop
-    hooks see its end, however it came. False when an API error ended it."""
-    prompt = redact(prompt, agent.secrets)  # before any hook: the ledger quotes prompts verbatim
-    answers = fire_hooks(agent, "UserPromptSubmit", prompt=prompt)
-    blocked = [answer["block"] for answer in answers if "block" in answer]
-    if blocked:
-        agent.say(f"(prompt blocked by a hook: {blocked[0]})")
-        return True
-    asked = add_prompt(agent, messages, prompt, estimate_text_tokens(prompt))
-    if asked is None:
-        return True
-    final = None  # the model's last words, if it stopped on its own
-    try:
-        final = agent_loop(agent, messages)
-    except (ContextOverflow, *api_failures()) as err:
-        turn_failed(agent, messages, asked, err)
-        return False
-    finally:  # an answer, an API error, Ctrl-C, the step limit: undo records what the turn left
-        fire_hooks(agent, "Stop", messages=messages, final=final)
-    say_status(agent, messages, context_tokens(agent, messages))
-    return True
-
-
-# What a line typed at the prompt reaches here: command_line/user_turns.py's take_line runs
-# a prompt as a turn, and the REPL's commands (/compact summarizes now, /clear starts anew).
-LESSON = Lesson(take_turn=take_turn, compact=compact_now, context_tokens=context_tokens)
-
-
 # ==== PART 2: WHAT EARLIER CHAPTERS BUILT ========================================================
 
 # ---- the nine tools ------------------------------------------------------------------------------
@@ -728,6 +696,38 @@ def permission_hook(agent):
             reason = f"{reason} and {why}"
         return {"deny": f"Permission denied: {reason}. Ask the user, or find a safer way."}
     return hook
+
+
+# ---- one user turn -------------------------------------------------------------------------------
+# What command_line/user_turns.py's take_line hands a prompt to (what a turn needs around it).
+
+def take_turn(agent, messages: list, prompt: str) -> bool:
+    """One user turn: the hooks see the prompt, it joins the history, the loop runs, the Stop
+    hooks see its end, however it came. False when an API error ended it."""
+    prompt = redact(prompt, agent.secrets)  # before any hook: the ledger quotes prompts verbatim
+    answers = fire_hooks(agent, "UserPromptSubmit", prompt=prompt)
+    blocked = [answer["block"] for answer in answers if "block" in answer]
+    if blocked:
+        agent.say(f"(prompt blocked by a hook: {blocked[0]})")
+        return True
+    asked = add_prompt(agent, messages, prompt, estimate_text_tokens(prompt))
+    if asked is None:
+        return True
+    final = None  # the model's last words, if it stopped on its own
+    try:
+        final = agent_loop(agent, messages)
+    except (ContextOverflow, *api_failures()) as err:
+        turn_failed(agent, messages, asked, err)
+        return False
+    finally:  # an answer, an API error, Ctrl-C, the step limit: undo records what the turn left
+        fire_hooks(agent, "Stop", messages=messages, final=final)
+    say_status(agent, messages, context_tokens(agent, messages))
+    return True
+
+
+# What a line typed at the prompt reaches: command_line/user_turns.py's take_line runs a
+# prompt as a turn, and the REPL's commands (/compact summarizes now, /clear starts anew).
+LESSON = Lesson(take_turn=take_turn, compact=compact_now, context_tokens=context_tokens)
 
 
 # ==== PART 3: MAIN ================================================================================
