@@ -142,9 +142,17 @@ def test_the_snip_marker_says_what_the_snipped_part_did(s08, savers):
     history = [user("go")] + pairs(10) + failing + pairs(50, start=10)
     out = s08.snip_compact(history, keep_head=3, keep_tail=47, at_least=0, tools=s08.TOOLS, store=savers)
     marker = [b["text"] for m in out for b in blocks(m) if b.get(OWN) == "snip"][0]
-    assert "\nread: 27 more, then t28.txt, " in marker and "t35.txt" in marker, "the files the snipped calls read"
-    assert "\nran: `pytest -x` (exit 1)" in marker, "the commands, and how they ended"
+    assert all(f"\n- read_file t{n}.txt (call t{n})" in marker for n in range(1, 36)), "each call, with its id"
+    assert "\n- bash pytest -x (exit 1) (call b1)" in marker, "a command, and how it ended"
     assert "t36.txt" not in marker, "what is still in context is not listed"
+    # Calls that cost little each: their lines would cost more than an eighth of what went,
+    # so the older ones are named by what they did, the newest one by one.
+    history = [user("go")] + pairs(1, size=0) + failing + pairs(59, size=0, start=1)
+    out = s08.snip_compact(history, keep_head=3, keep_tail=47, at_least=0, tools=s08.TOOLS, store=savers)
+    marker = [b["text"] for m in out for b in blocks(m) if b.get(OWN) == "snip"][0]
+    assert "\nread: " in marker and "\nran: `pytest -x` (exit 1)" in marker, "the older ones, by what they did"
+    assert "\n- read_file t35.txt (call t35)" in marker and "(call t1)" not in marker
+    assert len(marker) < len(json.dumps(history[3:-47])) / 4
 
 
 def test_snip_does_nothing_below_the_limit(s08, savers):

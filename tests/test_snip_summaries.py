@@ -36,7 +36,7 @@ def test_the_summary_of_what_snip_cut_joins_the_end_and_the_next_summary_does_no
     asked = [r for r in fake.summary_requests if of_what_snip_cut(r)]
     assert len(asked) == 1 and not asked[0].get("tools"), "a request of its own, no tools"
     sent = json.dumps(asked[0]["messages"])
-    assert all(f"(call r{k})" in sent for k in range(1, 20)), "every call cut, written out with its id"
+    assert all(f"(call r{k}):" in sent for k in range(1, 20)), "every call cut, written out with its id"
     before = messages
     messages = passed(agent, messages)  # the next pass: joined
     assert messages[:-1] == before[:-1], "every message before the last as it was"
@@ -51,7 +51,7 @@ def test_the_summary_of_what_snip_cut_joins_the_end_and_the_next_summary_does_no
     fake.summary(text("<summary>All thirty notes read.</summary>"))
     messages = s08.compact_now(agent, messages)
     whole = json.dumps(fake.summary_requests[-1]["messages"])
-    assert "Notes 1 to 24 read" in whole and "(call r1)" not in whole
+    assert "Notes 1 to 24 read" in whole and "(call r1):" not in whole
     assert len(fake.summary_requests) == 2
 
 
@@ -70,7 +70,7 @@ def test_a_failed_summary_of_what_snip_cut_is_said_once_and_the_next_summary_rea
             "reads them back") in agent.out.text
     fake.summary(text("<summary>All thirty notes read.</summary>"))
     messages = s08.compact_now(agent, messages)
-    assert "(call r1)" in json.dumps(fake.summary_requests[-1]["messages"]), "read back by the next summary"
+    assert "(call r1):" in json.dumps(fake.summary_requests[-1]["messages"]), "read back by the next summary"
 
 
 def test_clear_calls_off_the_summary_being_written_and_a_subagent_writes_none(s08, fake, make_agent):
@@ -128,7 +128,7 @@ def test_a_summary_cut_by_a_later_snip_still_covers_its_part_through_the_next_on
     fake.summary(text("<summary>All of it.</summary>"))
     messages = s08.compact_now(agent, messages)
     whole = json.dumps(fake.summary_requests[-1]["messages"])
-    assert "Part B, and part A" in whole and "(call r1)" not in whole and "(call r35)" not in whole
+    assert "Part B, and part A" in whole and "(call r1):" not in whole and "(call r35):" not in whole
 
 
 def test_a_note_a_later_snip_cuts_stays_in_view_until_a_newer_one_stands_for_it(s08, fake, make_agent):
@@ -164,8 +164,8 @@ def test_a_ready_summary_joins_before_the_history_is_summarized_and_none_starts_
     messages = s08.compact_pipeline(agent, messages)
     assert sum(1 for r in fake.summary_requests if of_what_snip_cut(r)) == 1, "none started: the history's is due"
     whole = json.dumps(fake.summary_requests[-1]["messages"])
-    assert "Part A: notes 1 to 19." in whole and "(call r1)" not in whole, "part A by its note"
-    assert "(call r35)" in whole, "the part that waited, read back"
+    assert "Part A: notes 1 to 19." in whole and "(call r1):" not in whole, "part A by its note"
+    assert "(call r35):" in whole, "the part that waited, read back"
     assert_valid(messages)
 
 
@@ -227,7 +227,7 @@ def test_a_part_the_summary_written_ahead_reads_gets_no_summary_of_its_own_one_c
                                store=agent.store, tools=agent.tools)  # part B, after its snapshot
     messages = passed(agent, messages)
     asked = [r for r in fake.summary_requests if of_what_snip_cut(r)]
-    assert len(asked) == 1 and "(call r35)" in json.dumps(asked[0]) and "(call r5)" not in json.dumps(asked[0])
+    assert len(asked) == 1 and "(call r35):" in json.dumps(asked[0]) and "(call r5):" not in json.dumps(asked[0])
     gate.set()
     agent.ahead.drop("the test is over")
 
@@ -301,7 +301,7 @@ def test_the_part_the_next_snip_cuts_is_summarized_ahead_and_joins_with_the_snip
     assert len(fake.summary_requests) == 1, "nothing waits: the part is not summarized again"
     fake.summary(text("<summary>All thirty-one notes read.</summary>"))
     whole = json.dumps(s08.compact_now(agent, after) and fake.summary_requests[-1]["messages"])
-    assert "Notes 1 to 24 read" in whole and "(call r1)" not in whole, "the note stands for the part"
+    assert "Notes 1 to 24 read" in whole and "(call r1):" not in whole, "the note stands for the part"
 
 
 def test_a_part_summarized_ahead_goes_another_way_and_its_summary_is_set_aside_or_stands_for_its_start(s08, fake, make_agent):
@@ -331,7 +331,7 @@ def test_a_part_summarized_ahead_goes_another_way_and_its_summary_is_set_aside_o
     assert note["covers"] == []
     fake.summary(text("<summary>All thirty-one notes read.</summary>"))
     s08.compact_now(agent, messages)
-    assert "(call r1)" in json.dumps(fake.summary_requests[-1]["messages"]), "the part read back whole"
+    assert "(call r1):" in json.dumps(fake.summary_requests[-1]["messages"]), "the part read back whole"
 
 
 def test_a_part_summarized_ahead_is_never_credited_with_a_transcript_holding_other_messages(s08, fake, make_agent):

@@ -301,7 +301,7 @@ def test_context_says_what_snip_cut_waits_for_the_next_summary_and_the_summary_r
     fake.summary(text("<summary>Thirty notes read.</summary>"))
     messages[:] = s08.compact_now(agent, messages)
     sent = json.dumps(fake.summary_requests[-1]["messages"])
-    assert "(call r1)" in sent and "note 1 yyy" in sent, "the snipped calls, read back for the summary"
+    assert "(call r1):" in sent and "note 1 yyy" in sent, "the snipped calls, read back for the summary"
     before = len(agent.out)
     handle_command(agent, messages, "/context", s08.LESSON)
     assert "waiting to be summarized" not in "".join(agent.out[before:])
@@ -309,7 +309,7 @@ def test_context_says_what_snip_cut_waits_for_the_next_summary_and_the_summary_r
 
 def calls_seen(body):
     """A summary that names every call its request holds, written out or in a summary in it."""
-    seen = sorted(set(re.findall(r"\(call (r\d+)\)|calls named: ([\w ]+)|\"id\": \"(r\d+)\"",
+    seen = sorted(set(re.findall(r"\(call (r\d+)\):|calls named: ([\w ]+)|\"id\": \"(r\d+)\"",
                                  json.dumps(body["messages"]))))
     names = sorted({n for pair in seen for group in pair for n in group.split()} - {""})
     return text("<summary>calls named: " + " ".join(names) + "</summary>")

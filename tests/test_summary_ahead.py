@@ -451,7 +451,7 @@ def test_a_snip_that_took_the_first_reply_after_the_snapshot_keeps_its_note(s08,
     # what the snip cut after the snapshot is read back by the next summary: nothing is lost
     fake.summary(text("<summary>the next one</summary>"))
     s08.compact_now(agent, result)
-    assert "(call new0)" in json.dumps(fake.summary_requests[-1]["messages"])
+    assert "(call new0):" in json.dumps(fake.summary_requests[-1]["messages"])
 
 
 def test_words_merged_into_the_snapshots_last_message_set_the_summary_aside(s08, fake, make_agent):

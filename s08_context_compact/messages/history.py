@@ -128,30 +128,54 @@ def tool_names(messages: list) -> dict:
             for b in blocks_of(m) if b.get("type") == "tool_use"}
 
 
+CALL_LINES_SHARE = 8  # the calls a cut made, a line each, cost at most 1/8 of what it removed
+
+
 def what_was_done(removed: list, tools: dict) -> str:
-    """A few lines on what the snipped messages did, so the model knows what it no longer
-    sees: the files read and written, the commands run and how they ended (what each tool
-    does, its declaration in tools says: basics/tools.py)."""
+    """What the snipped messages did, so the model knows what it no longer sees: each call
+    as a line (its tool, what it was about, how a command ended, its id), the newest first
+    to be kept, as many as cost an eighth of the cut; any older ones as the files read and
+    written and the commands run (what each tool does, its declaration in tools says)."""
     outcome = {b["tool_use_id"]: re.search(r"\[exit code (\d+)\]|\[timed out", result_text(b))
                for m in removed for b in blocks_of(m) if b.get("type") == "tool_result"}
+    calls = [b for m in removed for b in blocks_of(m)
+             if b.get("type") == "tool_use" and isinstance(b.get("input"), dict)]
+    budget = len(json.dumps(removed, ensure_ascii=False)) // CALL_LINES_SHARE
+    listed = []
+    for call in reversed(calls):
+        tool = tools.get(call["name"])
+        about = call["input"].get(tool.main_argument) if tool and tool.main_argument else None
+        about = about if isinstance(about, str) else json.dumps(call["input"], ensure_ascii=False)
+        ended = f" ({ending(outcome.get(call['id']))})" if tool and tool.runs else ""
+        line = f"\n- {call['name']} {one_line(about, 60)}{ended} (call {call['id']})"
+        if len(line) > budget:
+            break
+        budget -= len(line)
+        listed.insert(0, line)
+    lines = in_groups(calls[:len(calls) - len(listed)], tools, outcome) + listed
+    return " What they did:" + "".join(lines) if lines else ""
+
+
+def ending(found) -> str:
+    """How a command ended, from its result's "[exit code N]" or "[timed out" (found)."""
+    return "timed out" if found and not found.group(1) else f"exit {found.group(1) if found else 0}"
+
+
+def in_groups(calls: list, tools: dict, outcome: dict) -> list:
+    """Lines for calls too many to list one by one: the files read and written, the commands
+    run and how they ended, the newest 8 of each."""
     done = {"read": [], "wrote": [], "ran": []}
-    for message in removed:
-        calls = [b for b in blocks_of(message)
-                 if b.get("type") == "tool_use" and isinstance(b.get("input"), dict)]
-        for call in calls:
-            tool = tools.get(call["name"])
-            if tool is None:
-                continue
-            path, command = call["input"].get(tool.path_argument), call["input"].get(tool.runs)
-            ended = outcome.get(call["id"])
-            if tool.reads and isinstance(path, str):
-                done["read"].append(path)
-            elif tool.writes and isinstance(path, str):
-                done["wrote"].append(path)
-            elif tool.runs and isinstance(command, str):
-                code = ("timed out" if ended and not ended.group(1)
-                        else f"exit {ended.group(1) if ended else 0}")
-                done["ran"].append(f"`{one_line(command, 60)}` ({code})")
+    for call in calls:
+        tool = tools.get(call["name"])
+        if tool is None:
+            continue
+        path, command = call["input"].get(tool.path_argument), call["input"].get(tool.runs)
+        if tool.reads and isinstance(path, str):
+            done["read"].append(path)
+        elif tool.writes and isinstance(path, str):
+            done["wrote"].append(path)
+        elif tool.runs and isinstance(command, str):
+            done["ran"].append(f"`{one_line(command, 60)}` ({ending(outcome.get(call['id']))})")
     lines = []
     for kind, items in done.items():
         unique = list(dict.fromkeys(items))
@@ -159,7 +183,7 @@ def what_was_done(removed: list, tools: dict) -> str:
             lines.append(f"\n{kind}: "
                          + (f"{len(unique) - 8} more, then " if len(unique) > 8 else "")
                          + ", ".join(unique[-8:]))
-    return " What they did:" + "".join(lines) if lines else ""
+    return lines
 
 
 def with_snip_note(head_last: dict, removed: list, path, tools: dict, request: str | None,
