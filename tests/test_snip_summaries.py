@@ -358,10 +358,63 @@ def test_a_part_summarized_ahead_is_never_credited_with_a_transcript_holding_oth
     [cut] = snips_pending(messages)
     assert len(agent.store.read_back(cut)) == 24 and agent.snips.job.about[2] == 24
     after = agent.snips.joined(messages)
-    assert after is messages and agent.snips.job is None, "part X's summary is set aside"
+    joined = [b for m in after for b in m["content"] if isinstance(b, dict) and b.get("text", "").startswith("[Program note")]
+    assert not joined and len(after) == len(messages) and agent.snips.job is None, "part X's summary is set aside"
     assert [label for _, label in agent.snips.bills()] == \
         ["summarizing what snip cut: set aside: what it summarized went another way"]
     fake.summary(text("<summary>Files 31 to 42 written.</summary>"))
     agent.snips.summarize(messages, agent.settings, 0)  # the swap's cut: a summary of its own
     sent = json.dumps(fake.summary_requests[-1]["messages"])
     assert of_what_snip_cut(fake.summary_requests[-1]) and "file 31" in sent and "PART-X" not in sent
+
+
+def snip_note_sent(fake) -> str:
+    """The snip's note in the last request the model got."""
+    return next(b["text"] for m in fake.main_requests[-1]["messages"] for b in m["content"]
+                if isinstance(b, dict) and b.get("text", "").startswith("[Snipped"))
+
+
+def snipping_agent(make_agent, **settings):
+    agent = make_agent(window=24_000)
+    agent.settings = replace(agent.settings, snip_keep_head=3, snip_keep_tail=10, snip_at_least=20,
+                             snip_min_tokens=0, **settings)
+    return agent
+
+
+def test_a_snip_with_no_summary_ahead_in_flight_says_what_its_calls_did_not_each_call(s08, fake, make_agent):
+    """Its part's own summary comes within a few steps: the note says what the calls did, and
+    the list of each never reaches a request (it would only be carried, at a price)."""
+    agent = snipping_agent(make_agent)
+    messages = notes_read(30)
+    agent.snips.summarize(messages, agent.settings, 0)  # a pass ended, nothing cut
+    messages = s08.compact_pipeline(agent, messages)
+    assert snips_pending(messages), "snipped"
+    fake.reply(text("carry on"))
+    s08.call_model(agent, messages)
+    note = snip_note_sent(fake)
+    assert "\nread: 16 more, then r17.md, " in note and "(call r20)" not in note
+
+
+def test_while_a_summary_ahead_is_in_flight_a_snips_note_lists_each_call_until_the_swap(s08, fake, make_agent):
+    """The part snip cuts is in the snapshot of the summary being written ahead: it gets no
+    summary of its own, so until that one is swapped in the note lists each call it cut,
+    with its id. The swap replaces the head, the list with it."""
+    from test_summary_ahead import EARLY, start_now
+    agent = snipping_agent(make_agent, summary_ahead=EARLY)
+    messages = notes_read(30)
+    gate = threading.Event()
+    fake.summary(held(text("<summary>AHEAD: notes 0 to 29 read.</summary>"), gate))
+    start_now(s08, agent, messages)
+    agent.snips.summarize(messages, agent.settings, 0)
+    messages = s08.compact_pipeline(agent, messages)
+    cut = [b["id"] for m in agent.store.read_back(snips_pending(messages)[-1]) for b in m["content"]
+           if b.get("type") == "tool_use"]
+    fake.reply(text("carry on"))
+    s08.call_model(agent, messages)
+    note = snip_note_sent(fake)
+    assert len(cut) >= 10 and all(f"\n- read_file {name}.md (call {name})" in note for name in cut)
+    gate.set()
+    messages = s08.compact_now(agent, messages)
+    sent = json.dumps(messages)
+    assert "AHEAD: notes 0 to 29 read." in sent and f"(call {cut[0]})" not in sent
+    assert_valid(messages)

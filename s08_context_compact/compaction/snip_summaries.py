@@ -38,7 +38,7 @@ from ..basics import Screen, say_on
 from ..endpoint import Connection, api_error_text
 from ..messages import (NOTE_MARKER, OWN, blocks_of, covered_by, estimate_text_tokens,
                         estimate_tokens, own_text, snip_bounds, snips_covered, snips_pending,
-                        waiting_parts, with_text, written_text)
+                        waiting_parts, with_calls_grouped, with_text, written_text)
 from .summary import summary_problem
 from .summary_ahead import RUNNING, Job, ask_in_background
 from .summary_writer import ESTIMATE_MARGIN
@@ -75,6 +75,7 @@ class SnipSummaries:
         self.job = None
         self.done = set()     # transcripts summarized, or whose summary failed: not asked again
         self.before = set()   # the transcripts listed when the part summarized ahead was asked for
+        self.listed = set()   # the transcripts listed as the last pass ended
         self.unpaid = []      # (reply, label) of each summary, for the loop to add up
 
     def say(self, text: str, style: str = "") -> None:
@@ -84,6 +85,7 @@ class SnipSummaries:
         """If none is being written, start the summary of a part that waits; with none waiting,
         past AHEAD_SHARE of snip's trigger (`tokens`: the context's size), the summary of the
         part the next snip will cut, so that it is ready when the snip cuts it."""
+        self.listed = set(snips_pending(messages))  # as the pass ends: the next may snip
         if not self.ask or self.job is not None:
             return
         if self.waiting(messages):
@@ -188,6 +190,7 @@ class SnipSummaries:
     def joined(self, messages: list) -> list:
         """A finished summary, after the last user message's blocks (or set aside when what it
         covers is no longer waiting: a summary of the whole history read it back)."""
+        messages = self.listing_kept(messages)
         job = self.job
         if job is not None and job.about[0] == (UNCUT,) and not self.cut(job, messages):
             return messages  # written ahead: waits for the snip that cuts its part
@@ -223,6 +226,17 @@ class SnipSummaries:
                  f"{estimate_text_tokens(summary):,} tokens at the end of the context, written "
                  f"in {job.seconds:.1f}s", "layer")
         return messages[:-1] + [with_text(messages[-1], block)]
+
+    def listing_kept(self, messages: list) -> list:
+        """A snip of this pass lists each call it cut. Its note shrinks to what they did, free
+        as the snip rewrote the head anyway, unless a summary written ahead is in flight: that
+        summary stands for the part once swapped in, so the list keeps the calls in view until
+        then. Otherwise the part's own summary comes within a few steps."""
+        if self.ahead and self.ahead.job:
+            return messages
+        for path in set(snips_pending(messages)) - self.listed:
+            messages = with_calls_grouped(messages, path)
+        return messages
 
     def cut(self, job: Job, messages: list) -> bool:
         """Whether the part summarized ahead has been cut: its job then names the transcript

@@ -20,7 +20,7 @@ OWN = "_s08"  # on a block the program wrote: its kind ("snip", "placeholder", .
 # The fields the program puts on the blocks it wrote, with their types;
 # stripped before sending.
 PROGRAM_FIELDS = {OWN: str, "snipped": int, "saved_at": str, "summary_by": str, "checks": list,
-                  "pending": list, "covers": list}
+                  "pending": list, "covers": list, "grouped": str}
 # The texts the program's own blocks start with, for the model to read. A user may type any
 # of them: the program knows its own blocks by the OWN field, never by their text.
 COMPACT_MARKER = "[Compacted"
@@ -131,16 +131,16 @@ def tool_names(messages: list) -> dict:
 CALL_LINES_SHARE = 8  # the calls a cut made, a line each, cost at most 1/8 of what it removed
 
 
-def what_was_done(removed: list, tools: dict) -> str:
+def what_was_done(removed: list, tools: dict, each: bool = True) -> str:
     """What the snipped messages did, so the model knows what it no longer sees: each call
     as a line (its tool, what it was about, how a command ended, its id), the newest first
-    to be kept, as many as cost an eighth of the cut; any older ones as the files read and
-    written and the commands run (what each tool does, its declaration in tools says)."""
+    to be kept, as many as cost an eighth of the cut; any older ones (all, unless `each`) as
+    the files read and written and the commands run (its declaration in tools says which)."""
     outcome = {b["tool_use_id"]: re.search(r"\[exit code (\d+)\]|\[timed out", result_text(b))
                for m in removed for b in blocks_of(m) if b.get("type") == "tool_result"}
     calls = [b for m in removed for b in blocks_of(m)
              if b.get("type") == "tool_use" and isinstance(b.get("input"), dict)]
-    budget = len(json.dumps(removed, ensure_ascii=False)) // CALL_LINES_SHARE
+    budget = len(json.dumps(removed, ensure_ascii=False)) // CALL_LINES_SHARE if each else 0
     listed = []
     for call in reversed(calls):
         tool = tools.get(call["name"])
@@ -201,9 +201,27 @@ def with_snip_note(head_last: dict, removed: list, path, tools: dict, request: s
     # each cut part, oldest first, for the next summary to read back (snipped_back)
     pending = [p for b in notes for p in b.get("pending", [])] + [str(path)]
     note = (f"{SNIP_MARKER} {snipped} messages from the middle of the conversation; "
-            f"the latest ones are saved in {path}.{what_was_done(removed, tools)}]")
-    texts = [own_text("snip", note, snipped=snipped, pending=pending), *summaries]
+            f"the latest ones are saved in {path}.")
+    listed, grouped = what_was_done(removed, tools), what_was_done(removed, tools, each=False)
+    # the calls one by one until a summary of the part stands for them (with_calls_grouped)
+    fields = {"grouped": f"{note}{grouped}]"} if listed != grouped else {}
+    texts = [own_text("snip", f"{note}{listed}]", snipped=snipped, pending=pending, **fields),
+             *summaries]
     return with_text({**head_last, "content": kept}, *texts, *([request] if request else []))
+
+
+def with_calls_grouped(messages: list, path: str) -> list:
+    """The history with the note of the snip that saved `path` saying what its calls did
+    rather than listing each: a summary of that part stands for them now."""
+    for i, message in enumerate(messages):
+        blocks = blocks_of(message)
+        for k, b in enumerate(blocks):
+            if b.get(OWN) == "snip" and (b.get("pending") or [None])[-1] == path and "grouped" in b:
+                short = {key: value for key, value in b.items() if key != "grouped"}
+                short["text"] = b["grouped"]
+                changed = {**message, "content": blocks[:k] + [short] + blocks[k + 1:]}
+                return messages[:i] + [changed] + messages[i + 1:]
+    return messages
 
 
 def still_needed(summaries: list, after: list) -> list:
