@@ -10,7 +10,7 @@ from conftest import assert_valid, of_what_snip_cut, plain, wait_until
 from test_summary_ahead import notes_read, read_pair
 from s08_context_compact.command_line import handle_command
 from s08_context_compact.offline.fake_anthropic import error, held, text, tool_use
-from s08_context_compact.messages import snips_pending
+from s08_context_compact.messages import OWN, snips_pending
 
 
 def passed(agent, messages: list) -> list:
@@ -418,3 +418,18 @@ def test_while_a_summary_ahead_is_in_flight_a_snips_note_lists_each_call_until_t
     sent = json.dumps(messages)
     assert "AHEAD: notes 0 to 29 read." in sent and f"(call {cut[0]})" not in sent
     assert_valid(messages)
+
+
+def test_a_result_cleared_before_the_snip_is_written_out_as_where_it_is_saved_not_as_its_pointer(s08, fake, make_agent):
+    agent = make_agent()
+    messages = s08.apply_layer(agent, s08.micro_compact, notes_read(30), keep_recent=1, min_chars=120,
+                               clear_at_least=0, store=agent.store)
+    cleared = [b for m in messages for b in m["content"] if b.get(OWN) == "placeholder"]
+    assert len(cleared) == 29
+    messages = s08.apply_layer(agent, s08.snip_compact, messages, keep_head=3, keep_tail=10, at_least=20,
+                               store=agent.store, tools=agent.tools)
+    passed(agent, messages)
+    sent = json.dumps([r for r in fake.summary_requests if of_what_snip_cut(r)][0]["messages"])
+    assert "cleared to save context" not in sent, "the pointer's words cost tokens and say nothing"
+    saved = next(b["saved_at"] for b in cleared if b["tool_use_id"] == "r5")
+    assert f"result of r5: cleared, saved in {saved}" in sent and "(call r5):" in sent

@@ -290,8 +290,9 @@ def written_text(part: list, head_chars: int | None = None) -> str:
 
 
 def written_out(block: dict, head_chars: int = READ_BACK_CHARS) -> str:
-    """One block of a message, as a line of text: a call with its id, a result, words. A
-    summary of what an earlier snip cut is written whole: it stands for its part."""
+    """One block of a message, as a line of text: a call with its id, a result (a cleared one
+    as where it is saved), words. A summary of what an earlier snip cut is written whole: it
+    stands for its part."""
     def head(text) -> str:
         text = str(text)
         return text if len(text) <= head_chars else text[:head_chars] + " [... cut]"
@@ -301,6 +302,8 @@ def written_out(block: dict, head_chars: int = READ_BACK_CHARS) -> str:
         return (f"- called {block.get('name')} (call {block.get('id')}): "
                 f"{head(json.dumps(block.get('input'), ensure_ascii=False))}")
     if block.get("type") == "tool_result":
+        if block.get(OWN) == "placeholder" and block.get("saved_at"):  # the pointer says no more
+            return f"  result of {block.get('tool_use_id')}: cleared, saved in {block['saved_at']}"
         return f"  result of {block.get('tool_use_id')}: {head(result_text(block))}"
     if block.get("type") == "text":
         return f"- said: {head(block.get('text', ''))}"
