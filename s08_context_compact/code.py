@@ -219,7 +219,7 @@ def micro_compact(messages: list, *, keep_recent: int, min_chars: int, clear_at_
     for i, k in stale:
         blocks = list(blocks_of(changed.get(i, messages[i])))
         block, tool_use_id = blocks[k], blocks[k]["tool_use_id"]
-        # a preview was saved already, by tool_result_budget
+        # a preview's whole text is on disk already (tool_result_budget, or a summary's tail)
         path = block.get("saved_at") if block.get(OWN) == "preview" else \
             store.save_output(tool_use_id, result_text(block))
         blocks[k] = pointed_to(block, names.get(tool_use_id, "tool"), path)
@@ -487,7 +487,8 @@ def agent_loop(agent, messages: list) -> str | None:
         summarize_ahead(agent, messages)  # past the early mark: a summary starts in the background
         # and one of what snip cut, or will cut next, if none is being written
         agent.snips.summarize(messages, agent.settings, context_tokens(agent, messages))
-        stubs = agent.state.repeat_reads.kept_true(messages)  # "as in result X": X still there?
+        # a file read again unchanged got a stub, "as in result X": is X still there?
+        stubs = agent.state.repeat_reads.kept_true(messages)
         replace_history(agent.log, messages, stubs, "read stubs re-pointed")
         try:
             reply, stop_reason = call_model(agent, messages)
