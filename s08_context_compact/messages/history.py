@@ -302,7 +302,8 @@ def written_out(block: dict, head_chars: int = READ_BACK_CHARS) -> str:
         return (f"- called {block.get('name')} (call {block.get('id')}): "
                 f"{head(json.dumps(block.get('input'), ensure_ascii=False))}")
     if block.get("type") == "tool_result":
-        if block.get(OWN) == "placeholder" and block.get("saved_at"):  # the pointer says no more
+        # a cleared result, as where it is saved: its pointer's words say no more
+        if block.get(OWN) == "placeholder" and isinstance(block.get("saved_at"), str):
             return f"  result of {block.get('tool_use_id')}: cleared, saved in {block['saved_at']}"
         return f"  result of {block.get('tool_use_id')}: {head(result_text(block))}"
     if block.get("type") == "text":
