@@ -433,3 +433,12 @@ def test_a_result_cleared_before_the_snip_is_written_out_as_where_it_is_saved_no
     assert "cleared to save context" not in sent, "the pointer's words cost tokens and say nothing"
     saved = next(b["saved_at"] for b in cleared if b["tool_use_id"] == "r5")
     assert f"result of r5: cleared, saved in {saved}" in sent and "(call r5):" in sent
+
+
+def test_a_cleared_results_saved_at_read_back_from_a_changed_transcript_is_cut_like_any_text():
+    from s08_context_compact.messages.history import written_out
+    pointer = "[Earlier tool result (bash) cleared to save context. Full output: a.txt.]"
+    block = {"type": "tool_result", "tool_use_id": "r1", "content": pointer, OWN: "placeholder"}
+    assert len(written_out({**block, "saved_at": "x" * 2_000_000}, 300)) < 400, "no line bigger than a head"
+    for odd in ("", "  ", ["a.txt"], 7):  # not a path: the pointer's own words, as any result
+        assert written_out({**block, "saved_at": odd}, 300) == f"  result of r1: {pointer}"

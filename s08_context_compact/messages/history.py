@@ -303,8 +303,9 @@ def written_out(block: dict, head_chars: int = READ_BACK_CHARS) -> str:
                 f"{head(json.dumps(block.get('input'), ensure_ascii=False))}")
     if block.get("type") == "tool_result":
         # a cleared result, as where it is saved: its pointer's words say no more
-        if block.get(OWN) == "placeholder" and isinstance(block.get("saved_at"), str):
-            return f"  result of {block.get('tool_use_id')}: cleared, saved in {block['saved_at']}"
+        saved_at = block.get("saved_at")
+        if block.get(OWN) == "placeholder" and isinstance(saved_at, str) and saved_at.strip():
+            return f"  result of {block.get('tool_use_id')}: cleared, saved in {head(saved_at)}"
         return f"  result of {block.get('tool_use_id')}: {head(result_text(block))}"
     if block.get("type") == "text":
         return f"- said: {head(block.get('text', ''))}"
