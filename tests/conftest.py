@@ -2,6 +2,7 @@
 
 import atexit
 import compileall
+import faulthandler
 import importlib.util
 import ipaddress
 import json
@@ -53,6 +54,21 @@ def fresh_copy() -> Path:
 
 RUN = fresh_copy()
 cli_runner.CODE = RUN  # what `python code.py` runs, in the runner's children too
+
+
+# ---------------------------------------------------------------- no test hangs
+
+TEST_LIMIT_SECONDS = 120  # the slowest test takes a few seconds; one this late waits forever
+
+
+@pytest.fixture(autouse=True)
+def no_hang():
+    """A test that waits on an event that never comes (an interrupt lost on a loaded machine, a
+    reply held with no release) ends its worker with every thread's traceback, so the run
+    fails and says where, rather than hanging."""
+    faulthandler.dump_traceback_later(TEST_LIMIT_SECONDS, exit=True)
+    yield
+    faulthandler.cancel_dump_traceback_later()
 
 
 # ---------------------------------------------------------------- no network

@@ -218,7 +218,7 @@ def test_compact_with_a_focus_calls_it_off_and_summarizes_now(s08, fake, make_ag
 
 def test_a_second_ctrl_c_while_waiting_for_the_same_summary_calls_it_off(s08, fake, make_agent):
     agent = ahead_agent(make_agent, Watching(lambda line: "waiting for the summary" in line and _thread.interrupt_main()))
-    fake.summary(held(text(f"<summary>{SUMMARY}</summary>")))  # never let go
+    fake.summary(held(text(f"<summary>{SUMMARY}</summary>"), seconds=60))  # not let go in time
     fake.reply(*[write(k) for k in range(20)], text("All written."))
     messages = []
     assert take_line(agent, messages, "write the files", s08.LESSON)
@@ -353,7 +353,7 @@ def test_the_cheap_layers_shortening_the_snapshot_do_not_spoil_the_swap(s08, fak
 
 
 def test_leaving_with_a_summary_in_flight_is_prompt_and_leaves_no_request_hanging(fake, workspace):
-    fake.summary(held(text(f"<summary>{SUMMARY}</summary>")))  # never let go
+    fake.summary(held(text(f"<summary>{SUMMARY}</summary>"), seconds=60))  # not let go in time
 
     def last(body):  # answered once the summary's request is in: the program leaves with it in flight
         wait_until(lambda: fake.summary_requests)
@@ -367,7 +367,7 @@ def test_leaving_with_a_summary_in_flight_is_prompt_and_leaves_no_request_hangin
 
 
 def test_resume_of_a_session_killed_while_a_summary_was_written(fake, workspace):
-    fake.summary(held(text(f"<summary>{SUMMARY}</summary>")))  # never let go: it is killed waiting
+    fake.summary(held(text(f"<summary>{SUMMARY}</summary>"), seconds=60))  # not let go in time: it is killed waiting
     fake.reply(*[write(k) for k in range(20)], text("All written."))
     env = cli_env(fake, CONTEXT_WINDOW=WINDOW, SUMMARY_AHEAD="0.6-0.6")
     pid, folder = cli_runner.start([], input="write the files\n", env=env, cwd=workspace)
