@@ -188,11 +188,7 @@ def snip_compact(messages: list, *, keep_head: int, keep_tail: int, at_least: in
     path = store.save_messages(removed, "snip")
     # One note, folded into the head (messages/history.py): what went, where, what it did. The
     # user's current request, if it went, stays in view verbatim.
-    request = current_request(messages)
-    gone = request and current_request(messages[:head_end] + messages[tail_start:]) != request
-    head_last = with_snip_note(messages[head_end - 1], removed, path, tools,
-                               request["text"] if gone else None, messages[tail_start:])
-    result = messages[:head_end - 1] + [head_last] + messages[tail_start:]
+    result = with_snip_note(messages, head_end, tail_start, path, tools)
     return result if measure(result) < measure(messages) else messages
 
 

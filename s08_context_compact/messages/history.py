@@ -186,7 +186,19 @@ def in_groups(calls: list, tools: dict, outcome: dict) -> list:
     return lines
 
 
-def with_snip_note(head_last: dict, removed: list, path, tools: dict, request: str | None,
+def with_snip_note(messages: list, head_end: int, tail_start: int, path, tools: dict) -> list:
+    """The history with messages[head_end:tail_start] cut and the one note a snip leaves
+    folded into the head's last message; the user's current request, if it went with the
+    cut, follows the note verbatim, so it stays in view."""
+    removed, tail = messages[head_end:tail_start], messages[tail_start:]
+    request = current_request(messages)
+    gone = request and current_request(messages[:head_end] + tail) != request
+    head_last = head_with_note(messages[head_end - 1], removed, path, tools,
+                               request["text"] if gone else None, tail)
+    return messages[:head_end - 1] + [head_last] + tail
+
+
+def head_with_note(head_last: dict, removed: list, path, tools: dict, request: str | None,
                    after: list = ()) -> dict:
     """The head's last message with the one note a snip leaves: how many messages went (the
     counts of earlier snips folded in), where the latest are saved and what they did; then the
