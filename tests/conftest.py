@@ -56,6 +56,16 @@ RUN = fresh_copy()
 cli_runner.CODE = RUN  # what `python code.py` runs, in the runner's children too
 
 
+# ---------------------------------------------------------------- Ctrl-C as a person types it
+
+# A run started in the background (`cmd &`, nohup, some CI runners) inherits SIGINT ignored,
+# and passes that on to every program it starts: no Ctrl-C would reach the program under test,
+# nor an interrupt the in-process tests raise (_thread.interrupt_main). A handler set here is
+# reset to the default in each process started from this one, the workers included.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 # ---------------------------------------------------------------- no test hangs
 
 TEST_LIMIT_SECONDS = 120  # the slowest test takes a few seconds; one this late waits forever
