@@ -82,7 +82,8 @@ READ_DEFAULT_LINES = 2_000
 # the Agent (command_line/agent.py) and reads: `settings` (every size in tokens), `system`,
 # `tools`, `overhead` (their tokens), `hooks`, `store` (where layers save), `say`, `endpoint`
 # (what it revealed), `connection`, `log`, `clock`, `writer` (the summary's), `ahead`, `snips`,
-# `restorable(...)` (what may come back), and `state`, what one loop learns.
+# `restorable(...)` (what may come back), `label` (a subagent's), `max_steps`, `disk_warned`,
+# and `state`, what one loop learns.
 
 def fire_hooks(agent, event: str, **payload) -> list:
     """Run every hook for an event; return what they returned (None dropped). Part 2 holds
@@ -317,8 +318,9 @@ def summarize_into(agent, messages: list, tail: list, *, kind: str = "compact",
 
 
 # ---- the two summary layers ----------------------------------------------------------------------
-# They take the history and their inputs as the cheap layers do: `summarize` is summarize_into
-# bound to the agent, or a summary written ahead that already holds its answer.
+# They take the history and their inputs as the cheap layers do. `summarize(messages, tail, *,
+# kind, focus)` returns the new history: summarize_into bound to the agent, or a summary
+# written ahead that already holds its answer (swap_in, bound to the agent and the summary).
 
 def compact_tail(messages: list) -> list:
     """In the middle of a turn the last call and its results stay, so the model carries on."""
@@ -378,7 +380,7 @@ def compact_pipeline(agent, messages: list) -> list:
     cold = cache_is_cold(agent)
     outrun = not cold and agent.ahead.outrun(s) and over_threshold(agent, messages)
     if context_tokens(agent, messages) > s.micro_trigger * (COLD_TRIGGER_SHARE if cold else 1):
-        # a part summarized ahead (agent.snips) is cut as it was summarized, no more
+        # a part whose summary agent.snips asked for before the cut is cut as it was, no more
         keep_tail = agent.snips.keep_tail(messages, s.snip_keep_tail)
         messages = apply_layer(agent, snip_compact, messages, keep_head=s.snip_keep_head,
                                keep_tail=keep_tail, at_least=s.snip_at_least,
