@@ -286,14 +286,14 @@ def with_summary(agent, messages: list, kind: str, written: tuple, tail: list,
     # PostCompact hooks check the summary (the ledger does); what they find is kept with it
     checks = fire_hooks(agent, "PostCompact", summary=summary, source=source, kept=json.dumps(tail))
     footer, marks = summary_marks(summary, source, checks)
-    transcript = len(agent.store.written)  # the first file it saves
-    # the whole history saved, then the summary, what comes back and the request (summary.py)
+    # the whole history saved, then the summary, what comes back and the request (summary.py);
+    # `pending`: what a snip cut that a summary written ahead did not see, read back next time
     result = replace_with_summary(messages, kind, summary, tail, restored, store=agent.store,
                                   preview_chars=agent.settings.preview_chars, footer=footer,
-                                  pending=pending, marks=marks)  # pending: see swap_in
+                                  pending=pending, marks=marks)
     if result is messages:
         agent.say(f"[{kind}] the summary came out no smaller than the history; the history is "
-                  f"kept (transcript saved to {agent.store.written[transcript]})")
+                  f"kept (transcript saved to {agent.store.last_transcript})")
         return messages
     agent.state.repeat_reads.forget()  # what was read is no longer in context as it was
     return result

@@ -53,10 +53,11 @@ class Store:
     """Where the layers put what they remove, in the workspace: full tool outputs, and
     removed messages as transcripts. The history is redacted where content enters it; this
     is the last net before the disk. It keeps a list of what it wrote (written), so that the
-    line said after a layer runs can name where its text went."""
+    line said after a layer runs can name where its text went, and the last transcript."""
 
     def __init__(self, workdir: Path, secrets=()):
         self.workdir, self.secrets, self.written = workdir, Redactor.of(secrets), []
+        self.last_transcript: Path | None = None
 
     def save_output(self, tool_use_id: str, text: str) -> Path:
         return self.wrote(save_tool_output(own_folder(self.workdir, TOOL_RESULTS_DIR), tool_use_id,
@@ -68,9 +69,10 @@ class Store:
                                            redact(text, self.secrets)))
 
     def save_messages(self, messages: list, kind: str, footer: dict | None = None) -> Path:
-        return self.wrote(save_transcript(own_folder(self.workdir, TRANSCRIPT_DIR),
-                                          self.secrets.redact_json(messages),
-                                          kind, self.secrets.redact_json(footer)))
+        self.last_transcript = self.wrote(save_transcript(own_folder(self.workdir, TRANSCRIPT_DIR),
+                                                          self.secrets.redact_json(messages),
+                                                          kind, self.secrets.redact_json(footer)))
+        return self.last_transcript
 
     def read_back(self, path) -> list | None:
         """The messages of a snip's transcript this program saved, for a summary: only a name
