@@ -80,6 +80,15 @@ def test_a_summary_reply_that_calls_a_tool_is_asked_again(s08, fake, make_agent)
     assert_requests_valid(fake)
 
 
+def test_a_summary_that_calls_a_tool_twice_is_said_to_have_called_a_tool_not_to_be_empty(s08, fake, make_agent):
+    agent = make_agent(window=20_000)
+    messages = chat(12, 2_000) + [user("carry on")]  # over the threshold, within one summary request
+    fake.summary(tool_use("read_file", {"path": "notes.md"}), tool_use("bash", {"command": "ls"}))
+    s08.agent_loop(agent, messages)
+    assert "failed (1/3): the reply called a tool instead of writing the summary" in agent.out.text
+    assert "Assembled without the model" in first_texts(fake.main_requests[0])[0]
+
+
 def test_a_shorter_second_summary_is_used(s08, fake, make_agent):
     agent = make_agent(window=20_000)
     messages = chat(12, 2_000) + [user("carry on")]  # over the threshold, within one summary request

@@ -39,7 +39,7 @@ from ..endpoint import Connection, api_error_text
 from ..messages import (NOTE_MARKER, OWN, blocks_of, covered_by, estimate_text_tokens,
                         estimate_tokens, own_text, snip_bounds, snips_covered, snips_pending,
                         waiting_parts, with_calls_grouped, with_text, written_text)
-from .summary import summary_problem
+from .summary import reply_problem
 from .summary_ahead import RUNNING, Job, ask_in_background
 from .summary_writer import ESTIMATE_MARGIN
 
@@ -208,7 +208,7 @@ class SnipSummaries:
         answer = job.asked.answer if job.asked else None
         summary = answer.summary if answer is not None else ""
         names = " ".join(path.rsplit("/", 1)[-1] for path in paths)
-        problem = why_not(job.asked, summary, limit)
+        problem = why_not(job.asked, limit)
         if problem:
             self.bill(answer, f"failed ({problem}), for {names}")
             self.say(f"[snip_compact] the summary of what it cut failed ({problem}); the next "
@@ -306,15 +306,13 @@ class SnipSummaries:
         return "\n".join(filter(None, [said, ahead]))
 
 
-def why_not(asked, summary: str, limit: int) -> str:
+def why_not(asked, limit: int) -> str:
     """Why a reply is no summary of what snip cut ("" when it is one)."""
     if asked is None:
         return "it failed"
     if asked.error is not None:
         return api_error_text(asked.error)
-    if not summary and any(b.get("type") == "tool_use" for b in asked.answer.message["content"]):
-        return "the reply called a tool instead of writing the summary"
-    return summary_problem(summary, limit + limit // 2)  # a half over is still taken
+    return reply_problem(asked.answer, limit + limit // 2)  # a half over is still taken
 
 
 def fitted(part: list, room: int) -> str | None:

@@ -274,8 +274,17 @@ def smaller_budget(budget: int, sent: list, overflow) -> int:
     return int(min(budget, estimate_tokens(sent)) / max(over, 1.1) * 0.9)
 
 
+def reply_problem(answer, limit: int) -> str:
+    """Why a summary's reply (an endpoint Answer) cannot be used ("" when it can): a tool
+    call in place of the text, or summary_problem's."""
+    called = any(block.get("type") == "tool_use" for block in answer.message["content"])
+    if called and not answer.summary:
+        return "the reply called a tool instead of writing the summary"
+    return summary_problem(answer.summary, limit)
+
+
 def summary_problem(summary: str, limit: int) -> str:
-    """Why a summary cannot be used ("" when it can): empty (or a tool call), or too long."""
+    """Why a summary cannot be used ("" when it can): empty, or too long."""
     if not summary:
         return "empty"
     if estimate_text_tokens(summary) > limit:

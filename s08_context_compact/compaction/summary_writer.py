@@ -16,11 +16,11 @@ again with less, as the loop's would be.
 """
 
 from ..basics import Screen, say_on
-from ..endpoint import (Connection, ContextOverflow, count_tokens, marked_request, summary_reply,
-                        SummaryError)
+from ..endpoint import (Answer, Connection, ContextOverflow, count_tokens, marked_request,
+                        summary_reply, SummaryError)
 from ..messages import estimate_text_tokens, estimate_tokens
-from .summary import (cleared_to_fit, fallback_summary, fit_in_pieces, smaller_budget,
-                      summary_instructions, summary_problem)
+from .summary import (cleared_to_fit, fallback_summary, fit_in_pieces, reply_problem,
+                      smaller_budget, summary_instructions)
 
 SUMMARY_ATTEMPTS = 4                  # tries at one summary; after "too long", with less sent
 MAX_CONSECUTIVE_SUMMARY_FAILURES = 3  # circuit breaker: stop paying for summaries that fail
@@ -70,15 +70,15 @@ class SummaryWriter:
                "are made")
         if not self.breaker_open():
             try:
-                summary = self.with_model(messages, focus, limit, settings, counter, asked)
-                if summary_problem(summary, limit):  # ask once more, for a shorter one
+                answer = self.with_model(messages, focus, limit, settings, counter, asked)
+                if reply_problem(answer, limit):  # ask once more, for a shorter one
                     again = (f"{focus} Your last answer was too long, empty, or a tool call: "
                              f"write the summary as text, well under {limit:,} tokens.").strip()
-                    summary = self.with_model(messages, again, limit, settings, counter)
-                if summary_problem(summary, limit):
-                    raise SummaryError(summary_problem(summary, limit))
+                    answer = self.with_model(messages, again, limit, settings, counter)
+                if reply_problem(answer, limit):
+                    raise SummaryError(reply_problem(answer, limit))
                 self.failures = 0
-                return summary, "the model"
+                return answer.summary, "the model"
             except SummaryError as err:
                 self.failures += 1
                 failures = f"{self.failures}/{MAX_CONSECUTIVE_SUMMARY_FAILURES}"
@@ -90,8 +90,8 @@ class SummaryWriter:
         return fallback_summary(messages, todos, limit, why), "fallback"
 
     def with_model(self, messages: list, focus: str, limit: int, settings, counter,
-                   asked=None) -> str:
-        """One summary from the model, its first reply `asked` if there is one; raises
+                   asked=None) -> Answer:
+        """One summary's reply from the model, its first reply `asked` if there is one; raises
         SummaryError."""
         instruction = summary_instructions(focus, limit)
         fits, budget = self.fits(messages, instruction, settings, counter)
@@ -108,7 +108,7 @@ class SummaryWriter:
                 budget, fits = smaller_budget(budget, messages, err.overflow), False  # less by
                 continue  # as much as it was over
             self.unpaid.append((answer, f"{LABEL}{' ahead' if first else ''}"))
-            return answer.summary
+            return answer
         raise SummaryError("too long to summarize even after leaving out the oldest messages")
 
     def learn(self, err: ContextOverflow) -> None:
@@ -161,7 +161,7 @@ class SummaryWriter:
             while True:
                 answer = summary_reply(self.connection, *self.request(sent, instruction, settings))
                 self.unpaid.append((answer, f"{LABEL}, a piece at a time"))
-                problem = summary_problem(answer.summary, limit)
+                problem = reply_problem(answer, limit)
                 if problem:
                     raise SummaryError(f"a piece's summary: {problem}")
                 sent = pieces.send(answer.summary)
