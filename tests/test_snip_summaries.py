@@ -67,7 +67,7 @@ def test_a_failed_summary_of_what_snip_cut_is_said_once_and_the_next_summary_rea
     assert "Error code" not in agent.out.text and "Traceback" not in agent.out.text
     handle_command(agent, messages, "/context", s08.LESSON)
     assert ("What snip cut, waiting to be summarized: 1 transcript; the next summary of the history "
-            "reads them back") in agent.out.text
+            "reads it back") in agent.out.text
     fake.summary(text("<summary>All thirty notes read.</summary>"))
     messages = s08.compact_now(agent, messages)
     assert "(call r1):" in json.dumps(fake.summary_requests[-1]["messages"]), "read back by the next summary"

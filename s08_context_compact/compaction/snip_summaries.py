@@ -295,7 +295,8 @@ class SnipSummaries:
         if not waiting:
             return ahead
         if job is None:
-            being = "; the next summary of the history reads them back"
+            them = "them" if waiting > 1 else "it"
+            being = f"; the next summary of the history reads {them} back"
         elif job.done.is_set():
             being = (f"; the summary of {len(job.about[0])} of them is ready, to join at the "
                      "next step")
