@@ -10,7 +10,7 @@ from conftest import chat as chat_history
 from s08_context_compact.offline.fake_anthropic import FakeAnthropic, error, is_summary_request, server_error, text, tool_use, tool_uses
 from s08_context_compact.endpoint import model_calls as endpoint  # noqa: E402
 from s08_context_compact.messages import estimate_tokens
-from s08_context_compact.command_line import HOOK_EVENTS
+from s08_context_compact.command_line import HOOK_EVENTS, handle_command
 
 
 def first_text(body, index=0):
@@ -154,6 +154,9 @@ def test_repeated_500s_trip_the_breaker_and_the_session_still_finishes(s08, fake
     assert len(fake.main_requests) == 6 and "API error" not in agent.out.text
     assert agent.stats["compact_history"]["runs"] == 6, "compaction goes on with summaries built without the model"
     assert "summary by fallback" in agent.out.text
+    handle_command(agent, messages, "/context", s08.LESSON)
+    assert "Summaries: 3 failed in a row, so none is asked for this session" in agent.out.text
+    assert "Summary ahead:" not in agent.out.text, "no summary ahead is promised while none is asked for"
 
 
 def test_a_successful_summary_resets_the_failure_count(s08, fake, make_agent):

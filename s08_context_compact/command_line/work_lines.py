@@ -250,8 +250,12 @@ def settings_lines(agent) -> list:
     if endpoint.usage_note:
         lines.append(f"Usage: {endpoint.usage_note}")
     lines.append(f"Auto-compact above {format_tokens(s.threshold)} tokens ({threshold_reason(s)})")
-    said = agent.ahead.describe(agent.settings)
-    lines.append(said[0].upper() + said[1:])
+    if agent.writer.stopped:  # the breaker is open
+        lines.append(f"Summaries: {agent.writer.failures} failed in a row, so none is asked for "
+                     "this session; compaction uses summaries built without the model")
+    else:
+        said = agent.ahead.describe(agent.settings)
+        lines.append(said[0].upper() + said[1:])
     lines.append(f"Cheap layers: tool results ≤ {s.budget_chars:,} chars a message; "
                  f"above {format_tokens(s.micro_trigger)} tokens, "
                  f"snip past {s.snip_keep_head + s.snip_keep_tail} messages "

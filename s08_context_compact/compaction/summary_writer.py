@@ -49,9 +49,14 @@ class SummaryWriter:
         unpaid, self.unpaid = self.unpaid, []
         return unpaid
 
+    @property
+    def stopped(self) -> bool:
+        """True after MAX_CONSECUTIVE_SUMMARY_FAILURES failed summaries in a row."""
+        return self.failures >= MAX_CONSECUTIVE_SUMMARY_FAILURES
+
     def breaker_open(self) -> bool:
-        """True after MAX_CONSECUTIVE_SUMMARY_FAILURES failed summaries in a row (said once)."""
-        if self.failures < MAX_CONSECUTIVE_SUMMARY_FAILURES:
+        """Whether the breaker stops summary calls (stopped), said the first time."""
+        if not self.stopped:
             return False
         if not self.announced:
             self.say(f"[summary] {MAX_CONSECUTIVE_SUMMARY_FAILURES} summaries failed in a row; "
