@@ -5,7 +5,7 @@ from dataclasses import replace
 import re
 
 from conftest import assert_requests_valid, assert_valid, blocks, chat, of_what_snip_cut, plain, user
-from s08_context_compact.offline.fake_anthropic import FakeAnthropic, held, text, tool_use, tool_uses
+from s08_context_compact.offline.fake_anthropic import FakeAnthropic, error, held, text, tool_use, tool_uses
 from s08_context_compact.command_line.user_turns import add_user_text  # noqa: E402
 from s08_context_compact.command_line import handle_command, open_session
 from s08_context_compact.basics import discover_skills
@@ -87,6 +87,24 @@ def test_a_summary_that_calls_a_tool_twice_is_said_to_have_called_a_tool_not_to_
     s08.agent_loop(agent, messages)
     assert "failed (1/3): the reply called a tool instead of writing the summary" in agent.out.text
     assert "Assembled without the model" in first_texts(fake.main_requests[0])[0]
+
+
+def test_a_summary_built_without_the_model_keeps_the_summary_before_it(s08, fake, make_agent):
+    """Compacted twice with the model failing: the second summary built without it still holds
+    what the first said (the user's earlier requests), not only what came since."""
+    agent = make_agent(window=20_000)
+    odd = error(400, "invalid_request_error", "messages.0.content.0: something odd")  # not retried
+    fake.summary(odd, odd, odd, odd)
+    messages = chat(6, 2_000) + [user("Batch c: rename the parser")]
+    messages = s08.compact_now(agent, messages + [{"role": "assistant", "content": [
+        {"type": "text", "text": "Renamed."}]}])
+    messages = messages + [user("Batch e: " + "e" * 6_000), {"role": "assistant", "content": [
+        {"type": "text", "text": "Done with e."}]}] + chat(6, 2_000)
+    messages = s08.compact_now(agent, messages)
+    summary = first_texts({"messages": messages})[0]
+    assert summary.count("Assembled without the model") >= 2, "the summary before it, inside it"
+    assert "Batch c: rename the parser" in summary and "Batch e" in summary
+    assert_valid(messages)
 
 
 def test_a_shorter_second_summary_is_used(s08, fake, make_agent):

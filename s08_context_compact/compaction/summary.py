@@ -182,11 +182,16 @@ def fallback_summary(messages: list, todos: list, limit_tokens: int, why: str) -
              for b in blocks_of(m)
              if b.get("type") == "tool_use" and isinstance(b["input"].get("path"), str)]
     last = last_reply_text(messages)
+    # the summary already in the history stands for all before it: dropped, it would be lost
+    earlier = [b["text"].split("]\n\n", 1)[-1] for m in messages for b in blocks_of(m)
+               if b.get(OWN) in ("compact", "reactive") and isinstance(b.get("text"), str)]
     parts = [f"(Assembled without the model, because {why}: "
-             "the user's messages, the files touched, "
-             "the todo list and the last reply. The transcript has the rest.)",
-             "User messages, oldest first:\n" + "\n".join(f"- {t[:500]}" for t in said[-20:]),
-             "Files touched: " + (", ".join(dict.fromkeys(paths)) or "none")]
+             "the summary before it, the user's messages, the files touched, "
+             "the todo list and the last reply. The transcript has the rest.)"]
+    if earlier:
+        parts.append("The summary before this one:\n" + head_within(earlier[-1], limit_tokens // 3))
+    parts += ["User messages, oldest first:\n" + "\n".join(f"- {t[:500]}" for t in said[-20:]),
+              "Files touched: " + (", ".join(dict.fromkeys(paths)) or "none")]
     if todos:
         parts.append("Todo list:\n" + render_todos(todos))
     if last:
