@@ -208,6 +208,15 @@ def test_the_picture_says_when_each_snip_was_summarized_and_which_wait():
                       summaries=[(6, {"what": "summarizing what snip cut: failed (500 api_error: boom), for snip-f.jsonl"})])
     assert snip_fates(waiting) == {0: "waiting to be summarized where the log ends",
                                    1: "its summary failed; waiting for the next summary of the history"}
+    # a summary built without the model reads nothing back; /clear drops what was waiting
+    later = Session(layers=[(3, {"layer": "snip_compact", "saved_to": ["x/snip-g.jsonl"]}),
+                            (5, {"layer": "compact_history", "saved_to": ["x/compact-1.jsonl"]}),
+                            (6, {"layer": "snip_compact", "saved_to": ["x/snip-h.jsonl"]}),
+                            (9, {"layer": "compact_history", "saved_to": ["x/compact-2.jsonl"]})],
+                    clears=[8])
+    assert snip_fates(later, {1: "fallback", 3: "the model"}) == {
+        0: "not summarized: the summary before call 6 was built without the model; its transcript keeps it",
+        2: "dropped by /clear before call 9; its transcript keeps it"}
 
 
 def test_a_part_the_summary_written_ahead_reads_gets_no_summary_of_its_own_one_cut_after_it_does(s08, fake, make_agent):

@@ -51,6 +51,7 @@ class Session:
     summaries: list = field(default_factory=list)
     layers: list = field(default_factory=list)     # (index of the next step, layer record)
     prompts: list = field(default_factory=list)    # (index of the next step, text)
+    clears: list = field(default_factory=list)     # index of the next step after each /clear
     untrusted: str = ""                            # why some lines were left out
 
 
@@ -71,6 +72,8 @@ def read_session_log(path: Path) -> Session:
             session.layers.append((at, record))
         elif kind in ("message", "replace_last") and isinstance(record.get("prompt"), str):
             session.prompts.append((at, record["prompt"]))
+        elif kind == "rewrite" and record.get("reason") == "/clear":
+            session.clears.append(at)
     return session
 
 
@@ -276,11 +279,13 @@ SNIP_SUMMARY_CALL = "summarizing what snip cut: "  # snip_summaries.py's bills: 
 SNIP_SUMMARY_JOINED = SNIP_SUMMARY_CALL + "joined, for "
 
 
-def snip_fates(session: Session) -> dict:
+def snip_fates(session: Session, summary_by: dict | None = None) -> dict:
     """For each snip run (its place in session.layers): when what it cut was summarized, in
     the background (the call whose bill names its transcript: from then on it is in view) or
-    with the whole history (a summary layer after it), or that it still waits where the log
-    ends (its summary failed, or is still being written)."""
+    with the whole history (a summary layer after it, unless `summary_by`, who wrote each
+    summary layer's summary, says it was built without the model), that /clear dropped it
+    first, or that it still waits where the log ends (its summary failed, or is still being
+    written)."""
     joined = [(at, str(r.get("what", ""))) for at, r in session.summaries
               if str(r.get("what", "")).startswith(SNIP_SUMMARY_JOINED)]
     failed = [str(r.get("what", "")) for _, r in session.summaries
@@ -292,10 +297,16 @@ def snip_fates(session: Session) -> dict:
         names = {Path(p).name for p in record.get("saved_to") or [] if isinstance(p, str)}
         when = next((then for then, what in joined if then >= at
                      and names & set(what[len(SNIP_SUMMARY_JOINED):].split())), None)
-        summary = next((then for then, r in session.layers[k + 1:]
-                        if r["layer"] in SUMMARY_LAYERS), None)
-        if when is not None and (summary is None or when <= summary):
+        j, summary = next(((j, then) for j, (then, r) in enumerate(session.layers[k + 1:], k + 1)
+                           if r["layer"] in SUMMARY_LAYERS), (None, None))
+        cleared = next((then for then in session.clears if then >= at), None)
+        if cleared is not None and all(then is None or cleared <= then for then in (when, summary)):
+            fates[k] = f"dropped by /clear before call {cleared + 1}; its transcript keeps it"
+        elif when is not None and (summary is None or when <= summary):
             fates[k] = f"summarized in the background, in view from call {when + 1}"
+        elif summary is not None and (summary_by or {}).get(j) == "fallback":
+            fates[k] = (f"not summarized: the summary before call {summary + 1} was built "
+                        "without the model; its transcript keeps it")
         elif summary is not None:
             fates[k] = f"summarized with the whole history before call {summary + 1}"
         elif any(names & set(what.rsplit(", for ", 1)[-1].split()) for what in failed):
@@ -305,8 +316,23 @@ def snip_fates(session: Session) -> dict:
     return fates
 
 
+def summary_footers(session: Session, page: Path) -> dict:
+    """Each summary layer's footer (its place in session.layers: the footer), from the
+    transcript it saved."""
+    footers = {}
+    for k, (_, record) in enumerate(session.layers):
+        places = [p for p in record.get("saved_to") or [] if isinstance(p, str)]
+        transcript = next((p for p in places if p.endswith(".jsonl")), None)
+        if record["layer"] in SUMMARY_LAYERS and transcript:
+            footers[k] = compaction_footer(str(Path(transcript) if Path(transcript).is_absolute()
+                                               else page.parent.parent / transcript))
+    return footers
+
+
 def compaction_rows(session: Session, page: Path) -> str:
-    rows, fates = [], snip_fates(session)
+    footers = summary_footers(session, page)
+    rows = []
+    fates = snip_fates(session, {k: footer.get("summary_by") for k, footer in footers.items()})
     summaries = sum(1 for _, r in session.layers[:MAX_ROWS] if r["layer"] in SUMMARY_LAYERS)
     shown = min(SUMMARY_CHARS, SUMMARIES_CHARS // max(summaries, 1))
     for k, (at, record) in enumerate(session.layers[:MAX_ROWS]):
@@ -316,10 +342,8 @@ def compaction_rows(session: Session, page: Path) -> str:
                  f'<span style="color:{COLOURS[name]}">■</span> {escaped(name)}',
                  f"{saved:,}", "<br>".join(link(p, page) for p in places)]
         details = escaped(fates.get(k, ""))  # what snip cut: summarized, or waiting
-        transcript = next((p for p in places if p.endswith(".jsonl")), None)
-        if name in SUMMARY_LAYERS and transcript:
-            footer = compaction_footer(str(Path(transcript) if Path(transcript).is_absolute()
-                                           else page.parent.parent / transcript))
+        if k in footers:
+            footer = footers[k]
             ledger = footer.get("ledger") or {}
             check = (f"ledger: {ledger.get('retained')} of {ledger.get('total')} facts "
                      "in the summary" if ledger else "")
