@@ -123,6 +123,8 @@ def test_a_count_no_tokenizer_would_make_scales_the_estimates_at_most_eight_time
     assert agent.endpoint.undercount == endpoint_module.MAX_UNDERCOUNT == 8.0
     assert "times as many: no tokenizer counts that differently; estimates are scaled up 8 times at most" \
         in agent.out.text.replace("\n", " ")
+    handle_command(agent, [], "/context", s08.LESSON)
+    assert "it counted 8.0 times this program's estimate" in agent.out.text.replace("\n", " ")
 
 
 def test_a_stated_window_is_adopted_and_a_larger_one_ignored(s08):

@@ -246,6 +246,9 @@ def settings_lines(agent) -> list:
     written ahead, and when the cheap layers run."""
     s, endpoint = agent.settings, agent.endpoint
     counts = "; the endpoint counts max_tokens against it" if endpoint.counts_output else ""
+    if endpoint.undercount > 1:  # learned from a "too long": every estimate is scaled by it
+        counts += (f"; it counted {endpoint.undercount:.1f} times this program's estimate, so "
+                   "every estimate is scaled up")
     lines = [f"Window: {s.window:,} tokens, from {endpoint.window_source}{counts}"]
     if endpoint.usage_note:
         lines.append(f"Usage: {endpoint.usage_note}")

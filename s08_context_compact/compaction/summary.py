@@ -96,7 +96,8 @@ def fit_in_pieces(messages: list, budget: int, room: int = 0):
         return cleared
     messages = results_cleared(messages, budget)
     if room < MIN_PIECE_TOKENS:
-        raise SummaryError("the window leaves too little room for a summary so far and a piece")
+        raise SummaryError("too little of the window is left for a summary request beside its "
+                           "reply (/context shows the window, and how the endpoint counts)")
     messages = yield from read_back_in_pieces(messages, room)
     older, newest = split_for_summary(messages, room)
     earlier = ""
