@@ -451,3 +451,15 @@ def test_a_cleared_results_saved_at_read_back_from_a_changed_transcript_is_cut_l
     assert len(written_out({**block, "saved_at": "x" * 2_000_000}, 300)) < 400, "no line bigger than a head"
     for odd in ("", "  ", ["a.txt"], 7):  # not a path: the pointer's own words, as any result
         assert written_out({**block, "saved_at": odd}, 300) == f"  result of r1: {pointer}"
+
+
+def test_a_summary_built_without_the_model_names_what_snip_cut_that_it_could_not_summarize(s08, fake, make_agent):
+    agent = make_agent()
+    messages = snipped(s08, agent)
+    path = snips_pending(messages)[0]
+    odd = error(400, "invalid_request_error", "messages.0.content.0: something odd")  # not retried
+    fake.summary(odd, odd)
+    messages = s08.compact_now(agent, messages)
+    summary = messages[0]["content"][0]["text"]
+    assert "Assembled without the model" in summary
+    assert f"What snip cut and this summary could not summarize is saved in: {path}" in summary

@@ -19,7 +19,7 @@ from ..messages import (CHARS_PER_TOKEN, COMPACT_MARKER, OWN, REACTIVE_MARKER, R
                         SNIP_MARKER, blocks_of, current_request, cut_long_texts,
                         estimate_text_tokens, estimate_tokens, head_within, last_reply_text,
                         message_groups, newest_within, own_text, replace_result, result_text,
-                        user_words)
+                        snips_covered, snips_pending, user_words)
 from .ledger import short_hash
 
 # after compaction, re-read at most this many of the files read most recently
@@ -191,6 +191,11 @@ def fallback_summary(messages: list, todos: list, limit_tokens: int, why: str) -
              "the todo list and the last reply. The transcript has the rest.)"]
     if earlier:
         parts.append("The summary before this one:\n" + head_within(earlier[-1], limit_tokens // 3))
+    # what snip cut that no summary stands for: not summarized here either, so say where it is
+    waiting = [path for path in snips_pending(messages) if path not in snips_covered(messages)]
+    if waiting:
+        parts.append("What snip cut and this summary could not summarize is saved in: "
+                     + ", ".join(waiting))
     parts += ["User messages, oldest first:\n" + "\n".join(f"- {t[:500]}" for t in said[-20:]),
               "Files touched: " + (", ".join(dict.fromkeys(paths)) or "none")]
     if todos:
