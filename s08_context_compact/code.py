@@ -416,9 +416,9 @@ def summarize_ahead(agent, messages: list) -> None:
 def written_ahead(agent, messages: list, focus: str = "", max_suffix: int | None = None):
     """A summarize that already holds its answer: the summary written ahead, if there is one to
     take (agent.ahead.take waits for one in flight), and what came after it; or None."""
-    # Ready (compaction/summary_ahead.py): the reply asked for, the snapshot it summarized and
-    # what it was about (its focus, its limit), the suffix that came after, the room the suffix
-    # may take; and, if a snip cut past the snapshot, its note and the transcripts it saved.
+    # Ready (compaction/summary_ahead.py): the reply asked for (`asked`), the `snapshot` it
+    # summarized with its `focus` and `limit`, the `suffix` that came after and the `room` it may
+    # take; and, if a snip cut past the snapshot, its `notes` and the transcripts (`pending`).
     ready = agent.ahead.take(messages, agent.settings, agent.overhead,
                              agent.state.counter.estimate, focus, max_suffix=max_suffix)
     if ready is None:
@@ -450,7 +450,7 @@ def swap_in(agent, ready, messages: list, tail: list, *, kind: str = "compact",
     restored, _ = plan_restore(agent, messages, estimate_tokens(kept),
                                shown=paths_read(kept, agent.tools))
     whole = agent.store.with_snipped(ready.snapshot)  # for a try after "too long"
-    summary, source = make_summary(agent, whole, *ready.about, ready.asked)
+    summary, source = make_summary(agent, whole, ready.focus, ready.limit, ready.asked)
     summary = "\n\n".join([summary, *ready.notes])
     result = with_summary(agent, messages, kind, (summary, source), kept, restored,
                           ready.pending)

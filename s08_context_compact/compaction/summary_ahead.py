@@ -78,6 +78,14 @@ class Ready:
     room: int | None = None  # tokens the suffix may take for the next summary to be ready in time
     pending: tuple = ()      # transcripts of what that snip cut, for the next summary to read back
 
+    @property
+    def focus(self) -> str:
+        return self.about[0]
+
+    @property
+    def limit(self) -> int:
+        return self.about[1]
+
 
 @dataclass(eq=False)  # a job is itself, not its fields
 class Job:
