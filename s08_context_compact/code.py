@@ -137,19 +137,6 @@ def cache_is_cold(agent) -> bool:
     return agent.clock() - agent.state.last_reply_at > agent.settings.cache_seconds
 
 
-# ---- when the endpoint says the prompt did not fit -----------------------------------------------
-# model_reply raises ContextOverflow, whatever the wording (endpoint/overflow.py).
-
-def adopt_overflow(agent, err: ContextOverflow) -> bool:
-    """Learn from an overflow what the endpoint's window really is, and size every threshold
-    to it; True when the window shrank."""
-    before, learned = agent.endpoint.window, agent.endpoint.learn_from(err)
-    if learned:
-        agent.say(learned, "layer")
-    agent.settings = agent.settings.resized(agent.endpoint.window)
-    return agent.endpoint.window < before
-
-
 # ---- the three cheap layers ----------------------------------------------------------------------
 # Each takes the history and returns it, changed or not; what it removes it first saves through
 # the store (compaction/store.py). previewed and pointed_to: compaction/previews.py.
@@ -344,6 +331,19 @@ def reactive_compact(messages: list, *, summarize, tail_tokens: int) -> list:
     tail_tokens (a share of the threshold, smaller when the endpoint counted more than we
     estimated)."""
     return summarize(messages, reactive_tail(messages, tail_tokens), kind="reactive")
+
+
+# ---- when the endpoint says the prompt did not fit -----------------------------------------------
+# model_reply raises ContextOverflow, whatever the wording (endpoint/overflow.py).
+
+def adopt_overflow(agent, err: ContextOverflow) -> bool:
+    """Learn from an overflow what the endpoint's window really is, and size every threshold
+    to it; True when the window shrank."""
+    before, learned = agent.endpoint.window, agent.endpoint.learn_from(err)
+    if learned:
+        agent.say(learned, "layer")
+    agent.settings = agent.settings.resized(agent.endpoint.window)
+    return agent.endpoint.window < before
 
 
 # ---- the summary layers as the pipeline runs them ------------------------------------------------
