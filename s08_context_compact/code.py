@@ -473,21 +473,27 @@ def call_model(agent, messages: list) -> tuple:
     return reply, answer.stop_reason
 
 
+def before_call(agent, messages: list) -> None:
+    """The history made ready for the next call: tool inputs too big parked on disk, the
+    pipeline run, summaries started in the background, read stubs kept true."""
+    # a subagent may have learned the window
+    agent.settings = agent.settings.resized(agent.endpoint.window)
+    parked = park_long_inputs(agent, messages, estimate_text_tokens)
+    replace_history(agent.log, messages, parked, "input parked")
+    replace_history(agent.log, messages, compact_pipeline(agent, messages), "compaction")
+    summarize_ahead(agent, messages)  # past the early mark: a summary starts in the background
+    # and one of what snip cut, or will cut next, if none is being written
+    agent.snips.summarize(messages, agent.settings, context_tokens(agent, messages))
+    # a file read again unchanged got a stub, "as in result X": is X still there?
+    stubs = agent.state.repeat_reads.kept_true(messages)
+    replace_history(agent.log, messages, stubs, "read stubs re-pointed")
+
+
 def agent_loop(agent, messages: list) -> str | None:
     """One user turn: compact, call the model, run its tools (part 2), until it stops calling."""
     reactive_retries = 0
     for _ in range(agent.max_steps):
-        # a subagent may have learned the window
-        agent.settings = agent.settings.resized(agent.endpoint.window)
-        parked = park_long_inputs(agent, messages, estimate_text_tokens)
-        replace_history(agent.log, messages, parked, "input parked")
-        replace_history(agent.log, messages, compact_pipeline(agent, messages), "compaction")
-        summarize_ahead(agent, messages)  # past the early mark: a summary starts in the background
-        # and one of what snip cut, or will cut next, if none is being written
-        agent.snips.summarize(messages, agent.settings, context_tokens(agent, messages))
-        # a file read again unchanged got a stub, "as in result X": is X still there?
-        stubs = agent.state.repeat_reads.kept_true(messages)
-        replace_history(agent.log, messages, stubs, "read stubs re-pointed")
+        before_call(agent, messages)
         try:
             reply, stop_reason = call_model(agent, messages)
             reactive_retries = 0  # answered: a later "too long" in this turn is compacted again
