@@ -79,11 +79,10 @@ READ_DEFAULT_LINES = 2_000
 
 # ---- the agent -----------------------------------------------------------------------------------
 # Layers take the history (plain dicts in the API's wire format); every other function takes
-# the Agent (command_line/agent.py) and reads: `settings` (every size in tokens), `system`,
-# `tools`, `overhead` (their tokens), `hooks`, `store` (where layers save), `say`, `endpoint`
-# (what it revealed), `connection`, `log`, `clock`, `writer` (the summary's), `ahead`, `snips`,
-# `restorable(...)` (what may come back), `label` (a subagent's), `max_steps`, `disk_warned`,
-# and `state`, what one loop learns.
+# the Agent (command_line/agent.py, where each field says what it holds). Most read its
+# `settings` (every size in tokens), `store` (where layers save), `endpoint` (what it revealed),
+# `writer` (the summary's), `ahead` and `snips` (summaries in the background), and `state`,
+# what one loop learns.
 
 def fire_hooks(agent, event: str, **payload) -> list:
     """Run every hook for an event; return what they returned (None dropped). Part 2 holds

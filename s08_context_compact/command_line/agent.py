@@ -47,16 +47,16 @@ class Agent:
     """What an agent loop runs with: the client, the settings, the workspace, what the
     session shares with subagents (endpoint, ledger, accounting), and the loop's state."""
     client: object                  # the SDK's client; naming its type would load the SDK
-    settings: Settings
-    workdir: Path
-    system: str
+    settings: Settings              # every size in tokens, from the window (compaction/settings.py)
+    workdir: Path                   # the workspace: files, .transcripts/, .task_outputs/
+    system: str                     # the system prompt
     tools: dict                     # name -> Tool: each declared once (code.py, part 2)
-    skills: dict = field(default_factory=dict)
-    hooks: dict = field(default_factory=dict)
+    skills: dict = field(default_factory=dict)  # name -> skill found in the workspace
+    hooks: dict = field(default_factory=dict)   # event -> the hooks fire_hooks runs
     confirm: Callable[[str], tuple] = None  # confirm(question) -> (allowed, reason)
-    out: Callable[..., None] = print
-    label: str = ""
-    max_steps: int = MAX_STEPS_PER_TURN
+    out: Callable[..., None] = print  # where what the user sees is written (say)
+    label: str = ""                 # a subagent's name; "" for the main agent
+    max_steps: int = MAX_STEPS_PER_TURN  # model calls in one turn before the loop stops
     show_status: bool = False       # a status line after each turn (terminals only)
     color: bool = False             # ANSI colours: a terminal, and NO_COLOR unset
     fit_width: bool = False         # output is a terminal: fit lines to its width
@@ -64,13 +64,13 @@ class Agent:
     secrets: Redactor = field(default_factory=Redactor)  # never shown or written, in any form
     log: SessionLog | None = None   # none for subagents
     endpoint: Endpoint = None       # shared with subagents; made from settings if not given
-    ledger: Ledger = field(default_factory=Ledger)
+    ledger: Ledger = field(default_factory=Ledger)    # facts a summary must keep (ledger.py)
     undo: Undo = field(default_factory=Undo)          # what /undo puts back; shared with subagents
     sandbox: Sandbox = field(default_factory=Sandbox)  # how bash is confined (default: it is not)
     disk_warned: bool = False                         # a layer could not save: said once
     stats: dict = field(default_factory=dict)         # layer -> {"runs", "saved" tokens, "seconds"}
     usage_totals: dict = field(default_factory=dict)  # all calls of the session, summed
-    state: LoopState = field(default_factory=LoopState)
+    state: LoopState = field(default_factory=LoopState)  # what one loop learns
     clock: Callable[[], float] = time.monotonic       # what the cache's life is measured on
     ahead: SummaryAhead = field(init=False)           # code.py's "Compact before you must"
     snips: SnipSummaries = field(init=False)          # what snip cut, summarized in the background
