@@ -271,6 +271,7 @@ def with_summary(agent, messages: list, kind: str, written: tuple, tail: list,
     summary, source = written
     # PostCompact hooks check the summary (the ledger does); what they find is kept with it
     checks = fire_hooks(agent, "PostCompact", summary=summary, source=source, kept=json.dumps(tail))
+    # who wrote it and what the checks found: on the transcript's footer and the summary's block
     footer, marks = summary_marks(summary, source, checks)
     # the whole history saved, then the summary, what comes back and the request (summary.py);
     # `pending`: what a snip cut that a summary written ahead did not see, read back next time
