@@ -78,9 +78,10 @@ READ_DEFAULT_LINES = 2_000
 
 
 # ---- the agent -----------------------------------------------------------------------------------
-# Layers take the history (plain dicts in the API's wire format); every other function takes
-# the Agent (command_line/agent.py, where each field says what it holds). Most read its
-# `settings` (every size in tokens), `store` (where layers save), `endpoint` (what it revealed),
+# Layers, and the functions choosing what stays after a summary, take the history (plain dicts
+# in the API's wire format); the others take the Agent (command_line/agent.py, where each field
+# says what it holds). Most read its `settings` (every size in tokens), `overhead` (the tokens of
+# the system prompt and tools), `store` (where layers save), `endpoint` (what it revealed),
 # `writer` (the summary's), `ahead` and `snips` (summaries in the background), and `state`,
 # what one loop learns.
 
@@ -380,7 +381,7 @@ def compact_pipeline(agent, messages: list) -> list:
     cold = cache_is_cold(agent)
     outrun = not cold and agent.ahead.outrun(s) and over_threshold(agent, messages)
     if context_tokens(agent, messages) > s.micro_trigger * (COLD_TRIGGER_SHARE if cold else 1):
-        # a part whose summary agent.snips asked for before the cut is cut as it was, no more
+        # snip stops where a part agent.snips is already summarizing ends
         keep_tail = agent.snips.keep_tail(messages, s.snip_keep_tail)
         messages = apply_layer(agent, snip_compact, messages, keep_head=s.snip_keep_head,
                                keep_tail=keep_tail, at_least=s.snip_at_least,
@@ -449,7 +450,8 @@ def swap_in(agent, ready, messages: list, tail: list, *, kind: str = "compact",
     kept = ready.suffix or tail
     restored, _ = plan_restore(agent, messages, estimate_tokens(kept),
                                shown=paths_read(kept, agent.tools))
-    whole = agent.store.with_snipped(ready.snapshot)  # for a try after "too long"
+    # the snapshot and what snip cut, read back: written from again if the reply was "too long"
+    whole = agent.store.with_snipped(ready.snapshot)
     summary, source = make_summary(agent, whole, ready.focus, ready.limit, ready.asked)
     summary = "\n\n".join([summary, *ready.notes])
     result = with_summary(agent, messages, kind, (summary, source), kept, restored,
