@@ -248,15 +248,26 @@ def make_summary(agent, messages: list, focus: str, limit: int, asked=None) -> t
 
 
 # ---- what is summarized, the summary, what replaces it -------------------------------------------
-# RestoreContext hooks put back what they keep (the fact ledger, compaction/ledger.py, does),
-# then the user's recent words, the files read most recently, the todo list and the skills.
+# summarize_into, then its steps in the order it takes them. RestoreContext hooks put back what
+# they keep (the fact ledger, compaction/ledger.py, does), then the user's recent words, the
+# files read most recently, the todo list and the skills.
 
-def plan_restore(agent, messages: list, tail_tokens: int, shown: set = frozenset()) -> tuple:
-    """(what comes back, the tokens that leaves the summary): compaction/summary.py sizes
-    each part, all together under a quarter of the window."""
-    restorable = agent.restorable(fire_hooks(agent, "RestoreContext"))  # and the reads, todos...
-    fixed = agent.overhead + tail_tokens  # sent with the summary, whatever it says
-    return what_comes_back(messages, restorable, agent.settings, fixed, shown)
+def summarize_into(agent, messages: list, tail: list, *, kind: str = "compact",
+                   focus: str = "") -> list:
+    """What is summarized (the whole history: its request shares the conversation's cache), the
+    summary, what replaces it (`tail` stays verbatim after)."""
+    focus = pre_compact_focus(agent, messages, focus)
+    tail_tokens = estimate_tokens(tail)
+    restored, limit = plan_restore(agent, messages, tail_tokens,
+                                   shown=paths_read(tail, agent.tools))
+    if kind == "compact" and nothing_to_summarize(messages, restored, tail_tokens,
+                                                  slack=PLACEHOLDER_TOKENS):
+        agent.say("[compact_history] nothing to compact: a summary would not make the context "
+                  "smaller")
+        return messages
+    whole = agent.store.with_snipped(messages)  # and what snip cut, read back
+    summary, source = make_summary(agent, whole, focus, limit)
+    return with_summary(agent, messages, kind, (summary, source), tail, restored)
 
 
 def pre_compact_focus(agent, messages: list, focus: str = "") -> str:
@@ -264,6 +275,14 @@ def pre_compact_focus(agent, messages: list, focus: str = "") -> str:
     for extra in fire_hooks(agent, "PreCompact", messages=messages, focus=focus):
         focus = " ".join(filter(None, [focus, extra.get("instructions", "")]))
     return focus
+
+
+def plan_restore(agent, messages: list, tail_tokens: int, shown: set = frozenset()) -> tuple:
+    """(what comes back, the tokens that leaves the summary): compaction/summary.py sizes
+    each part, all together under a quarter of the window."""
+    restorable = agent.restorable(fire_hooks(agent, "RestoreContext"))  # and the reads, todos...
+    fixed = agent.overhead + tail_tokens  # sent with the summary, whatever it says
+    return what_comes_back(messages, restorable, agent.settings, fixed, shown)
 
 
 def with_summary(agent, messages: list, kind: str, written: tuple, tail: list,
@@ -285,24 +304,6 @@ def with_summary(agent, messages: list, kind: str, written: tuple, tail: list,
         return messages
     agent.state.repeat_reads.forget()  # what was read is no longer in context as it was
     return result
-
-
-def summarize_into(agent, messages: list, tail: list, *, kind: str = "compact",
-                   focus: str = "") -> list:
-    """What is summarized (the whole history: its request shares the conversation's cache), the
-    summary, what replaces it (`tail` stays verbatim after)."""
-    focus = pre_compact_focus(agent, messages, focus)
-    tail_tokens = estimate_tokens(tail)
-    restored, limit = plan_restore(agent, messages, tail_tokens,
-                                   shown=paths_read(tail, agent.tools))
-    if kind == "compact" and nothing_to_summarize(messages, restored, tail_tokens,
-                                                  slack=PLACEHOLDER_TOKENS):
-        agent.say("[compact_history] nothing to compact: a summary would not make the context "
-                  "smaller")
-        return messages
-    whole = agent.store.with_snipped(messages)  # and what snip cut, read back
-    summary, source = make_summary(agent, whole, focus, limit)
-    return with_summary(agent, messages, kind, (summary, source), tail, restored)
 
 
 # ---- the two summary layers ----------------------------------------------------------------------

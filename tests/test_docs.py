@@ -227,21 +227,29 @@ def test_code_py_is_the_lesson_and_main_comes_last():
 
 def test_part_1_defines_a_name_before_it_uses_it():
     """Read top to bottom, part 1 never sends the reader ahead: each name of code.py a
-    definition in part 1 uses is defined above it. Two ways out, each a section a reader
-    may leave for later: part 2's tools (the loop runs them), and "compact before you must",
-    the summary written ahead, which the plain summary layers take when one is there (read
-    from its entry down, as compact_now reaches it).
+    definition in part 1 uses is defined above it. Three ways out: part 2's tools (the loop
+    runs them), a section a reader may leave for later, and one read from its entry down, as
+    the chapter shows it. "Compact before you must", the summary written ahead, is both: the
+    plain summary layers take it when one is there, as compact_now reaches it. "What is
+    summarized, the summary, what replaces it" opens with summarize_into, then its steps:
+    only its own definitions may look ahead in it.
     One meaning per name: no local name hides one of code.py's own."""
     lines = CODE.read_text(encoding="utf-8").splitlines()
     part_2 = next(n for n, line in enumerate(lines, 1) if line.startswith("# ==== PART 2"))
-    early = next(n for n, line in enumerate(lines, 1) if line.startswith("# ---- compact before you must"))
-    after_early = next(n for n, line in enumerate(lines[early:], early + 1) if line.startswith("# ----"))
+
+    def section(heading: str) -> tuple:
+        start = next(n for n, line in enumerate(lines, 1) if line.startswith(heading))
+        return start, next(n for n, line in enumerate(lines[start:], start + 1) if line.startswith("# ----"))
+
+    early, within = section("# ---- compact before you must"), section("# ---- what is summarized")
     ahead, hidden = [], []
     for node in TREE.body:
         if node.lineno > part_2 or not isinstance(node, (ast.FunctionDef, ast.ClassDef, ast.Assign)):
             continue
         for name in {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}:
-            way_out = early < DEFINED_AT.get(name, 0) < after_early and node.lineno < after_early
+            at = DEFINED_AT.get(name, 0)
+            way_out = (early[0] < at < early[1] and node.lineno < early[1]
+                       or within[0] < at < within[1] and within[0] < node.lineno < within[1])
             if name in DEFINED_AT and node.lineno < DEFINED_AT[name] < part_2 and not way_out:
                 ahead.append(f"{getattr(node, 'name', 'line %d' % node.lineno)} uses {name}")
         stored = {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
