@@ -192,7 +192,8 @@ def fallback_summary(messages: list, todos: list, limit_tokens: int, why: str) -
     if earlier:
         parts.append("The summary before this one:\n" + head_within(earlier[-1], limit_tokens // 3))
     # what snip cut that no summary stands for: not summarized here either, so say where it is
-    waiting = [path for path in snips_pending(messages) if path not in snips_covered(messages)]
+    covered = snips_covered(messages)
+    waiting = [path for path in snips_pending(messages) if path not in covered]
     if waiting:
         parts.append("What snip cut and this summary could not summarize is saved in: "
                      + ", ".join(waiting))
