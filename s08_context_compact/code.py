@@ -199,7 +199,7 @@ def micro_compact(messages: list, *, keep_recent: int, min_chars: int, clear_at_
     if not stale or freed < clear_at_least:
         return messages
     names = tool_names(messages)
-    changed = {}
+    changed = {}  # message index -> its copy, which takes every change to that message
     for i, k in stale:
         blocks = list(blocks_of(changed.get(i, messages[i])))
         block, tool_use_id = blocks[k], blocks[k]["tool_use_id"]
@@ -287,7 +287,8 @@ def plan_restore(agent, messages: list, tail_tokens: int, shown: set = frozenset
 
 def with_summary(agent, messages: list, kind: str, written: tuple, tail: list,
                  restored: list, pending: tuple = ()) -> list:
-    """The history replaced by the summary, what comes back, the request, then the tail."""
+    """The history replaced by the summary, what comes back, the request, then the tail.
+    Only a swap (swap_in) passes `pending`."""
     summary, source = written
     # PostCompact hooks check the summary (the ledger does); what they find is kept with it
     checks = fire_hooks(agent, "PostCompact", summary=summary, source=source, kept=json.dumps(tail))

@@ -176,23 +176,29 @@ def section(text: str, heading: str) -> str:
     return text[start:end if end != -1 else len(text)]
 
 
-WHERE_EACH_IDEA_LIVES = {CHAPTER: "Where each idea lives", CHAPTER_ZH: "每个概念在哪里"}
+PART_1_FUNCTIONS = [node.name for node in TREE.body if isinstance(node, ast.FunctionDef)
+                    and node.lineno < next(n for n, line in enumerate(CODE.read_text(encoding="utf-8").splitlines(), 1)
+                                           if line.startswith("# ==== PART 2"))]
 
 
-def table_names(text: str) -> list:
-    """The code names in the second column of a section's table."""
-    table = text[text.index("| --- |"):].split("\n\n")[0]
-    return [name.split(".")[0] for line in table.splitlines()[1:]
-            for name in re.findall(r"`([A-Za-z_][\w.]*)`", line.split("|")[2])]
+def excerpt_line(block: str, source_lines: list) -> int:
+    """Where in code.py an excerpt starts: its first line, which must occur there once."""
+    first = next(line for line in block.splitlines() if line.strip() not in ("", "...")).strip()
+    found = [n for n, line in enumerate(source_lines) if line.strip() == first]
+    assert len(found) == 1, f"the excerpt starting {first!r} is found {len(found)} times in code.py"
+    return found[0]
 
 
 @pytest.mark.parametrize("chapter", [CHAPTER, CHAPTER_ZH], ids=["en", "zh"])
-def test_code_py_defines_the_tables_names_in_the_tables_order(chapter):
+def test_the_chapter_follows_code_py_and_names_every_function_of_part_1(chapter):
+    """Read beside code.py, the chapter goes the same way: its excerpts come in code.py's order,
+    its layers' sections too, and no function of part 1 goes unnamed."""
     text = chapter.read_text(encoding="utf-8")
-    names = table_names(section(text, WHERE_EACH_IDEA_LIVES[chapter]))
-    assert len(names) >= 30 and all(n in DEFINED_AT for n in names), [n for n in names if n not in DEFINED_AT]
-    backwards = [(a, b) for a, b in zip(names, names[1:]) if DEFINED_AT[b] < DEFINED_AT[a]]
-    assert not backwards, f"code.py defines these the other way round: {backwards}"
+    source_lines = CODE.read_text(encoding="utf-8").splitlines()
+    starts = [excerpt_line(block, source_lines) for block in python_blocks(text)]
+    assert starts == sorted(starts), f"excerpts out of code.py's order, at lines {[n + 1 for n in starts]}"
+    unnamed = [name for name in PART_1_FUNCTIONS if not re.search(rf"\b{name}\b", text)]
+    assert len(PART_1_FUNCTIONS) >= 25 and not unnamed, f"part 1 defines, the chapter never names: {unnamed}"
     layers = re.findall(r"^### `(\w+)`", text, re.M)
     assert layers == ["tool_result_budget", "snip_compact", "micro_compact", "compact_history", "reactive_compact"]
     assert [DEFINED_AT[n] for n in layers] == sorted(DEFINED_AT[n] for n in layers)
