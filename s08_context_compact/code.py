@@ -108,22 +108,16 @@ def context_tokens(agent, messages: list) -> int:
     return agent.state.counter.count(messages, agent.overhead)
 
 
-def exact_context_tokens(agent, messages: list) -> int:
-    """Ask the endpoint's count_tokens when it offers one; otherwise the estimate stands."""
-    estimate = context_tokens(agent, messages)
-    counted = count_tokens(agent.connection, build_request(agent, messages), estimate)
-    if counted is None:
-        return estimate
-    agent.state.counter.anchor(counted, messages)
-    return counted
-
-
 def over_threshold(agent, messages: list) -> bool:
-    """Compare with the threshold; near it, an exact count decides rather than an estimate."""
+    """Compare with the threshold; near it, the endpoint's exact count decides, if it offers
+    one (count_tokens), rather than an estimate."""
     s = agent.settings
     tokens = context_tokens(agent, messages)
     if abs(tokens - s.threshold) <= s.threshold * COUNT_TOKENS_MARGIN:
-        tokens = exact_context_tokens(agent, messages)
+        counted = count_tokens(agent.connection, build_request(agent, messages), tokens)
+        if counted is not None:
+            agent.state.counter.anchor(counted, messages)
+            tokens = counted
     return tokens > s.threshold
 
 

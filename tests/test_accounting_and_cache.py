@@ -81,7 +81,11 @@ def test_near_the_threshold_count_tokens_decides(s08, make_agent):
 
 def test_count_tokens_missing_is_remembered(s08, make_agent, fake):
     agent = make_agent(window=20_000, server=SimpleNamespace(url=fake.url + "/nothing-here"))
-    assert s08.exact_context_tokens(agent, [user("x")]) > 0
+    threshold, words = agent.settings.threshold, 10
+    while s08.context_tokens(agent, [user("word " * words)]) < threshold * 0.95:
+        words += 50
+    messages = [user("word " * words)]  # near the threshold: the exact count is asked for
+    assert not s08.over_threshold(agent, messages)  # the endpoint has none: the estimate stands
     assert agent.endpoint.can_count_tokens is False
 
 
