@@ -236,11 +236,11 @@ def watch(frame, event, arg):
             where = os.path.relpath(frame.f_code.co_filename, package)
             found.add(f"{where}:{frame.f_code.co_name}({name})")
 
-threading.setprofile(watch)
-sys.setprofile(watch)
+threading.settrace(watch)
+sys.settrace(watch)
 status = code.main(["--demo", "--no-pause"])
-sys.setprofile(None)
-threading.setprofile(None)
+sys.settrace(None)
+threading.settrace(None)
 print(json.dumps({"status": status, "found": sorted(found)}), file=sys.stderr)
 """
 
