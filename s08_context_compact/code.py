@@ -73,8 +73,9 @@ MAX_REACTIVE_RETRIES = 1            # refused again with nothing new learned: th
 REACTIVE_TAIL_SHARE = 0.25          # reactive_compact keeps recent messages up to this share
 BASH_TIMEOUT = 120                  # seconds, unless the call asks for another (max 600)
 READ_DEFAULT_LINES = 2_000
-# The program marks its own blocks (COMPACT_MARKER, SNIP_MARKER, ...) with a field, OWN, never
-# by their text alone: a user may type any text. The field is stripped from every request.
+# The program marks its own blocks with a field, OWN, whose value names the kind ("preview",
+# "placeholder", ...), never by their text alone: a user may type any text. The field is
+# stripped from every request.
 
 
 # ---- the agent -----------------------------------------------------------------------------------
@@ -93,7 +94,8 @@ def fire_hooks(agent, event: str, **payload) -> list:
 
 
 # ---- the request, and counting its tokens --------------------------------------------------------
-# Layers copy what they change: the counter knows old messages by identity (token_counts.py).
+# Layers copy a message they change, never edit it: the count reuses what it measured of a
+# message object still there (token_counts.py).
 
 def build_request(agent, messages: list, extra_text: str | None = None) -> dict:
     """The Messages API request for a history: tools and system first, then the messages, with
@@ -177,6 +179,7 @@ def snip_compact(messages: list, *, keep_head: int, keep_tail: int, at_least: in
 def micro_compact(messages: list, *, keep_recent: int, min_chars: int, clear_at_least: int,
                   store) -> list:
     """Replace all but the newest tool results with a pointer to their saved copy."""
+    # (message index, block index) of every tool result, oldest first
     positions = [(i, k) for i, m in enumerate(messages) if is_tool_result_message(m)
                  for k, b in enumerate(blocks_of(m)) if b.get("type") == "tool_result"]
     protected = set(positions[-keep_recent:]) if keep_recent else set()
