@@ -167,9 +167,9 @@ def test_a_successful_summary_resets_the_failure_count(s08, fake, make_agent):
     fake.reply(*[text("long " * 11_000) for _ in range(3)])
     s08.take_turn(agent, messages, "one")
     s08.take_turn(agent, messages, "two")
-    assert agent.writer.failures == 2
+    assert agent.writer.breaker.failures == 2
     s08.take_turn(agent, messages, "three")
-    assert agent.writer.failures == 0 and "fine" in first_text(fake.main_requests[-1])
+    assert agent.writer.breaker.failures == 0 and "fine" in first_text(fake.main_requests[-1])
 
 
 def test_compact_tool_runs_after_the_batch_and_the_turn_continues(s08, fake, make_agent):

@@ -256,7 +256,7 @@ def test_the_whole_pipeline_keeps_the_invariants(history, window):
                           system="system", tools=s08.TOOLS, out=lambda *a, **k: None,
                           endpoint=Endpoint(window, can_count_tokens=False))
         # no network: the breaker is open, so no summary call
-        agent.writer.failures, agent.writer.announced = MAX_CONSECUTIVE_SUMMARY_FAILURES, True
+        agent.writer.breaker.failures, agent.writer.breaker.announced = MAX_CONSECUTIVE_SUMMARY_FAILURES, True
         after = s08.compact_pipeline(agent, list(history))
         check(history, after, workdir, request_of(history))
         measure = agent.state.counter.estimate  # estimate_tokens, each message measured once

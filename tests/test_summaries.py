@@ -61,7 +61,7 @@ def test_a_too_large_summary_is_retried_shorter_then_replaced_by_a_fallback(s08,
     compacted = first_texts(fake.main_requests[0])
     assert "Assembled without the model" in compacted[0] and "question 11" in compacted[0]
     assert compacted[-1] == "carry on"
-    assert "summary by fallback" in agent.out.text and agent.writer.failures == 1
+    assert "summary by fallback" in agent.out.text and agent.writer.breaker.failures == 1
     total = s08.context_tokens(agent, fake.main_requests[0]["messages"])
     assert total < 0.25 * 20_000, "the compacted context stays under a quarter of the window"
 
@@ -76,7 +76,7 @@ def test_a_summary_reply_that_calls_a_tool_is_asked_again(s08, fake, make_agent)
     assert "tool_choice" not in first and first["tools"], "the request is the conversation's own, tools included"
     assert "a tool call" in instruction(second)
     assert "Fourteen questions answered." in first_texts(fake.main_requests[0])[0]
-    assert "summary by the model" in agent.out.text and agent.writer.failures == 0
+    assert "summary by the model" in agent.out.text and agent.writer.breaker.failures == 0
     assert_requests_valid(fake)
 
 
@@ -113,7 +113,7 @@ def test_a_shorter_second_summary_is_used(s08, fake, make_agent):
     fake.summary(text("<summary>" + "detail " * 20_000 + "</summary>"), text("<summary>Short and right.</summary>"))
     s08.agent_loop(agent, messages)
     assert "Short and right." in first_texts(fake.main_requests[0])[0]
-    assert "summary by the model" in agent.out.text and agent.writer.failures == 0
+    assert "summary by the model" in agent.out.text and agent.writer.breaker.failures == 0
 
 
 def test_an_empty_summary_falls_back_and_the_session_goes_on(s08, fake, make_agent):
@@ -372,11 +372,25 @@ def test_after_too_long_a_summary_is_asked_again_sized_to_the_window_learned(s08
         assert all(r["max_tokens"] <= 10_000 // 4 for r in server.summary_requests[1:])
 
 
+def test_a_summary_that_fails_in_a_subagent_counts_for_the_session(s08, fake, make_agent):
+    """Two summaries failed in a row in the main loop, the third in a subagent: the breaker
+    opens for the session, and the main loop asks for no more."""
+    agent = make_agent(window=20_000)
+    agent.writer.breaker.failures = 2
+    huge = text("<summary>" + "detail " * 20_000 + "</summary>")
+    fake.summary(huge, huge)
+    s08.compact_now(agent.subagent(), chat(12, 2_000) + [user("carry on")])
+    assert len(fake.summary_requests) == 2 and agent.writer.breaker.failures == 3
+    s08.compact_now(agent, chat(12, 2_000) + [user("carry on")])
+    assert len(fake.summary_requests) == 2, "the breaker is open in the main loop too"
+    assert "no more summary calls this session" in agent.out.text
+
+
 def test_a_subagent_keeps_the_sessions_open_breaker(s08, fake, make_agent):
     """Three summaries failed in a row: no more summary calls this session, a subagent's
     included."""
     agent = make_agent(window=20_000)
-    agent.writer.failures = 3
+    agent.writer.breaker.failures = 3
     assert agent.writer.breaker_open()
     sub = agent.subagent()
     fake.summary(text("<summary>paid for again</summary>"))

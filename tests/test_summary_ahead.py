@@ -277,7 +277,7 @@ def test_a_summarizer_that_always_fails_is_called_three_times_in_all(s08, fake, 
     assert "[summary ahead] writing a summary" in printed and "summary by fallback" in printed
     assert "[compact_history]" in printed  # summaries asked for at the threshold as well
     assert len(fake.summary_requests) == 3, len(fake.summary_requests)
-    assert "3 summaries failed in a row; no more summary calls" in printed and agent.writer.failures == 3
+    assert "3 summaries failed in a row; no more summary calls" in printed and agent.writer.breaker.failures == 3
 
 
 def test_reactive_compaction_uses_the_summary_that_is_ready(s08, fake, make_agent):
@@ -315,7 +315,7 @@ def test_a_summary_that_failed_in_the_background_counts_and_the_fallback_stands_
     assert s08.take_turn(agent, (messages := []), "write the files")
     printed = agent.out.text
     assert "[summary] failed (1/3)" in printed and "summary by fallback" in printed
-    assert agent.writer.failures == 1 and len(fake.summary_requests) >= 4
+    assert agent.writer.breaker.failures == 1 and len(fake.summary_requests) >= 4
     assert "[summary ahead] it failed (500 " in printed and "swapped in" not in printed, \
         "a summary that failed is not said to be swapped in"
     assert "(Assembled without the model" in json.dumps(messages[0])
@@ -589,7 +589,7 @@ def test_a_summary_ready_when_the_breaker_has_opened_is_paid_for_and_not_used(s0
     messages += notes_read(12)
     start_now(s08, agent, messages)
     wait_until(lambda: agent.ahead.job.done.is_set())
-    agent.writer.failures = 3  # three failed meanwhile
+    agent.writer.breaker.failures = 3  # three failed meanwhile
     result = s08.compact_now(agent, messages)
     paid = next(u for u in fake.usage_log if u["summary"])
     assert SUMMARY not in json.dumps(result) and "summary by fallback" in agent.out.text

@@ -104,7 +104,7 @@ class Agent:
         sub = replace(self, tools=tools, label="task", max_steps=SUBAGENT_MAX_STEPS, log=None,
                       state=LoopState())
         # its own writer, but the session's breaker: summaries that failed here count there
-        sub.writer.failures, sub.writer.announced = self.writer.failures, self.writer.announced
+        sub.writer.breaker = self.writer.breaker
         return sub
 
     @cached_property

@@ -15,6 +15,8 @@ fit_in_pieces); a request refused as too long teaches the endpoint its window an
 again with less, as the loop's would be.
 """
 
+from dataclasses import dataclass
+
 from ..basics import Screen, say_on
 from ..endpoint import (Answer, Connection, ContextOverflow, count_tokens, marked_request,
                         summary_reply, SummaryError)
@@ -29,6 +31,13 @@ CLOSE_CALL = 0.1                      # this close to the window, the endpoint's
 LABEL = "writing the summary"
 
 
+@dataclass
+class Breaker:
+    """Summaries failed in a row; at MAX_CONSECUTIVE_SUMMARY_FAILURES none is asked for."""
+    failures: int = 0
+    announced: bool = False  # its opening said
+
+
 class SummaryWriter:
     """Writes summaries for one agent, and counts the ones that fail in a row."""
 
@@ -37,8 +46,7 @@ class SummaryWriter:
         self.connection, self.system, self.tools = connection, system, tools or {}
         self.overhead = overhead  # tokens of the system prompt and tools, in every request
         self.screen = connection.screen if connection else Screen()
-        self.failures = 0         # summaries failed in a row
-        self.announced = False    # the breaker's opening said
+        self.breaker = Breaker()  # a subagent's writer shares its agent's: one for the session
         self.unpaid = []          # (reply, label) of each call, for the loop to add up
 
     def say(self, text: str, style: str = "") -> None:
@@ -52,17 +60,17 @@ class SummaryWriter:
     @property
     def stopped(self) -> bool:
         """True after MAX_CONSECUTIVE_SUMMARY_FAILURES failed summaries in a row."""
-        return self.failures >= MAX_CONSECUTIVE_SUMMARY_FAILURES
+        return self.breaker.failures >= MAX_CONSECUTIVE_SUMMARY_FAILURES
 
     def breaker_open(self) -> bool:
         """Whether the breaker stops summary calls (stopped), said the first time."""
         if not self.stopped:
             return False
-        if not self.announced:
+        if not self.breaker.announced:
             self.say(f"[summary] {MAX_CONSECUTIVE_SUMMARY_FAILURES} summaries failed in a row; "
                      "no more summary calls this session. Compaction goes on with summaries "
                      "built without the model.")
-            self.announced = True
+            self.breaker.announced = True
         return True
 
     def write(self, messages: list, focus: str, limit: int, settings, counter, todos: list,
@@ -82,11 +90,11 @@ class SummaryWriter:
                     answer = self.with_model(messages, again, limit, settings, counter)
                 if reply_problem(answer, limit):
                     raise SummaryError(reply_problem(answer, limit))
-                self.failures = 0
+                self.breaker.failures = 0
                 return answer.summary, "the model"
             except SummaryError as err:
-                self.failures += 1
-                failures = f"{self.failures}/{MAX_CONSECUTIVE_SUMMARY_FAILURES}"
+                self.breaker.failures += 1
+                failures = f"{self.breaker.failures}/{MAX_CONSECUTIVE_SUMMARY_FAILURES}"
                 self.say(f"[summary] failed ({failures}): {err}; using one built without the "
                          "model")
                 why = "the summary call failed"
