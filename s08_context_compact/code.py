@@ -83,8 +83,8 @@ READ_DEFAULT_LINES = 2_000
 # in the API's wire format); the others take the Agent (command_line/agent.py, where each field
 # says what it holds). Most read its `settings` (every size in tokens), `overhead` (the tokens of
 # the system prompt and tools), `store` (where layers save), `endpoint` (what it revealed),
-# `writer` (the summary's), `ahead` and `snips` (summaries in the background), and `state`,
-# what one loop learns.
+# `connection` (the model's), `writer` (the summary's), `ahead` and `snips` (summaries in the
+# background), `hooks`, `clock`, and `state`, what one loop learns (its token `counter`).
 
 def fire_hooks(agent, event: str, **payload) -> list:
     """Run every hook for an event; return what they returned (None dropped). Part 2 holds
