@@ -45,7 +45,7 @@ from s08_context_compact.basics import (
 from s08_context_compact.messages import (
     append_message, blocks_of, current_request, estimate_text_tokens, estimate_tokens,
     is_tool_result_message, newest_groups, OWN, paths_read, replace_history,
-    result_text, snip_bounds, todo_problem, tool_names, with_snip_note)
+    result_text, snip_bounds, todo_problem, tool_names, with_blocks, with_snip_note)
 from s08_context_compact.endpoint import (
     api_failures, ContextOverflow, count_tokens, make_reply_sendable, marked_request,
     model_reply)
@@ -71,8 +71,6 @@ COLD_TRIGGER_SHARE = 0.5            # snip and micro trigger at this share of mi
 PLACEHOLDER_TOKENS = 60             # a placeholder's size, long path included; rather too high
 MAX_REACTIVE_RETRIES = 1            # refused again with nothing new learned: the turn ends
 REACTIVE_TAIL_SHARE = 0.25          # reactive_compact keeps recent messages up to this share
-BASH_TIMEOUT = 120                  # seconds, unless the call asks for another (max 600)
-READ_DEFAULT_LINES = 2_000
 # The program marks its own blocks with a field, OWN, whose value names the kind ("preview",
 # "placeholder", ...), never by their text alone: a user may type any text. The field is
 # stripped from every request.
@@ -141,19 +139,17 @@ def tool_result_budget(messages: list, *, max_chars: int, preview_chars: int, st
     """Keep the newest message's tool results under max_chars; the largest go to disk first."""
     if not messages or not is_tool_result_message(messages[-1]):
         return messages
-    last = messages[-1]
-    blocks = list(blocks_of(last))
+    last, blocks = len(messages) - 1, blocks_of(messages[-1])
     sizes = {k: len(result_text(b)) for k, b in enumerate(blocks) if b.get("type") == "tool_result"}
     total = sum(sizes.values())
     if total <= max_chars:
         return messages
+    previews = {}  # (message index, block index) -> the block in its place
     for k in sorted(sizes, key=sizes.get, reverse=True):
         if total > max_chars:
-            blocks[k] = previewed(blocks[k], preview_chars, store)
-            total -= sizes[k] - len(result_text(blocks[k]))
-    if all(new is old for new, old in zip(blocks, blocks_of(last))):
-        return messages
-    return messages[:-1] + [{**last, "content": blocks}]
+            previews[last, k] = previewed(blocks[k], preview_chars, store)
+            total -= sizes[k] - len(result_text(previews[last, k]))
+    return with_blocks(messages, previews)  # the same list if no preview was smaller
 
 
 def snip_compact(messages: list, *, keep_head: int, keep_tail: int, at_least: int,
@@ -186,29 +182,23 @@ def micro_compact(messages: list, *, keep_recent: int, min_chars: int, clear_at_
     if messages and is_tool_result_message(messages[-1]):
         # results in the last message have not been seen by the model yet
         protected |= {(i, k) for i, k in positions if i == len(messages) - 1}
-    stale = [(i, k) for i, k in positions if (i, k) not in protected
-             and len(result_text(blocks_of(messages[i])[k])) > min_chars
-             and blocks_of(messages[i])[k].get(OWN) != "placeholder"]
+    old = {(i, k): blocks_of(messages[i])[k] for i, k in positions if (i, k) not in protected}
+    stale = {at: b for at, b in old.items()
+             if len(result_text(b)) > min_chars and b.get(OWN) != "placeholder"}
     # Clearing rewrites the cache from the first cleared result on; below the minimum
     # the rewrite costs more than the tokens it frees, so clear nothing.
-    freed = sum(estimate_text_tokens(result_text(blocks_of(messages[i])[k])) - PLACEHOLDER_TOKENS
-                for i, k in stale)
+    freed = sum(estimate_text_tokens(result_text(b)) - PLACEHOLDER_TOKENS for b in stale.values())
     if not stale or freed < clear_at_least:
         return messages
-    names = tool_names(messages)
-    changed = {}  # message index -> its copy, which takes every change to that message
-    for i, k in stale:
-        blocks = list(blocks_of(changed.get(i, messages[i])))
-        block, tool_use_id = blocks[k], blocks[k]["tool_use_id"]
+    names, pointers = tool_names(messages), {}
+    for at, block in stale.items():
+        tool_use_id = block["tool_use_id"]
         # a preview's whole text is on disk already (tool_result_budget, or a summary's tail)
         path = block.get("saved_at") if block.get(OWN) == "preview" else \
             store.save_output(tool_use_id, result_text(block))
-        blocks[k] = pointed_to(block, names.get(tool_use_id, "tool"), path)
-        if blocks[k] is not block:  # not when the pointer would cost more than the result
-            changed[i] = {**messages[i], "content": blocks}
-    if not changed:
-        return messages
-    return [changed.get(i, m) for i, m in enumerate(messages)]
+        pointers[at] = pointed_to(block, names.get(tool_use_id, "tool"), path)
+    # the same list if no pointer was smaller than its result (pointed_to hands the block back)
+    return with_blocks(messages, pointers)
 
 
 def apply_layer(agent, layer, messages: list, /, **settings) -> list:
@@ -544,6 +534,10 @@ def agent_loop(agent, messages: list) -> str | None:
 # ==== PART 2: WHAT EARLIER CHAPTERS BUILT ========================================================
 
 # ---- the nine tools ------------------------------------------------------------------------------
+
+BASH_TIMEOUT = 120          # seconds, unless the call asks for another (max 600)
+READ_DEFAULT_LINES = 2_000
+
 
 def schema(required: tuple, /, **properties) -> dict:
     """A tool's input as the API takes it: a JSON Schema of an object."""

@@ -1,6 +1,6 @@
 """The chapter names the code: every function or constant it mentions must exist in code.py
-(a comment does not count), in the order the chapter's table gives; every piece of code it
-quotes is in code.py as quoted; its numbers are the code's. The reference page names only
+(a comment does not count), and it names every one of part 1, its excerpts in code.py's
+order; every piece of code it quotes is in code.py as quoted; its numbers are the code's. The reference page names only
 what exists beside it, and both pages keep their Chinese copies in step."""
 
 import ast
@@ -176,9 +176,11 @@ def section(text: str, heading: str) -> str:
     return text[start:end if end != -1 else len(text)]
 
 
-PART_1_FUNCTIONS = [node.name for node in TREE.body if isinstance(node, ast.FunctionDef)
-                    and node.lineno < next(n for n, line in enumerate(CODE.read_text(encoding="utf-8").splitlines(), 1)
-                                           if line.startswith("# ==== PART 2"))]
+PART_2_STARTS = next(n for n, line in enumerate(CODE.read_text(encoding="utf-8").splitlines(), 1)
+                     if line.startswith("# ==== PART 2"))
+PART_1_FUNCTIONS = [node.name for node in TREE.body if isinstance(node, ast.FunctionDef) and node.lineno < PART_2_STARTS]
+PART_1_CONSTANTS = [target.id for node in TREE.body if isinstance(node, ast.Assign) and node.lineno < PART_2_STARTS
+                    for target in node.targets if isinstance(target, ast.Name) and target.id.isupper()]
 
 
 def excerpt_line(block: str, source_lines: list) -> int:
@@ -197,8 +199,9 @@ def test_the_chapter_follows_code_py_and_names_every_function_of_part_1(chapter)
     source_lines = CODE.read_text(encoding="utf-8").splitlines()
     starts = [excerpt_line(block, source_lines) for block in python_blocks(text)]
     assert starts == sorted(starts), f"excerpts out of code.py's order, at lines {[n + 1 for n in starts]}"
-    unnamed = [name for name in PART_1_FUNCTIONS if not re.search(rf"\b{name}\b", text)]
-    assert len(PART_1_FUNCTIONS) >= 25 and not unnamed, f"part 1 defines, the chapter never names: {unnamed}"
+    unnamed = [name for name in PART_1_FUNCTIONS + PART_1_CONSTANTS if not re.search(rf"\b{name}\b", text)]
+    assert len(PART_1_FUNCTIONS) >= 25 and len(PART_1_CONSTANTS) >= 5 and not unnamed, \
+        f"part 1 defines, the chapter never names: {unnamed}"
     layers = re.findall(r"^### `(\w+)`", text, re.M)
     assert layers == ["tool_result_budget", "snip_compact", "micro_compact", "compact_history", "reactive_compact"]
     assert [DEFINED_AT[n] for n in layers] == sorted(DEFINED_AT[n] for n in layers)

@@ -78,6 +78,18 @@ def replace_result(block: dict, content: str, kind: str | None = None,
     return {**block, "content": content, **marks}
 
 
+def with_blocks(messages: list, new: dict) -> list:
+    """The history with blocks put in place, {(message index, block index): block}: a message
+    that changes is copied, once; the very list when no block changed."""
+    changed = {}
+    for (i, k), block in new.items():
+        if block is not blocks_of(messages[i])[k]:
+            changed.setdefault(i, list(blocks_of(messages[i])))[k] = block
+    if not changed:
+        return messages
+    return [{**m, "content": changed[i]} if i in changed else m for i, m in enumerate(messages)]
+
+
 def sendable(message: dict) -> dict:
     """The message as the API takes it: the program's own fields off its blocks."""
     content = blocks_of(message)
