@@ -425,6 +425,9 @@ def kept_after(agent, ready) -> list:
         return kept
     kept = apply_layer(agent, micro_compact, kept, keep_recent=s.keep_recent,
                        min_chars=s.micro_min_chars, clear_at_least=0, store=agent.store)
+    # snip keeps the first message (its note goes after it) and the newest groups that fit
+    # the room, the last call and its results at least. Any cut pays: the swap rewrites the
+    # cache from the summary on anyway.
     newest = newest_groups(kept, ready.room)
     keep_tail = max(2, sum(map(len, newest)))
     return apply_layer(agent, snip_compact, kept, keep_head=1, keep_tail=keep_tail, at_least=1,
