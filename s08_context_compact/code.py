@@ -156,7 +156,7 @@ def snip_compact(messages: list, *, keep_head: int, keep_tail: int, at_least: in
                  min_tokens: int = 0, store, tools: dict, measure=estimate_tokens) -> list:
     """Drop the middle of a long history, never splitting a tool_use from its tool_result."""
     # Every snip changes the head, so the cache is rewritten after it: cut at least
-    # `at_least` messages at once, and the next snip is that many messages away. Both cut
+    # `at_least` messages holding `min_tokens` at once, so that the rewrite pays. Both cut
     # points fall just before a call, never inside a pair (messages/history.py).
     bounds = snip_bounds(messages, keep_head, keep_tail, at_least)
     if bounds is None:
@@ -436,9 +436,10 @@ def kept_after(agent, ready) -> list:
 
 def swap_in(agent, ready, messages: list, tail: list, *, kind: str = "compact",
             focus: str = "") -> list:
-    """The summary asked for ahead, of its snapshot (its focus and limit set then), and where a
-    snip after it put what it cut; what came after the snapshot stays verbatim. When that
-    changed nothing, or left the history over the threshold, it is summarized now."""
+    """The summary asked for ahead, of its snapshot (its focus and limit set then: take sets
+    it aside when a `focus` is asked for), and where a snip after it put what it cut; what
+    came after the snapshot stays verbatim. When that changed nothing, or left the history
+    over the threshold, it is summarized now."""
     kept = ready.suffix or tail
     restored, _ = plan_restore(agent, messages, estimate_tokens(kept),
                                shown=paths_read(kept, agent.tools))
