@@ -416,24 +416,6 @@ def written_ahead(agent, messages: list, focus: str = "", max_suffix: int | None
     return partial(swap_in, agent, replace(ready, suffix=kept_after(agent, ready)))
 
 
-def kept_after(agent, ready) -> list:
-    """What came after a summary written ahead, through the layers that cost no call (each
-    saves what it removes first) when, kept whole, it would leave the next summary too
-    little room."""
-    s, kept = agent.settings, ready.suffix
-    if ready.room is None or estimate_tokens(kept) <= ready.room:
-        return kept
-    kept = apply_layer(agent, micro_compact, kept, keep_recent=s.keep_recent,
-                       min_chars=s.micro_min_chars, clear_at_least=0, store=agent.store)
-    # snip keeps the first message (its note goes after it) and the newest groups that fit
-    # the room, the last call and its results at least. Any cut pays: the swap rewrites the
-    # cache from the summary on anyway.
-    newest = newest_groups(kept, ready.room)
-    keep_tail = max(2, sum(map(len, newest)))
-    return apply_layer(agent, snip_compact, kept, keep_head=1, keep_tail=keep_tail, at_least=1,
-                       store=agent.store, tools=agent.tools)
-
-
 def swap_in(agent, ready, messages: list, tail: list, *, kind: str = "compact",
             focus: str = "") -> list:
     """The summary asked for ahead, of its snapshot (its focus and limit set then: take sets
@@ -452,6 +434,24 @@ def swap_in(agent, ready, messages: list, tail: list, *, kind: str = "compact",
     if kind == "compact" and (result is messages or over_threshold(agent, result)):
         result = summarize_into(agent, result, compact_tail(result))
     return result
+
+
+def kept_after(agent, ready) -> list:
+    """What came after a summary written ahead, through the layers that cost no call (each
+    saves what it removes first) when, kept whole, it would leave the next summary too
+    little room."""
+    s, kept = agent.settings, ready.suffix
+    if ready.room is None or estimate_tokens(kept) <= ready.room:
+        return kept
+    kept = apply_layer(agent, micro_compact, kept, keep_recent=s.keep_recent,
+                       min_chars=s.micro_min_chars, clear_at_least=0, store=agent.store)
+    # snip keeps the first message (its note goes after it) and the newest groups that fit
+    # the room, the last call and its results at least. Any cut pays: the swap rewrites the
+    # cache from the summary on anyway.
+    newest = newest_groups(kept, ready.room)
+    keep_tail = max(2, sum(map(len, newest)))
+    return apply_layer(agent, snip_compact, kept, keep_head=1, keep_tail=keep_tail, at_least=1,
+                       store=agent.store, tools=agent.tools)
 
 
 # ---- the agent loop ------------------------------------------------------------------------------
