@@ -396,6 +396,7 @@ def summarize_ahead(agent, messages: list) -> None:
     if not agent.ahead.due(messages, tokens, agent.settings) or agent.writer.breaker_open():
         return
     focus = pre_compact_focus(agent, messages)
+    # the tail it plans for: what may come until the threshold, kept verbatim after the swap
     _, limit = plan_restore(agent, messages, agent.settings.threshold - tokens)
     whole = agent.store.with_snipped(messages)  # and what snip cut, read back
     request = agent.writer.request_ahead(whole, focus, limit, agent.settings, agent.state.counter)
