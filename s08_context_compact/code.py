@@ -509,27 +509,9 @@ def agent_loop(agent, messages: list) -> str | None:
             if not shrank and context_tokens(agent, messages) >= err.sent_tokens:
                 raise  # 3. nothing was freed: sent again, the request would be refused again
             continue  # 4. compacted: sent again
-        reply, notes, refused = make_reply_sendable(reply, stop_reason,
-                                                    ids_used=set(tool_names(messages)),
-                                                    max_output=agent.settings.max_output)
-        append_message(agent.log, agent.state.counter, messages, reply)
-        tool_uses = [b for b in reply["content"] if b.get("type") == "tool_use"]
-        if not tool_uses and notes:  # cut short: tell the model and let it go on
-            append_message(agent.log, agent.state.counter, messages,
-                           {"role": "user", "content": notes})
-            continue
-        if not tool_uses:
-            return "\n".join(b["text"] for b in reply["content"] if b.get("type") == "text")
-        results, interrupted = use_tools(agent, tool_uses, refused, messages)
-        append_message(agent.log, agent.state.counter, messages,
-                       {"role": "user", "content": results + notes})
-        if interrupted:
-            agent.state.pending_compact = None  # an interrupted batch leaves nothing to do later
-            raise KeyboardInterrupt
-        if agent.state.pending_compact is not None:
-            focus, agent.state.pending_compact = agent.state.pending_compact, None
-            compacted = compact_now(agent, messages, focus)
-            replace_history(agent.log, messages, compacted, "compact tool")
+        answer = take_reply(agent, messages, reply, stop_reason)  # part 2: it runs the tools
+        if answer is not None:
+            return answer
     then = ("the agent that gave it this task is told" if agent.label
             else "send a message to continue")  # no one can send a subagent a message
     agent.say(f"[stopped after {agent.max_steps} model calls in one turn; {then}]")
@@ -555,6 +537,32 @@ STATUS = {"type": "string", "enum": ["pending", "in_progress", "completed"]}
 TODO_ITEM_SCHEMA = {"type": "object", "required": ["content", "status"],
                     "properties": {"content": TEXT, "status": STATUS}}
 TIMEOUT = {"type": "integer", "description": f"seconds, default {BASH_TIMEOUT}, max 600"}
+
+
+def take_reply(agent, messages: list, reply: dict, stop_reason: str) -> str | None:
+    """The reply added to the history and its calls answered; its text when it called no tool
+    and was not cut short, else None: the loop goes on."""
+    reply, notes, refused = make_reply_sendable(reply, stop_reason,
+                                                ids_used=set(tool_names(messages)),
+                                                max_output=agent.settings.max_output)
+    append_message(agent.log, agent.state.counter, messages, reply)
+    tool_uses = [b for b in reply["content"] if b.get("type") == "tool_use"]
+    if not tool_uses and notes:  # cut short: tell the model and let it go on
+        append_message(agent.log, agent.state.counter, messages, {"role": "user", "content": notes})
+        return None
+    if not tool_uses:
+        return "\n".join(b["text"] for b in reply["content"] if b.get("type") == "text")
+    results, interrupted = use_tools(agent, tool_uses, refused, messages)
+    append_message(agent.log, agent.state.counter, messages,
+                   {"role": "user", "content": results + notes})
+    if interrupted:
+        agent.state.pending_compact = None  # an interrupted batch leaves nothing to do later
+        raise KeyboardInterrupt
+    if agent.state.pending_compact is not None:  # the compact tool asked: every call answered
+        focus, agent.state.pending_compact = agent.state.pending_compact, None
+        compacted = compact_now(agent, messages, focus)
+        replace_history(agent.log, messages, compacted, "compact tool")
+    return None
 
 
 def use_tools(agent, tool_uses: list, refused: dict, history: list) -> tuple:
@@ -626,7 +634,7 @@ def run_load_skill(agent, call: ToolCall, name: str) -> str:
 
 
 def run_compact(agent, call: ToolCall, focus: str = "") -> str:
-    # The summary runs after the batch, as the tutorial's does: the loop reads this field when
+    # The summary runs after the batch, as the tutorial's does: take_reply reads this field when
     # every call of the batch is answered (a summary now would cut the batch's pairs apart).
     agent.state.pending_compact = focus or ""
     return ("Compaction will run after this batch of tool calls; the conversation continues "
