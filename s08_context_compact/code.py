@@ -83,13 +83,8 @@ REACTIVE_TAIL_SHARE = 0.25          # reactive_compact keeps recent messages up 
 # the system prompt and tools), `store` (where layers save), `endpoint` (what it revealed),
 # `connection` (the model's), `writer` (the summary's), `ahead` and `snips` (summaries in the
 # background), `hooks`, `clock`, and `state`, what one loop learns (its token `counter`).
-
-def fire_hooks(agent, event: str, **payload) -> list:
-    """Run every hook for an event; return what they returned (None dropped). Part 2 holds
-    the permission check; the summary asks PreCompact, RestoreContext and PostCompact hooks."""
-    answers = [hook(payload) for hook in agent.hooks.get(event, [])]
-    return [answer for answer in answers if answer is not None]
-
+# fire_hooks (part 2) runs an event's hooks: this chapter adds PreCompact, RestoreContext and
+# PostCompact.
 
 # ---- the request, and counting its tokens --------------------------------------------------------
 # Layers copy a message they change, never edit it: the count reuses what it measured of a
@@ -677,7 +672,14 @@ TOOLS = {tool.name: tool for tool in [
 
 
 # ---- hooks and the permission check --------------------------------------------------------------
-# fire_hooks (part 1) runs them; these are the ones every session installs.
+# fire_hooks runs them; the others are the ones every session installs.
+
+def fire_hooks(agent, event: str, **payload) -> list:
+    """Run every hook for an event; return what they returned (None dropped). The summary asks
+    PreCompact, RestoreContext and PostCompact hooks."""
+    answers = [hook(payload) for hook in agent.hooks.get(event, [])]
+    return [answer for answer in answers if answer is not None]
+
 
 def check_permission(tool: Tool, args: dict, workdir: Path, sandboxed: bool = False) -> tuple:
     """Decide "allow", "deny" or "ask" for one tool call, with the reason, from what the tool's
