@@ -127,8 +127,9 @@ def cache_is_cold(agent) -> bool:
 
 
 # ---- the three cheap layers ----------------------------------------------------------------------
-# Each takes the history and returns it, changed or not; what it removes it first saves through
-# the store (compaction/store.py). previewed and pointed_to: compaction/previews.py.
+# Each takes the history and returns a new list, or the very list it was given when nothing
+# changed (apply_layer tells them apart with `is`); what it removes it first saves through the
+# store (compaction/store.py). previewed and pointed_to: compaction/previews.py.
 
 def tool_result_budget(messages: list, *, max_chars: int, preview_chars: int, store) -> list:
     """Keep the newest message's tool results under max_chars; the largest go to disk first."""
