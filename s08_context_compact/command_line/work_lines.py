@@ -254,8 +254,9 @@ def settings_lines(agent) -> list:
         lines.append(f"Usage: {endpoint.usage_note}")
     lines.append(f"Auto-compact above {format_tokens(s.threshold)} tokens ({threshold_reason(s)})")
     if agent.writer.stopped:  # the breaker is open
-        lines.append(f"Summaries: {agent.writer.breaker.failures} failed in a row, so none is asked for "
-                     "this session; compaction uses summaries built without the model")
+        failed = agent.writer.breaker.failures
+        lines.append(f"Summaries: {failed} failed in a row, so none is asked for this session; "
+                     "compaction uses summaries built without the model")
     else:
         said = agent.ahead.describe(agent.settings)
         lines.append(said[0].upper() + said[1:])
