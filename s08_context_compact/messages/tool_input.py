@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Callable, Protocol
 
 from ..basics import one_line
+from .history import with_blocks
 
 JSON_TYPES = {"string": str, "integer": int, "array": list, "object": dict, "boolean": bool}
 # no tool takes more than 3 levels; Python's recursion ends near 1,000
@@ -126,22 +127,16 @@ def park_oversized_inputs(messages: list, measure, counter, overhead: int, thres
     if counter.count(messages, overhead) <= limit:
         # the whole context is smaller: no message in it can be over
         return messages, disk.warned
-    changed = {}
+    calls = {}  # (message index, block index) -> the call with its long arguments parked
     for i, message in enumerate(messages):
         if message["role"] != "assistant" or not isinstance(message["content"], list) or \
                 counter.size(message) <= limit:
             continue
-        content = []
-        for block in message["content"]:
+        for k, block in enumerate(message["content"]):
             if block.get("type") == "tool_use":
-                block, warned = parked(block, measure, disk)
+                calls[i, k], warned = parked(block, measure, disk)
                 disk = replace(disk, warned=warned)
-            content.append(block)
-        if any(new is not old for new, old in zip(content, message["content"])):
-            changed[i] = {**message, "content": content}
-    if not changed:
-        return messages, disk.warned
-    return [changed.get(i, message) for i, message in enumerate(messages)], disk.warned
+    return with_blocks(messages, calls), disk.warned
 
 
 def parked(block: dict, measure, disk: Disk) -> tuple:
