@@ -43,9 +43,9 @@ from s08_context_compact.basics import (
     edit_file, glob_files, one_line, path_risk, read_lines, redact, Tool, ToolCall, ToolError,
     workspace_path, write_file)
 from s08_context_compact.messages import (
-    append_message, blocks_of, current_request, estimate_text_tokens, estimate_tokens,
-    is_tool_result_message, newest_groups, OWN, paths_read, replace_history,
-    result_text, snip_bounds, todo_problem, tool_names, with_blocks, with_snip_note)
+    append_message, current_request, estimate_text_tokens, estimate_tokens,
+    is_tool_result_message, newest_groups, OWN, paths_read, replace_history, result_text,
+    snip_bounds, todo_problem, tool_names, tool_results, with_blocks, with_snip_note)
 from s08_context_compact.endpoint import (
     api_failures, ContextOverflow, count_tokens, make_reply_sendable, marked_request,
     model_reply)
@@ -133,18 +133,14 @@ def cache_is_cold(agent) -> bool:
 
 def tool_result_budget(messages: list, *, max_chars: int, preview_chars: int, store) -> list:
     """Keep the newest message's tool results under max_chars; the largest go to disk first."""
-    if not messages or not is_tool_result_message(messages[-1]):
-        return messages
-    last, blocks = len(messages) - 1, blocks_of(messages[-1])
-    sizes = {k: len(result_text(b)) for k, b in enumerate(blocks) if b.get("type") == "tool_result"}
+    newest = {at: b for at, b in tool_results(messages).items() if at[0] == len(messages) - 1}
+    sizes = {at: len(result_text(b)) for at, b in newest.items()}
     total = sum(sizes.values())
-    if total <= max_chars:
-        return messages
     previews = {}  # (message index, block index) -> the block in its place
-    for k in sorted(sizes, key=sizes.get, reverse=True):
+    for at in sorted(sizes, key=sizes.get, reverse=True):
         if total > max_chars:
-            previews[last, k] = previewed(blocks[k], preview_chars, store)
-            total -= sizes[k] - len(result_text(previews[last, k]))
+            previews[at] = previewed(newest[at], preview_chars, store)
+            total -= sizes[at] - len(result_text(previews[at]))
     return with_blocks(messages, previews)  # the same list if no preview was smaller
 
 
@@ -171,16 +167,11 @@ def snip_compact(messages: list, *, keep_head: int, keep_tail: int, at_least: in
 def micro_compact(messages: list, *, keep_recent: int, min_chars: int, clear_at_least: int,
                   store) -> list:
     """Replace all but the newest tool results with a pointer to their saved copy."""
-    # (message index, block index) of every tool result, oldest first
-    positions = [(i, k) for i, m in enumerate(messages) if is_tool_result_message(m)
-                 for k, b in enumerate(blocks_of(m)) if b.get("type") == "tool_result"]
-    protected = set(positions[-keep_recent:]) if keep_recent else set()
-    if messages and is_tool_result_message(messages[-1]):
-        # results in the last message have not been seen by the model yet
-        protected |= {(i, k) for i, k in positions if i == len(messages) - 1}
-    old = {(i, k): blocks_of(messages[i])[k] for i, k in positions if (i, k) not in protected}
-    stale = {at: b for at, b in old.items()
-             if len(result_text(b)) > min_chars and b.get(OWN) != "placeholder"}
+    results = list(tool_results(messages).items())
+    # the newest keep_recent stay, and those in the last message: the model has not seen them
+    old = results[:max(0, len(results) - keep_recent)]
+    stale = {at: b for at, b in old if at[0] < len(messages) - 1
+             and len(result_text(b)) > min_chars and b.get(OWN) != "placeholder"}
     # Clearing rewrites the cache from the first cleared result on; below the minimum
     # the rewrite costs more than the tokens it frees, so clear nothing.
     freed = sum(estimate_text_tokens(result_text(b)) - PLACEHOLDER_TOKENS for b in stale.values())
@@ -189,9 +180,10 @@ def micro_compact(messages: list, *, keep_recent: int, min_chars: int, clear_at_
     names, pointers = tool_names(messages), {}
     for at, block in stale.items():
         tool_use_id = block["tool_use_id"]
-        # a preview's whole text is on disk already (tool_result_budget, or a summary's tail)
-        path = block.get("saved_at") if block.get(OWN) == "preview" else \
-            store.save_output(tool_use_id, result_text(block))
+        if block.get(OWN) == "preview":  # its whole text is on disk already
+            path = block.get("saved_at")
+        else:
+            path = store.save_output(tool_use_id, result_text(block))
         pointers[at] = pointed_to(block, names.get(tool_use_id, "tool"), path)
     # the same list if no pointer was smaller than its result (pointed_to hands the block back)
     return with_blocks(messages, pointers)
@@ -401,11 +393,8 @@ def summarize_ahead(agent, messages: list) -> None:
 
 
 def written_ahead(agent, messages: list, focus: str = "", max_suffix: int | None = None):
-    """A summarize that already holds its answer: the summary written ahead, if there is one to
-    take (agent.ahead.take waits for one in flight), and what came after it; or None."""
-    # Ready (compaction/summary_ahead.py): the reply asked for (`asked`), the `snapshot` it
-    # summarized with its `focus` and `limit`, the `suffix` that came after and the `room` it may
-    # take; and, if a snip cut past the snapshot, its `notes` and the transcripts (`pending`).
+    """A summarize that already holds its answer (swap_in), or None when there is no summary
+    written ahead to take; agent.ahead.take waits for one still being written."""
     ready = agent.ahead.take(messages, agent.settings, agent.overhead,
                              agent.state.counter.estimate, focus, max_suffix=max_suffix)
     if ready is None:
@@ -415,10 +404,12 @@ def written_ahead(agent, messages: list, focus: str = "", max_suffix: int | None
 
 def swap_in(agent, ready, messages: list, tail: list, *, kind: str = "compact",
             focus: str = "") -> list:
-    """The summary asked for ahead, of its snapshot (its focus and limit set then: take sets
-    it aside when a `focus` is asked for), and where a snip after it put what it cut; what
-    came after the snapshot stays verbatim. When that changed nothing, or left the history
-    over the threshold, it is summarized now."""
+    """summarize_into with the summary in hand: the reply asked for ahead summarizes the
+    snapshot, and what came after it stays verbatim as the tail. If that freed nothing, or not
+    enough, the history is summarized now."""
+    # Ready (compaction/summary_ahead.py): the reply (`asked`); the `snapshot`, with the `focus`
+    # and `limit` set when it was asked for; the `suffix` after it and the `room` it may take;
+    # and, if a snip cut past the snapshot, its `notes` and its transcripts (`pending`).
     kept = ready.suffix or tail
     restored, _ = plan_restore(agent, messages, estimate_tokens(kept),
                                shown=paths_read(kept, agent.tools))
@@ -434,19 +425,18 @@ def swap_in(agent, ready, messages: list, tail: list, *, kind: str = "compact",
 
 
 def kept_after(agent, ready) -> list:
-    """What came after a summary written ahead, through the layers that cost no call (each
-    saves what it removes first) when, kept whole, it would leave the next summary too
-    little room."""
+    """The suffix, shortened by the layers that cost no call (each saves what it removes
+    first) when, kept whole, it would take more than its `room`: the room the next summary
+    written ahead needs to be ready in time (summary_ahead.py)."""
     s, kept = agent.settings, ready.suffix
     if ready.room is None or estimate_tokens(kept) <= ready.room:
         return kept
+    # No minimum to clear or cut: the swap rewrites the cache from the summary on anyway.
     kept = apply_layer(agent, micro_compact, kept, keep_recent=s.keep_recent,
                        min_chars=s.micro_min_chars, clear_at_least=0, store=agent.store)
-    # snip keeps the first message (its note goes after it) and the newest groups that fit
-    # the room, the last call and its results at least. Any cut pays: the swap rewrites the
-    # cache from the summary on anyway.
-    newest = newest_groups(kept, ready.room)
-    keep_tail = max(2, sum(map(len, newest)))
+    # snip keeps the first message (its note goes after it), and the newest groups that fit
+    # the room: the last call and its results at least
+    keep_tail = max(2, sum(map(len, newest_groups(kept, ready.room))))
     return apply_layer(agent, snip_compact, kept, keep_head=1, keep_tail=keep_tail, at_least=1,
                        store=agent.store, tools=agent.tools)
 

@@ -78,6 +78,12 @@ def replace_result(block: dict, content: str, kind: str | None = None,
     return {**block, "content": content, **marks}
 
 
+def tool_results(messages: list) -> dict:
+    """Every tool result of the history, oldest first: {(message index, block index): block}."""
+    return {(i, k): b for i, m in enumerate(messages) if is_tool_result_message(m)
+            for k, b in enumerate(blocks_of(m)) if b.get("type") == "tool_result"}
+
+
 def with_blocks(messages: list, new: dict) -> list:
     """The history with blocks put in place, {(message index, block index): block}: a message
     that changes is copied, once; the very list when no block changed."""
