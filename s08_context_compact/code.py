@@ -354,9 +354,9 @@ def compact_pipeline(agent, messages: list) -> list:
     messages = apply_layer(agent, tool_result_budget, messages, max_chars=s.budget_chars,
                            preview_chars=s.preview_chars, store=store)
     # snip and micro wait for their trigger, which is lower once the cache is cold. Past the
-    # threshold, while a summary the steps outrun is being written, micro clears all it can.
+    # threshold, while a summary that may come too late is being written, micro clears all.
     cold = cache_is_cold(agent)
-    outrun = not cold and agent.ahead.outrun(s) and over_threshold(agent, messages)
+    late = not cold and agent.ahead.may_be_late(s) and over_threshold(agent, messages)
     if context_tokens(agent, messages) > s.micro_trigger * (COLD_TRIGGER_SHARE if cold else 1):
         # snip stops where a part agent.snips is already summarizing ends
         keep_tail = agent.snips.keep_tail(messages, s.snip_keep_tail)
@@ -366,7 +366,7 @@ def compact_pipeline(agent, messages: list) -> list:
                                tools=agent.tools, measure=agent.state.counter.estimate)
         messages = apply_layer(agent, micro_compact, messages, keep_recent=s.keep_recent,
                                min_chars=s.micro_min_chars, store=store,
-                               clear_at_least=0 if cold or outrun else s.clear_at_least)
+                               clear_at_least=0 if cold or late else s.clear_at_least)
     messages = agent.snips.joined(messages)  # what snip cut, summarized since: at the end
     if over_threshold(agent, messages):
         messages = compact_now(agent, messages)

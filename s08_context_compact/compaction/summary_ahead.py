@@ -12,7 +12,7 @@ verbs and never meets the thread, the lock or the cancellation:
     ahead.take(messages, settings, ...)      a Ready: the answer, the snapshot it answers,
                                              and the messages after it; or None
     ahead.drop(why)                          call it off (/clear, a focus, a second Ctrl-C)
-    ahead.outrun(settings)                   whether the steps outrun the summary in flight
+    ahead.may_be_late(settings)              whether the summary in flight may come too late
 
 The worker sends one request, already built, and hands back what came of it (Asked: the
 reply, which carries what it cost, or the error). It never touches the history: its request
@@ -293,11 +293,11 @@ class SummaryAhead:
         those its snapshot's notes list (with_snipped)."""
         return set(snips_pending(self.job.snapshot)) if self.job else set()
 
-    def outrun(self, settings) -> bool:
-        """Whether the summary still being written is one the steps outrun: it takes longer
-        than they take to fill the room above the earliest share (the mark was placed below it
-        for that), or none has been timed yet. Never with a pinned mark: the tests and the demo
-        pin it so each run goes the same way."""
+    def may_be_late(self, settings) -> bool:
+        """Whether the summary still being written may come too late: it takes longer than the
+        steps take to fill the room above the earliest share (the mark was placed below it for
+        that), or none has been timed yet. Never with a pinned mark: the tests and the demo pin
+        it so each run goes the same way."""
         shares, threshold = settings.summary_ahead, settings.threshold
         if self.job is None or self.job.done.is_set() or not shares or shares[0] == shares[1]:
             return False
