@@ -1,15 +1,9 @@
 #!/usr/bin/env python3
 """s08: context compact. A coding agent that keeps working when its context fills up.
 
-Before every model call the history goes through a pipeline, cheapest layer first:
-
-    history ──▶ tool_result_budget  newest results too big?   → full text to disk, a preview stays
-            ──▶ snip_compact        past 70% of the threshold → the middle to a transcript
-                                    and over 50 messages?     (20 at least go at once)
-            ──▶ micro_compact       past 70% of the threshold → old results become pointers
-            ──▶ compact_history     still over the threshold? → a summary, what the work needs
-            ──▶ model call ── "too long", in any endpoint's words ──▶ learn the window,
-                                                                  reactive_compact, retry
+Before every model call the history goes through a pipeline, cheapest layer first (README.md
+draws it): tool_result_budget, snip_compact, micro_compact, then compact_history if still over
+the threshold; reactive_compact when the endpoint says the prompt is too long.
 
 Nothing is thrown away: every layer writes what it removes to .task_outputs/tool-results/
 or .transcripts/ before it removes it, and the session log keeps every message.
@@ -79,16 +73,11 @@ REACTIVE_TAIL_SHARE = 0.25          # reactive_compact keeps recent messages up 
 # ---- the agent -----------------------------------------------------------------------------------
 # Layers, and the functions choosing what stays after a summary, take the history (plain dicts
 # in the API's wire format); the others take the Agent (command_line/agent.py, where each field
-# says what it holds). Most read its `settings` (every size in tokens), `overhead` (the tokens of
-# the system prompt and tools), `store` (where layers save), `endpoint` (what it revealed),
-# `connection` (the model's), `writer` (the summary's), `ahead` and `snips` (summaries in the
-# background), `hooks`, `clock`, and `state`, what one loop learns (its token `counter`).
+# says what it holds: `settings` has every size in tokens, `state` what one loop learns).
 # fire_hooks (part 2) runs an event's hooks: this chapter adds PreCompact, RestoreContext and
 # PostCompact.
 
 # ---- the request, and counting its tokens --------------------------------------------------------
-# Layers copy a message they change, never edit it: the count reuses what it measured of a
-# message object still there (token_counts.py).
 
 def build_request(agent, messages: list, extra_text: str | None = None) -> dict:
     """The Messages API request for a history: tools and system first, then the messages, with
@@ -129,7 +118,8 @@ def cache_is_cold(agent) -> bool:
 # ---- the three cheap layers ----------------------------------------------------------------------
 # Each takes the history and returns a new list, or the very list it was given when nothing
 # changed (apply_layer tells them apart with `is`); what it removes it first saves through the
-# store (compaction/store.py). previewed and pointed_to: compaction/previews.py.
+# store (compaction/store.py). A message it changes it copies, never edits: the token count
+# reuses what it measured of a message still there. previewed, pointed_to: compaction/previews.py.
 
 def tool_result_budget(messages: list, *, max_chars: int, preview_chars: int, store) -> list:
     """Keep the newest message's tool results under max_chars; the largest go to disk first."""
@@ -354,7 +344,7 @@ def compact_pipeline(agent, messages: list) -> list:
     messages = apply_layer(agent, tool_result_budget, messages, max_chars=s.budget_chars,
                            preview_chars=s.preview_chars, store=store)
     # snip and micro wait for their trigger, which is lower once the cache is cold. Past the
-    # threshold, while a summary that may come too late is being written, micro clears all.
+    # threshold, while a summary that may come too late is being written, micro clears all it can.
     cold = cache_is_cold(agent)
     late = not cold and agent.ahead.may_be_late(s) and over_threshold(agent, messages)
     if context_tokens(agent, messages) > s.micro_trigger * (COLD_TRIGGER_SHARE if cold else 1):
