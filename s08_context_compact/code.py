@@ -123,6 +123,7 @@ def cache_is_cold(agent) -> bool:
 
 def tool_result_budget(messages: list, *, max_chars: int, preview_chars: int, store) -> list:
     """Keep the newest message's tool results under max_chars; the largest go to disk first."""
+    # at: (message index, block index)
     newest = {at: b for at, b in tool_results(messages).items() if at[0] == len(messages) - 1}
     sizes = {at: len(result_text(b)) for at, b in newest.items()}
     total = sum(sizes.values())
