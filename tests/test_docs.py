@@ -32,7 +32,7 @@ MACHINERY = tuple(name for name in MODULE_PATHS if name not in OFFLINE)
 KNOWN_ELSEWHERE = {"tool_use", "tool_result", "tool_choice", "max_tokens", "input_tokens", "cache_control",
                    "max_input_tokens", "invalid_request_error", "count_tokens", "read_file", "write_file",
                    "edit_file", "todo_write", "load_skill",
-                   "NO_COLOR", "CONTEXT_WINDOW", "MODEL_ID", "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL",
+                   "NO_COLOR", "CONTEXT_WINDOW", "COMPACT_AT", "MODEL_ID", "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL",
                    "POST_COMPACT_", "SKILL", "cache_edits", "tool_use_id", "messages/count_tokens",
                    "redacted_thinking", "ContextWindowExceededError", "stop_reason", "message_delta",
                    "cache_read_input_tokens", "ANTHROPIC_AUTH_TOKEN", "enable_pre_call_checks",
