@@ -10,7 +10,8 @@ from .history import (COMPACT_MARKER, NO_REPLY, NOTE_MARKER, OWN, PERSISTED_TAG,
                       replace_history, replace_result, result_text, said_text, sendable,
                       snip_bounds, tool_names, user_words, what_was_done, snipped_back,
                       snips_covered, snips_pending, tool_results, waiting_parts,
-                      whole_groups, with_blocks, with_calls_grouped, with_snip_note, with_text, written_text)
+                      whole_groups, with_blocks, with_calls_grouped, with_snip_note, with_text,
+                      written_text)
 from .tool_input import (Disk, check_tool_input, input_problem, park_oversized_inputs,
                          refused_result, todo_problem)
 from .token_counts import (CHARS_PER_TOKEN, estimate_text_tokens, estimate_tokens, head_within,
