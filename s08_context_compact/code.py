@@ -123,11 +123,10 @@ def cache_is_cold(agent) -> bool:
 
 def tool_result_budget(messages: list, *, max_chars: int, preview_chars: int, store) -> list:
     """Keep the newest message's tool results under max_chars; the largest go to disk first."""
-    # at: (message index, block index)
-    newest = {at: b for at, b in tool_results(messages).items() if at[0] == len(messages) - 1}
+    newest = tool_results(messages, start=len(messages) - 1)  # (message index, block index): result
     sizes = {at: len(result_text(b)) for at, b in newest.items()}
     total = sum(sizes.values())
-    previews = {}  # (message index, block index) -> the block in its place
+    previews = {}  # the same keys: the preview in the result's place
     for at in sorted(sizes, key=sizes.get, reverse=True):
         if total > max_chars:
             previews[at] = previewed(newest[at], preview_chars, store)

@@ -78,9 +78,10 @@ def replace_result(block: dict, content: str, kind: str | None = None,
     return {**block, "content": content, **marks}
 
 
-def tool_results(messages: list) -> dict:
-    """Every tool result of the history, oldest first: {(message index, block index): block}."""
-    return {(i, k): b for i, m in enumerate(messages) if is_tool_result_message(m)
+def tool_results(messages: list, start: int = 0) -> dict:
+    """The tool results of the history from message `start` on, oldest first:
+    {(message index, block index): block}."""
+    return {(i, k): b for i, m in enumerate(messages[start:], start) if is_tool_result_message(m)
             for k, b in enumerate(blocks_of(m)) if b.get("type") == "tool_result"}
 
 
