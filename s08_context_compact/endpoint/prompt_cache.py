@@ -8,7 +8,7 @@ its last read, so a longer pause means the cache is gone.
 """
 
 from ..basics import definitions
-from ..messages import OWN, blocks_of, is_tool_result_message, sendable, with_text
+from ..messages import OWN, blocks_of, sendable, tool_results, with_text
 
 # the API's prompt cache forgets a prefix unread this long (CACHE_TTL=1h: an hour)
 CACHE_LIFETIME_SECONDS = 300
@@ -32,9 +32,7 @@ def mark_last_block(message: dict, mark: dict = EPHEMERAL) -> dict:
 def clearing_point(messages: list, keep_recent: int) -> int | None:
     """The last message before the oldest result micro_compact could clear: where its next
     clearing will start to rewrite the cache."""
-    results = [i for i, m in enumerate(messages) if is_tool_result_message(m)
-               for b in blocks_of(m)
-               if b.get("type") == "tool_result" and b.get(OWN) != "placeholder"]
+    results = [i for (i, _), b in tool_results(messages).items() if b.get(OWN) != "placeholder"]
     clearable = results[:-keep_recent] if keep_recent else results
     return clearable[0] - 1 if clearable and clearable[0] > 0 else None
 
